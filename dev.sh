@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Set-up and entry point for a fresh machine.
+#   bash dev.sh demo   -> create .venv (Python >= 3.12), install shardwise, run the demo
+#   bash dev.sh test   -> the same set-up, then the whole test suite (lint, types, pytest)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+venv="${SHARDWISE_VENV:-$here/.venv}"
+
+works() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; }
+
+find_python() {
+    local c
+    for c in "${PYTHON:-}" python3.13 python3.12 python3; do
+        [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 && works "$c" && { command -v "$c"; return; }
+    done
+    # pyenv installs whose shims refuse to run unless selected
+    if command -v pyenv >/dev/null 2>&1; then
+        local root; root="$(pyenv root)"
+        for c in $(ls -d "$root"/versions/3.1[3-9]* "$root"/versions/3.12* 2>/dev/null | sort -rV); do
+            works "$c/bin/python3" && { echo "$c/bin/python3"; return; }
+        done
+    fi
+    echo "shardwise needs Python >= 3.12; set PYTHON=/path/to/python3.12+" >&2
+    exit 1
+}
+
+setup() {
+    local stamp="$venv/.shardwise-installed"
+    if [ ! -x "$venv/bin/python" ] || ! works "$venv/bin/python"; then
+        rm -rf "$venv"
+        "$(find_python)" -m venv "$venv"
+    fi
+    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+        "$venv/bin/python" -m pip install -q --upgrade pip
+        "$venv/bin/python" -m pip install -q -e ".[test]"
+        touch "$stamp"
+    fi
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+    demo)
+        setup
+        exec "$venv/bin/python" examples/demo.py "$@" ;;
+    test)
+        setup
+        "$venv/bin/ruff" check src tests benchmarks
+        "$venv/bin/mypy"
+        exec "$venv/bin/python" -m pytest "$@" ;;
+    *)
+        echo "usage: bash dev.sh demo|test [args]" >&2; exit 2 ;;
+esac

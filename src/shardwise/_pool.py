@@ -1,0 +1,80 @@
+"""One bounded thread pool per process for inner-chunk encode/decode.
+
+Every dask task in a process shares it, so however many dask threads run shard tasks at once, at
+most ``pool_size()`` threads compress at a time: no oversubscription of the cores. The codecs
+(zstd, blosc, zlib, crc32c) release the GIL, so the threads run in parallel.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_in_pool = threading.local()
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def pool_size() -> int:
+    """Threads for inner chunks in this process: the dask worker's thread count, else the cores."""
+    try:
+        from distributed import get_worker
+
+        return max(1, int(get_worker().state.nthreads))
+    except (ImportError, ValueError, AttributeError):
+        return cpu_count()
+
+
+def _executor(size: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _lock:
+        if _pool is None or _pool_size < size:
+            _pool = ThreadPoolExecutor(size, thread_name_prefix="shardwise")
+            _pool_size = size
+        return _pool
+
+
+def _run_batch(fn: Callable[[Sequence[T]], list[R]], batch: Sequence[T]) -> list[R]:
+    _in_pool.active = True
+    try:
+        return fn(batch)
+    finally:
+        _in_pool.active = False
+
+
+def map_batches(
+    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], threads: int | None = None
+) -> list[R]:
+    """``fn`` over contiguous batches of ``items`` on the shared pool; results in input order.
+
+    ``fn`` takes a batch and returns one result per item. Calls from inside the pool (nested
+    shards) and ``threads=1`` run inline in the calling thread.
+    """
+    n = len(items)
+    size = pool_size() if threads is None else max(1, threads)
+    if n == 0:
+        return []
+    if size == 1 or n == 1 or getattr(_in_pool, "active", False):
+        return fn(items)
+    nbatch = min(n, size * 4)
+    bounds = [n * i // nbatch for i in range(nbatch + 1)]
+    pool = _executor(size)
+    futures = [pool.submit(_run_batch, fn, items[a:b]) for a, b in zip(bounds, bounds[1:])]
+    out: list[R] = []
+    for f in futures:
+        out.extend(f.result())
+    return out

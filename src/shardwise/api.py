@@ -1,0 +1,184 @@
+"""The public verbs for arrays: write_array and open_array."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.storage import MemoryStore
+
+from .errors import PlanError
+from .layout import Region, normalize_region
+from .metadata import ArrayInfo, info_from_metadata
+from .plan import WritePlan
+from .read import ShardReader
+from .store import ShardStore, resolve_store
+from .write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
+
+_MODES = ("w", "w-", "a", "r+")
+
+
+def open_info(store: Any, path: str | None = None) -> ArrayInfo:
+    """Read and translate the metadata of the array at ``path`` in a zarr ``store``."""
+    arr = zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
+    return info_from_metadata(arr.metadata)
+
+
+def _exists(store: Any, path: str | None) -> bool:
+    try:
+        zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
+    except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
+        if "ArrayNotFound" in type(e).__name__ or isinstance(e, FileNotFoundError | KeyError):
+            return False
+        if "NodeTypeValidationError" in type(e).__name__ or "ContainsGroup" in type(e).__name__:
+            raise PlanError(f"a group, not an array, exists at path {path!r}") from e
+        raise
+    return True
+
+
+def _create_kwargs(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    if shards is None:
+        raise PlanError("shards= is required: the shard shape (each shard is one stored object)")
+    out = dict(shape=shape, dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
+    out.update({k: v for k, v in kwargs.items() if v is not None})
+    return out
+
+
+def write_array(
+    data: Any,
+    store: Any,
+    *,
+    path: str | None = None,
+    chunks: Any = "auto",
+    shards: Any = None,
+    dtype: Any = None,
+    fill_value: Any = None,
+    compressors: Any = "auto",
+    filters: Any = "auto",
+    serializer: Any = "auto",
+    dimension_names: Any = None,
+    attributes: dict[str, Any] | None = None,
+    chunk_key_encoding: Any = None,
+    zarr_format: int = 3,
+    mode: Mode = "w-",
+    region: tuple[slice, ...] | None = None,
+    write_empty_chunks: bool = False,
+    threads: int | None = None,
+    fsync: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    compute: bool = True,
+    progress: bool = False,
+) -> WriteReport | Any:
+    """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
+
+    ``chunks`` is the inner chunk shape and ``shards`` the shard shape, as in
+    ``zarr.create_array``; the dask chunking of ``data`` may be anything. Every non-empty shard
+    is written by exactly one task with one atomic store ``set``; shards whose values all equal
+    the fill value are not stored (and removed if they were). ``mode``: ``"w-"`` create (fail if
+    it exists), ``"w"`` create or replace, ``"a"`` write into an existing array (create when
+    missing), ``"r+"`` write into an existing array. ``region`` places ``data`` inside an existing
+    array; shards it covers in part are merged with what is stored. ``threads`` caps the threads
+    that encode inner chunks (default: the cores, or the dask worker's threads).
+
+    Returns a :class:`WriteReport`, or with ``compute=False`` a dask ``Delayed`` that computes it.
+    Every check runs before the first metadata or data byte is written.
+    """
+    if zarr_format != 3:
+        raise PlanError(f"shardwise writes Zarr format 3 only (got zarr_format={zarr_format})")
+    if mode not in _MODES:
+        raise PlanError(f"mode must be one of {_MODES}, got {mode!r}")
+    if not hasattr(data, "shape") or not hasattr(data, "dtype"):
+        data = np.asarray(data)
+    shape = tuple(int(n) for n in data.shape)
+    zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    exists = mode != "w" and _exists(zstore, path)
+    if mode == "w-" and exists:
+        raise FileExistsError(f"an array already exists at path {path!r} (use mode='w' or 'a')")
+    if mode == "r+" and not exists:
+        raise FileNotFoundError(f"no array at path {path!r} to write into (mode='r+')")
+
+    create = not exists
+    if create:
+        if region is not None:
+            raise PlanError("region= needs an existing array (mode='r+' or 'a')")
+        kwargs = _create_kwargs(
+            shape,
+            data.dtype if dtype is None else dtype,
+            chunks,
+            shards,
+            dict(
+                fill_value=fill_value,
+                compressors=compressors,
+                filters=filters,
+                serializer=serializer,
+                dimension_names=dimension_names,
+                attributes=attributes,
+                chunk_key_encoding=chunk_key_encoding,
+            ),
+        )
+        # build and translate the metadata in memory first: bad arguments fail before any I/O
+        probe = zarr.create_array(MemoryStore(), **kwargs)
+        info = info_from_metadata(probe.metadata)
+    else:
+        info = open_info(zstore, path)
+
+    target: Region = normalize_region(
+        region if region is not None else tuple(slice(None) for _ in info.layout.shape),
+        info.layout.shape,
+    )
+    want = tuple(s.stop - s.start for s in target)
+    if want != shape:
+        raise PlanError(f"data of shape {shape} does not fit the region {want} of the array")
+    if not np.can_cast(data.dtype, info.dtype, casting="same_kind"):
+        raise PlanError(f"cannot write {data.dtype} data into a {info.dtype} array without loss")
+    if create:
+        zarr.create_array(zstore, name=path or None, overwrite=mode == "w", **kwargs)
+
+    writer = ShardWriter(
+        info=info,
+        store=ShardStore(zstore, path or "", fsync=fsync),
+        plan=WritePlan(info.layout, target),
+        options=WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads),
+    )
+    return run_graph(build_graph(writer, data), compute=compute, progress=progress)
+
+
+def open_array(
+    store: Any,
+    *,
+    path: str | None = None,
+    chunks: Any = None,
+    threads: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """A lazy dask array over a sharded Zarr v3 array; chunks default to the shard shape."""
+    import dask.array as da
+
+    reader = open_reader(store, path=path, threads=threads, storage_options=storage_options)
+    lay = reader.info.layout
+    if chunks is None:
+        chunks = lay.shard_shape
+    name = f"shardwise-read-{_token(reader)}"
+    return da.from_array(reader, chunks=chunks, name=name, lock=False, asarray=False, fancy=False,
+                         meta=np.empty((0,) * lay.ndim, dtype=reader.dtype))
+
+
+def open_reader(
+    store: Any,
+    *,
+    path: str | None = None,
+    threads: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> ShardReader:
+    zstore = resolve_store(store, mode="r", storage_options=storage_options)
+    info = open_info(zstore, path)
+    return ShardReader(info=info, store=ShardStore(zstore, path or ""), threads=threads)
+
+
+def _token(reader: ShardReader) -> str:
+    import uuid
+
+    return uuid.uuid4().hex

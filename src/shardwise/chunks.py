@@ -1,0 +1,199 @@
+"""The inner codec chain of a shard: how one inner chunk becomes bytes and back.
+
+Chunks are handled in *stacks*: an array of shape ``(n, *stored_chunk_shape)`` holding n inner
+chunks in the layout the ``bytes`` serializer writes (transpose codecs applied, byte order set).
+Building a stack from a shard block, or a block from a stack, is one vectorized copy; each stacked
+chunk is contiguous, so the codecs read and write it without further copies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from .codecs import BytesCodec
+
+if TYPE_CHECKING:
+    from .shard import ShardCodec
+
+Endian = Literal["little", "big"]
+
+
+@dataclass(frozen=True)
+class ZarrChain:
+    """A chain shardwise does not implement natively, run through zarr-python's codec objects."""
+
+    codecs: tuple[Any, ...]
+    zdtype: Any
+
+    def _specs(self, shape: tuple[int, ...], fill_value: Any) -> list[Any]:
+        from zarr.core.array_spec import ArrayConfig, ArraySpec
+        from zarr.core.buffer import default_buffer_prototype
+
+        spec = ArraySpec(
+            shape=shape,
+            dtype=self.zdtype,
+            fill_value=fill_value,
+            config=ArrayConfig(order="C", write_empty_chunks=True),
+            prototype=default_buffer_prototype(),
+        )
+        specs = []
+        for c in self.codecs:
+            specs.append(spec)
+            spec = c.resolve_metadata(spec)
+        return specs
+
+    def encode(self, chunk: np.ndarray, fill_value: Any) -> bytes:
+        from zarr.core.buffer import default_buffer_prototype
+
+        specs = self._specs(chunk.shape, fill_value)
+        data: Any = default_buffer_prototype().nd_buffer.from_numpy_array(chunk)
+        for c, spec in zip(self.codecs, specs, strict=True):
+            data = c._encode_sync(data, spec)
+        return bytes(data.to_bytes())
+
+    def decode(self, data: bytes, shape: tuple[int, ...], fill_value: Any) -> np.ndarray:
+        from zarr.core.buffer import default_buffer_prototype
+
+        specs = self._specs(shape, fill_value)
+        buf: Any = default_buffer_prototype().buffer.from_bytes(data)
+        for c, spec in zip(reversed(self.codecs), reversed(specs), strict=True):
+            buf = c._decode_sync(buf, spec)
+        return np.asarray(buf.as_numpy_array()).reshape(shape)
+
+
+@dataclass(frozen=True)
+class ChunkCodec:
+    """Inner chunk shape, dtype, fill value and the codec chain applied to every inner chunk.
+
+    ``order`` is the composed permutation of the ``transpose`` codecs (None: identity); the
+    serializer is ``bytes`` with ``endian`` (None for 1-byte types), or a nested sharding codec
+    (``nested``), or, when ``zarr_chain`` is set, the whole chain is zarr-python's.
+    """
+
+    chunk_shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    fill_value: Any
+    order: tuple[int, ...] | None = None
+    endian: Endian | None = "little"
+    bytes_codecs: tuple[BytesCodec, ...] = ()
+    nested: ShardCodec | None = None
+    zarr_chain: ZarrChain | None = None
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        if self.order is None:
+            return self.chunk_shape
+        return tuple(self.chunk_shape[i] for i in self.order)
+
+    @property
+    def stored_dtype(self) -> np.dtype[Any]:
+        if self.nested is not None or self.zarr_chain is not None or self.dtype.itemsize == 1:
+            return self.dtype
+        return self.dtype.newbyteorder("<" if self.endian == "little" else ">")
+
+    @property
+    def raw_nbytes(self) -> int:
+        return math.prod(self.chunk_shape) * self.dtype.itemsize
+
+    # -- stacks ---------------------------------------------------------------------------------
+
+    def stack(self, block: np.ndarray, grid: Sequence[int]) -> np.ndarray:
+        """Cut ``block`` (shape ``grid * chunk_shape``) into a C-ordered stack of stored chunks."""
+        nd = len(grid)
+        split = [x for g, c in zip(grid, self.chunk_shape, strict=True) for x in (g, c)]
+        chunk_axes = [2 * i + 1 for i in range(nd)]
+        if self.order is not None:
+            chunk_axes = [chunk_axes[i] for i in self.order]
+        axes = [2 * i for i in range(nd)] + chunk_axes
+        view = block.reshape(split).transpose(axes)
+        out = np.empty((math.prod(grid), *self.stored_shape), dtype=self.stored_dtype)
+        out.reshape(view.shape)[...] = view
+        return out
+
+    def unstack(self, stack: np.ndarray, grid: Sequence[int]) -> np.ndarray:
+        """A view of ``stack`` as the block it came from (the inverse of :meth:`stack`)."""
+        nd = len(grid)
+        view = stack.reshape(*grid, *self.stored_shape)
+        chunk_axes = list(range(nd, 2 * nd))
+        if self.order is not None:
+            inv = [0] * nd
+            for pos, i in enumerate(self.order):
+                inv[i] = pos
+            chunk_axes = [nd + inv[i] for i in range(nd)]
+        axes = [x for i in range(nd) for x in (i, chunk_axes[i])]
+        shape = [g * c for g, c in zip(grid, self.chunk_shape, strict=True)]
+        return view.transpose(axes).reshape(shape)
+
+    def fill_mask(self, stack: np.ndarray) -> np.ndarray:
+        """Boolean mask of the stacked chunks that equal the fill value bit for bit."""
+        n = stack.shape[0]
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        fill = np.array(self.fill_value, dtype=stack.dtype)
+        size = stack.dtype.itemsize
+        word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size)
+        if word is None or stack.dtype.hasobject:
+            if stack.dtype.hasobject:
+                flat = stack.reshape(n, -1)
+                return np.array([bool(np.all(row == fill)) for row in flat])
+            word, fill_words = np.uint8, fill.reshape(1).view(np.uint8)
+        else:
+            fill_words = fill.reshape(1).view(word)
+        words = stack.reshape(n, -1).view(word)
+        reps = words.shape[1] // fill_words.size
+        pattern = np.tile(fill_words, reps)
+        mask = words[:, 0] == pattern[0]
+        cand = np.flatnonzero(mask)
+        if cand.size:
+            mask[cand] = (words[cand] == pattern).all(axis=1)
+        return mask
+
+    # -- one chunk ------------------------------------------------------------------------------
+
+    def encode(self, item: np.ndarray) -> bytes:
+        """Encode one stacked chunk (an element of :meth:`stack`)."""
+        if self.zarr_chain is not None:
+            return self.zarr_chain.encode(item, self.fill_value)
+        if self.nested is not None:
+            from .shard import encode_shard
+
+            encoded = encode_shard(self.nested, item, write_empty_chunks=True, threads=1)
+            data: bytes | memoryview = b"" if encoded is None else encoded.data
+        else:
+            data = memoryview(item).cast("B")
+        for codec in self.bytes_codecs:
+            data = codec.encode(data)
+        return bytes(data)
+
+    def decode(self, data: bytes | memoryview) -> np.ndarray:
+        """Decode one inner chunk into a stored chunk (shape :attr:`stored_shape`).
+
+        Raises ``ValueError`` describing what is wrong; the caller names the key and chunk.
+        """
+        if self.zarr_chain is not None:
+            try:
+                return self.zarr_chain.decode(bytes(data), self.chunk_shape, self.fill_value)
+            except Exception as e:  # zarr raises many types for bad bytes
+                raise ValueError(f"{type(e).__name__}: {e}") from None
+        raw = self.raw_nbytes
+        limits = [raw]
+        if self.nested is not None:
+            limits = [raw + self.nested.index_nbytes + 16 * self.nested.nchunks]
+            limits[0] += self.nested.nchunks * 64 + 2 * raw  # nested inner chunks may expand
+        bound = limits[0] * 2 + 4096
+        buf: bytes | bytearray | memoryview = data
+        for i, codec in enumerate(reversed(self.bytes_codecs)):
+            last = i == len(self.bytes_codecs) - 1
+            buf = codec.decode(buf, limits[0] if last and self.nested is None else bound)
+        if self.nested is not None:
+            from .shard import decode_shard_bytes
+
+            return decode_shard_bytes(self.nested, bytes(buf), key="<nested>")
+        if len(buf) != raw:
+            raise ValueError(f"decoded to {len(buf)} bytes, expected {raw}")
+        return np.frombuffer(buf, dtype=self.stored_dtype).reshape(self.stored_shape)

@@ -1,0 +1,194 @@
+"""Bytes-to-bytes codecs implemented natively (zstd, gzip, blosc, crc32c).
+
+Each decoder takes ``max_size``, the most bytes it may produce, and refuses input that claims more:
+nothing is ever allocated from a size read out of untrusted bytes. Decoders raise ``ValueError``
+with a plain message; the shard codec adds the store key and the inner chunk.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import crc32c as _crc32c
+import numcodecs
+import zstandard
+
+Buffer = bytes | bytearray | memoryview
+
+
+class BytesCodec(Protocol):
+    name: str
+
+    def encode(self, data: Buffer) -> bytes: ...
+
+    def decode(self, data: Buffer, max_size: int) -> Buffer: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+_local = threading.local()
+
+
+def crc32c(data: Buffer) -> int:
+    return int(_crc32c.crc32c(data))
+
+
+@dataclass(frozen=True)
+class Zstd:
+    level: int = 0
+    checksum: bool = False
+    name: str = field(default="zstd", init=False)
+
+    def _cctx(self) -> zstandard.ZstdCompressor:
+        key = ("zc", self.level, self.checksum)
+        ctx = getattr(_local, "ctx", None)
+        if ctx is None:
+            ctx = _local.ctx = {}
+        c = ctx.get(key)
+        if c is None:
+            c = ctx[key] = zstandard.ZstdCompressor(
+                level=self.level, write_checksum=self.checksum, write_content_size=True
+            )
+        return c
+
+    def _dctx(self) -> zstandard.ZstdDecompressor:
+        d = getattr(_local, "dctx", None)
+        if d is None:
+            d = _local.dctx = zstandard.ZstdDecompressor()
+        return d
+
+    def encode(self, data: Buffer) -> bytes:
+        return self._cctx().compress(data)
+
+    def decode(self, data: Buffer, max_size: int) -> Buffer:
+        try:
+            size = zstandard.frame_content_size(data)
+        except zstandard.ZstdError as e:
+            raise ValueError(f"zstd: {e}") from None
+        if size > max_size:
+            raise ValueError(f"zstd frame claims {size} bytes, at most {max_size} expected")
+        try:
+            if size >= 0:
+                return self._dctx().decompress(data)
+            return self._dctx().decompress(data, max_output_size=max_size)
+        except zstandard.ZstdError as e:
+            raise ValueError(f"zstd: {e}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": "zstd", "configuration": {"level": self.level, "checksum": self.checksum}}
+
+
+@dataclass(frozen=True)
+class Gzip:
+    level: int = 5
+    name: str = field(default="gzip", init=False)
+
+    def encode(self, data: Buffer) -> bytes:
+        return bytes(numcodecs.GZip(self.level).encode(data))
+
+    def decode(self, data: Buffer, max_size: int) -> Buffer:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(data, max_size + 1)
+        except zlib.error as e:
+            raise ValueError(f"gzip: {e}") from None
+        if len(out) > max_size or not d.eof:
+            raise ValueError(f"gzip stream is truncated or longer than {max_size} bytes")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": "gzip", "configuration": {"level": self.level}}
+
+
+_SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+
+
+@dataclass(frozen=True)
+class Blosc:
+    cname: str = "zstd"
+    clevel: int = 5
+    shuffle: str = "shuffle"
+    typesize: int = 1
+    blocksize: int = 0
+    name: str = field(default="blosc", init=False)
+
+    def _codec(self) -> numcodecs.Blosc:
+        return numcodecs.Blosc(
+            cname=self.cname,
+            clevel=self.clevel,
+            shuffle=_SHUFFLE[self.shuffle],
+            blocksize=self.blocksize,
+            typesize=self.typesize,
+        )
+
+    def encode(self, data: Buffer) -> bytes:
+        return bytes(self._codec().encode(data))
+
+    def decode(self, data: Buffer, max_size: int) -> Buffer:
+        if len(data) < 16:
+            raise ValueError(f"blosc frame of {len(data)} bytes is shorter than its 16-byte header")
+        nbytes, _, cbytes = struct.unpack_from("<III", data, 4)
+        if cbytes != len(data):
+            raise ValueError(f"blosc header says {cbytes} compressed bytes, got {len(data)}")
+        if nbytes > max_size:
+            raise ValueError(f"blosc frame claims {nbytes} bytes, at most {max_size} expected")
+        try:
+            return bytes(self._codec().decode(data))
+        except RuntimeError as e:
+            raise ValueError(f"blosc: {e}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        cfg = {
+            "cname": self.cname,
+            "clevel": self.clevel,
+            "shuffle": self.shuffle,
+            "typesize": self.typesize,
+            "blocksize": self.blocksize,
+        }
+        return {"name": "blosc", "configuration": cfg}
+
+
+@dataclass(frozen=True)
+class Crc32c:
+    name: str = field(default="crc32c", init=False)
+
+    def encode(self, data: Buffer) -> bytes:
+        return bytes(data) + crc32c(data).to_bytes(4, "little")
+
+    def decode(self, data: Buffer, max_size: int) -> Buffer:
+        if len(data) < 4:
+            raise ValueError(f"{len(data)} bytes is too short to hold a crc32c checksum")
+        mv = memoryview(data)
+        body, stored = mv[:-4], int.from_bytes(mv[-4:], "little")
+        actual = crc32c(body)
+        if actual != stored:
+            raise ValueError(f"crc32c checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")
+        return body
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": "crc32c"}
+
+
+def bytes_codec_from_dict(d: dict[str, Any], itemsize: int) -> BytesCodec | None:
+    """A native codec for a zarr.json codec entry, or None when it is not one of ours."""
+    name, cfg = d["name"], d.get("configuration") or {}
+    if name == "zstd":
+        return Zstd(level=int(cfg.get("level", 0)), checksum=bool(cfg.get("checksum", False)))
+    if name == "gzip":
+        return Gzip(level=int(cfg.get("level", 5)))
+    if name == "crc32c":
+        return Crc32c()
+    if name == "blosc":
+        shuffle = cfg.get("shuffle", "shuffle")
+        return Blosc(
+            cname=str(cfg.get("cname", "zstd")),
+            clevel=int(cfg.get("clevel", 5)),
+            shuffle=shuffle if isinstance(shuffle, str) else "noshuffle",
+            typesize=int(cfg.get("typesize") or itemsize),
+            blocksize=int(cfg.get("blocksize", 0)),
+        )
+    return None

@@ -1,0 +1,49 @@
+"""All shardwise exceptions. Each also derives from the builtin a caller would expect."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptShardError",
+    "LeaseHeldError",
+    "PlanError",
+    "ShardwiseError",
+    "UnsupportedCodecError",
+]
+
+
+class ShardwiseError(Exception):
+    """Base class of every error raised by shardwise."""
+
+
+class CorruptShardError(ShardwiseError, ValueError):
+    """A stored shard (or one of its inner chunks) cannot be decoded.
+
+    ``key`` is the store key of the shard, ``chunk`` the inner-chunk coordinates inside the shard
+    (``None`` when the problem is with the shard as a whole, e.g. its index).
+    """
+
+    def __init__(self, key: str, problem: str, *, chunk: tuple[int, ...] | None = None) -> None:
+        self.key = key
+        self.problem = problem
+        self.chunk = chunk
+        where = f"shard {key!r}" + ("" if chunk is None else f", inner chunk {chunk}")
+        super().__init__(f"{where}: {problem}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_corrupt, (self.key, self.problem, self.chunk))
+
+
+def _rebuild_corrupt(key: str, problem: str, chunk: tuple[int, ...] | None) -> CorruptShardError:
+    return CorruptShardError(key, problem, chunk=chunk)
+
+
+class UnsupportedCodecError(ShardwiseError, NotImplementedError):
+    """The array's codec chain contains something shardwise cannot encode or decode."""
+
+
+class PlanError(ShardwiseError, ValueError):
+    """A write was refused before anything was written (bad arguments, misaligned region, ...)."""
+
+
+class LeaseHeldError(ShardwiseError, RuntimeError):
+    """Another writer holds the write lease of this array."""

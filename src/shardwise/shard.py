@@ -1,0 +1,356 @@
+"""One shard <-> bytes: the ``sharding_indexed`` v1.0 format.
+
+A shard is the encoded inner chunks followed (or preceded) by an index of ``(offset, nbytes)``
+uint64 pairs, one per inner chunk in C order, ``2**64 - 1`` twice for an empty chunk, encoded
+with ``bytes`` (little or big endian) and optionally ``crc32c``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _pool
+from .chunks import ChunkCodec, Endian
+from .codecs import crc32c
+from .errors import CorruptShardError
+
+MISSING = np.uint64(2**64 - 1)
+IndexLocation = Literal["start", "end"]
+
+
+@dataclass(frozen=True)
+class ShardCodec:
+    """Configuration of one ``sharding_indexed`` codec, for shards of ``shard_shape``."""
+
+    shard_shape: tuple[int, ...]
+    inner: ChunkCodec
+    index_location: IndexLocation = "end"
+    index_endian: Endian = "little"
+    index_crc: bool = True
+
+    @property
+    def chunk_shape(self) -> tuple[int, ...]:
+        return self.inner.chunk_shape
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return tuple(s // c for s, c in zip(self.shard_shape, self.chunk_shape, strict=True))
+
+    @property
+    def nchunks(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def index_nbytes(self) -> int:
+        return 16 * self.nchunks + (4 if self.index_crc else 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The codec's zarr.json entry (the inner chain must be native)."""
+        inner = self.inner
+        codecs: list[dict[str, Any]] = []
+        if inner.order is not None:
+            codecs.append({"name": "transpose", "configuration": {"order": list(inner.order)}})
+        if inner.nested is not None:
+            codecs.append(inner.nested.to_dict())
+        else:
+            cfg = {} if inner.endian is None else {"endian": inner.endian}
+            codecs.append({"name": "bytes", "configuration": cfg})
+        codecs.extend(c.to_dict() for c in inner.bytes_codecs)
+        index = [{"name": "bytes", "configuration": {"endian": self.index_endian}}]
+        if self.index_crc:
+            index.append({"name": "crc32c"})
+        return {
+            "name": "sharding_indexed",
+            "configuration": {
+                "chunk_shape": list(self.chunk_shape),
+                "codecs": codecs,
+                "index_codecs": index,
+                "index_location": self.index_location,
+            },
+        }
+
+
+# -- encode ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EncodedShard:
+    data: bytes
+    chunks_stored: int
+    chunks_empty: int
+    raw_nbytes: int
+
+
+def _padded(codec: ShardCodec, block: np.ndarray, grid: Sequence[int]) -> np.ndarray:
+    """``block`` grown with the fill value to whole inner chunks (edge shards)."""
+    shape = tuple(g * c for g, c in zip(grid, codec.chunk_shape, strict=True))
+    if block.shape == shape:
+        return block
+    out = np.full(shape, codec.inner.fill_value, dtype=codec.inner.dtype)
+    out[tuple(slice(0, n) for n in block.shape)] = block
+    return out
+
+
+def encode_shard(
+    codec: ShardCodec,
+    block: np.ndarray,
+    *,
+    write_empty_chunks: bool = False,
+    threads: int | None = None,
+) -> EncodedShard | None:
+    """Encode one shard from ``block``, the shard's region of the array (clipped at the edges).
+
+    Inner chunks equal to the fill value bit for bit are not stored unless ``write_empty_chunks``.
+    Returns None when no inner chunk is stored. The same input always gives the same bytes.
+    """
+    inner = codec.inner
+    if block.dtype != inner.dtype:
+        block = block.astype(inner.dtype)
+    # only inner chunks holding array elements are encoded; the rest of the grid stays empty
+    used = tuple(-(-n // c) for n, c in zip(block.shape, codec.chunk_shape, strict=True))
+    stack = inner.stack(_padded(codec, block, used), used)
+    n_used = stack.shape[0]
+    keep = np.ones(n_used, dtype=bool) if write_empty_chunks else ~inner.fill_mask(stack)
+    todo = np.flatnonzero(keep)
+    if todo.size == 0:
+        return None
+
+    def run(ids: Sequence[int]) -> list[bytes]:
+        return [inner.encode(stack[i]) for i in ids]
+
+    pieces = _pool.map_batches(run, todo.tolist(), threads)
+    flat_ids = np.ravel_multi_index(np.unravel_index(todo, used), codec.grid)
+    return EncodedShard(
+        data=_assemble(codec, flat_ids, pieces),
+        chunks_stored=len(pieces),
+        chunks_empty=int(n_used - len(pieces)),
+        raw_nbytes=block.nbytes,
+    )
+
+
+def _assemble(codec: ShardCodec, flat_ids: np.ndarray, pieces: Sequence[bytes | memoryview]) -> bytes:
+    """Shard bytes from encoded chunks ``pieces`` at C-order positions ``flat_ids`` (ascending)."""
+    sizes = np.fromiter((len(p) for p in pieces), dtype=np.uint64, count=len(pieces))
+    start = codec.index_nbytes if codec.index_location == "start" else 0
+    offsets = np.empty_like(sizes)
+    offsets[0] = start
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    offsets[1:] += np.uint64(start)
+    index = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
+    index[flat_ids, 0] = offsets
+    index[flat_ids, 1] = sizes
+    index_bytes = encode_index(codec, index)
+    parts = [index_bytes, *pieces] if codec.index_location == "start" else [*pieces, index_bytes]
+    return b"".join(parts)
+
+
+def merge_shard(
+    codec: ShardCodec,
+    old: bytes | None,
+    block: np.ndarray,
+    piece: Sequence[slice],
+    valid_shape: Sequence[int],
+    key: str,
+    *,
+    write_empty_chunks: bool = False,
+    threads: int | None = None,
+) -> EncodedShard | None:
+    """Write ``block`` into the ``piece`` (relative to the shard origin) of a stored shard.
+
+    Inner chunks the piece does not touch keep their encoded bytes as stored; chunks it covers in
+    part are decoded, overlaid and re-encoded; chunks it covers fully are encoded from ``block``.
+    ``valid_shape`` is the shard's extent inside the array.
+    """
+    inner = codec.inner
+    cs = codec.chunk_shape
+    used = tuple(-(-n // c) for n, c in zip(valid_shape, cs, strict=True))
+    mv = memoryview(old) if old is not None else None
+    if mv is not None:
+        index = parse_index(codec, mv[index_slice(codec, len(mv))], len(mv), key)
+    else:
+        index = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
+    grid_ids = np.arange(math.prod(used))
+    coords = np.stack(np.unravel_index(grid_ids, used), -1)
+    lo = coords * np.asarray(cs)
+    hi = np.minimum(lo + np.asarray(cs), np.asarray(valid_shape))
+    plo = np.asarray([p.start for p in piece])
+    phi = np.asarray([p.stop for p in piece])
+    touched = ((lo < phi) & (hi > plo)).all(axis=1)
+    covered = ((lo >= plo) & (hi <= phi)).all(axis=1)
+    flat_ids = np.ravel_multi_index(tuple(coords.T), codec.grid)
+
+    shape = tuple(u * c for u, c in zip(used, cs, strict=True))
+    buf = np.full(shape, inner.fill_value, dtype=inner.dtype)
+    for g in np.flatnonzero(touched & ~covered):
+        o, n = index[flat_ids[g]]
+        if o == MISSING or mv is None:
+            continue
+        chunk = tuple(int(x) for x in coords[g])
+        try:
+            stored = inner.decode(mv[int(o) : int(o) + int(n)])
+        except (ValueError, CorruptShardError) as e:
+            raise CorruptShardError(key, f"cannot decode: {e}", chunk=chunk) from None
+        region = tuple(slice(int(a), int(a) + c) for a, c in zip(lo[g], cs, strict=True))
+        buf[region] = inner.unstack(stored[None], (1,) * len(cs))
+    buf[tuple(piece)] = block
+    stack = inner.stack(buf, used)
+    fresh = np.flatnonzero(touched)
+    if not write_empty_chunks:
+        fresh = fresh[~inner.fill_mask(stack[fresh])]
+
+    def run(ids: Sequence[int]) -> list[bytes]:
+        return [inner.encode(stack[i]) for i in ids]
+
+    encoded = dict(zip(fresh.tolist(), _pool.map_batches(run, fresh.tolist(), threads), strict=True))
+    ids, pieces = [], []
+    for g in range(len(grid_ids)):
+        if g in encoded:
+            ids.append(flat_ids[g])
+            pieces.append(encoded[g])
+        elif not touched[g] and mv is not None and index[flat_ids[g], 0] != MISSING:
+            o, n = (int(x) for x in index[flat_ids[g]])
+            ids.append(flat_ids[g])
+            pieces.append(mv[o : o + n])
+    if not pieces:
+        return None
+    order = np.argsort(np.asarray(ids), kind="stable")
+    return EncodedShard(
+        data=_assemble(codec, np.asarray(ids)[order], [pieces[i] for i in order]),
+        chunks_stored=len(pieces),
+        chunks_empty=int(len(grid_ids) - len(pieces)),
+        raw_nbytes=block.nbytes,
+    )
+
+
+def encode_index(codec: ShardCodec, index: np.ndarray) -> bytes:
+    dt = "<u8" if codec.index_endian == "little" else ">u8"
+    raw = index.astype(dt, copy=False).tobytes()
+    if codec.index_crc:
+        raw += crc32c(raw).to_bytes(4, "little")
+    return raw
+
+
+# -- decode ---------------------------------------------------------------------------------------
+
+
+def parse_index(codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str) -> np.ndarray:
+    """Validate and decode a shard index of ``codec.index_nbytes`` bytes.
+
+    ``object_size`` is the size of the whole stored shard. Returns an ``(nchunks, 2)`` uint64
+    array in C order of the inner-chunk grid; empty entries are ``MISSING`` in both fields.
+    """
+    need = codec.index_nbytes
+    if object_size < need:
+        raise CorruptShardError(
+            key, f"object is {object_size} bytes, smaller than its {need}-byte shard index"
+        )
+    if len(raw) != need:
+        raise CorruptShardError(key, f"shard index is {len(raw)} bytes, expected {need}")
+    body = memoryview(raw)
+    if codec.index_crc:
+        body, stored = body[:-4], int.from_bytes(body[-4:], "little")
+        actual = crc32c(body)
+        if actual != stored:
+            raise CorruptShardError(
+                key,
+                f"shard index checksum mismatch (stored {stored:#010x}, computed {actual:#010x}); "
+                f"index_location is {codec.index_location!r}",
+            )
+    dt = "<u8" if codec.index_endian == "little" else ">u8"
+    index = np.frombuffer(body, dtype=dt).astype(np.uint64).reshape(-1, 2)
+    offsets, sizes = index[:, 0], index[:, 1]
+    miss_o, miss_n = offsets == MISSING, sizes == MISSING
+    half = np.flatnonzero(miss_o != miss_n)
+    if half.size:
+        i = int(half[0])
+        raise CorruptShardError(
+            key,
+            f"index entry (offset={int(offsets[i])}, nbytes={int(sizes[i])}): only one field is "
+            "the empty marker 2**64-1",
+            chunk=_coord(codec, i),
+        )
+    if codec.index_location == "start":
+        lo, hi = need, object_size
+    else:
+        lo, hi = 0, object_size - need
+    present = ~miss_o
+    o, s = offsets[present], sizes[present]
+    # compare without overflow: nbytes <= hi and offset <= hi - nbytes
+    bad = (o < lo) | (s > hi) | (o > np.uint64(hi) - np.minimum(s, np.uint64(hi)))
+    if bad.any():
+        i = int(np.flatnonzero(present)[np.flatnonzero(bad)[0]])
+        raise CorruptShardError(
+            key,
+            f"index entry (offset={int(offsets[i])}, nbytes={int(sizes[i])}) points outside the "
+            f"data region [{lo}, {hi}) of a {object_size}-byte object",
+            chunk=_coord(codec, i),
+        )
+    return index
+
+
+def _coord(codec: ShardCodec, flat: int) -> tuple[int, ...]:
+    return tuple(int(x) for x in np.unravel_index(flat, codec.grid))
+
+
+def index_slice(codec: ShardCodec, object_size: int) -> slice:
+    if codec.index_location == "start":
+        return slice(0, codec.index_nbytes)
+    return slice(object_size - codec.index_nbytes, object_size)
+
+
+Fetch = Callable[[Sequence[tuple[int, int]]], Sequence[bytes | memoryview]]
+
+
+def decode_box(
+    codec: ShardCodec,
+    index: np.ndarray,
+    box: Sequence[range],
+    fetch: Fetch,
+    key: str,
+    threads: int | None = None,
+) -> np.ndarray:
+    """Decode the box of inner chunks ``box`` (one range of chunk coordinates per dimension).
+
+    ``fetch`` takes ``(offset, nbytes)`` pairs and returns their bytes. Returns the box as one
+    array of shape ``len(box[d]) * chunk_shape[d]``; empty chunks hold the fill value.
+    """
+    inner = codec.inner
+    bgrid = tuple(len(r) for r in box)
+    coords = np.stack(np.meshgrid(*[np.asarray(r) for r in box], indexing="ij"), -1).reshape(
+        -1, len(box)
+    )
+    flat = np.ravel_multi_index(tuple(coords.T), codec.grid)
+    entries = index[flat]
+    present = np.flatnonzero(entries[:, 0] != MISSING)
+    stack = np.empty((len(flat), *inner.stored_shape), dtype=inner.stored_dtype)
+    if present.size < len(flat):
+        stack[np.flatnonzero(entries[:, 0] == MISSING)] = inner.fill_value
+    if present.size:
+        ranges = [(int(entries[i, 0]), int(entries[i, 1])) for i in present]
+        datas = fetch(ranges)
+
+        def run(ids: Sequence[int]) -> list[None]:
+            for j in ids:
+                i = int(present[j])
+                try:
+                    stack[i] = inner.decode(datas[j])
+                except (ValueError, CorruptShardError) as e:
+                    chunk = tuple(int(x) for x in coords[i])
+                    raise CorruptShardError(key, f"cannot decode: {e}", chunk=chunk) from None
+            return [None] * len(ids)
+
+        _pool.map_batches(run, list(range(len(present))), threads)
+    return inner.unstack(stack, bgrid)
+
+
+def decode_shard_bytes(codec: ShardCodec, data: bytes, key: str, threads: int | None = 1) -> np.ndarray:
+    """Decode a whole shard held in memory into an array of ``codec.shard_shape``."""
+    mv = memoryview(data)
+    index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), key)
+    box = [range(g) for g in codec.grid]
+    return decode_box(codec, index, box, lambda rs: [mv[o : o + n] for o, n in rs], key, threads)

@@ -1,0 +1,220 @@
+"""The I/O edge: whole-object get/put, byte ranges, delete and list over zarr stores.
+
+``ShardStore`` wraps a zarr ``Store`` plus the array's path inside it. Local directories take a
+direct path (``pread`` and write-to-temp-then-rename, optionally with fsync); every other store
+goes through zarr's async API on zarr's own event loop. A ``put`` is always atomic: a reader
+sees the old object or the new one, never a part.
+
+It holds configuration only (a zarr store pickles as its root or URL), so it travels to dask
+workers cheaply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+from zarr.storage import LocalStore
+
+PARTIAL_SUFFIX = ".partial"
+
+
+def resolve_store(store: Any, *, mode: str = "r", storage_options: dict[str, Any] | None = None) -> Store:
+    """A zarr Store for a Store, a local path or a URL."""
+    if isinstance(store, Store):
+        return store
+    if isinstance(store, os.PathLike) or (isinstance(store, str) and "://" not in store):
+        path = Path(store)
+        if mode == "r" and not path.exists():
+            raise FileNotFoundError(f"no store at {str(path)!r}")
+        return LocalStore(path, read_only=mode == "r")
+    if isinstance(store, str) and store.startswith("file://"):
+        return resolve_store(store[len("file://") :], mode=mode)
+    if isinstance(store, str):
+        from zarr.storage import FsspecStore
+
+        return FsspecStore.from_url(
+            store, storage_options=storage_options or {}, read_only=mode == "r"
+        )
+    raise TypeError(f"cannot use {type(store).__name__} as a store: pass a zarr Store, path or URL")
+
+
+def join(*parts: str | None) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+@dataclass(frozen=True)
+class ShardStore:
+    store: Store
+    path: str = ""
+    fsync: bool = False
+
+    def key(self, name: str) -> str:
+        return join(self.path, name)
+
+    @property
+    def local_root(self) -> Path | None:
+        if isinstance(self.store, LocalStore):
+            return Path(self.store.root)
+        return None
+
+    def _file(self, name: str) -> Path:
+        root = self.local_root
+        assert root is not None
+        return root / self.key(name)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get(self, name: str) -> bytes | None:
+        if self.local_root is not None:
+            try:
+                return self._file(name).read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        buf = sync(self.store.get(self.key(name), default_buffer_prototype()))
+        return None if buf is None else buf.to_bytes()
+
+    def size(self, name: str) -> int | None:
+        if self.local_root is not None:
+            try:
+                return self._file(name).stat().st_size
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        try:
+            return int(sync(self.store.getsize(self.key(name))))
+        except FileNotFoundError:
+            return None
+
+    def get_suffix(self, name: str, n: int) -> tuple[bytes, int] | None:
+        """The last ``n`` bytes and the object size, or None when the object is missing."""
+        if self.local_root is not None:
+            try:
+                fd = os.open(self._file(name), os.O_RDONLY)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            try:
+                size = os.fstat(fd).st_size
+                return os.pread(fd, min(n, size), max(0, size - n)), size
+            finally:
+                os.close(fd)
+        key = self.key(name)
+
+        async def go() -> tuple[Any, int] | None:
+            try:
+                size, buf = await asyncio.gather(
+                    self.store.getsize(key),
+                    self.store.get(key, default_buffer_prototype(), SuffixByteRequest(n)),
+                )
+            except FileNotFoundError:
+                return None
+            return (None, size) if buf is None else (buf, size)
+
+        got = sync(go())
+        if got is None or got[0] is None:
+            return None
+        return got[0].to_bytes(), int(got[1])
+
+    def get_prefix(self, name: str, n: int) -> tuple[bytes, int] | None:
+        """The first ``n`` bytes and the object size, or None when the object is missing."""
+        size = self.size(name)
+        if size is None:
+            return None
+        data = self.get_ranges(name, [(0, min(n, size))])
+        return bytes(data[0]), size
+
+    def get_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """``(offset, nbytes)`` ranges of one object; the caller validated them against its size."""
+        if self.local_root is not None:
+            fd = os.open(self._file(name), os.O_RDONLY)
+            try:
+                return [os.pread(fd, n, o) for o, n in ranges]
+            finally:
+                os.close(fd)
+        key = self.key(name)
+        proto = default_buffer_prototype()
+
+        async def go() -> list[Any]:
+            return await asyncio.gather(
+                *(self.store.get(key, proto, RangeByteRequest(o, o + n)) for o, n in ranges)
+            )
+
+        out = []
+        for buf in sync(go()):
+            if buf is None:
+                raise FileNotFoundError(f"{key!r} disappeared while it was being read")
+            out.append(buf.to_bytes())
+        return out
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def put(self, name: str, data: bytes) -> None:
+        """Store ``data`` under ``name`` atomically."""
+        if self.local_root is not None:
+            _atomic_write(self._file(name), data, fsync=self.fsync)
+            return
+        sync(self.store.set(self.key(name), default_buffer_prototype().buffer.from_bytes(data)))
+
+    def delete(self, name: str) -> None:
+        if self.local_root is not None:
+            try:
+                self._file(name).unlink()
+            except FileNotFoundError:
+                pass
+            return
+        sync(self.store.delete(self.key(name)))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Names (relative to the array path) under ``prefix``."""
+        base = self.key(prefix)
+        if self.local_root is not None:
+            top = self.local_root / base
+            if not top.is_dir():
+                return []
+            rel = self.local_root / self.path if self.path else self.local_root
+            return sorted(
+                str((Path(d) / f).relative_to(rel))
+                for d, _, files in os.walk(top)
+                for f in files
+            )
+
+        async def go() -> list[str]:
+            return [k async for k in self.store.list_prefix(base + "/" if base else "")]
+
+        strip = len(self.path) + 1 if self.path else 0
+        return sorted(k[strip:] for k in sync(go()))
+
+
+def _atomic_write(path: Path, data: bytes, *, fsync: bool) -> None:
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -1,0 +1,176 @@
+"""Write numpy or dask arrays into sharded Zarr v3 arrays: one task per shard, one put per shard.
+
+The source is rechunked (public dask API) so that its chunks are exactly the pieces of the write
+region cut at shard boundaries; ``map_blocks`` then runs one task per piece. Each task encodes its
+shard (merging with the stored shard when it covers it only in part), stores it with one atomic
+put, and returns a small receipt. Metadata is written once, on the client, before the graph runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import numpy as np
+
+from .layout import Layout
+from .metadata import ArrayInfo
+from .plan import WritePlan
+from .shard import encode_shard, merge_shard
+from .store import ShardStore
+
+Mode = Literal["w", "w-", "a", "r+"]
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    write_empty_chunks: bool = False
+    threads: int | None = None
+
+
+@dataclass
+class WriteReport:
+    """What a write did. Reports add up (``a + b``)."""
+
+    shards_written: int = 0
+    shards_empty: int = 0
+    shards_deleted: int = 0
+    bytes_stored: int = 0
+    raw_bytes: int = 0
+    chunks_stored: int = 0
+    chunks_empty: int = 0
+    seconds: float = 0.0
+    keys: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def compression_ratio(self) -> float:
+        return self.raw_bytes / self.bytes_stored if self.bytes_stored else float("nan")
+
+    def __add__(self, other: WriteReport) -> WriteReport:
+        out = WriteReport()
+        for f in fields(self):
+            setattr(out, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return out
+
+    def __str__(self) -> str:
+        return (
+            f"{self.shards_written} shards written, {self.shards_empty} empty shards skipped "
+            f"({self.shards_deleted} deleted), {self.chunks_stored} inner chunks stored, "
+            f"{self.chunks_empty} empty; {self.bytes_stored / 1e6:.1f} MB stored for "
+            f"{self.raw_bytes / 1e6:.1f} MB raw (ratio {self.compression_ratio:.2f}) "
+            f"in {self.seconds:.2f} s"
+        )
+
+
+@dataclass(frozen=True)
+class ShardWriter:
+    """Everything a shard task needs; travels to the workers (configuration only)."""
+
+    info: ArrayInfo
+    store: ShardStore
+    plan: WritePlan
+    options: WriteOptions
+
+    @property
+    def layout(self) -> Layout:
+        return self.info.layout
+
+    def write_piece(self, shard: Sequence[int], block: np.ndarray) -> WriteReport:
+        """Write ``block`` into ``shard``: the whole body of one shard task."""
+        lay, codec = self.layout, self.info.codec
+        key = lay.shard_key(shard)
+        valid = tuple(s.stop - s.start for s in lay.shard_region(shard))
+        opts = self.options
+        block = np.asarray(block)
+        if self.plan.covers(shard):
+            enc = encode_shard(
+                codec, block, write_empty_chunks=opts.write_empty_chunks, threads=opts.threads
+            )
+            exists = enc is None and self.store.size(key) is not None
+        else:
+            old = self.store.get(key)
+            piece = self.plan.piece_in_shard(shard)
+            enc = merge_shard(
+                codec,
+                old,
+                block,
+                piece,
+                valid,
+                self.store.key(key),
+                write_empty_chunks=opts.write_empty_chunks,
+                threads=opts.threads,
+            )
+            exists = old is not None
+        rep = WriteReport(raw_bytes=block.nbytes)
+        if enc is None:
+            rep.shards_empty = 1
+            rep.chunks_empty = codec.nchunks
+            if exists:
+                self.store.delete(key)
+                rep.shards_deleted = 1
+            return rep
+        self.store.put(key, enc.data)
+        rep.shards_written = 1
+        rep.bytes_stored = len(enc.data)
+        rep.chunks_stored = enc.chunks_stored
+        rep.chunks_empty = enc.chunks_empty
+        rep.keys = [key]
+        return rep
+
+    def task(self, block: np.ndarray, block_info: Mapping[Any, Any] | None = None) -> np.ndarray:
+        """The ``map_blocks`` function: one call per shard piece, returns a receipt."""
+        assert block_info is not None
+        loc = block_info[0]["chunk-location"]
+        rep = self.write_piece(self.plan.shard_of_task(loc), block)
+        out = np.empty((1,) * block.ndim, dtype=object)
+        out.flat[0] = rep
+        return out
+
+
+def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteReport:
+    total = WriteReport()
+    for r in np.asarray(receipts, dtype=object).flat:
+        total = total + r
+    total.keys = sorted(total.keys)
+    if seconds_since is not None:
+        total.seconds = time.perf_counter() - seconds_since
+    return total
+
+
+def build_graph(writer: ShardWriter, source: Any) -> Any:
+    """The dask array of receipts (one element per shard task) for ``source``."""
+    import dask.array as da
+
+    plan = writer.plan
+    if not isinstance(source, da.Array):
+        source = da.from_array(source, chunks=plan.task_chunks, asarray=True)
+    elif source.chunks != plan.task_chunks:
+        source = source.rechunk(plan.task_chunks)
+    return source.map_blocks(
+        writer.task,
+        dtype=object,
+        chunks=tuple((1,) * len(c) for c in plan.task_chunks),
+        meta=np.empty((0,) * source.ndim, dtype=object),
+        name="shardwise-write",
+    )
+
+
+def run_graph(receipts: Any, *, compute: bool, progress: bool = False) -> Any:
+    """Compute the receipts into a :class:`WriteReport`, or return a Delayed that does."""
+    import dask
+
+    started = time.perf_counter()
+    summary = dask.delayed(sum_reports, pure=False)(receipts)
+    if not compute:
+        return summary
+    if progress:
+        from .progress import progress_bar
+
+        with progress_bar():
+            report: WriteReport = summary.compute()
+    else:
+        report = summary.compute()
+    report.seconds = time.perf_counter() - started
+    return report
