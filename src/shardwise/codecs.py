@@ -78,6 +78,23 @@ class Zstd:
         except zstandard.ZstdError as e:
             raise ValueError(f"zstd: {e}") from None
 
+    def multi_encode(self, buf: Buffer, segs: Any) -> Any:
+        """Compress the ``(offset, nbytes)`` segments of ``buf`` in one GIL-free call."""
+        items = zstandard.BufferWithSegments(buf, segs.tobytes())
+        return self._cctx().multi_compress_to_buffer(items, threads=1)
+
+    def multi_decode(self, buf: Buffer, segs: Any, size: int) -> bytes:
+        """Decompress frames at ``segs`` of ``buf``, each to exactly ``size`` bytes; joined."""
+        import numpy as np
+
+        items = zstandard.BufferWithSegments(buf, segs.tobytes())
+        sizes = np.full(len(segs), size, dtype=np.uint64).tobytes()
+        try:
+            coll = self._dctx().multi_decompress_to_buffer(items, decompressed_sizes=sizes, threads=1)
+        except zstandard.ZstdError as e:
+            raise ValueError(f"zstd: {e}") from None
+        return b"".join(coll[i] for i in range(len(segs)))
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": "zstd", "configuration": {"level": self.level, "checksum": self.checksum}}
 

@@ -24,7 +24,7 @@ import numpy as np
 from .errors import CorruptShardError
 from .layout import Coord, Region, intersect, shift
 from .metadata import ArrayInfo
-from .shard import MISSING, decode_box, index_slice, parse_index
+from .shard import MISSING, decode_box, index_slice, parse_index, scatter
 from .store import ShardStore
 
 MAX_GAP = 64 * 1024
@@ -154,11 +154,10 @@ class ShardReader:
             if data is None:
                 out[dest] = self.info.fill_value
                 return
-            mv = memoryview(data)
-            index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), full_key)
+            index = parse_index(codec, memoryview(data)[index_slice(codec, len(data))], len(data), full_key)
 
-            def fetch(ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
-                return [mv[o : o + n] for o, n in ranges]
+            def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
+                return data, entries
         else:
             idx = self._index(key)
             if idx is None:
@@ -166,22 +165,23 @@ class ShardReader:
                 return
             index = idx
 
-            def fetch(ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+            def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
+                ranges = [(int(o), int(n)) for o, n in entries.tolist()]
                 merged, where = coalesce(ranges)
-                blobs = [memoryview(b) for b in self.store.get_ranges(key, merged)]
-                got = []
-                for (m, a, b), (_, n) in zip(where, ranges, strict=True):
-                    piece = blobs[m][a:b]
-                    if len(piece) != n:
+                blobs = self.store.get_ranges(key, merged)
+                for (o, n), blob in zip(merged, blobs, strict=True):
+                    if len(blob) != n:
                         raise CorruptShardError(
-                            full_key, f"range read returned {len(piece)} of {n} bytes (truncated?)"
+                            full_key, f"range read at {o} returned {len(blob)} of {n} bytes"
                         )
-                    got.append(piece)
-                return got
+                starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
+                segs = np.array(
+                    [(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64
+                ).reshape(-1, 2)
+                return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), segs
 
-        values = decode_box(codec, index, box, fetch, full_key, self.threads)
-        box_origin = [b.start * c for b, c in zip(box, codec.chunk_shape, strict=True)]
-        out[dest] = values[shift(local, box_origin)]
+        stack = decode_box(codec, index, box, fetch, full_key, self.threads)
+        scatter(codec, stack, box, local, out[dest])
 
     def stored_chunks(self, shard: Coord) -> np.ndarray | None:
         """Boolean grid of the inner chunks stored in ``shard`` (None when the shard is missing)."""

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _pool
-from .chunks import ChunkCodec, Endian
+from .chunks import ChunkCodec, ChunkDecodeError, Endian
 from .codecs import crc32c
 from .errors import CorruptShardError
 
@@ -120,8 +120,8 @@ def encode_shard(
     if todo.size == 0:
         return None
 
-    def run(ids: Sequence[int]) -> list[bytes]:
-        return [inner.encode(stack[i]) for i in ids]
+    def run(ids: Sequence[int]) -> list[Any]:
+        return inner.encode_rows(stack, ids)
 
     pieces = _pool.map_batches(run, todo.tolist(), threads)
     flat_ids = np.ravel_multi_index(np.unravel_index(todo, used), codec.grid)
@@ -203,8 +203,8 @@ def merge_shard(
     if not write_empty_chunks:
         fresh = fresh[~inner.fill_mask(stack[fresh])]
 
-    def run(ids: Sequence[int]) -> list[bytes]:
-        return [inner.encode(stack[i]) for i in ids]
+    def run(ids: Sequence[int]) -> list[Any]:
+        return inner.encode_rows(stack, ids)
 
     encoded = dict(zip(fresh.tolist(), _pool.map_batches(run, fresh.tolist(), threads), strict=True))
     ids, pieces = [], []
@@ -303,7 +303,7 @@ def index_slice(codec: ShardCodec, object_size: int) -> slice:
     return slice(object_size - codec.index_nbytes, object_size)
 
 
-Fetch = Callable[[Sequence[tuple[int, int]]], Sequence[bytes | memoryview]]
+Fetch = Callable[[np.ndarray], tuple[Any, np.ndarray]]
 
 
 def decode_box(
@@ -316,11 +316,12 @@ def decode_box(
 ) -> np.ndarray:
     """Decode the box of inner chunks ``box`` (one range of chunk coordinates per dimension).
 
-    ``fetch`` takes ``(offset, nbytes)`` pairs and returns their bytes. Returns the box as one
-    array of shape ``len(box[d]) * chunk_shape[d]``; empty chunks hold the fill value.
+    ``fetch`` takes validated ``(offset, nbytes)`` index entries and returns ``(buffer,
+    segments)``: a bytes-like object holding them and their ``(offset, nbytes)`` within it.
+    Returns a stack of the box's chunks (see :meth:`ChunkCodec.stack`); empty chunks hold the
+    fill value.
     """
     inner = codec.inner
-    bgrid = tuple(len(r) for r in box)
     coords = np.stack(np.meshgrid(*[np.asarray(r) for r in box], indexing="ij"), -1).reshape(
         -1, len(box)
     )
@@ -331,21 +332,46 @@ def decode_box(
     if present.size < len(flat):
         stack[np.flatnonzero(entries[:, 0] == MISSING)] = inner.fill_value
     if present.size:
-        ranges = [(int(entries[i, 0]), int(entries[i, 1])) for i in present]
-        datas = fetch(ranges)
+        buf, segs = fetch(entries[present])
 
-        def run(ids: Sequence[int]) -> list[None]:
-            for j in ids:
-                i = int(present[j])
-                try:
-                    stack[i] = inner.decode(datas[j])
-                except (ValueError, CorruptShardError) as e:
-                    chunk = tuple(int(x) for x in coords[i])
-                    raise CorruptShardError(key, f"cannot decode: {e}", chunk=chunk) from None
-            return [None] * len(ids)
+        def run(js: Sequence[int]) -> list[None]:
+            sel = np.asarray(js)
+            try:
+                inner.decode_rows(buf, segs[sel], stack, present[sel])
+            except ChunkDecodeError as e:
+                chunk = tuple(int(x) for x in coords[present[sel[e.pos]]])
+                raise CorruptShardError(key, f"cannot decode: {e}", chunk=chunk) from None
+            return [None] * len(js)
 
         _pool.map_batches(run, list(range(len(present))), threads)
-    return inner.unstack(stack, bgrid)
+    return stack
+
+
+def scatter(
+    codec: ShardCodec, stack: np.ndarray, box: Sequence[range], local: Sequence[slice], out: np.ndarray
+) -> None:
+    """Copy the part ``local`` (relative to the shard origin) of a decoded box into ``out``."""
+    inner = codec.inner
+    bgrid = tuple(len(r) for r in box)
+    cs = codec.chunk_shape
+    aligned = all(
+        sl.start == r.start * c and sl.stop == r.stop * c
+        for sl, r, c in zip(local, box, cs, strict=True)
+    )
+    if aligned and out.shape == tuple(g * c for g, c in zip(bgrid, cs, strict=True)):
+        # split out's axes (always a view) and copy once from the transposed stack
+        split = [x for g, c in zip(bgrid, cs, strict=True) for x in (g, c)]
+        nd = len(cs)
+        axes = [x for i in range(nd) for x in (i, nd + i)]
+        view = stack.reshape(*bgrid, *inner.stored_shape)
+        if inner.order is not None:
+            inv = np.argsort(inner.order)
+            view = view.transpose([*range(nd), *(nd + int(i) for i in inv)])
+        out.reshape(split)[...] = view.transpose(axes)
+        return
+    values = inner.unstack(stack, bgrid)
+    origin = [r.start * c for r, c in zip(box, cs, strict=True)]
+    out[...] = values[tuple(slice(s.start - o, s.stop - o) for s, o in zip(local, origin, strict=True))]
 
 
 def decode_shard_bytes(codec: ShardCodec, data: bytes, key: str, threads: int | None = 1) -> np.ndarray:
@@ -353,4 +379,5 @@ def decode_shard_bytes(codec: ShardCodec, data: bytes, key: str, threads: int | 
     mv = memoryview(data)
     index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), key)
     box = [range(g) for g in codec.grid]
-    return decode_box(codec, index, box, lambda rs: [mv[o : o + n] for o, n in rs], key, threads)
+    stack = decode_box(codec, index, box, lambda entries: (mv, entries), key, threads)
+    return codec.inner.unstack(stack, codec.grid)
