@@ -7,14 +7,11 @@ most ``pool_size()`` threads compress at a time: no oversubscription of the core
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -48,7 +45,7 @@ def _executor(size: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def _run_batch(fn: Callable[[Sequence[T]], list[R]], batch: Sequence[T]) -> list[R]:
+def _run_batch[T, R](fn: Callable[[Sequence[T]], list[R]], batch: Sequence[T]) -> list[R]:
     _in_pool.active = True
     try:
         return fn(batch)
@@ -56,7 +53,7 @@ def _run_batch(fn: Callable[[Sequence[T]], list[R]], batch: Sequence[T]) -> list
         _in_pool.active = False
 
 
-def map_batches(
+def map_batches[T, R](
     fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], threads: int | None = None
 ) -> list[R]:
     """``fn`` over contiguous batches of ``items`` on the shared pool; results in input order.
@@ -73,7 +70,7 @@ def map_batches(
     nbatch = min(n, size * 4)
     bounds = [n * i // nbatch for i in range(nbatch + 1)]
     pool = _executor(size)
-    futures = [pool.submit(_run_batch, fn, items[a:b]) for a, b in zip(bounds, bounds[1:])]
+    futures = [pool.submit(_run_batch, fn, items[a:b]) for a, b in itertools.pairwise(bounds)]
     out: list[R] = []
     for f in futures:
         out.extend(f.result())

@@ -43,7 +43,9 @@ def _create_kwargs(
     if shards is None:
         raise PlanError("shards= is required: the shard shape (each shard is one stored object)")
     out = dict(shape=shape, dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
-    out.update({k: v for k, v in kwargs.items() if v is not None})
+    # None means "no codecs" for compressors/filters (as in zarr), "default" for the rest
+    keep_none = ("compressors", "filters")
+    out.update({k: v for k, v in kwargs.items() if v is not None or k in keep_none})
     return out
 
 
@@ -162,8 +164,15 @@ def open_array(
     if chunks is None:
         chunks = lay.shard_shape
     name = f"shardwise-read-{_token(reader)}"
-    return da.from_array(reader, chunks=chunks, name=name, lock=False, asarray=False, fancy=False,
-                         meta=np.empty((0,) * lay.ndim, dtype=reader.dtype))
+    return da.from_array(
+        reader,
+        chunks=chunks,
+        name=name,
+        lock=False,
+        asarray=False,
+        fancy=False,
+        meta=np.empty((0,) * lay.ndim, dtype=reader.dtype),
+    )
 
 
 def open_reader(

@@ -71,7 +71,8 @@ class ZarrChain:
         buf: Any = default_buffer_prototype().buffer.from_bytes(data)
         for c, spec in zip(reversed(self.codecs), reversed(specs), strict=True):
             buf = c._decode_sync(buf, spec)
-        return np.asarray(buf.as_numpy_array()).reshape(shape)
+        out: np.ndarray = np.asarray(buf.as_numpy_array()).reshape(shape)
+        return out
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ class ChunkCodec:
         cand = np.flatnonzero(mask)
         if cand.size:
             mask[cand] = (words[cand] == pattern).all(axis=1)
-        return mask
+        result: np.ndarray = mask
+        return result
 
     # -- many chunks ----------------------------------------------------------------------------
 
@@ -192,9 +194,7 @@ class ChunkCodec:
             out = [codec.encode(p) for p in out]
         return out
 
-    def decode_rows(
-        self, buf: Any, segs: np.ndarray, stack: np.ndarray, rows: np.ndarray
-    ) -> None:
+    def decode_rows(self, buf: Any, segs: np.ndarray, stack: np.ndarray, rows: np.ndarray) -> None:
         """Decode the chunks at ``segs`` ((offset, nbytes) pairs in ``buf``) into ``stack[rows]``.
 
         Raises :class:`ChunkDecodeError` naming the position (in ``rows``) of a bad chunk.

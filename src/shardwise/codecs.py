@@ -21,7 +21,8 @@ Buffer = bytes | bytearray | memoryview
 
 
 class BytesCodec(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def encode(self, data: Buffer) -> bytes: ...
 
@@ -90,10 +91,13 @@ class Zstd:
         items = zstandard.BufferWithSegments(buf, segs.tobytes())
         sizes = np.full(len(segs), size, dtype=np.uint64).tobytes()
         try:
-            coll = self._dctx().multi_decompress_to_buffer(items, decompressed_sizes=sizes, threads=1)
+            coll = self._dctx().multi_decompress_to_buffer(
+                items, decompressed_sizes=sizes, threads=1
+            )
         except zstandard.ZstdError as e:
             raise ValueError(f"zstd: {e}") from None
-        return b"".join(coll[i] for i in range(len(segs)))
+        segments: list[Any] = [coll[i] for i in range(len(segs))]
+        return b"".join(segments)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": "zstd", "configuration": {"level": self.level, "checksum": self.checksum}}
@@ -183,7 +187,9 @@ class Crc32c:
         body, stored = mv[:-4], int.from_bytes(mv[-4:], "little")
         actual = crc32c(body)
         if actual != stored:
-            raise ValueError(f"crc32c checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")
+            raise ValueError(
+                f"crc32c checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
+            )
         return body
 
     def to_dict(self) -> dict[str, Any]:

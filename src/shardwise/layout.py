@@ -91,10 +91,12 @@ class Layout:
 
     def chunk_region_in_shard(self, chunk: Sequence[int]) -> Region:
         """The region of inner chunk ``chunk`` relative to the start of its shard (unclipped)."""
-        return tuple(slice(i * c, (i + 1) * c) for i, c in zip(chunk, self.chunk_shape, strict=True))
+        return tuple(
+            slice(i * c, (i + 1) * c) for i, c in zip(chunk, self.chunk_shape, strict=True)
+        )
 
     def shards_touching(self, region: Region) -> Iterator[Coord]:
-        """Shard coordinates that intersect ``region`` (slices with step 1, clipped to the array)."""
+        """Shard coordinates that intersect ``region`` (step-1 slices, clipped to the array)."""
         ranges = []
         for sl, s in zip(region, self.shard_shape, strict=True):
             if sl.stop <= sl.start:
@@ -114,10 +116,12 @@ class Layout:
         return itertools.product(*ranges)
 
     def chunks_in_array(self, shard: Sequence[int]) -> tuple[int, ...]:
-        """Number of inner chunks per dimension of ``shard`` that hold at least one array element."""
+        """Inner chunks per dimension of ``shard`` that hold at least one array element."""
         return tuple(
             ceildiv(min(s, n - i * s), c)
-            for i, s, c, n in zip(shard, self.shard_shape, self.chunk_shape, self.shape, strict=True)
+            for i, s, c, n in zip(
+                shard, self.shard_shape, self.chunk_shape, self.shape, strict=True
+            )
         )
 
 

@@ -44,7 +44,7 @@ def chunk_codec_from_zarr(
     dtype = np.dtype(zdtype.to_native_dtype())
     native = ChunkCodec(chunk_shape=chunk_shape, dtype=dtype, fill_value=fill_value)
     order: tuple[int, ...] | None = None
-    endian = None
+    endian: Any = None
     nested = None
     bytes_codecs = []
     fallback = dtype.hasobject
@@ -53,7 +53,7 @@ def chunk_codec_from_zarr(
         if stage == 0 and isinstance(c, TransposeCodec):
             order = _compose(order, tuple(int(i) for i in c.order))
         elif stage == 0 and isinstance(c, BytesCodec):
-            endian = None if c.endian is None else c.endian.value if hasattr(c.endian, "value") else c.endian
+            endian = None if c.endian is None else str(getattr(c.endian, "value", c.endian))
             stage = 1
         elif stage == 0 and isinstance(c, ShardingCodec):
             stored = chunk_shape if order is None else tuple(chunk_shape[i] for i in order)
@@ -100,8 +100,9 @@ def shard_codec_from_zarr(
         raise UnsupportedCodecError(
             f"index codecs {names} are not supported: use bytes (+ crc32c) as the spec recommends"
         )
-    index_endian = (index[0].get("configuration") or {}).get("endian", "little")
-    location = codec.index_location.value if hasattr(codec.index_location, "value") else codec.index_location
+    cfg: Any = index[0].get("configuration") or {}
+    index_endian: Any = cfg.get("endian", "little")
+    location = str(getattr(codec.index_location, "value", codec.index_location))
     inner = chunk_codec_from_zarr(
         tuple(codec.codecs), tuple(int(x) for x in codec.chunk_shape), zdtype, fill_value
     )
@@ -128,7 +129,7 @@ def info_from_metadata(meta: Any) -> ArrayInfo:
     shard_shape = tuple(int(x) for x in meta.chunk_grid.chunk_shape)
     codec = shard_codec_from_zarr(codecs[0], shard_shape, meta.data_type, meta.fill_value)
     enc = meta.chunk_key_encoding
-    key_encoding = "v2" if type(enc).__name__.startswith("V2") else "default"
+    key_encoding: Any = "v2" if type(enc).__name__.startswith("V2") else "default"
     layout = Layout(
         shape=tuple(int(x) for x in meta.shape),
         shard_shape=shard_shape,

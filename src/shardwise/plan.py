@@ -14,6 +14,7 @@ what is stored (see :func:`shardwise.shard.merge_shard`) by its one owning task.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from .layout import Coord, Layout, Region, is_aligned
 def _cuts(start: int, stop: int, step: int) -> tuple[int, ...]:
     """Lengths of the pieces of [start, stop) cut at multiples of ``step``."""
     edges = [start, *range((start // step + 1) * step, stop, step), stop]
-    return tuple(b - a for a, b in zip(edges, edges[1:]) if b > a)
+    return tuple(b - a for a, b in itertools.pairwise(edges) if b > a)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ class WritePlan:
 
     @property
     def first_shard(self) -> Coord:
-        return tuple(sl.start // s for sl, s in zip(self.region, self.layout.shard_shape, strict=True))
+        return tuple(
+            sl.start // s for sl, s in zip(self.region, self.layout.shard_shape, strict=True)
+        )
 
     def shard_of_task(self, task: Sequence[int]) -> Coord:
         return tuple(f + i for f, i in zip(self.first_shard, task, strict=True))
@@ -75,8 +78,6 @@ class WritePlan:
     def npartial(self) -> int:
         """Tasks whose shard is covered only in part (these merge with the stored shard)."""
         grids = [range(len(c)) for c in self.task_chunks]
-        import itertools
-
         return sum(not self.covers(self.shard_of_task(t)) for t in itertools.product(*grids))
 
     def __str__(self) -> str:

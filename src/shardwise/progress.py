@@ -15,8 +15,11 @@ def progress_bar(desc: str = "shardwise") -> Iterator[None]:
 
     class _Bar(Callback):  # type: ignore[misc]
         def _start_state(self, dsk: Any, state: Any) -> None:
-            self._bar = tqdm(total=sum(len(state[k]) for k in ("ready", "waiting", "running")),
-                             desc=desc, unit="task")
+            self._bar = tqdm(
+                total=sum(len(state[k]) for k in ("ready", "waiting", "running")),
+                desc=desc,
+                unit="task",
+            )
 
         def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
             self._bar.update(1)

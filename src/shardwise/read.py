@@ -124,7 +124,9 @@ class ShardReader:
             index = None
         else:
             raw, size = got
-            index = parse_index(codec, raw if len(raw) == n else raw[-n:], size, self.store.key(key))
+            index = parse_index(
+                codec, raw if len(raw) == n else raw[-n:], size, self.store.key(key)
+            )
         with self._lock:
             self._cache[key] = index
             while len(self._cache) > self.cache_size:
@@ -147,14 +149,18 @@ class ShardReader:
         dest = shift(part, [s.start for s in region])
         key = lay.shard_key(shard)
         full_key = self.store.key(key)
-        whole = all(len(b) == -(-(s.stop - s.start) // c) for b, s, c in
-                    zip(box, sreg, codec.chunk_shape, strict=True))
+        whole = all(
+            len(b) == -(-(s.stop - s.start) // c)
+            for b, s, c in zip(box, sreg, codec.chunk_shape, strict=True)
+        )
         if whole:
             data = self.store.get(key)
             if data is None:
                 out[dest] = self.info.fill_value
                 return
-            index = parse_index(codec, memoryview(data)[index_slice(codec, len(data))], len(data), full_key)
+            index = parse_index(
+                codec, memoryview(data)[index_slice(codec, len(data))], len(data), full_key
+            )
 
             def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
                 return data, entries
@@ -188,4 +194,5 @@ class ShardReader:
         index = self._index(self.info.layout.shard_key(shard))
         if index is None:
             return None
-        return (index[:, 0] != MISSING).reshape(self.info.codec.grid)
+        mask: np.ndarray = (index[:, 0] != MISSING).reshape(self.info.codec.grid)
+        return mask

@@ -133,7 +133,9 @@ def encode_shard(
     )
 
 
-def _assemble(codec: ShardCodec, flat_ids: np.ndarray, pieces: Sequence[bytes | memoryview]) -> bytes:
+def _assemble(
+    codec: ShardCodec, flat_ids: np.ndarray, pieces: Sequence[bytes | memoryview]
+) -> bytes:
     """Shard bytes from encoded chunks ``pieces`` at C-order positions ``flat_ids`` (ascending)."""
     sizes = np.fromiter((len(p) for p in pieces), dtype=np.uint64, count=len(pieces))
     start = codec.index_nbytes if codec.index_location == "start" else 0
@@ -206,16 +208,18 @@ def merge_shard(
     def run(ids: Sequence[int]) -> list[Any]:
         return inner.encode_rows(stack, ids)
 
-    encoded = dict(zip(fresh.tolist(), _pool.map_batches(run, fresh.tolist(), threads), strict=True))
+    encoded: dict[int, Any] = dict(
+        zip(fresh.tolist(), _pool.map_batches(run, fresh.tolist(), threads), strict=True)
+    )
     ids, pieces = [], []
-    for g in range(len(grid_ids)):
-        if g in encoded:
-            ids.append(flat_ids[g])
-            pieces.append(encoded[g])
-        elif not touched[g] and mv is not None and index[flat_ids[g], 0] != MISSING:
-            o, n = (int(x) for x in index[flat_ids[g]])
-            ids.append(flat_ids[g])
-            pieces.append(mv[o : o + n])
+    for k in range(len(grid_ids)):
+        if k in encoded:
+            ids.append(flat_ids[k])
+            pieces.append(encoded[k])
+        elif not touched[k] and mv is not None and index[flat_ids[k], 0] != MISSING:
+            start, size = (int(x) for x in index[flat_ids[k]])
+            ids.append(flat_ids[k])
+            pieces.append(mv[start : start + size])
     if not pieces:
         return None
     order = np.argsort(np.asarray(ids), kind="stable")
@@ -238,7 +242,9 @@ def encode_index(codec: ShardCodec, index: np.ndarray) -> bytes:
 # -- decode ---------------------------------------------------------------------------------------
 
 
-def parse_index(codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str) -> np.ndarray:
+def parse_index(
+    codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str
+) -> np.ndarray:
     """Validate and decode a shard index of ``codec.index_nbytes`` bytes.
 
     ``object_size`` is the size of the whole stored shard. Returns an ``(nchunks, 2)`` uint64
@@ -348,7 +354,11 @@ def decode_box(
 
 
 def scatter(
-    codec: ShardCodec, stack: np.ndarray, box: Sequence[range], local: Sequence[slice], out: np.ndarray
+    codec: ShardCodec,
+    stack: np.ndarray,
+    box: Sequence[range],
+    local: Sequence[slice],
+    out: np.ndarray,
 ) -> None:
     """Copy the part ``local`` (relative to the shard origin) of a decoded box into ``out``."""
     inner = codec.inner
@@ -371,10 +381,14 @@ def scatter(
         return
     values = inner.unstack(stack, bgrid)
     origin = [r.start * c for r, c in zip(box, cs, strict=True)]
-    out[...] = values[tuple(slice(s.start - o, s.stop - o) for s, o in zip(local, origin, strict=True))]
+    out[...] = values[
+        tuple(slice(s.start - o, s.stop - o) for s, o in zip(local, origin, strict=True))
+    ]
 
 
-def decode_shard_bytes(codec: ShardCodec, data: bytes, key: str, threads: int | None = 1) -> np.ndarray:
+def decode_shard_bytes(
+    codec: ShardCodec, data: bytes, key: str, threads: int | None = 1
+) -> np.ndarray:
     """Decode a whole shard held in memory into an array of ``codec.shard_shape``."""
     mv = memoryview(data)
     index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), key)

@@ -27,7 +27,9 @@ from zarr.storage import LocalStore
 PARTIAL_SUFFIX = ".partial"
 
 
-def resolve_store(store: Any, *, mode: str = "r", storage_options: dict[str, Any] | None = None) -> Store:
+def resolve_store(
+    store: Any, *, mode: str = "r", storage_options: dict[str, Any] | None = None
+) -> Store:
     """A zarr Store for a Store, a local path or a URL."""
     if isinstance(store, Store):
         return store
@@ -164,10 +166,7 @@ class ShardStore:
 
     def delete(self, name: str) -> None:
         if self.local_root is not None:
-            try:
-                self._file(name).unlink()
-            except FileNotFoundError:
-                pass
+            self._file(name).unlink(missing_ok=True)
             return
         sync(self.store.delete(self.key(name)))
 
@@ -180,9 +179,7 @@ class ShardStore:
                 return []
             rel = self.local_root / self.path if self.path else self.local_root
             return sorted(
-                str((Path(d) / f).relative_to(rel))
-                for d, _, files in os.walk(top)
-                for f in files
+                str((Path(d) / f).relative_to(rel)) for d, _, files in os.walk(top) for f in files
             )
 
         async def go() -> list[str]:

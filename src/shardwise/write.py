@@ -159,10 +159,10 @@ def build_graph(writer: ShardWriter, source: Any) -> Any:
 
 def run_graph(receipts: Any, *, compute: bool, progress: bool = False) -> Any:
     """Compute the receipts into a :class:`WriteReport`, or return a Delayed that does."""
-    import dask
+    from dask.delayed import delayed
 
     started = time.perf_counter()
-    summary = dask.delayed(sum_reports, pure=False)(receipts)
+    summary = delayed(sum_reports, pure=False)(receipts)
     if not compute:
         return summary
     if progress:
