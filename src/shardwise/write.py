@@ -32,7 +32,11 @@ class WriteOptions:
 
 @dataclass
 class WriteReport:
-    """What a write did. Reports add up (``a + b``)."""
+    """What a write did. Reports add up (``a + b``).
+
+    ``seconds`` is the wall time of the write when :func:`shardwise.write_array` computes it, and
+    the summed time of the shard tasks when a ``compute=False`` Delayed is computed.
+    """
 
     shards_written: int = 0
     shards_empty: int = 0
@@ -123,7 +127,9 @@ class ShardWriter:
         """The ``map_blocks`` function: one call per shard piece, returns a receipt."""
         assert block_info is not None
         loc = block_info[0]["chunk-location"]
+        started = time.perf_counter()
         rep = self.write_piece(self.plan.shard_of_task(loc), block)
+        rep.seconds = time.perf_counter() - started
         out = np.empty((1,) * block.ndim, dtype=object)
         out.flat[0] = rep
         return out
@@ -162,15 +168,17 @@ def run_graph(receipts: Any, *, compute: bool, progress: bool = False) -> Any:
     from dask.delayed import delayed
 
     started = time.perf_counter()
-    summary = delayed(sum_reports, pure=False)(receipts)
     if not compute:
-        return summary
+        # one Delayed per shard task, without materializing/optimizing the graph here:
+        # building stays O(#shards + #blocks) and fast even for huge arrays
+        parts = receipts.to_delayed(optimize_graph=False).ravel().tolist()
+        return delayed(sum_reports, pure=False)(parts)
     if progress:
         from .progress import progress_bar
 
         with progress_bar():
-            report: WriteReport = summary.compute()
+            report = sum_reports(receipts.compute())
     else:
-        report = summary.compute()
+        report = sum_reports(receipts.compute())
     report.seconds = time.perf_counter() - started
     return report
