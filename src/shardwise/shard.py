@@ -20,6 +20,8 @@ from .codecs import crc32c
 from .errors import CorruptShardError
 
 MISSING = np.uint64(2**64 - 1)
+SLAB_BYTES = 32 * 2**20  # raw bytes stacked at a time while encoding a shard
+SLAB_CHUNKS = 16  # ... but at least this many inner chunks, to keep the threads busy
 IndexLocation = Literal["start", "end"]
 
 
@@ -80,10 +82,20 @@ class ShardCodec:
 
 @dataclass(frozen=True)
 class EncodedShard:
-    data: bytes
+    """An encoded shard as its parts (chunks and index, in order): no joined copy until asked."""
+
+    parts: list[Any]
     chunks_stored: int
     chunks_empty: int
     raw_nbytes: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.parts)
 
 
 def _padded(codec: ShardCodec, block: np.ndarray, grid: Sequence[int]) -> np.ndarray:
@@ -109,34 +121,45 @@ def encode_shard(
     Returns None when no inner chunk is stored. The same input always gives the same bytes.
     """
     inner = codec.inner
-    if block.dtype != inner.dtype:
-        block = block.astype(inner.dtype)
+    cs = codec.chunk_shape
     # only inner chunks holding array elements are encoded; the rest of the grid stays empty
-    used = tuple(-(-n // c) for n, c in zip(block.shape, codec.chunk_shape, strict=True))
-    stack = inner.stack(_padded(codec, block, used), used)
-    n_used = stack.shape[0]
-    keep = np.ones(n_used, dtype=bool) if write_empty_chunks else ~inner.fill_mask(stack)
-    todo = np.flatnonzero(keep)
-    if todo.size == 0:
+    used = tuple(-(-n // c) for n, c in zip(block.shape, cs, strict=True))
+    per_row = math.prod(used[1:])
+    # cut the shard into slabs of chunk rows: the stacked copy stays small (bounded memory)
+    # while each slab still has enough chunks to keep every thread busy
+    rows = max(1, -(-SLAB_BYTES // (per_row * inner.raw_nbytes)), -(-SLAB_CHUNKS // per_row))
+    ids: list[np.ndarray] = []
+    pieces: list[Any] = []
+    for r0 in range(0, used[0], rows):
+        r1 = min(used[0], r0 + rows)
+        sub = block[r0 * cs[0] : r1 * cs[0]]
+        if sub.dtype != inner.dtype:
+            sub = sub.astype(inner.dtype)
+        sub_used = (r1 - r0, *used[1:])
+        stack = inner.stack(_padded(codec, sub, sub_used), sub_used)
+        if write_empty_chunks:
+            todo = np.arange(stack.shape[0])
+        else:
+            todo = np.flatnonzero(~inner.fill_mask(stack))
+
+        def run(rows_: Sequence[int], stack: np.ndarray = stack) -> list[Any]:
+            return inner.encode_rows(stack, rows_)
+
+        pieces.extend(_pool.map_batches(run, todo.tolist(), threads))
+        ids.append(todo + r0 * per_row)
+    if not pieces:
         return None
-
-    def run(ids: Sequence[int]) -> list[Any]:
-        return inner.encode_rows(stack, ids)
-
-    pieces = _pool.map_batches(run, todo.tolist(), threads)
-    flat_ids = np.ravel_multi_index(np.unravel_index(todo, used), codec.grid)
+    flat_ids = np.ravel_multi_index(np.unravel_index(np.concatenate(ids), used), codec.grid)
     return EncodedShard(
-        data=_assemble(codec, flat_ids, pieces),
+        parts=_assemble(codec, flat_ids, pieces),
         chunks_stored=len(pieces),
-        chunks_empty=int(n_used - len(pieces)),
+        chunks_empty=int(math.prod(used) - len(pieces)),
         raw_nbytes=block.nbytes,
     )
 
 
-def _assemble(
-    codec: ShardCodec, flat_ids: np.ndarray, pieces: Sequence[bytes | memoryview]
-) -> bytes:
-    """Shard bytes from encoded chunks ``pieces`` at C-order positions ``flat_ids`` (ascending)."""
+def _assemble(codec: ShardCodec, flat_ids: np.ndarray, pieces: Sequence[Any]) -> list[Any]:
+    """Shard parts from encoded chunks ``pieces`` at C-order positions ``flat_ids`` (ascending)."""
     sizes = np.fromiter((len(p) for p in pieces), dtype=np.uint64, count=len(pieces))
     start = codec.index_nbytes if codec.index_location == "start" else 0
     offsets = np.empty_like(sizes)
@@ -147,8 +170,9 @@ def _assemble(
     index[flat_ids, 0] = offsets
     index[flat_ids, 1] = sizes
     index_bytes = encode_index(codec, index)
-    parts = [index_bytes, *pieces] if codec.index_location == "start" else [*pieces, index_bytes]
-    return b"".join(parts)
+    if codec.index_location == "start":
+        return [index_bytes, *pieces]
+    return [*pieces, index_bytes]
 
 
 def merge_shard(
@@ -224,7 +248,7 @@ def merge_shard(
         return None
     order = np.argsort(np.asarray(ids), kind="stable")
     return EncodedShard(
-        data=_assemble(codec, np.asarray(ids)[order], [pieces[i] for i in order]),
+        parts=_assemble(codec, np.asarray(ids)[order], [pieces[i] for i in order]),
         chunks_stored=len(pieces),
         chunks_empty=int(len(grid_ids) - len(pieces)),
         raw_nbytes=block.nbytes,

@@ -157,12 +157,15 @@ class ShardStore:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def put(self, name: str, data: bytes) -> None:
-        """Store ``data`` under ``name`` atomically."""
+    def put(self, name: str, data: bytes | Sequence[Any]) -> None:
+        """Store ``data`` (bytes, or a sequence of bytes-like parts) under ``name`` atomically."""
+        parts = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)
         if self.local_root is not None:
-            _atomic_write(self._file(name), data, fsync=self.fsync)
+            _atomic_write(self._file(name), parts, fsync=self.fsync)
             return
-        sync(self.store.set(self.key(name), default_buffer_prototype().buffer.from_bytes(data)))
+        joined = parts[0] if len(parts) == 1 else b"".join(parts)
+        buf = default_buffer_prototype().buffer.from_bytes(joined)
+        sync(self.store.set(self.key(name), buf))
 
     def delete(self, name: str) -> None:
         if self.local_root is not None:
@@ -189,7 +192,22 @@ class ShardStore:
         return sorted(k[strip:] for k in sync(go()))
 
 
-def _atomic_write(path: Path, data: bytes, *, fsync: bool) -> None:
+def _write_all(fd: int, parts: Sequence[Any]) -> None:
+    """Write ``parts`` in order with few system calls (writev in groups, then any remainder)."""
+    for i in range(0, len(parts), 512):
+        group = [memoryview(p).cast("B") for p in parts[i : i + 512]]
+        done = os.writev(fd, group)
+        for view in group:
+            if done >= len(view):
+                done -= len(view)
+                continue
+            view = view[done:]
+            done = 0
+            while view:
+                view = view[os.write(fd, view) :]
+
+
+def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -198,9 +216,7 @@ def _atomic_write(path: Path, data: bytes, *, fsync: bool) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, parts)
             if fsync:
                 os.fsync(fd)
         finally:

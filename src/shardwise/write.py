@@ -110,14 +110,16 @@ class ShardWriter:
         rep = WriteReport(raw_bytes=block.nbytes)
         if enc is None:
             rep.shards_empty = 1
-            rep.chunks_empty = codec.nchunks
+            # inner chunks inside the array only, as encode_shard/merge_shard count them
+            used = [-(-v // c) for v, c in zip(valid, codec.chunk_shape, strict=True)]
+            rep.chunks_empty = int(np.prod(used))
             if exists:
                 self.store.delete(key)
                 rep.shards_deleted = 1
             return rep
-        self.store.put(key, enc.data)
+        self.store.put(key, enc.parts)
         rep.shards_written = 1
-        rep.bytes_stored = len(enc.data)
+        rep.bytes_stored = enc.nbytes
         rep.chunks_stored = enc.chunks_stored
         rep.chunks_empty = enc.chunks_empty
         rep.keys = [key]
