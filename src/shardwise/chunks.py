@@ -248,15 +248,15 @@ class ChunkCodec:
             except Exception as e:  # zarr raises many types for bad bytes
                 raise ValueError(f"{type(e).__name__}: {e}") from None
         raw = self.raw_nbytes
-        limits = [raw]
-        if self.nested is not None:
-            limits = [raw + self.nested.index_nbytes + 16 * self.nested.nchunks]
-            limits[0] += self.nested.nchunks * 64 + 2 * raw  # nested inner chunks may expand
-        bound = limits[0] * 2 + 4096
+        # the most bytes any stage may produce: exactly ``raw`` for the serializer's input; a
+        # nested shard may be larger than raw (incompressible chunks plus their index), and
+        # intermediate stages of a chain may expand a little
+        size = raw if self.nested is None else 2 * raw + self.nested.index_nbytes + 4096
+        bound = 2 * size + 4096
         buf: bytes | bytearray | memoryview = data
         for i, codec in enumerate(reversed(self.bytes_codecs)):
             last = i == len(self.bytes_codecs) - 1
-            buf = codec.decode(buf, limits[0] if last and self.nested is None else bound)
+            buf = codec.decode(buf, size if last else bound)
         if self.nested is not None:
             from .shard import decode_shard_bytes
 
