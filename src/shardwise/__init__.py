@@ -1,6 +1,7 @@
 """shardwise: parallel, shard-safe writes and shard-aligned reads of Zarr v3 sharded arrays."""
 
 from .api import open_array, write_array
+from .backend import open_dataset
 from .errors import (
     CorruptShardError,
     LeaseHeldError,
@@ -9,6 +10,7 @@ from .errors import (
     UnsupportedCodecError,
 )
 from .write import WriteReport
+from .xarray_write import to_zarr
 
 __version__ = "0.1.0"
 
@@ -20,5 +22,7 @@ __all__ = [
     "UnsupportedCodecError",
     "WriteReport",
     "open_array",
+    "open_dataset",
+    "to_zarr",
     "write_array",
 ]

@@ -13,6 +13,7 @@ from .layout import Region, normalize_region
 from .metadata import ArrayInfo, info_from_metadata
 from .plan import WritePlan
 from .read import ShardReader
+from .session import WriteSession, plan_keys, plan_shards
 from .store import ShardStore, resolve_store
 from .write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 
@@ -73,6 +74,9 @@ def write_array(
     storage_options: dict[str, Any] | None = None,
     compute: bool = True,
     progress: bool = False,
+    resume: bool = False,
+    lease: bool | None = None,
+    break_lease: bool = False,
 ) -> WriteReport | Any:
     """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
 
@@ -84,6 +88,13 @@ def write_array(
     missing), ``"r+"`` write into an existing array. ``region`` places ``data`` inside an existing
     array; shards it covers in part are merged with what is stored. ``threads`` caps the threads
     that encode inner chunks (default: the cores, or the dask worker's threads).
+    ``fsync=True`` makes each shard durable (file and directory fsync) on local filesystems.
+
+    ``resume=True`` continues an interrupted write of the same data and region: shards it already
+    stored (and recorded) are skipped, temp files and abandoned multipart uploads removed. The
+    write holds the array's lease (``lease``, default: on when ``compute=True``): a second writer
+    is refused with :class:`LeaseHeldError` before it writes anything. ``break_lease=True`` takes
+    over the lease of a writer known to be gone.
 
     Returns a :class:`WriteReport`, or with ``compute=False`` a dask ``Delayed`` that computes it.
     Every check runs before the first metadata or data byte is written.
@@ -96,14 +107,14 @@ def write_array(
         data = np.asarray(data)
     shape = tuple(int(n) for n in data.shape)
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
-    exists = mode != "w" and _exists(zstore, path)
-    if mode == "w-" and exists:
+    exists = (mode != "w" or resume) and _exists(zstore, path)
+    if mode == "w-" and exists and not resume:
         raise FileExistsError(f"an array already exists at path {path!r} (use mode='w' or 'a')")
     if mode == "r+" and not exists:
         raise FileNotFoundError(f"no array at path {path!r} to write into (mode='r+')")
 
     create = not exists
-    if create:
+    if create or (resume and mode in ("w", "w-") and region is None):
         if region is not None:
             raise PlanError("region= needs an existing array (mode='r+' or 'a')")
         kwargs = _create_kwargs(
@@ -123,7 +134,15 @@ def write_array(
         )
         # build and translate the metadata in memory first: bad arguments fail before any I/O
         probe = zarr.create_array(MemoryStore(), **kwargs)
-        info = info_from_metadata(probe.metadata)
+        # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
+        # fill value with a payload is stored as plain "NaN"
+        info = open_info(probe.store)
+        if exists and not _same_metadata(probe, zstore, path):
+            if mode == "w-":
+                raise FileExistsError(
+                    f"an array with other metadata exists at path {path!r}: nothing to resume"
+                )
+            create = True
     else:
         info = open_info(zstore, path)
 
@@ -136,16 +155,54 @@ def write_array(
         raise PlanError(f"data of shape {shape} does not fit the region {want} of the array")
     if not np.can_cast(data.dtype, info.dtype, casting="same_kind"):
         raise PlanError(f"cannot write {data.dtype} data into a {info.dtype} array without loss")
-    if create:
-        zarr.create_array(zstore, name=path or None, overwrite=mode == "w", **kwargs)
 
-    writer = ShardWriter(
-        info=info,
-        store=ShardStore(zstore, path or "", fsync=fsync),
-        plan=WritePlan(info.layout, target),
-        options=WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads),
+    sstore = ShardStore(zstore, path or "", fsync=fsync)
+    plan = WritePlan(info.layout, target)
+    session = WriteSession.begin(
+        sstore, target, info.layout.shape, lease=compute if lease is None else lease,
+        break_lease=break_lease,
     )
-    return run_graph(build_graph(writer, data), compute=compute, progress=progress)
+    try:
+        if create:
+            # our own clear instead of zarr's overwrite, which would delete the lease too
+            session.clear(everything=mode == "w")
+        session.start(
+            resume=resume,
+            keys=plan_keys(plan) if resume else (),
+            adopt_done=mode == "w-",
+            must_adopt=resume and mode == "w-" and exists and not create,
+        )
+        if create:
+            zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
+        writer = ShardWriter(
+            info=info,
+            store=sstore,
+            plan=plan,
+            options=WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads),
+            journal=session.journal(info.codec),
+        )
+        keep, skipped = None, session.done_shards(plan, info.codec)
+        if skipped:
+            keep = np.array([s not in skipped for s in plan_shards(plan)]).reshape(
+                [len(c) for c in plan.task_chunks]
+            )
+        report = run_graph(
+            build_graph(writer, data), compute=compute, progress=progress, keep=keep,
+            finish=None if compute else session.finish,
+        )
+    except BaseException:
+        session.abort()
+        raise
+    if not compute:
+        return report
+    report.shards_skipped = len(skipped)
+    return session.finish(report)
+
+
+def _same_metadata(probe: Any, zstore: Any, path: str | None) -> bool:
+    """True when the stored array's metadata equals the one this write would create."""
+    stored = zarr.open_array(zstore, path=path or "", mode="r", zarr_format=3).metadata
+    return bool(stored.to_dict() == probe.metadata.to_dict())
 
 
 def open_array(

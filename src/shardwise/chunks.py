@@ -127,7 +127,7 @@ class ChunkCodec:
     def unstack(self, stack: np.ndarray, grid: Sequence[int]) -> np.ndarray:
         """A view of ``stack`` as the block it came from (the inverse of :meth:`stack`)."""
         nd = len(grid)
-        view = stack.reshape(*grid, *self.stored_shape)
+        view = stack.reshape((*grid, *self.stored_shape))
         chunk_axes = list(range(nd, 2 * nd))
         if self.order is not None:
             inv = [0] * nd

@@ -109,7 +109,9 @@ class Gzip:
     name: str = field(default="gzip", init=False)
 
     def encode(self, data: Buffer) -> bytes:
-        return bytes(numcodecs.GZip(self.level).encode(data))
+        # one-shot zlib with a gzip wrapper: the header's mtime is 0, so the same input gives
+        # the same bytes (numcodecs.GZip stamps the current time into every chunk)
+        return zlib.compress(data, self.level, wbits=31)
 
     def decode(self, data: Buffer, max_size: int) -> Buffer:
         d = zlib.decompressobj(wbits=31)

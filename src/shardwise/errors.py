@@ -8,6 +8,7 @@ __all__ = [
     "PlanError",
     "ShardwiseError",
     "UnsupportedCodecError",
+    "VerifyError",
 ]
 
 
@@ -47,3 +48,11 @@ class PlanError(ShardwiseError, ValueError):
 
 class LeaseHeldError(ShardwiseError, RuntimeError):
     """Another writer holds the write lease of this array."""
+
+
+class VerifyError(ShardwiseError, ValueError):
+    """A stored array failed verification; ``report`` holds the ``VerifyReport``."""
+
+    def __init__(self, report: object) -> None:
+        self.report = report
+        super().__init__(str(report))

@@ -187,7 +187,7 @@ class ShardReader:
                 return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), segs
 
         stack = decode_box(codec, index, box, fetch, full_key, self.threads)
-        scatter(codec, stack, box, local, out[dest])
+        scatter(codec, stack, box, local, out[dest] if dest else out)
 
     def stored_chunks(self, shard: Coord) -> np.ndarray | None:
         """Boolean grid of the inner chunks stored in ``shard`` (None when the shard is missing)."""

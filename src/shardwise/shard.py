@@ -130,12 +130,14 @@ def encode_shard(
     rows = max(1, -(-SLAB_BYTES // (per_row * inner.raw_nbytes)), -(-SLAB_CHUNKS // per_row))
     ids: list[np.ndarray] = []
     pieces: list[Any] = []
-    for r0 in range(0, used[0], rows):
-        r1 = min(used[0], r0 + rows)
-        sub = block[r0 * cs[0] : r1 * cs[0]]
+    # a 0-d array is one slab of its single chunk
+    starts = range(0, used[0], rows) if used else range(1)
+    for r0 in starts:
+        r1 = min(used[0], r0 + rows) if used else 1
+        sub = block[r0 * cs[0] : r1 * cs[0]] if used else block
         if sub.dtype != inner.dtype:
             sub = sub.astype(inner.dtype)
-        sub_used = (r1 - r0, *used[1:])
+        sub_used = (r1 - r0, *used[1:]) if used else ()
         stack = inner.stack(_padded(codec, sub, sub_used), sub_used)
         if write_empty_chunks:
             todo = np.arange(stack.shape[0])
@@ -149,7 +151,9 @@ def encode_shard(
         ids.append(todo + r0 * per_row)
     if not pieces:
         return None
-    flat_ids = np.ravel_multi_index(np.unravel_index(np.concatenate(ids), used), codec.grid)
+    done = np.concatenate(ids)
+    # positions in the grid of used chunks -> positions in the shard's full chunk grid
+    flat_ids = np.ravel_multi_index(np.unravel_index(done, used), codec.grid) if used else done
     return EncodedShard(
         parts=_assemble(codec, flat_ids, pieces),
         chunks_stored=len(pieces),
@@ -352,10 +356,12 @@ def decode_box(
     fill value.
     """
     inner = codec.inner
-    coords = np.stack(np.meshgrid(*[np.asarray(r) for r in box], indexing="ij"), -1).reshape(
-        -1, len(box)
-    )
-    flat = np.ravel_multi_index(tuple(coords.T), codec.grid)
+    if box:
+        grids = np.meshgrid(*[np.asarray(r) for r in box], indexing="ij")
+        coords = np.stack(grids, -1).reshape(-1, len(box))
+        flat = np.ravel_multi_index(tuple(coords.T), codec.grid)
+    else:  # 0-d array: one chunk
+        coords, flat = np.zeros((1, 0), dtype=np.intp), np.zeros(1, dtype=np.intp)
     entries = index[flat]
     present = np.flatnonzero(entries[:, 0] != MISSING)
     stack = np.empty((len(flat), *inner.stored_shape), dtype=inner.stored_dtype)
@@ -397,7 +403,7 @@ def scatter(
         split = [x for g, c in zip(bgrid, cs, strict=True) for x in (g, c)]
         nd = len(cs)
         axes = [x for i in range(nd) for x in (i, nd + i)]
-        view = stack.reshape(*bgrid, *inner.stored_shape)
+        view = stack.reshape((*bgrid, *inner.stored_shape))
         if inner.order is not None:
             inv = np.argsort(inner.order)
             view = view.transpose([*range(nd), *(nd + int(i) for i in inv)])

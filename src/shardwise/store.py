@@ -110,13 +110,22 @@ class ShardStore:
         key = self.key(name)
 
         async def go() -> tuple[Any, int] | None:
-            try:
-                size, buf = await asyncio.gather(
-                    self.store.getsize(key),
-                    self.store.get(key, default_buffer_prototype(), SuffixByteRequest(n)),
-                )
-            except FileNotFoundError:
-                return None
+            proto = default_buffer_prototype()
+            size, buf = await asyncio.gather(
+                self.store.getsize(key),
+                self.store.get(key, proto, SuffixByteRequest(n)),
+                return_exceptions=True,
+            )
+            for got in (size, buf):
+                if isinstance(got, FileNotFoundError):
+                    return None
+            if isinstance(size, BaseException):
+                raise size
+            if isinstance(buf, BaseException):
+                if size >= n:
+                    raise buf
+                # S3 via obstore refuses a suffix range on an empty object: fetch it whole
+                buf = await self.store.get(key, proto)
             return (None, size) if buf is None else (buf, size)
 
         got = sync(go())

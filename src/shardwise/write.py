@@ -9,12 +9,14 @@ put, and returns a small receipt. Metadata is written once, on the client, befor
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
 
+from .journal import Journal
 from .layout import Layout
 from .metadata import ArrayInfo
 from .plan import WritePlan
@@ -45,6 +47,7 @@ class WriteReport:
     raw_bytes: int = 0
     chunks_stored: int = 0
     chunks_empty: int = 0
+    shards_skipped: int = 0
     seconds: float = 0.0
     keys: list[str] = field(default_factory=list, repr=False)
 
@@ -65,6 +68,7 @@ class WriteReport:
             f"{self.chunks_empty} empty; {self.bytes_stored / 1e6:.1f} MB stored for "
             f"{self.raw_bytes / 1e6:.1f} MB raw (ratio {self.compression_ratio:.2f}) "
             f"in {self.seconds:.2f} s"
+            + (f"; {self.shards_skipped} done before (resumed)" if self.shards_skipped else "")
         )
 
 
@@ -76,6 +80,8 @@ class ShardWriter:
     store: ShardStore
     plan: WritePlan
     options: WriteOptions
+    # records each stored shard (and forgets emptied ones) for verify and resume
+    journal: Journal | None = None
 
     @property
     def layout(self) -> Layout:
@@ -116,8 +122,12 @@ class ShardWriter:
             if exists:
                 self.store.delete(key)
                 rep.shards_deleted = 1
+            if self.journal is not None:
+                self.journal.forget(key)
             return rep
         self.store.put(key, enc.parts)
+        if self.journal is not None:
+            self.journal.record(key, enc.parts)
         rep.shards_written = 1
         rep.bytes_stored = enc.nbytes
         rep.chunks_stored = enc.chunks_stored
@@ -152,6 +162,9 @@ def build_graph(writer: ShardWriter, source: Any) -> Any:
     import dask.array as da
 
     plan = writer.plan
+    if plan.ntasks == 0:
+        # a zero-length dimension: no shard to write (and no shard-aligned chunking of it)
+        return da.empty((0,) * len(plan.task_chunks), dtype=object, chunks=1)
     if not isinstance(source, da.Array):
         source = da.from_array(source, chunks=plan.task_chunks, asarray=True)
     elif source.chunks != plan.task_chunks:
@@ -161,20 +174,36 @@ def build_graph(writer: ShardWriter, source: Any) -> Any:
         dtype=object,
         chunks=tuple((1,) * len(c) for c in plan.task_chunks),
         meta=np.empty((0,) * source.ndim, dtype=object),
-        name="shardwise-write",
+        # unique per call: two writes computed in one graph must not share task keys
+        name=f"shardwise-write-{uuid.uuid4().hex}",
     )
 
 
-def run_graph(receipts: Any, *, compute: bool, progress: bool = False) -> Any:
-    """Compute the receipts into a :class:`WriteReport`, or return a Delayed that does."""
+def run_graph(
+    receipts: Any,
+    *,
+    compute: bool,
+    progress: bool = False,
+    keep: np.ndarray | None = None,
+    finish: Callable[[WriteReport], WriteReport] | None = None,
+) -> Any:
+    """Compute the receipts into a :class:`WriteReport`, or return a Delayed that does.
+
+    ``keep`` (a boolean grid over the shard tasks) runs only those tasks (resume); ``finish``
+    runs on the report inside the returned Delayed (``compute=False`` only).
+    """
     from dask.delayed import delayed
 
     started = time.perf_counter()
-    if not compute:
+    if not compute or keep is not None:
         # one Delayed per shard task, without materializing/optimizing the graph here:
         # building stays O(#shards + #blocks) and fast even for huge arrays
-        parts = receipts.to_delayed(optimize_graph=False).ravel().tolist()
-        return delayed(sum_reports, pure=False)(parts)
+        blocks = receipts.to_delayed(optimize_graph=False)
+        parts = (blocks if keep is None else blocks[keep]).ravel().tolist()
+        summary = delayed(sum_reports, pure=False)(parts)
+        if not compute:
+            return summary if finish is None else delayed(finish, pure=False)(summary)
+        receipts = summary
     if progress:
         from .progress import progress_bar
 

@@ -1,0 +1,182 @@
+"""The write lease: at most one writer job per array (or per batch part) at a time.
+
+A lease is a small JSON object under the array, ``.shardwise/lease`` (or
+``.shardwise/lease.part-I-of-N`` for a batch part), created *exclusively*: a hard link onto the
+name on local files (fails if the name exists), ``If-None-Match: *`` on S3 (zarr's
+``ObjectStore.set_if_not_exists``, s3fs ``mode="create"``), ``setdefault`` in memory. After the
+create the lease is read back and compared with the token this writer chose, so a conditional
+create whose acknowledgement was lost (the retry answers "already exists") still finds the lease
+its own.
+
+A lease never expires: a job that died keeps it until someone breaks it on purpose
+(``break_lease=True`` or ``shardwise lease PATH --break``). The holder's host, pid and start time
+are in the object, and in the :class:`~shardwise.errors.LeaseHeldError` a refused writer gets.
+
+>>> info = LeaseInfo.new("write")
+>>> LeaseInfo.from_bytes(info.to_bytes()) == info
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import getpass
+import json
+import os
+import socket
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from .errors import LeaseHeldError
+from .store import ShardStore
+
+LEASE = ".shardwise/lease"
+
+
+def part_lease(i: int, n: int) -> str:
+    """The lease name of part ``i`` of ``n`` of a batch write."""
+    return f"{LEASE}.part-{i}-of-{n}"
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """Who holds a lease (the object's content)."""
+
+    token: str
+    purpose: str
+    host: str
+    pid: int
+    user: str
+    since: str
+
+    @classmethod
+    def new(cls, purpose: str) -> LeaseInfo:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # pragma: no cover - no passwd entry in some containers
+            user = "?"
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        return cls(uuid.uuid4().hex, purpose, socket.gethostname(), os.getpid(), user, now)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LeaseInfo:
+        try:
+            d = json.loads(data)
+            return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        except (ValueError, KeyError, TypeError):
+            return cls("?", "unreadable lease object", "?", -1, "?", "?")
+
+    def describe(self) -> str:
+        alive = ""
+        if self.host == socket.gethostname() and self.pid > 0:
+            alive = " (running)" if _pid_alive(self.pid) else " (that process is gone)"
+        return (
+            f"{self.purpose!r} by {self.user}@{self.host} pid {self.pid}{alive} since {self.since}"
+        )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _create_exclusive(store: ShardStore, name: str, data: bytes) -> None:
+    """Create ``name`` with ``data`` unless it exists (then leave it untouched)."""
+    key = store.key(name)
+    zstore = store.store
+    fs = getattr(zstore, "fs", None)
+    if fs is not None and "s3" in (getattr(fs, "protocol", None) or ()):
+        # zarr's FsspecStore checks then sets (not atomic); s3fs can send If-None-Match itself
+        try:
+            # zarr's fs is asynchronous (no loop of its own): run the coroutine on zarr's loop
+            path = f"{zstore.path.rstrip('/')}/{key}"  # type: ignore[attr-defined]
+            sync(fs._pipe_file(path, data, mode="create"))
+        except (FileExistsError, OSError) as e:
+            if "PreconditionFailed" not in repr(e) and not isinstance(e, FileExistsError):
+                raise
+        return
+    buf = default_buffer_prototype().buffer.from_bytes(data)
+    with contextlib.suppress(FileExistsError):
+        sync(zstore.set_if_not_exists(key, buf))
+
+
+def read_lease(store: ShardStore, name: str = LEASE) -> LeaseInfo | None:
+    """The holder of lease ``name``, or None when nobody holds it."""
+    data = store.get(name)
+    return None if data is None else LeaseInfo.from_bytes(data)
+
+
+def break_lease(store: ShardStore, name: str = LEASE) -> LeaseInfo | None:
+    """Remove lease ``name`` whoever holds it; returns the holder it had (None if free)."""
+    held = read_lease(store, name)
+    if held is not None:
+        store.delete(name)
+    return held
+
+
+@dataclass
+class Lease:
+    """A held lease. Use :meth:`acquire`; release with :meth:`release` or as a context manager."""
+
+    store: ShardStore
+    name: str
+    info: LeaseInfo
+    held: bool = True
+
+    @classmethod
+    def acquire(
+        cls,
+        store: ShardStore,
+        *,
+        name: str = LEASE,
+        purpose: str = "write",
+        break_stale: bool = False,
+        where: str = "",
+    ) -> Lease:
+        """Create lease ``name`` exclusively or raise :class:`LeaseHeldError`.
+
+        ``break_stale=True`` first removes a lease someone else holds: only on purpose, when
+        that writer is known to be gone.
+        """
+        if break_stale:
+            break_lease(store, name)
+        info = LeaseInfo.new(purpose)
+        _create_exclusive(store, name, info.to_bytes())
+        held = read_lease(store, name)
+        if held is None or held.token != info.token:
+            who = "an unknown writer (the lease vanished)" if held is None else held.describe()
+            raise LeaseHeldError(
+                f"array {where or store.path or '/'!r} is being written by another job: lease "
+                f"{store.key(name)!r} held for {who}. If that job is gone, break the lease on "
+                "purpose: break_lease=True (shardwise lease PATH --break), or turn leasing off "
+                "with lease=False."
+            )
+        return cls(store, name, info)
+
+    def release(self) -> None:
+        """Remove the lease if this writer still holds it (a broken lease is left alone)."""
+        if not self.held:
+            return
+        self.held = False
+        now = read_lease(self.store, self.name)
+        if now is not None and now.token == self.info.token:
+            self.store.delete(self.name)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

@@ -1,0 +1,214 @@
+"""A dry-run overlay of a zarr store: reads fall through, writes and deletes stay in memory.
+
+Code that writes zarr metadata (xarray's ``to_zarr``, ``zarr.create_array``, ...) can run against
+an :class:`Overlay` first: it sees the real store, but nothing reaches it. Only when every check
+has passed does :meth:`Overlay.commit` apply the recorded changes, so a refused write leaves the
+store byte-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.sync import sync
+
+__all__ = ["Overlay", "read_only"]
+
+
+def read_only(store: Store) -> Store:
+    """A read-only view of ``store`` (the store itself when it has no such view)."""
+    try:
+        return store.with_read_only(True)
+    except NotImplementedError:
+        return store
+
+
+def _byte_slice(buf: Buffer, req: ByteRequest | None) -> Buffer:
+    n = len(buf)
+    if req is None:
+        return buf
+    if isinstance(req, RangeByteRequest):
+        return buf[req.start : min(req.end, n)]
+    if isinstance(req, OffsetByteRequest):
+        return buf[req.offset :]
+    if isinstance(req, SuffixByteRequest):
+        return buf[max(0, n - req.suffix) :]
+    raise TypeError(f"unexpected byte request {req!r}")
+
+
+class Overlay(Store):
+    """A dry-run view of ``base``: reads fall through, writes and deletes stay in memory.
+
+    :meth:`commit` applies the recorded changes (prefix deletes, key deletes, then the writes,
+    deepest keys first so a group's consolidated metadata lands last) to a writable store.
+    """
+
+    def __init__(self, base: Store) -> None:
+        super().__init__(read_only=False)
+        self._base = base
+        self._written: dict[str, Buffer] = {}
+        self._deleted: set[str] = set()
+        self._deleted_dirs: list[str] = []
+
+    def with_read_only(self, read_only: bool = False) -> Overlay:
+        """A view of the same overlay (same recorded changes) with another read-only flag."""
+        view = Overlay(self._base)
+        view._written, view._deleted, view._deleted_dirs = (
+            self._written,
+            self._deleted,
+            self._deleted_dirs,
+        )
+        view._read_only = read_only
+        return view
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Overlay) and other._written is self._written
+
+    def __hash__(self) -> int:
+        return id(self._written)
+
+    def _hidden(self, key: str) -> bool:
+        if key in self._written:
+            return False
+        return key in self._deleted or any(key.startswith(_dir(p)) for p in self._deleted_dirs)
+
+    @property
+    def changes(self) -> tuple[list[str], list[str], list[str]]:
+        """(deleted prefixes, deleted keys, written keys): what :meth:`commit` would do."""
+        return list(self._deleted_dirs), sorted(self._deleted), sorted(self._written)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        if key in self._written:
+            return _byte_slice(self._written[key], byte_range)
+        if self._hidden(key):
+            return None
+        try:
+            return await self._base.get(key, prototype, byte_range)
+        except FileNotFoundError:  # the base store does not exist yet
+            return None
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Buffer | None]:
+        return [await self.get(k, prototype, r) for k, r in key_ranges]
+
+    async def exists(self, key: str) -> bool:
+        if key in self._written:
+            return True
+        if self._hidden(key):
+            return False
+        try:
+            return await self._base.exists(key)
+        except FileNotFoundError:
+            return False
+
+    @property
+    def supports_writes(self) -> bool:
+        return True
+
+    @property
+    def supports_deletes(self) -> bool:
+        return True
+
+    @property
+    def supports_listing(self) -> bool:
+        return True
+
+    @property
+    def supports_consolidated_metadata(self) -> bool:
+        return bool(getattr(self._base, "supports_consolidated_metadata", True))
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self._written[key] = value
+        self._deleted.discard(key)
+
+    async def delete(self, key: str) -> None:
+        self._written.pop(key, None)
+        self._deleted.add(key)
+
+    async def delete_dir(self, prefix: str) -> None:
+        d = _dir(prefix)
+        for k in [k for k in self._written if k.startswith(d)]:
+            del self._written[k]
+        self._deleted_dirs.append(prefix)
+
+    async def _base_keys(self, prefix: str) -> AsyncIterator[str]:
+        try:
+            async for k in self._base.list_prefix(prefix):
+                yield k
+        except FileNotFoundError:
+            return
+
+    async def list(self) -> AsyncIterator[str]:  # type: ignore[override]
+        async for k in self.list_prefix(""):
+            yield k
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
+        async for k in self._base_keys(prefix):
+            if k not in self._written and not self._hidden(k):
+                yield k
+        for k in list(self._written):
+            if k.startswith(prefix):
+                yield k
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
+        d = _dir(prefix)
+        seen: set[str] = set()
+        try:
+            async for child in self._base.list_dir(prefix):
+                key = d + child
+                gone = key in self._deleted or any(
+                    (key + "/").startswith(_dir(p)) or key.startswith(_dir(p))
+                    for p in self._deleted_dirs
+                )
+                if not gone and child not in seen:
+                    seen.add(child)
+                    yield child
+        except FileNotFoundError:
+            pass
+        for k in list(self._written):
+            if k.startswith(d):
+                child = k[len(d) :].split("/", 1)[0]
+                if child not in seen:
+                    seen.add(child)
+                    yield child
+
+    def commit(self, target: Store) -> None:
+        """Apply the recorded deletes, then the recorded writes, to ``target``."""
+        self.commit_deletes(target)
+        self.commit_writes(target)
+
+    def commit_deletes(self, target: Store) -> None:
+        """Apply the recorded deletes (prefixes, then keys not written again) to ``target``."""
+
+        async def go() -> None:
+            for p in self._deleted_dirs:
+                await target.delete_dir(p)
+            for k in sorted(self._deleted - set(self._written)):
+                if await target.exists(k):
+                    await target.delete(k)
+
+        sync(go())
+
+    def commit_writes(self, target: Store) -> None:
+        """Write the recorded objects to ``target``, deepest keys first."""
+
+        async def go() -> None:
+            for k in sorted(self._written, key=lambda k: (-k.count("/"), k)):
+                await target.set(k, self._written[k])
+
+        sync(go())
+
+
+def _dir(prefix: str) -> str:
+    return prefix if prefix == "" or prefix.endswith("/") else prefix + "/"

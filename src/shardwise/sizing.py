@@ -1,0 +1,78 @@
+"""Default shard and inner-chunk shapes from byte targets: pure shape arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+from .layout import ceildiv
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_SHARD_BYTES",
+    "default_chunks",
+    "default_shards",
+    "dividing_chunks",
+]
+
+DEFAULT_SHARD_BYTES = 64 * 2**20
+"""Default target size of one shard before compression (64 MiB)."""
+DEFAULT_CHUNK_BYTES = 2**20
+"""Default target size of one inner chunk before compression (1 MiB)."""
+
+
+def default_chunks(
+    shape: tuple[int, ...], itemsize: int, target: int = DEFAULT_CHUNK_BYTES
+) -> tuple[int, ...]:
+    """Inner chunks for ``shape``: halve the largest dimension until under ``target`` bytes.
+
+    >>> default_chunks((2920, 361, 720), 4)
+    (46, 46, 90)
+    """
+    c = [max(1, n) for n in shape]
+    while math.prod(c) * itemsize > target and max(c) > 1:
+        i = c.index(max(c))
+        c[i] = ceildiv(c[i], 2)
+    return tuple(c)
+
+
+def default_shards(
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    itemsize: int,
+    target: int = DEFAULT_SHARD_BYTES,
+) -> tuple[int, ...]:
+    """Shards of whole inner ``chunks``: the whole ``shape``, halved (counted in chunks) along
+    the dimension with most chunks until under ``target`` bytes.
+
+    >>> default_shards((2920, 361, 720), (46, 46, 90), 4)
+    (184, 184, 360)
+    """
+    k = [ceildiv(max(1, n), c) for n, c in zip(shape, chunks, strict=True)]
+    def nbytes() -> int:
+        return math.prod(c * n for c, n in zip(chunks, k, strict=True)) * itemsize
+
+    while nbytes() > target and max(k) > 1:
+        i = k.index(max(k))
+        k[i] = ceildiv(k[i], 2)
+    return tuple(c * n for c, n in zip(chunks, k, strict=True))
+
+
+def dividing_chunks(
+    shards: tuple[int, ...], itemsize: int, target: int = DEFAULT_CHUNK_BYTES
+) -> tuple[int, ...]:
+    """Inner chunks that divide ``shards``: the largest dimension is cut to its next smaller
+    divisor (at most half) until under ``target`` bytes.
+
+    >>> dividing_chunks((584, 361, 720), 4)
+    (146, 19, 90)
+    """
+    c = list(shards)
+    while math.prod(c) * itemsize > target and max(c) > 1:
+        i = c.index(max(c))
+        c[i] = max(d for d in _divisors(shards[i]) if d <= c[i] // 2)
+    return tuple(c)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})

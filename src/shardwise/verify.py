@@ -1,0 +1,304 @@
+"""Check a stored sharded array, shard by shard, against itself and against the writer's journal.
+
+For every object under the array:
+
+* a shard: the index (size, checksum, every entry's range inside the data region), then every
+  stored inner chunk decodes (its own crc32c where the chain has one), then the object's size
+  and crc32c against the record the writer kept (:mod:`shardwise.journal`);
+* a recorded shard that is not stored is reported as *missing* (a reader would see fill);
+* a temp file of an interrupted write, an open write marker, an unfinished batch, and objects that
+  are neither metadata, journal nor a shard key of the grid are reported too.
+
+Arrays written by other tools have no records: their shards are checked for integrity only, and
+the report says so in its notes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _pool
+from .codecs import crc32c
+from .errors import CorruptShardError
+from .journal import (
+    BATCH,
+    JOURNAL,
+    PARTS,
+    RECORDS,
+    TEMP,
+    Record,
+    read_markers,
+    read_records,
+)
+from .layout import Coord, Layout
+from .lease import read_lease
+from .metadata import ArrayInfo
+from .shard import MISSING, index_slice, parse_index
+from .store import ShardStore
+
+MAX_PER_SHARD = 8
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a stored array.
+
+    ``kind`` is one of ``corrupt`` (index or inner chunk), ``missing`` (recorded, not stored),
+    ``mismatch`` (stored bytes differ from the record), ``unrecorded`` (stored, no record),
+    ``temp`` (temp file left by an interrupted write), ``stray`` (not a key of this array),
+    ``incomplete`` (a write that did not finish), ``batch`` (a batch not finalized),
+    ``journal`` (an unreadable journal object), ``metadata``.
+    """
+
+    kind: str
+    key: str
+    message: str
+    chunk: tuple[int, ...] | None = None
+
+    def __str__(self) -> str:
+        where = self.key + ("" if self.chunk is None else f" chunk {self.chunk}")
+        return f"{self.kind:<10} {where}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify` found. ``ok`` is True when there are no problems."""
+
+    where: str
+    shards_stored: int = 0
+    shards_recorded: int | None = None
+    chunks_checked: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        rec = "no writer records" if self.shards_recorded is None else (
+            f"{self.shards_recorded} recorded"
+        )
+        head = (
+            f"{self.where}: {'OK' if self.ok else f'{len(self.problems)} problem(s)'}; "
+            f"{self.shards_stored} shards stored ({rec}), {self.chunks_checked} inner chunks "
+            f"decoded, {self.bytes_read / 1e6:.1f} MB read in {self.seconds:.2f} s"
+        )
+        lines = [head, *(f"  {p}" for p in self.problems[:50])]
+        if len(self.problems) > 50:
+            lines.append(f"  ... and {len(self.problems) - 50} more")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def parse_shard_key(layout: Layout, name: str) -> Coord | None:
+    """The coordinates of shard key ``name`` in ``layout``'s grid, or None."""
+    parts = name.split(layout.separator)
+    if layout.key_encoding == "default":
+        if not parts or parts[0] != "c":
+            return None
+        parts = parts[1:]
+    elif layout.ndim == 0:
+        return () if name == "0" else None
+    if len(parts) != layout.ndim or not all(p.isdigit() for p in parts):
+        return None
+    coord = tuple(int(p) for p in parts)
+    if any(c >= g for c, g in zip(coord, layout.shard_grid, strict=True)):
+        return None
+    return coord if layout.shard_key(coord) == name else None
+
+
+def check_shard(
+    info: ArrayInfo, store: ShardStore, name: str, record: Record | None
+) -> tuple[list[Problem], int, int]:
+    """Problems of one stored shard, the inner chunks decoded and the bytes read."""
+    key = store.key(name)
+    data = store.get(name)
+    if data is None:
+        return [Problem("missing", key, "listed but gone when read")], 0, 0
+    out: list[Problem] = []
+    if record is not None and (record.size != len(data) or record.crc32c != crc32c(data)):
+        out.append(
+            Problem(
+                "mismatch",
+                key,
+                f"stored object ({len(data)} bytes, crc32c {crc32c(data):#010x}) differs from "
+                f"what the writer recorded ({record.size} bytes, crc32c {record.crc32c:#010x})",
+            )
+        )
+    codec = info.codec
+    mv = memoryview(data)
+    try:
+        index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), key)
+    except CorruptShardError as e:
+        return [*out, Problem("corrupt", key, e.problem, e.chunk)], 0, len(data)
+    present = np.flatnonzero(index[:, 0] != MISSING)
+    inner = codec.inner
+    decoded = 0
+    for flat in present.tolist():
+        o, n = (int(v) for v in index[flat])
+        chunk = tuple(int(c) for c in np.unravel_index(flat, codec.grid))
+        try:
+            inner.decode(mv[o : o + n])
+        except (ValueError, CorruptShardError) as e:
+            bad = [p for p in out if p.kind == "corrupt"]
+            if len(bad) < MAX_PER_SHARD:
+                out.append(Problem("corrupt", key, f"inner chunk does not decode: {e}", chunk))
+            continue
+        decoded += 1
+    return out, decoded, len(data)
+
+
+def verify_store(
+    info: ArrayInfo,
+    store: ShardStore,
+    *,
+    where: str = "",
+    threads: int | None = None,
+    check_batch: bool = True,
+) -> VerifyReport:
+    """:func:`verify` on an opened array (``info`` read from its metadata)."""
+    started = time.perf_counter()
+    report = VerifyReport(where=where or store.path or "/")
+    lay = info.layout
+    names = store.list("")
+    shards: dict[str, Coord] = {}
+    for name in names:
+        if name == "zarr.json" or name.startswith(JOURNAL + "/"):
+            if TEMP.match(name):
+                report.problems.append(
+                    Problem("temp", store.key(name), "temp file of an interrupted write")
+                )
+            continue
+        if TEMP.match(name):
+            report.problems.append(
+                Problem("temp", store.key(name), "temp file of an interrupted write")
+            )
+            continue
+        coord = parse_shard_key(lay, name)
+        if coord is None:
+            report.problems.append(
+                Problem("stray", store.key(name), "not metadata, journal or a shard of this grid")
+            )
+            continue
+        shards[name] = coord
+    report.shards_stored = len(shards)
+
+    records = read_records(store)
+    has_records = bool(records) or any(n.startswith(RECORDS) for n in names)
+    if has_records:
+        report.shards_recorded = sum(r is not None for r in records.values())
+    else:
+        report.notes.append(
+            "no writer records (not written by shardwise, or nothing stored): "
+            "shards checked for integrity only"
+        )
+    for name, rec in records.items():
+        if rec is None:
+            report.problems.append(
+                Problem("journal", store.key(RECORDS + name), "unreadable shard record")
+            )
+        elif name not in shards:
+            report.problems.append(
+                Problem(
+                    "missing",
+                    store.key(name),
+                    f"the writer stored this shard ({rec.size} bytes, write {rec.write[:8]}) "
+                    "but it is gone: readers would see fill values",
+                )
+            )
+
+    def one(name: str) -> tuple[list[Problem], int, int]:
+        return check_shard(info, store, name, records.get(name))
+
+    nthreads = max(1, threads or _pool.cpu_count())
+    with ThreadPoolExecutor(nthreads) as pool:
+        results = list(pool.map(one, sorted(shards)))
+    for name, (probs, decoded, nbytes) in zip(sorted(shards), results, strict=True):
+        report.problems.extend(probs)
+        report.chunks_checked += decoded
+        report.bytes_read += nbytes
+        if has_records and name not in records:
+            report.problems.append(
+                Problem("unrecorded", store.key(name), "stored, but the writer has no record of it")
+            )
+
+    _check_journal(store, report, check_batch)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -> None:
+    for name, marker in read_markers(store).items():
+        if marker is None:
+            report.problems.append(Problem("journal", store.key(name), "unreadable write marker"))
+        elif marker.status != "done":
+            region = ", ".join(f"{a}:{b}" for a, b in marker.region)
+            report.problems.append(
+                Problem(
+                    "incomplete",
+                    store.key(name),
+                    f"write {marker.id[:8]} of region [{region}] started {marker.started} did not "
+                    "finish: rerun it with resume=True",
+                )
+            )
+    raw = store.get(BATCH)
+    if raw is not None and check_batch:
+        try:
+            nparts = int(json.loads(raw)["nparts"])
+        except (ValueError, KeyError, TypeError):
+            nparts = -1
+        done = len([n for n in store.list(PARTS) if not TEMP.match(n)])
+        report.problems.append(
+            Problem(
+                "batch",
+                store.key(BATCH),
+                f"batch write not finalized: {done} of {nparts} parts done",
+            )
+        )
+    held = read_lease(store)
+    if held is not None:
+        report.notes.append(f"write lease held: {held.describe()}")
+
+
+def verify(
+    store: Any,
+    *,
+    path: str | None = None,
+    threads: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> VerifyReport:
+    """Check every shard of the array at ``path`` in ``store``; see :class:`VerifyReport`.
+
+    Reads every stored shard whole; ``threads`` shards are checked at a time (default: the
+    cores). Never raises for what it finds: look at ``report.ok`` and ``report.problems``.
+    """
+    from .api import open_info
+    from .store import resolve_store
+
+    zstore = resolve_store(store, mode="r", storage_options=storage_options)
+    where = f"{zstore}" + (f" path {path!r}" if path else "")
+    try:
+        info = open_info(zstore, path)
+    except Exception as e:  # what zarr raises for a missing or broken zarr.json varies
+        rep = VerifyReport(where=where)
+        rep.problems.append(Problem("metadata", path or "zarr.json", f"{type(e).__name__}: {e}"))
+        return rep
+    return verify_store(info, ShardStore(zstore, path or ""), where=where, threads=threads)
+

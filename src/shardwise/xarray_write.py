@@ -1,0 +1,625 @@
+"""Write xarray Datasets and DataArrays into sharded Zarr v3 stores, one task per shard.
+
+Metadata is exactly what ``Dataset.to_zarr`` writes, because xarray writes it: xarray's own
+zarr store code runs first against a *dry-run overlay* of the target store (reads fall through,
+read-only; writes and deletes stay in memory). Its array writer is replaced by one that records
+each variable's CF-encoded data, target array and region instead of writing them. With every
+check done (xarray's own, then shard alignment, dtypes and shapes), the recorded data is written
+by :class:`~shardwise.write.ShardWriter` (one task per shard, merging shards that an append or
+region write covers only in part) and the overlay's metadata changes are committed after it.
+A refused write therefore changes nothing in the store, and an append that fails part-way
+leaves the array at its old length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from zarr.abc.store import Store
+
+from .errors import PlanError, UnsupportedCodecError
+from .layout import Layout, Region, ceildiv, normalize_region
+from .metadata import ArrayInfo, info_from_metadata
+from .overlay import Overlay, read_only
+from .plan import WritePlan
+from .sizing import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_SHARD_BYTES,
+    default_chunks,
+    default_shards,
+    dividing_chunks,
+)
+from .store import ShardStore, resolve_store
+from .write import ShardWriter, WriteOptions, WriteReport, build_graph, sum_reports
+
+__all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
+
+
+WriteMode = Literal["w", "w-", "a", "a-", "r+"]
+# xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
+_DATAARRAY_VARIABLE = "__xarray_dataarray_variable__"
+_DATAARRAY_NAME = "__xarray_dataarray_name__"
+
+
+def to_zarr(
+    obj: Any,
+    store: Any,
+    *,
+    shards: Mapping[Hashable, int | None] | None = None,
+    encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
+    mode: WriteMode | None = None,
+    append_dim: Hashable | None = None,
+    region: Mapping[str, slice | Literal["auto"]] | Literal["auto"] | None = None,
+    group: str | None = None,
+    consolidated: bool | None = None,
+    compute: bool = True,
+    storage_options: dict[str, Any] | None = None,
+    safe_shards: bool = True,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    write_empty_chunks: bool = False,
+    threads: int | None = None,
+    fsync: bool = False,
+    progress: bool = False,
+) -> WriteReport | Any:
+    """Write an ``xarray.Dataset`` or ``DataArray`` to a sharded Zarr v3 store.
+
+    Metadata, attributes, coordinates, dimension names, CF encoding (times, timedeltas,
+    ``scale_factor``/``add_offset``, ``_FillValue``, strings, bools) and consolidated metadata are
+    those of ``Dataset.to_zarr(..., zarr_format=3)``; the data is written with one task per
+    shard whatever the dask chunks. ``mode``, ``append_dim``, ``region`` (including ``"auto"``),
+    ``group`` and ``consolidated`` mean what they mean there; ``mode`` defaults to ``"w-"``
+    (``"a"`` with ``append_dim``, ``"r+"`` with ``region``).
+
+    Layout of the variables this call creates (existing arrays keep theirs), first match wins:
+
+    * ``encoding[name]["shards"]`` / ``["chunks"]``: shard shape and inner chunk shape, as xarray;
+    * ``shards={"time": 365}``: shard length per dimension name for every variable; dimensions
+      not named span their whole length (as in ``Dataset.chunk``); ``None`` means whole;
+    * ``chunks`` / ``shards`` kept in the variable's own ``.encoding`` (e.g. from a store it was
+      opened from);
+    * the default: inner chunks of about 1 MiB (:data:`DEFAULT_CHUNK_BYTES`; the largest
+      dimension is halved until under it) and shards of whole inner chunks up to ``shard_bytes``
+      (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from the in-memory
+      dtype). Inner chunks not given are chosen to divide the shard shape.
+
+    0-d variables are written without sharding.
+
+    Appends and region writes may cut through shards: the one task that owns such a shard
+    merges (inner chunks the write does not touch keep their stored bytes). Appends do this
+    freely. A ``region`` whose edges split shards is refused unless ``safe_shards=False``,
+    because a second call writing the neighbouring region would share those shards (concurrent
+    read-modify-write loses updates); the error names the nearest shard-aligned region.
+
+    Every check (names, dimensions, encodings, dtypes, shapes, alignment, ``append_dim``) runs
+    before the first metadata or data byte is written; a refused call leaves the store as it
+    was. The metadata is written after the data, so a write that fails part-way leaves the old
+    metadata (an append can simply be run again). Returns a :class:`~shardwise.WriteReport`.
+    With ``compute=False`` the metadata and the variables not backed by dask are written at once
+    (as xarray does) and a dask ``Delayed`` is returned that writes the dask-backed ones and
+    computes the report.
+    """
+    ds = _as_dataset(obj)
+    _check_names(ds)
+    if shards is not None:
+        _check_shards_kw(ds, shards)
+    if shard_bytes < 1:
+        raise PlanError(f"shard_bytes must be positive, got {shard_bytes}")
+    mode = _choose_mode(mode, append_dim, region)
+    if append_dim is not None and append_dim not in ds.dims:
+        raise PlanError(
+            f"append_dim={append_dim!r} is not a dimension of the data to write "
+            f"(its dimensions are {sorted(map(str, ds.dims))})"
+        )
+    user_encoding = {k: dict(v) for k, v in (encoding or {}).items()}
+    zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    base = read_only(zstore)
+    stored = _stored_dims(base, group) if mode in ("a", "a-", "r+") else None
+    if append_dim is not None:
+        _check_append_dim(stored, group, append_dim)
+    existing = set(stored or ())
+    ds, user_encoding = _with_layout(ds, user_encoding, existing, shards, shard_bytes)
+
+    overlay = Overlay(base)
+    capture = _Capture()
+    _run_xarray(
+        ds,
+        overlay,
+        capture,
+        mode=mode,
+        group=group,
+        consolidated=consolidated,
+        append_dim=append_dim,
+        region=region,
+        encoding=user_encoding,
+    )
+    writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards)
+
+    # every check passed: from here on the store changes
+    opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
+    if compute:
+        # metadata last: a write that fails part-way (a worker lost, a source that raises)
+        # leaves the old metadata, e.g. an append leaves the array at its old length
+        overlay.commit_deletes(zstore)
+        report = _compute(_graph(zstore, writes, opts, fsync), progress)
+        overlay.commit_writes(zstore)
+        return report
+    overlay.commit(zstore)
+    eager = [w for w in writes if not w.lazy]
+    lazy = [w for w in writes if w.lazy]
+    done = _compute(_graph(zstore, eager, opts, fsync), progress) if eager else WriteReport()
+    from dask.delayed import delayed
+
+    return delayed(_add_report, pure=False)(done, _graph(zstore, lazy, opts, fsync))
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+
+def _as_dataset(obj: Any) -> Any:
+    import xarray as xr
+
+    if isinstance(obj, xr.Dataset):
+        return obj
+    if isinstance(obj, xr.DataArray):
+        # as DataArray.to_zarr: xr.open_dataarray reads these conventions back
+        if obj.name is None:
+            return obj.to_dataset(name=_DATAARRAY_VARIABLE)
+        if obj.name in obj.coords or obj.name in obj.dims:
+            ds = obj.to_dataset(name=_DATAARRAY_VARIABLE)
+            ds.attrs[_DATAARRAY_NAME] = obj.name
+            return ds
+        return obj.to_dataset()
+    raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, not {type(obj).__name__}")
+
+
+def _check_names(ds: Any) -> None:
+    """Refuse names zarr or xarray cannot store, before any I/O."""
+    for name, var in ds.variables.items():
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"variable names must be non-empty strings, got {name!r}")
+        if "/" in name:
+            raise PlanError(
+                f"variable name {name!r} contains '/': zarr would store it as a nested group "
+                f"path; rename it (e.g. ds.rename({{{name!r}: {name.replace('/', '_')!r}}}))"
+            )
+        if name.startswith("__") and name != _DATAARRAY_VARIABLE:
+            raise PlanError(
+                f"variable name {name!r} starts with '__', which the zarr v3 specification "
+                "reserves for internal use; rename it"
+            )
+        dims = tuple(var.dims)
+        if len(set(dims)) != len(dims):
+            dup = sorted({str(d) for d in dims if dims.count(d) > 1})
+            raise PlanError(
+                f"variable {name!r} has duplicate dimension names {dims} (repeated: {dup}); "
+                "zarr dimension names must be unique per array: rename one of them"
+            )
+        for d in dims:
+            if not isinstance(d, str):
+                raise PlanError(f"variable {name!r}: dimension names must be strings, got {d!r}")
+
+
+def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
+    for dim, n in shards.items():
+        if dim not in ds.dims:
+            raise PlanError(
+                f"shards names dimension {dim!r}, which the data does not have "
+                f"(dimensions: {sorted(map(str, ds.dims))})"
+            )
+        if n is not None and (not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1):
+            raise PlanError(f"shards[{dim!r}] must be a positive int or None, got {n!r}")
+
+
+def _choose_mode(
+    mode: WriteMode | None, append_dim: Hashable | None, region: Any
+) -> WriteMode:
+    if mode is None:
+        mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
+    if mode not in ("w", "w-", "a", "a-", "r+"):
+        raise PlanError(f"mode must be one of 'w', 'w-', 'a', 'a-', 'r+', got {mode!r}")
+    if append_dim is not None and mode not in ("a", "a-"):
+        raise PlanError(f"append_dim needs mode='a' (or None), got mode={mode!r}")
+    if region is not None and mode not in ("a", "a-", "r+"):
+        raise PlanError(f"region needs mode='r+' or 'a' (or None), got mode={mode!r}")
+    return mode
+
+
+def _open_group(store: Store, group: str | None) -> Any:
+    import zarr
+
+    try:
+        return zarr.open_group(store, path=group or "", mode="r", use_consolidated=False)
+    except (FileNotFoundError, KeyError):
+        return None
+    except Exception as e:  # zarr's GroupNotFoundError and friends
+        if "NotFound" in type(e).__name__:
+            return None
+        raise
+
+
+def _stored_dims(store: Store, group: str | None) -> dict[str, tuple[str, ...]] | None:
+    """The dimension names of every array in ``group`` (None when there is no group)."""
+    g = _open_group(store, group)
+    if g is None:
+        return None
+    out = {}
+    for name, arr in g.arrays():
+        names = getattr(arr.metadata, "dimension_names", None)
+        if names is None:  # zarr v2, as xarray writes it
+            names = arr.attrs.get("_ARRAY_DIMENSIONS") or ()
+        out[name] = tuple(str(n) for n in names if n is not None)
+    return out
+
+
+def _check_append_dim(
+    stored: dict[str, tuple[str, ...]] | None, group: str | None, append_dim: Hashable
+) -> None:
+    dims = {d for names in (stored or {}).values() for d in names}
+    if dims and append_dim not in dims:
+        where = f"group {group!r}" if group else "the store"
+        raise PlanError(
+            f"cannot append along {append_dim!r}: {where} has no such dimension "
+            f"(its dimensions are {sorted(dims)}); nothing was written"
+        )
+    # no arrays at all: xarray's own check below reports it
+
+
+# -- layout of new variables ----------------------------------------------------------------------
+
+
+def _as_shape(value: Any, ndim: int) -> tuple[int, ...] | None:
+    """``value`` as a shape of ``ndim`` positive ints, or None when it is not one."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        value = (int(value),) * ndim
+    if not isinstance(value, tuple | list) or len(value) != ndim:
+        return None
+    if not all(_positive_int(x) for x in value):
+        return None
+    return tuple(int(x) for x in value)
+
+
+def _positive_int(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool) and bool(x > 0)
+
+
+def _named_shard(value: int | None, length: int) -> int:
+    """A shard length from ``shards={dim: value}``: None (or a dimension not named) is whole."""
+    return max(1, length) if value is None else int(value)
+
+
+def _divides(chunks: tuple[int, ...], shards: tuple[int, ...]) -> bool:
+    return all(s % c == 0 for c, s in zip(chunks, shards, strict=True))
+
+
+def _layout_for(
+    name: str,
+    var: Any,
+    enc: Mapping[str, Any],
+    explicit: bool,
+    shards_kw: Mapping[Hashable, int | None] | None,
+    shard_bytes: int,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(inner chunks, shards) of a new variable; see :func:`to_zarr` for the order of rules."""
+    shape, ndim = tuple(int(n) for n in var.shape), var.ndim
+    itemsize = max(1, var.dtype.itemsize)
+    inner_bytes = min(DEFAULT_CHUNK_BYTES, shard_bytes)
+    shard: tuple[int, ...] | None = None
+    if explicit and enc.get("shards") is not None:
+        shard = _as_shape(enc["shards"], ndim)
+        if shard is None:
+            raise PlanError(
+                f"encoding[{name!r}]['shards'] must be {ndim} positive ints, got {enc['shards']!r}"
+            )
+    elif shards_kw:
+        shard = tuple(
+            _named_shard(shards_kw.get(d), n) for d, n in zip(var.dims, shape, strict=True)
+        )
+    elif not explicit:
+        shard = _as_shape(enc.get("shards"), ndim)
+
+    chunks = _as_shape(enc.get("chunks"), ndim)
+    if explicit and enc.get("chunks") is not None:
+        if chunks is None:
+            raise PlanError(
+                f"encoding[{name!r}]['chunks'] must be {ndim} positive ints, got {enc['chunks']!r}"
+            )
+        if shard is None:
+            return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
+        if not _divides(chunks, shard):
+            raise PlanError(
+                f"variable {name!r}: the inner chunks {chunks} must divide the shard shape "
+                f"{shard} (e.g. chunks={dividing_chunks(shard, itemsize, inner_bytes)})"
+            )
+        return chunks, shard
+    if shard is None:
+        chunks = chunks or default_chunks(shape, itemsize, inner_bytes)
+        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
+    if chunks is not None and _divides(chunks, shard):
+        return chunks, shard
+    return dividing_chunks(shard, itemsize, inner_bytes), shard
+
+
+def _with_layout(
+    ds: Any,
+    user_encoding: dict[Hashable, dict[str, Any]],
+    existing: set[str],
+    shards_kw: Mapping[Hashable, int | None] | None,
+    shard_bytes: int,
+) -> tuple[Any, dict[Hashable, dict[str, Any]]]:
+    """Give every variable this call creates its inner chunks and shards (in its encoding)."""
+    ds = ds.copy(deep=False)
+    out = dict(user_encoding)
+    for name, var in ds.variables.items():
+        if name in existing or var.ndim == 0:
+            continue  # existing arrays keep their layout; scalars are not sharded
+        explicit = name in user_encoding
+        enc = user_encoding[name] if explicit else var.encoding
+        chunks, shard = _layout_for(name, var, enc, explicit, shards_kw, shard_bytes)
+        if explicit:
+            out[name] = {**enc, "chunks": chunks, "shards": shard}
+        else:
+            var.encoding = {**var.encoding, "chunks": chunks, "shards": shard}
+    return ds, out
+
+
+# -- the xarray pass ------------------------------------------------------------------------------
+
+
+class _Capture:
+    """Stands in for xarray's ArrayWriter: records what it would write instead of writing."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Any, Any, Any]] = []
+
+    def add(self, source: Any, target: Any, region: Any = None) -> None:
+        self.items.append((source, target, region))
+
+
+def _run_xarray(
+    ds: Any,
+    store: Store,
+    writer: _Capture,
+    *,
+    mode: WriteMode,
+    group: str | None,
+    consolidated: bool | None,
+    append_dim: Hashable | None,
+    region: Any,
+    encoding: Mapping[Hashable, Any],
+) -> None:
+    """xarray's ``to_zarr`` with our writer: metadata into ``store``, data into ``writer``."""
+    try:
+        from xarray.backends.writers import dump_to_store, get_writable_zarr_store
+    except ImportError:  # xarray before the writers module
+        from xarray.backends.api import (  # type: ignore[attr-defined,no-redef]
+            dump_to_store,
+            get_writable_zarr_store,
+        )
+
+    for v in ds.variables.values():
+        if v.size == 0:
+            v.load()  # as xarray: zero-length dask arrays do not store
+    zs = get_writable_zarr_store(
+        store,
+        mode=mode,
+        group=group,
+        consolidated=consolidated,
+        append_dim=append_dim,
+        region=region,
+        safe_chunks=False,  # shardwise owns alignment: one task per shard
+        zarr_format=3 if mode in ("w", "w-") else None,
+    )
+    try:
+        if zs.zarr_group.metadata.zarr_format != 3:
+            raise PlanError(
+                "the store holds Zarr format 2 metadata; shardwise writes Zarr format 3 only"
+            )
+        ds = zs._validate_and_autodetect_region(ds)
+        zs._validate_encoding(encoding)
+        dump_to_store(ds, zs, writer, encoding=encoding)
+    finally:
+        zs.close()
+
+
+# -- planning the data writes ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Write:
+    name: str
+    path: str
+    source: Any
+    region: Region
+    info: ArrayInfo | None  # None: not sharded, written through zarr-python
+    chunks: tuple[int, ...]  # the shard shape (the chunk shape when not sharded)
+    shape: tuple[int, ...]
+    dims: tuple[str, ...]
+    meta: dict[str, Any]  # the array's metadata once this write is done
+
+    @property
+    def lazy(self) -> bool:
+        from xarray.namedarray.pycompat import is_chunked_array
+
+        return is_chunked_array(self.source) is True
+
+    @property
+    def size(self) -> int:
+        return math.prod(s.stop - s.start for s in self.region)
+
+
+def _plan_writes(
+    items: Iterable[tuple[Any, Any, Any]],
+    append_dim: Hashable | None,
+    has_region: bool,
+    safe_shards: bool,
+) -> list[_Write]:
+    out: list[_Write] = []
+    splits: list[tuple[str, str, slice, int, str]] = []
+    for source, arr, reg in items:
+        meta = arr.metadata
+        shape = tuple(int(n) for n in arr.shape)
+        dims = tuple(str(d) for d in meta.dimension_names or ("",) * len(shape))
+        name = arr.path.rsplit("/", 1)[-1]
+        full = tuple(slice(None) for _ in shape)
+        target = normalize_region(tuple(reg) if reg else full, shape)
+        want = tuple(s.stop - s.start for s in target)
+        if tuple(source.shape) != want:
+            raise PlanError(
+                f"variable {name!r}: data of shape {tuple(source.shape)} does not fit the region "
+                f"{[(s.start, s.stop) for s in target]} of the stored array {shape}"
+            )
+        try:
+            info: ArrayInfo | None = info_from_metadata(meta) if shape else None
+        except UnsupportedCodecError:
+            info = None
+        grid = info.layout.shard_shape if info is not None else tuple(meta.chunks) if shape else ()
+        if (
+            info is not None
+            and not np.can_cast(source.dtype, info.dtype, casting="same_kind")
+            and not (source.dtype.kind in "OUT" and info.dtype.kind in "OUT")
+        ):
+            raise PlanError(
+                f"variable {name!r}: cannot write {source.dtype} data into the stored "
+                f"{info.dtype} array without loss"
+            )
+        if has_region and safe_shards:
+            unit = "shards" if info is not None else "chunks"
+            for sl, s, n, d in zip(target, grid, shape, dims, strict=True):
+                if d != append_dim and not _on_grid(sl, s, n):
+                    splits.append((name, d, sl, s, unit))
+        out.append(
+            _Write(name, arr.path, source, target, info, tuple(grid), shape, dims, meta.to_dict())
+        )
+    if splits:
+        raise PlanError(_split_message(splits, out))
+    return out
+
+
+def _on_grid(sl: slice, step: int, n: int) -> bool:
+    start, stop = int(sl.start), int(sl.stop)
+    return start % step == 0 and (stop % step == 0 or stop == n)
+
+
+def _split_message(splits: list[tuple[str, str, slice, int, str]], writes: list[_Write]) -> str:
+    """Name what is split and the nearest region (per dimension) aligned for every variable."""
+    lines = [
+        f"variable {name!r} along {d!r}: {sl.start}:{sl.stop} splits its {unit} of {s}"
+        for name, d, sl, s, unit in splits
+    ]
+    nearest = {}
+    for d in dict.fromkeys(d for _, d, _, _, _ in splits):
+        grids = [
+            (sl, step, n)
+            for w in writes
+            for sl, step, n, dim in zip(w.region, w.chunks, w.shape, w.dims, strict=True)
+            if dim == d
+        ]
+        lo, hi = min(g[0].start for g in grids), max(g[0].stop for g in grids)
+        while True:  # widen until on the grid of every variable (their shards may differ)
+            nlo = min(lo // step * step for _, step, _ in grids)
+            nhi = max(min(ceildiv(hi, step) * step, n) for _, step, n in grids)
+            if (nlo, nhi) == (lo, hi):
+                break
+            lo, hi = nlo, nhi
+        nearest[d] = slice(lo, hi)
+    return (
+        "the region splits shards that a write of the neighbouring region by another call "
+        "would share (concurrent read-modify-writes of one shard lose updates):\n  "
+        + "\n  ".join(lines)
+        + f"\nThe nearest shard-aligned region is {nearest}. Write shard-aligned regions, or "
+        "pass safe_shards=False when no other write touches these shards at the same time "
+        "(they are then merged with what is stored). Nothing was written."
+    )
+
+
+# -- running the data writes ----------------------------------------------------------------------
+
+
+def _graph(
+    zstore: Store, writes: list[_Write], opts: WriteOptions, fsync: bool
+) -> list[tuple[str, Any]]:
+    """Dask collections (receipts or delayed reports) that write ``writes``, run together."""
+    from dask.delayed import delayed
+
+    parts: list[tuple[str, Any]] = []
+    for w in writes:
+        if w.size == 0:
+            continue
+        source: Any = w.source if w.lazy else np.asarray(w.source)
+        if w.info is not None:
+            writer = ShardWriter(
+                info=w.info,
+                store=ShardStore(zstore, w.path, fsync=fsync),
+                plan=WritePlan(w.info.layout, w.region),
+                options=opts,
+            )
+            parts.append((w.path, build_graph(writer, source)))
+        elif not w.lazy or not w.chunks:
+            part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, w.region, source)
+            parts.append((w.path, part))
+        else:
+            # not sharded (an array some other writer created without shards): zarr writes
+            # it, from dask blocks cut at chunk boundaries so that no two tasks share a chunk
+            cuts = WritePlan(Layout(w.shape, w.chunks, w.chunks), w.region).task_chunks
+            blocks = source.rechunk(cuts).to_delayed().ravel()
+            starts = [np.cumsum((0, *c[:-1])) for c in cuts]
+            for idx, block in zip(np.ndindex(*(len(c) for c in cuts)), blocks, strict=True):
+                region = tuple(
+                    slice(r.start + int(st[i]), r.start + int(st[i]) + c[i])
+                    for r, st, c, i in zip(w.region, starts, cuts, idx, strict=True)
+                )
+                part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, region, block)
+                parts.append((w.path, part))
+    return parts
+
+
+def _write_plain(
+    zstore: Store, path: str, meta: dict[str, Any], region: Region, block: Any
+) -> WriteReport:
+    """Write ``block`` through zarr-python, into the array as ``meta`` describes it (which the
+    store may not hold yet: metadata is written after the data)."""
+    import zarr
+    from zarr.core.metadata import ArrayV3Metadata
+    from zarr.storage import StorePath
+
+    data = np.asarray(block)
+    meta_v3 = ArrayV3Metadata.from_dict(meta)
+    zarr.Array(zarr.AsyncArray(metadata=meta_v3, store_path=StorePath(zstore, path)))[region] = data
+    return WriteReport(raw_bytes=int(data.nbytes))
+
+
+def _total(parts: list[tuple[str, Any]]) -> WriteReport:
+    """Sum the receipts of all variables; shard keys get their array's path."""
+    total = WriteReport()
+    for path, p in parts:
+        rep = p if isinstance(p, WriteReport) else sum_reports(p)
+        rep.keys = [f"{path}/{k}" for k in rep.keys]
+        total = total + rep
+    total.keys = sorted(total.keys)
+    return total
+
+
+def _add_report(done: WriteReport, parts: list[tuple[str, Any]]) -> WriteReport:
+    return done + _total(parts)
+
+
+def _compute(parts: list[tuple[str, Any]], progress: bool) -> WriteReport:
+    import time
+
+    from dask.delayed import delayed
+
+    started = time.perf_counter()
+    summary = delayed(_total, pure=False)(parts)
+    if progress:
+        from .progress import progress_bar
+
+        with progress_bar():
+            report: WriteReport = summary.compute()
+    else:
+        report = summary.compute()
+    report.seconds = time.perf_counter() - started
+    return report

@@ -1,0 +1,74 @@
+"""Shared test configuration: hypothesis profiles and a few small fixtures.
+
+Hypothesis profiles (pick one with ``HYPOTHESIS_PROFILE=...``):
+
+* ``shardwise`` (default): no deadline (the first example pays for imports and thread pools),
+  a moderate number of examples so the suite stays fast on two cores;
+* ``thorough``: ten times the examples, for a local soak.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "shardwise",
+    deadline=None,
+    max_examples=50,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile("thorough", parent=settings.get_profile("shardwise"), max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "shardwise"))
+
+
+# -- stores ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fresh_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """A factory of new empty directories.
+
+    Session-scoped, so ``@given`` tests can call it once per example (a function-scoped
+    ``tmp_path`` would be shared by all examples of one test).
+    """
+
+    def make(name: str = "store") -> Path:
+        return tmp_path_factory.mktemp(name, numbered=True)
+
+    return make
+
+
+# -- independent readers ---------------------------------------------------------------------------
+
+
+def _read_tensorstore(path: str | Path) -> np.ndarray:
+    import tensorstore as ts
+
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
+    return np.asarray(ts.open(spec).result().read().result())
+
+
+def _read_zarr(store: Any, path: str | None = None) -> np.ndarray:
+    import zarr
+
+    return np.asarray(zarr.open_array(store, path=path or "", mode="r", zarr_format=3)[...])
+
+
+@pytest.fixture(scope="session")
+def read_tensorstore() -> Callable[[str | Path], np.ndarray]:
+    """Read a whole zarr v3 array from a local directory with tensorstore (an oracle)."""
+    return _read_tensorstore
+
+
+@pytest.fixture(scope="session")
+def read_zarr() -> Callable[..., np.ndarray]:
+    """Read a whole zarr v3 array (any zarr store, or a local path) with zarr-python."""
+    return _read_zarr

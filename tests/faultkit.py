@@ -1,0 +1,358 @@
+"""Fault-injection kit for the resume, lease, verify and fault tests.
+
+* :class:`MotoS3`: moto's S3 server on 127.0.0.1 (started by the tests, stopped after).
+* :class:`FaultProxy`: a small HTTP/1.1 proxy on 127.0.0.1 in front of it that injects S3 faults
+  at random: 5xx answers, dropped connections (before and after the request reached S3),
+  truncated response bodies, and lost acknowledgements of conditional creates.
+* :class:`NoSpaceStore`: a real zarr store wrapper whose ``set`` fails with ``ENOSPC`` once a
+  byte budget is used up, as a full disk does.
+* helpers that look at a local array directly: its files, temp files and torn shards.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+import re
+import socket
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from zarr.abc.store import Store
+from zarr.storage import LocalStore, ObjectStore, WrapperStore
+
+BUCKET = "shardwise-faults"
+CREDS = {"key": "testing", "secret": "testing", "region": "us-east-1"}
+TEMP = re.compile(r"\.[0-9a-f]{32}\.partial$")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- S3 -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MotoS3:
+    endpoint: str
+    client: Any  # boto3 client straight to moto (never through the proxy)
+
+    def obstore(self, prefix: str, endpoint: str | None = None, **retry: Any) -> ObjectStore[Any]:
+        from obstore.store import S3Store
+
+        s3 = S3Store(
+            BUCKET,
+            prefix=prefix,
+            endpoint=endpoint or self.endpoint,
+            access_key_id=CREDS["key"],
+            secret_access_key=CREDS["secret"],
+            region=CREDS["region"],
+            client_options={"allow_http": True, "timeout": "20s", "connect_timeout": "5s"},
+            retry_config=retry or None,
+        )
+        return ObjectStore(s3)
+
+    def keys(self, prefix: str) -> dict[str, bytes]:
+        out = {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=BUCKET, Prefix=prefix + "/"
+        )
+        for page in pages:
+            for o in page.get("Contents", []):
+                body = self.client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+                out[o["Key"][len(prefix) + 1 :]] = bytes(body)
+        return out
+
+
+@contextmanager
+def moto_s3() -> Iterator[MotoS3]:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=CREDS["key"],
+            aws_secret_access_key=CREDS["secret"],
+            region_name=CREDS["region"],
+        )
+        client.create_bucket(Bucket=BUCKET)
+        yield MotoS3(endpoint, client)
+    finally:
+        server.stop()
+
+
+_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "expect", "te"}
+
+
+@dataclass
+class FaultProxy:
+    """HTTP proxy in front of ``upstream`` (host, port) injecting faults with probability ``p``.
+
+    Faults, picked at random: ``503`` (answered without forwarding), ``drop`` (connection closed
+    before forwarding), ``lost`` (forwarded, then the connection closed without an answer: for a
+    conditional create this is the lost acknowledgement), ``500`` (forwarded, then answered
+    500), ``truncate`` (forwarded; the client gets the headers and half of the body).
+    ``p_ack`` is the extra probability of ``lost`` for conditional creates (If-None-Match).
+    """
+
+    upstream: tuple[str, int]
+    p: float = 0.3
+    p_ack: float = 0.5
+    seed: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    port: int = 0
+    _rng: random.Random = field(init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _sock: socket.socket | None = field(default=None, repr=False)
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FaultProxy:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        self.port = sock.getsockname()[1]
+        self._sock = sock
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._sock is not None:
+            with suppress(OSError):
+                self._sock.close()
+
+    def _accept(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _pick(self, conditional: bool) -> str | None:
+        with self._lock:
+            self.counts["requests"] += 1
+            if not self.enabled:
+                return None
+            if conditional and self._rng.random() < self.p_ack:
+                fault: str | None = "lost_ack"
+            elif self._rng.random() < self.p:
+                fault = self._rng.choice(["503", "drop", "lost", "500", "truncate"])
+            else:
+                fault = None
+            if fault:
+                self.counts[fault] += 1
+            return fault
+
+    def _serve(self, conn: socket.socket) -> None:
+        import http.client
+
+        up = http.client.HTTPConnection(*self.upstream, timeout=30)
+        f = conn.makefile("rb")
+        try:
+            while True:
+                line = f.readline()
+                if not line or line in (b"\r\n", b"\n"):
+                    return
+                method, target, _ = line.decode("latin-1").split(" ", 2)
+                headers: list[tuple[str, str]] = []
+                while True:
+                    h = f.readline().decode("latin-1")
+                    if h in ("\r\n", "\n", ""):
+                        break
+                    k, _, v = h.partition(":")
+                    headers.append((k.strip(), v.strip()))
+                hmap = {k.lower(): v for k, v in headers}
+                if hmap.get("expect", "").lower() == "100-continue":
+                    conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                body = self._read_body(f, hmap)
+                fault = self._pick(method == "PUT" and "if-none-match" in hmap)
+                if fault in ("drop",):
+                    return
+                if fault == "503":
+                    self._answer(conn, 503, b"<Error><Code>SlowDown</Code></Error>")
+                    continue
+                fwd = {k: v for k, v in headers if k.lower() not in _HOP}
+                if body or method in ("PUT", "POST"):
+                    fwd["Content-Length"] = str(len(body))
+                up.request(method, target, body=body or None, headers=fwd)
+                resp = up.getresponse()
+                data = resp.read()
+                if fault in ("lost", "lost_ack"):
+                    return
+                if fault == "500":
+                    self._answer(conn, 500, b"<Error><Code>InternalError</Code></Error>")
+                    continue
+                out = [f"HTTP/1.1 {resp.status} {resp.reason}\r\n"]
+                for k, v in resp.getheaders():
+                    if k.lower() not in _HOP and k.lower() != "content-length":
+                        out.append(f"{k}: {v}\r\n")
+                length = resp.getheader("Content-Length")
+                n = len(data) if method != "HEAD" else int(length or 0)
+                out.append(f"Content-Length: {n}\r\n\r\n")
+                conn.sendall("".join(out).encode("latin-1"))
+                if method == "HEAD":
+                    continue
+                if fault == "truncate" and len(data) > 1:
+                    conn.sendall(data[: len(data) // 2])
+                    return
+                conn.sendall(data)
+        except (OSError, ValueError, http.client.HTTPException):
+            return
+        finally:
+            up.close()
+            with suppress(OSError):
+                conn.close()
+
+    @staticmethod
+    def _read_body(f: Any, hmap: dict[str, str]) -> bytes:
+        if hmap.get("transfer-encoding", "").lower() == "chunked":
+            out = bytearray()
+            while True:
+                size = int(f.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while f.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return bytes(out)
+                out += f.read(size)
+                f.readline()
+        n = int(hmap.get("content-length", 0) or 0)
+        return f.read(n) if n else b""
+
+    @staticmethod
+    def _answer(conn: socket.socket, status: int, body: bytes) -> None:
+        reason = {500: "Internal Server Error", 503: "Slow Down"}[status]
+        head = (
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        conn.sendall(head.encode() + body)
+
+
+# -- a full disk ----------------------------------------------------------------------------------
+
+
+class NoSpaceStore(WrapperStore[Store]):
+    """Wraps a store; ``set`` raises ``OSError(ENOSPC)`` once ``budget`` bytes have been stored.
+
+    The failing ``set`` stores nothing (a full disk fails the write of the temp file, which the
+    store then removes), so what is visible is all or nothing per key.
+    """
+
+    def __init__(self, store: Store, budget: int) -> None:
+        super().__init__(store)
+        self.budget = budget
+        self.used = 0
+        self.refused = 0
+        self._lock = threading.Lock()
+
+    def _take(self, key: str, n: int) -> None:
+        with self._lock:
+            if self.used + n > self.budget:
+                self.refused += 1
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), key)
+            self.used += n
+
+    async def set(self, key: str, value: Any) -> None:
+        self._take(key, len(value))
+        await self._store.set(key, value)
+
+    def set_sync(self, key: str, value: Any) -> None:
+        self._take(key, len(value))
+        self._store.set_sync(key, value)  # type: ignore[attr-defined]
+
+    def __reduce__(self) -> Any:
+        raise TypeError("NoSpaceStore is for threaded tests only")
+
+
+# -- looking at a local array ---------------------------------------------------------------------
+
+
+def files(root: Path, *, journal: bool = False) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes), without the journal unless asked."""
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = Path(d) / n
+            rel = p.relative_to(root).as_posix()
+            if journal or not rel.startswith(".shardwise/"):
+                out[rel] = p.read_bytes()
+    return out
+
+
+def temp_files(root: Path) -> list[str]:
+    return sorted(k for k in files(root, journal=True) if TEMP.search(k))
+
+
+def torn_shards(root: Path) -> list[str]:
+    """Shards under ``root`` that do not decode completely (index and every inner chunk)."""
+    from shardwise.api import open_info
+    from shardwise.errors import CorruptShardError
+    from shardwise.shard import decode_shard_bytes
+
+    if not (root / "zarr.json").exists():
+        return [k for k in files(root) if not TEMP.search(k)]
+    info = open_info(LocalStore(root, read_only=True))
+    bad = []
+    for rel, data in files(root).items():
+        if rel == "zarr.json" or TEMP.search(rel):
+            continue
+        try:
+            decode_shard_bytes(info.codec, data, rel)
+        except (CorruptShardError, ValueError):
+            bad.append(rel)
+    return bad
+
+
+def unique() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def figures_path() -> Path:
+    """Where tests record the figures they measure (read by the closing note)."""
+    import tempfile
+
+    default = Path(tempfile.gettempdir()) / "shardwise-figures"
+    p = Path(os.environ.get("SHARDWISE_FIGURES", default))
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def record_figures(name: str, figures: dict[str, Any]) -> None:
+    """Write ``figures`` to ``<figures dir>/<name>.json`` and print them (``pytest -s`` shows)."""
+    import json
+
+    text = json.dumps(figures, indent=1, sort_keys=True, default=str)
+    (figures_path() / f"{name}.json").write_text(text + "\n")
+    print(f"\n[figures] {name}: {json.dumps(figures, sort_keys=True, default=str)}")
+
+
+def assert_same(a: np.ndarray, b: np.ndarray) -> None:
+    np.testing.assert_array_equal(a, b)

@@ -1,0 +1,200 @@
+"""The write lease: one writer job per array, refused before it writes anything.
+
+Races of many processes are in test_faults.py; here the rules one at a time, on local files and
+zarr's MemoryStore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from faultkit import files
+from zarr.storage import LocalStore, MemoryStore
+
+import shardwise
+from shardwise import LeaseHeldError
+from shardwise.lease import LEASE, Lease, LeaseInfo, break_lease, part_lease, read_lease
+from shardwise.store import ShardStore
+from shardwise.verify import verify
+
+KW = dict(chunks=(4, 4), shards=(8, 8))
+
+
+def data(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(1, 1000, (24, 20)).astype("int32")
+
+
+def sstore(root: Path) -> ShardStore:
+    return ShardStore(LocalStore(root))
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_exclusive_then_free_again(tmp_path: Path, kind: str) -> None:
+    st = sstore(tmp_path) if kind == "local" else ShardStore(MemoryStore(), "a/b")
+    first = Lease.acquire(st, purpose="job one")
+    with pytest.raises(LeaseHeldError) as e:
+        Lease.acquire(st, purpose="job two")
+    assert "job one" in str(e.value) and str(os.getpid()) in str(e.value)
+    assert "break_lease=True" in str(e.value)
+    held = read_lease(st)
+    assert held is not None and held.token == first.info.token
+    first.release()
+    assert read_lease(st) is None
+    with Lease.acquire(st, purpose="job three") as third:
+        assert read_lease(st) == third.info
+    assert read_lease(st) is None
+
+
+def test_part_leases_are_independent(tmp_path: Path) -> None:
+    st = sstore(tmp_path)
+    a = Lease.acquire(st, name=part_lease(0, 2))
+    b = Lease.acquire(st, name=part_lease(1, 2))
+    with pytest.raises(LeaseHeldError):
+        Lease.acquire(st, name=part_lease(0, 2))
+    a.release()
+    b.release()
+    assert st.list(".shardwise") == []
+
+
+def test_release_leaves_a_broken_and_retaken_lease_alone(tmp_path: Path) -> None:
+    st = sstore(tmp_path)
+    mine = Lease.acquire(st)
+    assert break_lease(st) == mine.info
+    theirs = Lease.acquire(st)
+    mine.release()  # no longer ours: must not remove theirs
+    assert read_lease(st) == theirs.info
+    theirs.release()
+
+
+def test_unreadable_lease_object_still_blocks(tmp_path: Path) -> None:
+    st = sstore(tmp_path)
+    st.put(LEASE, b"\x00garbage")
+    with pytest.raises(LeaseHeldError, match="unreadable lease object"):
+        Lease.acquire(st)
+    Lease.acquire(st, break_stale=True).release()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
+def test_a_dead_writers_lease_is_broken_only_on_purpose(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **KW)
+    st = sstore(root)
+    info = LeaseInfo.new("write")
+    stale = LeaseInfo(info.token, "write", info.host, _dead_pid(), info.user, info.since)
+    st.put(LEASE, stale.to_bytes())
+    with pytest.raises(LeaseHeldError, match="that process is gone"):
+        shardwise.write_array(data(1), root, mode="w", **KW)
+    with pytest.raises(LeaseHeldError):
+        shardwise.write_array(data(1), root, mode="w", resume=True, **KW)
+    np.testing.assert_array_equal(shardwise.open_array(root).compute(), data())
+    shardwise.write_array(data(1), root, mode="w", break_lease=True, **KW)
+    np.testing.assert_array_equal(shardwise.open_array(root).compute(), data(1))
+    assert read_lease(st) is None
+
+
+@pytest.mark.parametrize("mode", ["w", "r+", "a"])
+def test_refused_before_any_byte_is_written(tmp_path: Path, mode: str) -> None:
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **KW)
+    before = files(root, journal=True)
+    with Lease.acquire(sstore(root), purpose="the other job"):
+        kw = dict(KW) if mode == "w" else {}
+        with pytest.raises(LeaseHeldError, match="the other job"):
+            shardwise.write_array(data(2), root, mode=mode, **kw)
+        after = files(root, journal=True)
+    del after[LEASE]
+    assert after == before
+
+
+def test_new_array_refused_while_its_path_is_leased(tmp_path: Path) -> None:
+    root = tmp_path / "new.zarr"
+    with Lease.acquire(sstore(root)):
+        with pytest.raises(LeaseHeldError):
+            shardwise.write_array(data(), root, **KW)
+        assert sorted(files(root, journal=True)) == [LEASE]
+
+
+def test_lease_false_writes_anyway(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    with Lease.acquire(sstore(root)):
+        shardwise.write_array(data(), root, lease=False, **KW)
+        assert read_lease(sstore(root)) is not None  # still there: mode 'w-' kept it
+    np.testing.assert_array_equal(shardwise.open_array(root).compute(), data())
+
+
+def test_mode_w_keeps_the_lease_while_it_replaces_the_array(tmp_path: Path) -> None:
+    """zarr's overwrite deletes the whole node; shardwise must keep its own lease meanwhile."""
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **KW)
+    seen: list[object] = []
+
+    def probe(block: np.ndarray) -> np.ndarray:
+        seen.append(read_lease(sstore(root)))
+        return block
+
+    src = da.from_array(data(3), chunks=(8, 8)).map_blocks(
+        probe, dtype="int32", meta=np.empty((0, 0), "int32")
+    )
+    shardwise.write_array(src, root, mode="w", **KW)
+    assert seen and all(s is not None for s in seen)
+    assert read_lease(sstore(root)) is None
+    np.testing.assert_array_equal(shardwise.open_array(root).compute(), data(3))
+
+
+def test_a_failed_write_releases_the_lease_and_stays_incomplete(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+
+    def boom(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
+        assert block_info is not None
+        if block_info[0]["chunk-location"] == (2, 1):
+            raise RuntimeError("source failed")
+        return block
+
+    src = da.from_array(data(), chunks=(8, 8)).map_blocks(boom, dtype="int32")
+    with pytest.raises(RuntimeError, match="source failed"):
+        shardwise.write_array(src, root, **KW)
+    assert read_lease(sstore(root)) is None
+    report = verify(root)
+    assert [p.kind for p in report.problems] == ["incomplete"]
+
+
+def test_compute_false_takes_no_lease_unless_asked(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    shardwise.write_array(np.zeros((24, 20), "int32"), a, **KW)
+    # two deferred region writes into one array, computed together (xarray's pattern)
+    d1 = shardwise.write_array(data()[:8], a, mode="r+", region=(slice(0, 8), slice(None)),
+                               compute=False)
+    d2 = shardwise.write_array(data()[8:], a, mode="r+", region=(slice(8, 24), slice(None)),
+                               compute=False)
+    dask.compute(d1, d2)
+    np.testing.assert_array_equal(shardwise.open_array(a).compute(), data())
+    # lease=True: held from the call until the Delayed has run
+    d3 = shardwise.write_array(data(), b, lease=True, compute=False, **KW)
+    assert read_lease(sstore(b)) is not None
+    with pytest.raises(LeaseHeldError):
+        shardwise.write_array(data(), b, mode="w", **KW)
+    d3.compute()
+    assert read_lease(sstore(b)) is None
+    assert verify(b).ok
+
+
+def test_lease_object_is_small_json(tmp_path: Path) -> None:
+    st = sstore(tmp_path)
+    with Lease.acquire(st, purpose="check"):
+        raw = (tmp_path / LEASE).read_bytes()
+    d = json.loads(raw)
+    assert set(d) == {"token", "purpose", "host", "pid", "user", "since"}
+    assert d["pid"] == os.getpid() and d["purpose"] == "check"

@@ -1,0 +1,212 @@
+"""Resume: an interrupted write rerun with resume=True skips what it stored, ends byte-identical.
+
+Interruptions here are deterministic (a source block that raises, temp files a killed writer
+leaves, a multipart upload abandoned on S3); random SIGKILLs of the whole writer are in
+test_faults.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from faultkit import BUCKET, MotoS3, files, moto_s3, temp_files, unique
+
+import shardwise
+from shardwise.journal import RECORDS, read_records
+from shardwise.verify import verify
+
+SHAPE = (40, 36)
+KW: dict[str, Any] = dict(chunks=(4, 4), shards=(8, 12), fill_value=0)
+NSHARDS = 5 * 3
+
+
+def data(seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).integers(1, 50, SHAPE).astype("int16")
+    x[:8, :12] = 0  # one shard of fill: never stored
+    return x
+
+
+def settle(root: Any, timeout: float = 20.0) -> None:
+    """Wait until the shards stored under ``root`` stop changing (the other tasks finished)."""
+    if not isinstance(root, Path):
+        time.sleep(1.0)
+        return
+    last, stable, t0 = -1, 0.0, time.monotonic()
+    while time.monotonic() - t0 < timeout and stable < 0.3:
+        n = len(files(root, journal=True))
+        stable = stable + 0.05 if n == last else 0.0
+        last = n
+        time.sleep(0.05)
+
+
+def failing(x: np.ndarray, chunks: Any, bad: tuple[int, int], root: Any) -> Any:
+    """``x`` as dask, with block ``bad`` raising once every other shard task is done."""
+
+    def f(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
+        assert block_info is not None
+        if tuple(block_info[0]["chunk-location"]) == bad:
+            settle(root)
+            raise RuntimeError("interrupted")
+        return block
+
+    return da.from_array(x, chunks=chunks).map_blocks(f, dtype=x.dtype, meta=x[:0, :0])
+
+
+def interrupted(root: Any, x: np.ndarray, chunks: Any = (8, 12), bad: Any = (4, 1), **kw: Any) -> None:
+    with dask.config.set(scheduler="threads", num_workers=4), pytest.raises(RuntimeError):
+        shardwise.write_array(failing(x, chunks, bad, root), root, **{**KW, **kw})
+
+
+@pytest.fixture
+def reference(tmp_path: Path) -> dict[str, bytes]:
+    root = tmp_path / "ref.zarr"
+    shardwise.write_array(data(), root, **KW)
+    return files(root)
+
+
+@pytest.mark.parametrize("chunks", [(8, 12), (7, 5), (20, 36)], ids=["aligned", "misaligned", "two"])
+def test_resume_skips_stored_shards_and_ends_identical(
+    tmp_path: Path, reference: dict[str, bytes], chunks: Any
+) -> None:
+    root = tmp_path / "a.zarr"
+    bad = (len(range(0, 40, chunks[0])) - 1, 0)
+    interrupted(root, data(), chunks=chunks, bad=bad)
+    stored = {k for k in files(root) if k != "zarr.json"}
+    assert stored and stored < set(reference)
+    # what a killed writer leaves: its temp file and a zarr-style one
+    (root / "c/4/2.0123456789abcdef0123456789abcdef.partial").parent.mkdir(exist_ok=True)
+    (root / "c/4/2.0123456789abcdef0123456789abcdef.partial").write_bytes(b"half a shard")
+    (root / "zarr.fedcba9876543210fedcba9876543210.partial").write_bytes(b"")
+    assert [p.kind for p in verify(root).problems].count("temp") == 2
+
+    report = shardwise.write_array(data(), root, resume=True, **KW)
+    assert report.shards_skipped == len(stored)
+    assert report.shards_written + report.shards_skipped == NSHARDS - 1
+    assert files(root) == reference
+    assert temp_files(root) == []
+    assert verify(root).ok
+
+
+def test_resume_of_a_finished_write_skips_every_stored_shard(
+    tmp_path: Path, reference: dict[str, bytes]
+) -> None:
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **KW)
+    report = shardwise.write_array(data(), root, resume=True, **KW)
+    assert (report.shards_skipped, report.shards_written) == (NSHARDS - 1, 0)
+    assert files(root) == reference
+
+
+def test_a_shard_changed_since_is_rewritten(tmp_path: Path, reference: dict[str, bytes]) -> None:
+    root = tmp_path / "a.zarr"
+    interrupted(root, data())
+    other = tmp_path / "other.zarr"
+    shardwise.write_array(data(7), other, **KW)
+    (root / "c/1/1").write_bytes((other / "c/1/1").read_bytes())  # valid, but not ours
+    (root / "c/2/0").unlink()  # recorded, then lost
+    assert {p.kind for p in verify(root).problems} == {"mismatch", "missing", "incomplete"}
+    report = shardwise.write_array(data(), root, resume=True, **KW)
+    assert "c/1/1" in report.keys and "c/2/0" in report.keys
+    assert files(root) == reference
+
+
+def test_resume_of_a_region_write_merges_once(tmp_path: Path) -> None:
+    base = np.full(SHAPE, 3, "int16")
+    region = (slice(5, 37), slice(2, 30))  # cuts shards: partial shards are merged
+    new = data()[region]
+    ref, root = tmp_path / "ref.zarr", tmp_path / "a.zarr"
+    for r in (ref, root):
+        shardwise.write_array(base, r, **KW)
+    shardwise.write_array(new, ref, mode="r+", region=region)
+
+    with dask.config.set(scheduler="threads", num_workers=4), pytest.raises(RuntimeError):
+        shardwise.write_array(failing(new, (8, 8), (3, 2), root), root, mode="r+", region=region)
+    report = shardwise.write_array(new, root, mode="r+", region=region, resume=True)
+    assert report.shards_skipped > 0
+    assert files(root) == files(ref)
+    expect = base.copy()
+    expect[region] = new
+    np.testing.assert_array_equal(zarr.open_array(root)[...], expect)
+    assert verify(root).ok
+
+
+def test_resume_onto_other_metadata(tmp_path: Path, reference: dict[str, bytes]) -> None:
+    root = tmp_path / "a.zarr"
+    interrupted(root, data())
+    other = {**KW, "chunks": (2, 2)}
+    with pytest.raises(FileExistsError, match="nothing to resume"):
+        shardwise.write_array(data(), root, resume=True, **other)
+    # mode 'w' replaces an array it cannot resume
+    shardwise.write_array(data(), root, mode="w", resume=True, **other)
+    assert verify(root).ok
+    assert files(root) != reference
+
+
+def test_resume_needs_a_write_to_resume_in_mode_w_minus(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    z = zarr.create_array(root, shape=SHAPE, dtype="int16", **KW)
+    z[...] = data()
+    with pytest.raises(FileExistsError):
+        shardwise.write_array(data(), root, resume=True, **KW)
+
+
+def test_resume_in_mode_w_without_an_interrupted_write_rewrites(
+    tmp_path: Path, reference: dict[str, bytes]
+) -> None:
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(5), root, **KW)
+    report = shardwise.write_array(data(), root, mode="w", resume=True, **KW)
+    assert report.shards_skipped == 0  # other data, other region write: nothing adopted
+    assert files(root) == reference
+
+
+def test_records_follow_the_shards(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **KW)
+    recs = read_records(shardwise.api.ShardStore(zarr.storage.LocalStore(root)))
+    assert set(recs) == {k for k in files(root) if k != "zarr.json"}
+    assert all(r is not None and r.size == (root / k).stat().st_size for k, r in recs.items())
+    # a shard rewritten as all fill is deleted, and so is its record
+    shardwise.write_array(np.zeros((8, 12), "int16"), root, mode="r+",
+                          region=(slice(8, 16), slice(0, 12)))
+    assert not (root / "c/1/0").exists() and not (root / RECORDS / "c/1/0").exists()
+    assert verify(root).ok
+
+
+# -- S3: abandoned multipart uploads -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[MotoS3]:
+    with moto_s3() as s:
+        yield s
+
+
+def test_resume_aborts_abandoned_multipart_uploads(s3: MotoS3) -> None:
+    prefix, neighbour = unique(), unique()
+    store = s3.obstore(prefix)
+    interrupted(store, data())
+    # a killed writer's upload of a shard, and someone else's upload next door
+    mine = s3.client.create_multipart_upload(Bucket=BUCKET, Key=f"{prefix}/c/4/1")["UploadId"]
+    s3.client.create_multipart_upload(Bucket=BUCKET, Key=f"{neighbour}/c/4/1")
+
+    def uploads() -> set[str]:
+        page = s3.client.list_multipart_uploads(Bucket=BUCKET)
+        return {u["Key"] for u in page.get("Uploads", [])}
+
+    assert uploads() == {f"{prefix}/c/4/1", f"{neighbour}/c/4/1"}
+    report = shardwise.write_array(data(), store, resume=True, **KW)
+    assert report.shards_skipped > 0
+    assert uploads() == {f"{neighbour}/c/4/1"}
+    with pytest.raises(s3.client.exceptions.NoSuchUpload):
+        s3.client.list_parts(Bucket=BUCKET, Key=f"{prefix}/c/4/1", UploadId=mine)
+    np.testing.assert_array_equal(shardwise.open_array(store).compute(), data())
+    assert verify(store).ok
