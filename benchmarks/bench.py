@@ -24,7 +24,6 @@ Case groups for --cases: ``sw`` (all shardwise cases that apply to the workload)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
@@ -923,50 +922,40 @@ def report(paths: list[str]) -> None:
 # profile
 # ----------------------------------------------------------------------------------------------
 def profile(wl: str, case: str, top: int) -> None:
-    """Run one case under cProfile with a profiler in every thread, print the merged stats.
+    """Run one case (rep 0) with cProfile on during its timed part; print the top functions.
 
-    The dask threads and shardwise's encode pool threads each get their own profiler
-    (threading.setprofile_all_threads is not used: cProfile is per thread), merged at the end.
+    On Python >= 3.12 cProfile is built on sys.monitoring and one profiler sees every thread
+    (dask's and shardwise's encode pool): times are summed over the threads, and time a thread
+    spends waiting shows up as lock ``acquire``/``wait``.
     """
     import cProfile
     import pstats
-    import threading
 
-    profs: list[cProfile.Profile] = []
-    lock = threading.Lock()
-    orig_run = threading.Thread.run
-
-    def run(self: threading.Thread) -> None:
-        p = cProfile.Profile()
-        with lock:
-            profs.append(p)
-        p.enable()
-        try:
-            orig_run(self)
-        finally:
-            p.disable()
-
-    threading.Thread.run = run  # type: ignore[method-assign]
-    main = cProfile.Profile()
     fn = SW_CASES[case][0] if case in SW_CASES else A.CASES[case][0]
-    main.enable()
-    info = fn(wl, 0)
-    main.disable()
-    threading.Thread.run = orig_run  # type: ignore[method-assign]
-    print(
-        json.dumps(
-            {k: v for k, v in info.items() if k in ("wall_s", "cpu_s", "verify")},
-            default=_json_default,
-        )[:600]
-    )
-    st = pstats.Stats(main)
-    for p in profs:
-        with contextlib.suppress(TypeError):  # a thread that never ran has no stats
-            st.add(p)
-    print(
-        f"(merged profiles of the main thread and {len(profs)} other threads; wall under the "
-        "profiler is slower than without)"
-    )
+    prof = cProfile.Profile()
+    meter = A.Meter
+
+    class ProfiledMeter(meter):  # type: ignore[misc,valid-type]
+        """The harness' Meter, profiling exactly its timed part (not set-up or verification)."""
+
+        def __enter__(self) -> Any:
+            out = super().__enter__()
+            prof.enable()
+            return out
+
+        def __exit__(self, *exc: object) -> Any:
+            prof.disable()
+            return super().__exit__(*exc)
+
+    A.Meter = ProfiledMeter
+    try:
+        info = fn(wl, 0)
+    finally:
+        A.Meter = meter
+    keep = ("wall_s", "cpu_s", "verify", "read_ok")
+    print(json.dumps({k: v for k, v in info.items() if k in keep}, default=_json_default)[:600])
+    print("(all threads; the profiler slows Python-heavy code, compare shares, not seconds)")
+    st = pstats.Stats(prof)
     st.sort_stats("tottime").print_stats(top)
     st.sort_stats("cumulative").print_stats(top)
 

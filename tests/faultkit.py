@@ -18,6 +18,7 @@ import random
 import re
 import socket
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -266,19 +267,26 @@ class NoSpaceStore(WrapperStore[Store]):
     store then removes), so what is visible is all or nothing per key.
     """
 
-    def __init__(self, store: Store, budget: int) -> None:
+    def __init__(self, store: Store, budget: int, state: dict[str, Any] | None = None) -> None:
         super().__init__(store)
-        self.budget = budget
-        self.used = 0
-        self.refused = 0
-        self._lock = threading.Lock()
+        # shared with the copies zarr makes (read-only views, ...)
+        self.state = state if state is not None else {
+            "budget": budget, "used": 0, "refused": 0, "lock": threading.Lock()}
+
+    def _with_store(self, store: Store) -> NoSpaceStore:
+        return NoSpaceStore(store, self.state["budget"], self.state)
+
+    @property
+    def refused(self) -> int:
+        return int(self.state["refused"])
 
     def _take(self, key: str, n: int) -> None:
-        with self._lock:
-            if self.used + n > self.budget:
-                self.refused += 1
+        st = self.state
+        with st["lock"]:
+            if st["used"] + n > st["budget"]:
+                st["refused"] += 1
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), key)
-            self.used += n
+            st["used"] += n
 
     async def set(self, key: str, value: Any) -> None:
         self._take(key, len(value))
@@ -305,6 +313,19 @@ def files(root: Path, *, journal: bool = False) -> dict[str, bytes]:
             if journal or not rel.startswith(".shardwise/"):
                 out[rel] = p.read_bytes()
     return out
+
+
+def settle(root: Any, timeout: float = 20.0) -> None:
+    """Wait until the shards stored under ``root`` stop changing (the other tasks finished)."""
+    if not isinstance(root, Path):
+        time.sleep(1.0)
+        return
+    last, stable, t0 = -1, 0.0, time.monotonic()
+    while time.monotonic() - t0 < timeout and stable < 0.3:
+        n = len(files(root, journal=True))
+        stable = stable + 0.05 if n == last else 0.0
+        last = n
+        time.sleep(0.05)
 
 
 def temp_files(root: Path) -> list[str]:
@@ -356,3 +377,117 @@ def record_figures(name: str, figures: dict[str, Any]) -> None:
 
 def assert_same(a: np.ndarray, b: np.ndarray) -> None:
     np.testing.assert_array_equal(a, b)
+
+
+# -- a disk that stalls on one key (for pausing a worker inside a shard write) -------------------
+
+
+class StallStore(WrapperStore[Store]):
+    """Wraps a (picklable) store; the first ``set`` of ``key`` anywhere writes ``<flag>.<pid>``
+    and sleeps ``seconds`` before storing, so a test can SIGSTOP that process mid-write."""
+
+    def __init__(self, store: Store, key: str, flag: str, seconds: float) -> None:
+        super().__init__(store)
+        self.key, self.flag, self.seconds = key, flag, seconds
+
+    def __reduce__(self) -> Any:
+        return (StallStore, (self._store, self.key, self.flag, self.seconds))
+
+    def _with_store(self, store: Store) -> StallStore:
+        return StallStore(store, self.key, self.flag, self.seconds)
+
+    async def set(self, key: str, value: Any) -> None:
+        if key == self.key:
+            try:
+                fd = os.open(self.flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                time.sleep(self.seconds)  # blocks this worker thread: the pause point
+                Path(f"{self.flag}.resumed").write_text(str(os.getpid()))
+        await self._store.set(key, value)
+
+
+# -- functions run in separate processes (multiprocessing forkserver) ---------------------------
+
+
+def race_lease(idx: int, kind: str, base: str, trials: int, barrier: Any, out: Any,
+               endpoint: str = "") -> None:
+    """One of the racing writer jobs: every trial, wait for the others, then take the lease."""
+    from shardwise.errors import LeaseHeldError
+    from shardwise.lease import Lease
+    from shardwise.store import ShardStore
+
+    for t in range(trials):
+        if kind == "local":
+            store = ShardStore(LocalStore(Path(base) / f"t{t}"))
+        else:
+            store = ShardStore(MotoS3(endpoint, None).obstore(f"{base}/t{t}"))
+        barrier.wait()
+        try:
+            lease = Lease.acquire(store, purpose=f"job {idx}")
+            out.put((t, idx, lease.info.token))
+        except LeaseHeldError:
+            out.put((t, idx, None))
+        except Exception as e:  # reported, and fails the test
+            out.put((t, idx, f"error: {type(e).__name__}: {e}"))
+
+
+def race_write(idx: int, root: str, barrier: Any, out: Any) -> None:
+    """A whole writer job: write an array filled with ``idx`` (slowly) into ``root``."""
+    import dask.array as da
+    import numpy as np
+
+    import shardwise
+    from shardwise.errors import LeaseHeldError
+
+    def slow(block: Any) -> Any:
+        time.sleep(0.02)
+        return block
+
+    src = da.full((64, 64), idx, dtype="int16", chunks=(16, 16)).map_blocks(
+        slow, meta=np.empty((0, 0), "int16")
+    )
+    barrier.wait()
+    try:
+        rep = shardwise.write_array(src, root, chunks=(8, 8), shards=(16, 16))
+        out.put((idx, "wrote", rep.shards_written))
+    except LeaseHeldError:
+        out.put((idx, "refused", 0))
+    except FileExistsError:
+        out.put((idx, "exists", 0))
+    except Exception as e:
+        out.put((idx, f"error: {type(e).__name__}: {e}", 0))
+
+
+KILL_SHAPE = (768, 768)
+KILL_KW: dict[str, Any] = dict(chunks=(32, 32), shards=(128, 128), fill_value=0)
+
+
+def kill_data(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 4000, KILL_SHAPE).astype("float32")
+    x[:128, :256] = 0  # two shards of fill
+    return x
+
+
+def kill_writer(root: str, seed: int, started: Any) -> None:
+    """The writer that gets SIGKILLed: a plain write of ``kill_data(seed)``."""
+    import dask.array as da
+
+    import shardwise
+
+    src = da.from_array(kill_data(seed), chunks=(200, 300))
+    started.set()
+    shardwise.write_array(src, root, **KILL_KW)
+
+
+def forkserver() -> Any:
+    """A multiprocessing context whose children fork from a server that preloaded shardwise."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["faultkit", "shardwise", "dask.array", "numpy", "zarr"])
+    return ctx

@@ -16,10 +16,10 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from faultkit import files
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
+from faultkit import files
 from shardwise import LeaseHeldError
 from shardwise.lease import LEASE, Lease, LeaseInfo, break_lease, part_lease, read_lease
 from shardwise.store import ShardStore

@@ -7,7 +7,6 @@ test_faults.py.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,9 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from faultkit import BUCKET, MotoS3, files, moto_s3, temp_files, unique
 
 import shardwise
+from faultkit import BUCKET, MotoS3, files, moto_s3, settle, temp_files, unique
 from shardwise.journal import RECORDS, read_records
 from shardwise.verify import verify
 
@@ -32,19 +31,6 @@ def data(seed: int = 0) -> np.ndarray:
     x = np.random.default_rng(seed).integers(1, 50, SHAPE).astype("int16")
     x[:8, :12] = 0  # one shard of fill: never stored
     return x
-
-
-def settle(root: Any, timeout: float = 20.0) -> None:
-    """Wait until the shards stored under ``root`` stop changing (the other tasks finished)."""
-    if not isinstance(root, Path):
-        time.sleep(1.0)
-        return
-    last, stable, t0 = -1, 0.0, time.monotonic()
-    while time.monotonic() - t0 < timeout and stable < 0.3:
-        n = len(files(root, journal=True))
-        stable = stable + 0.05 if n == last else 0.0
-        last = n
-        time.sleep(0.05)
 
 
 def failing(x: np.ndarray, chunks: Any, bad: tuple[int, int], root: Any) -> Any:
@@ -60,7 +46,9 @@ def failing(x: np.ndarray, chunks: Any, bad: tuple[int, int], root: Any) -> Any:
     return da.from_array(x, chunks=chunks).map_blocks(f, dtype=x.dtype, meta=x[:0, :0])
 
 
-def interrupted(root: Any, x: np.ndarray, chunks: Any = (8, 12), bad: Any = (4, 1), **kw: Any) -> None:
+def interrupted(
+    root: Any, x: np.ndarray, chunks: Any = (8, 12), bad: Any = (4, 1), **kw: Any
+) -> None:
     with dask.config.set(scheduler="threads", num_workers=4), pytest.raises(RuntimeError):
         shardwise.write_array(failing(x, chunks, bad, root), root, **{**KW, **kw})
 
@@ -72,7 +60,9 @@ def reference(tmp_path: Path) -> dict[str, bytes]:
     return files(root)
 
 
-@pytest.mark.parametrize("chunks", [(8, 12), (7, 5), (20, 36)], ids=["aligned", "misaligned", "two"])
+@pytest.mark.parametrize(
+    "chunks", [(8, 12), (7, 5), (20, 36)], ids=["aligned", "misaligned", "two"]
+)
 def test_resume_skips_stored_shards_and_ends_identical(
     tmp_path: Path, reference: dict[str, bytes], chunks: Any
 ) -> None:

@@ -68,16 +68,7 @@ SKIPPED_SMALL_SHARDS: dict[str, str] = {
 }
 
 KNOWN_FAILURES: dict[str, str] = {
-    # shardwise.to_zarr differs from Dataset.to_zarr; reported, kept strict so a fix shows up
-    "test_roundtrip_None_variable": "to_zarr refuses a variable named None",
-    "test_invalid_dataarray_names_raise": "to_zarr raises PlanError (ValueError), not TypeError, "
-    "for non-string variable names",
-    "test_encoding_kwarg": "to_zarr(encoding={'x': 'foo'}) fails with an unhelpful message",
-    "test_chunk_encoding": "to_zarr ignores non-integer encoding chunks instead of a TypeError",
-    "test_shard_encoding": "to_zarr replaces inner chunks that do not divide the encoded shards "
-    "instead of raising ValueError",
-    "test_encoding_chunksizes": "to_zarr keeps the 'shards' encoding of a variable that became "
-    "0-d (isel), which zarr then refuses",
+    # shardwise.to_zarr differences from Dataset.to_zarr, kept strict so a fix shows up
 }
 
 

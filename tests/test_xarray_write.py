@@ -147,6 +147,59 @@ def test_explicit_chunks_that_do_not_divide_shards_are_refused(tmp_path: Path) -
     assert not (tmp_path / "a.zarr").exists()
 
 
+def _with_encoding(**enc: Any) -> xr.Dataset:
+    ds = sample(10, 4)
+    ds["temp"].encoding = enc
+    return ds
+
+
+@pytest.mark.parametrize(
+    ("ds", "kwargs", "error", "message"),
+    [
+        (xr.Dataset({0: ("x", [1])}), {}, TypeError, "string or None"),
+        (xr.Dataset({"": ("x", [1])}), {}, ValueError, "length 1 or greater"),
+        (sample(), {"encoding": {"temp": "foo"}}, ValueError, "castable to a dictionary"),
+        (sample(), {"encoding": {"nothere": {}}}, KeyError, "nothere"),
+        (sample(), {"encoding": {"temp": {"foo": 1}}}, ValueError, "unexpected encoding"),
+        (_with_encoding(chunks=(5, 4.5)), {}, TypeError, "tuple of ints"),
+        (_with_encoding(chunks=(2, 2), shards=(5, 4)), {}, PlanError, r"\(2, 2\) must divide"),
+    ],
+    ids=["int-name", "empty-name", "not-a-dict", "unknown-variable", "unknown-key",
+         "float-chunks", "chunks-split-shards"],
+)
+def test_encoding_and_name_errors_as_xarray(
+    tmp_path: Path, ds: xr.Dataset, kwargs: dict[str, Any], error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        shardwise.to_zarr(ds, tmp_path / "a.zarr", **kwargs)
+    assert not (tmp_path / "a.zarr").exists()
+
+
+def test_kept_encodings_that_no_longer_fit(tmp_path: Path) -> None:
+    path = tmp_path / "src.zarr"
+    ds = sample(12, 6)
+    shardwise.to_zarr(ds, path, encoding={"temp": {"chunks": (2, 3), "shards": (4, 6)}})
+    # chunks changed after reading: the stored shards are replaced by shards around them
+    opened = xr.open_dataset(
+        path, engine="shardwise", chunks={"time": 12, "x": 6},
+        backend_kwargs={"overwrite_encoded_chunks": True},
+    )
+    assert opened.temp.encoding["chunks"] == (12, 6) and opened.temp.encoding["shards"] == (4, 6)
+    shardwise.to_zarr(opened, tmp_path / "a.zarr")
+    info = open_info(LocalStore(tmp_path / "a.zarr"), "temp")
+    assert info.layout.chunk_shape == (12, 6) and info.layout.shard_shape == (12, 6)
+    # a coordinate that became 0-d drops its chunks and shards
+    shardwise.to_zarr(opened.isel(time=0), tmp_path / "b.zarr")
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "b.zarr").load(), ds.isel(time=0))
+
+
+def test_variable_named_none_as_xarray(tmp_path: Path) -> None:
+    ds = xr.Dataset({None: (("x", "y"), [[0, 1], [2, 3]])})
+    shardwise.to_zarr(ds, tmp_path / "a.zarr")
+    assert (tmp_path / "a.zarr" / "__values__" / "zarr.json").exists()  # xarray's own name
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "a.zarr").load(), ds)
+
+
 # -- metadata exactly as xarray writes it ----------------------------------------------------------
 
 
@@ -271,7 +324,7 @@ def test_append_that_fails_part_way_keeps_the_old_length_and_can_be_rerun(
     meta = {k: v for k, v in snapshot(path).items() if k.endswith("zarr.json")}
 
     def lose_last_block(block: np.ndarray, block_info: Any = None) -> np.ndarray:
-        if block_info[0]["chunk-location"][0] == 3:
+        if block_info is not None and block_info[0]["chunk-location"][0] == 3:
             raise RuntimeError("worker lost")
         return block
 

@@ -1,5 +1,6 @@
 """shardwise: parallel, shard-safe writes and shard-aligned reads of Zarr v3 sharded arrays."""
 
+from . import batch
 from .api import open_array, write_array
 from .backend import open_dataset
 from .errors import (
@@ -8,7 +9,9 @@ from .errors import (
     PlanError,
     ShardwiseError,
     UnsupportedCodecError,
+    VerifyError,
 )
+from .verify import VerifyReport, verify
 from .write import WriteReport
 from .xarray_write import to_zarr
 
@@ -20,9 +23,13 @@ __all__ = [
     "PlanError",
     "ShardwiseError",
     "UnsupportedCodecError",
+    "VerifyError",
+    "VerifyReport",
     "WriteReport",
+    "batch",
     "open_array",
     "open_dataset",
     "to_zarr",
+    "verify",
     "write_array",
 ]

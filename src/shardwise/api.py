@@ -168,7 +168,7 @@ def write_array(
             session.clear(everything=mode == "w")
         session.start(
             resume=resume,
-            keys=plan_keys(plan) if resume else (),
+            keys=plan_keys(plan),
             adopt_done=mode == "w-",
             must_adopt=resume and mode == "w-" and exists and not create,
         )

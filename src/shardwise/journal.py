@@ -232,19 +232,31 @@ def temp_target(name: str) -> str | None:
 def remove_temp_files(store: ShardStore, keys: set[str] | None = None) -> list[str]:
     """Delete the temp files of interrupted local writes (only those aimed at ``keys`` if given).
 
-    Returns the names removed. Other stores write objects whole, so they have none.
+    With ``keys`` only their directories are listed. Returns the names removed. Other stores
+    write objects whole, so they have none.
     """
-    if store.local_root is None:
+    root = store.local_root
+    if root is None:
         return []
+    if keys is None:
+        names = store.list("")
+    else:
+        names = []
+        for d in {k.rpartition("/")[0] for k in keys}:
+            try:
+                entries = os.listdir(root / store.key(d) if d else root / store.path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            names += [f"{d}/{e}" if d else e for e in entries if TEMP.match(e)]
     removed = []
-    for name in store.list(""):
+    for name in names:
         base = temp_target(name)
         if base is None:
             continue
         if keys is not None and base not in keys and f"{base}.json" not in keys:
             continue
         try:
-            os.unlink(store.local_root / store.key(name))
+            os.unlink(root / store.key(name))
         except FileNotFoundError:
             continue
         removed.append(name)

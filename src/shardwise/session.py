@@ -50,6 +50,7 @@ class WriteSession:
     shape: tuple[int, ...]
     lease: Lease | None = None
     marker: WriteMarker | None = None
+    keys: frozenset[str] = frozenset()
     resumed: bool = False
     cleaned: dict[str, int] = field(default_factory=dict)
 
@@ -114,15 +115,20 @@ class WriteSession:
                 status="open",
                 started=now(),
             )
+        names = set(keys)
+        self.keys = frozenset(names)
         if resume:
             started = datetime.datetime.now(datetime.UTC)
-            names = set(keys)
-            targets = names | {RECORDS + k for k in names} | {marker_name(self.region), "zarr.json"}
-            self.cleaned["temp_files"] = len(remove_temp_files(self.store, targets))
+            self.cleaned["temp_files"] = len(remove_temp_files(self.store, self._targets()))
             self.cleaned["multipart_uploads"] = len(
                 abort_multipart_uploads(self.store, names, before=started)
             )
         self.store.put(marker_name(self.region), self.marker.to_bytes())
+
+    def _targets(self) -> set[str]:
+        """Every key this write may put: its shards, their records, its marker, the metadata."""
+        keys = self.keys
+        return {*keys, *(RECORDS + k for k in keys), marker_name(self.region), "zarr.json"}
 
     def journal(self, codec: ShardCodec) -> Journal:
         assert self.marker is not None
@@ -145,6 +151,11 @@ class WriteSession:
         """Mark the write done, drop done markers it supersedes, release the lease."""
         try:
             assert self.marker is not None
+            # a task rerun after its worker died leaves the dead one's temp file behind
+            if self.keys:
+                self.cleaned["temp_files"] = self.cleaned.get("temp_files", 0) + len(
+                    remove_temp_files(self.store, self._targets())
+                )
             done = replace(self.marker, status="done", finished=now())
             me = marker_name(self.region)
             self.store.put(me, done.to_bytes())

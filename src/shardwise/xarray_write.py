@@ -80,7 +80,9 @@ def to_zarr(
     * ``shards={"time": 365}``: shard length per dimension name for every variable; dimensions
       not named span their whole length (as in ``Dataset.chunk``); ``None`` means whole;
     * ``chunks`` / ``shards`` kept in the variable's own ``.encoding`` (e.g. from a store it was
-      opened from);
+      opened from; kept inner chunks that do not divide new shards from ``shards=`` are
+      replaced, and if the chunks of an encoding read from a store were changed since, new
+      shards are built around them);
     * the default: inner chunks of about 1 MiB (:data:`DEFAULT_CHUNK_BYTES`; the largest
       dimension is halved until under it) and shards of whole inner chunks up to ``shard_bytes``
       (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from the in-memory
@@ -114,7 +116,7 @@ def to_zarr(
             f"append_dim={append_dim!r} is not a dimension of the data to write "
             f"(its dimensions are {sorted(map(str, ds.dims))})"
         )
-    user_encoding = {k: dict(v) for k, v in (encoding or {}).items()}
+    user_encoding = {k: _as_dict(v, k) for k, v in (encoding or {}).items()}
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
     base = read_only(zstore)
     stored = _stored_dims(base, group) if mode in ("a", "a-", "r+") else None
@@ -177,20 +179,30 @@ def _as_dataset(obj: Any) -> Any:
 
 
 def _check_names(ds: Any) -> None:
-    """Refuse names zarr or xarray cannot store, before any I/O."""
+    """Refuse names zarr or xarray cannot store, before any I/O (xarray's messages for types)."""
     for name, var in ds.variables.items():
-        if not isinstance(name, str) or not name:
-            raise PlanError(f"variable names must be non-empty strings, got {name!r}")
-        if "/" in name:
-            raise PlanError(
-                f"variable name {name!r} contains '/': zarr would store it as a nested group "
-                f"path; rename it (e.g. ds.rename({{{name!r}: {name.replace('/', '_')!r}}}))"
-            )
-        if name.startswith("__") and name != _DATAARRAY_VARIABLE:
-            raise PlanError(
-                f"variable name {name!r} starts with '__', which the zarr v3 specification "
-                "reserves for internal use; rename it"
-            )
+        if name is not None:  # None is xarray's own: stored as "__values__", read back as None
+            if not isinstance(name, str):
+                raise TypeError(
+                    f"Invalid name {name!r} for DataArray or Dataset key: must be either a "
+                    "string or None for serialization to zarr"
+                )
+            if not name:
+                raise ValueError(
+                    f"Invalid name {name!r} for DataArray or Dataset key: string must be "
+                    "length 1 or greater for serialization to zarr"
+                )
+            if "/" in name:
+                raise PlanError(
+                    f"variable name {name!r} contains '/': zarr would store it as a nested "
+                    f"group path; rename it (e.g. ds.rename({{{name!r}: "
+                    f"{name.replace('/', '_')!r}}}))"
+                )
+            if name.startswith("__") and name != _DATAARRAY_VARIABLE:
+                raise PlanError(
+                    f"variable name {name!r} starts with '__', which the zarr v3 specification "
+                    "reserves for internal use; rename it"
+                )
         dims = tuple(var.dims)
         if len(set(dims)) != len(dims):
             dup = sorted({str(d) for d in dims if dims.count(d) > 1})
@@ -201,6 +213,16 @@ def _check_names(ds: Any) -> None:
         for d in dims:
             if not isinstance(d, str):
                 raise PlanError(f"variable {name!r}: dimension names must be strings, got {d!r}")
+
+
+def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
+    try:
+        return dict(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"encoding[{name!r}] must be castable to a dictionary of encoding keys, "
+            f"got {value!r}"
+        ) from None
 
 
 def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
@@ -271,14 +293,31 @@ def _check_append_dim(
 # -- layout of new variables ----------------------------------------------------------------------
 
 
-def _as_shape(value: Any, ndim: int) -> tuple[int, ...] | None:
-    """``value`` as a shape of ``ndim`` positive ints, or None when it is not one."""
+def _encoded_shape(value: Any, ndim: int, name: Any, key: str) -> tuple[int, ...] | None:
+    """``encoding[key]`` as a shape of ``ndim`` positive ints.
+
+    None when absent, ``"auto"`` or of another length (as xarray, which drops chunks of another
+    dimensionality, e.g. after ``isel``); a TypeError, as xarray's, for entries that are not
+    ints.
+    """
+    if value is None or isinstance(value, str):
+        return None
     if isinstance(value, int | np.integer) and not isinstance(value, bool):
         value = (int(value),) * ndim
-    if not isinstance(value, tuple | list) or len(value) != ndim:
+    if not isinstance(value, tuple | list):
+        raise TypeError(
+            f"encoding[{key!r}] of variable {name!r} must be an int or a tuple of ints, "
+            f"got {value!r}"
+        )
+    if len(value) != ndim:
         return None
+    if not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in value):
+        raise TypeError(
+            f"zarr {key} sizes in encoding[{key!r}] must be an int or a tuple of ints; "
+            f"variable {name!r} has {value!r}"
+        )
     if not all(_positive_int(x) for x in value):
-        return None
+        raise PlanError(f"encoding[{key!r}] of variable {name!r} must be positive: {value!r}")
     return tuple(int(x) for x in value)
 
 
@@ -296,51 +335,55 @@ def _divides(chunks: tuple[int, ...], shards: tuple[int, ...]) -> bool:
 
 
 def _layout_for(
-    name: str,
+    name: Any,
     var: Any,
     enc: Mapping[str, Any],
     explicit: bool,
     shards_kw: Mapping[Hashable, int | None] | None,
     shard_bytes: int,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(inner chunks, shards) of a new variable; see :func:`to_zarr` for the order of rules."""
+    """(inner chunks, shards) of a new variable; see :func:`to_zarr` for the order of rules.
+
+    Inner chunks that do not divide the shards are an error when both come from the same
+    encoding (as in xarray), except for an encoding read from a store whose chunks were
+    changed since; kept chunks are replaced when ``shards=`` sets new shards.
+    """
     shape, ndim = tuple(int(n) for n in var.shape), var.ndim
     itemsize = max(1, var.dtype.itemsize)
     inner_bytes = min(DEFAULT_CHUNK_BYTES, shard_bytes)
-    shard: tuple[int, ...] | None = None
+    chunks = _encoded_shape(enc.get("chunks"), ndim, name, "chunks")
+    shard: tuple[int, ...] | None
     if explicit and enc.get("shards") is not None:
-        shard = _as_shape(enc["shards"], ndim)
+        shard = _encoded_shape(enc["shards"], ndim, name, "shards")
         if shard is None:
             raise PlanError(
                 f"encoding[{name!r}]['shards'] must be {ndim} positive ints, got {enc['shards']!r}"
             )
+        replace_chunks = False
     elif shards_kw:
         shard = tuple(
             _named_shard(shards_kw.get(d), n) for d, n in zip(var.dims, shape, strict=True)
         )
-    elif not explicit:
-        shard = _as_shape(enc.get("shards"), ndim)
+        replace_chunks = not explicit
+    else:
+        shard = None if explicit else _encoded_shape(enc.get("shards"), ndim, name, "shards")
+        replace_chunks = False
 
-    chunks = _as_shape(enc.get("chunks"), ndim)
-    if explicit and enc.get("chunks") is not None:
-        if chunks is None:
-            raise PlanError(
-                f"encoding[{name!r}]['chunks'] must be {ndim} positive ints, got {enc['chunks']!r}"
-            )
-        if shard is None:
-            return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
-        if not _divides(chunks, shard):
-            raise PlanError(
-                f"variable {name!r}: the inner chunks {chunks} must divide the shard shape "
-                f"{shard} (e.g. chunks={dividing_chunks(shard, itemsize, inner_bytes)})"
-            )
-        return chunks, shard
     if shard is None:
         chunks = chunks or default_chunks(shape, itemsize, inner_bytes)
         return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
-    if chunks is not None and _divides(chunks, shard):
-        return chunks, shard
-    return dividing_chunks(shard, itemsize, inner_bytes), shard
+    if chunks is None or (replace_chunks and not _divides(chunks, shard)):
+        return dividing_chunks(shard, itemsize, inner_bytes), shard
+    if not explicit and not _divides(chunks, shard) and "preferred_chunks" in enc:
+        # read from a store, then given other chunks (overwrite_encoded_chunks=True): the
+        # stored shards no longer fit; new shards are built around the chunks asked for
+        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
+    if not _divides(chunks, shard):
+        raise PlanError(
+            f"variable {name!r}: the inner chunks {chunks} must divide the shard shape "
+            f"{shard} (e.g. chunks={dividing_chunks(shard, itemsize, inner_bytes)})"
+        )
+    return chunks, shard
 
 
 def _with_layout(
@@ -354,9 +397,15 @@ def _with_layout(
     ds = ds.copy(deep=False)
     out = dict(user_encoding)
     for name, var in ds.variables.items():
-        if name in existing or var.ndim == 0:
-            continue  # existing arrays keep their layout; scalars are not sharded
         explicit = name in user_encoding
+        if name in existing:
+            continue  # existing arrays keep their layout
+        if var.ndim == 0:
+            if not explicit:  # scalars are not sharded (e.g. a coordinate after isel)
+                var.encoding = {
+                    k: v for k, v in var.encoding.items() if k not in ("chunks", "shards")
+                }
+            continue
         enc = user_encoding[name] if explicit else var.encoding
         chunks, shard = _layout_for(name, var, enc, explicit, shards_kw, shard_bytes)
         if explicit:

@@ -1,0 +1,226 @@
+"""verify(): every shard's index, ranges, checksums and inner chunks, and the writer's records.
+
+Each kind of problem is made for real in a stored array (bytes flipped, objects deleted, replaced,
+truncated, temp files, stray keys, an interrupted write) and must be reported with its key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
+from zarr.storage import LocalStore, MemoryStore
+
+import shardwise
+from faultkit import BUCKET, MotoS3, moto_s3, unique
+from shardwise.journal import RECORDS
+from shardwise.lease import Lease
+from shardwise.store import ShardStore
+from shardwise.verify import parse_shard_key, verify
+
+SHAPE = (30, 26)
+KW: dict[str, Any] = dict(
+    chunks=(4, 4), shards=(8, 8), fill_value=0, compressors=[ZstdCodec(level=1), Crc32cCodec()]
+)
+
+
+def data(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(1, 9, SHAPE).astype("int32")
+
+
+@pytest.fixture
+def arr(tmp_path: Path) -> Path:
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **KW)
+    return root
+
+
+def kinds(root: Any, **kw: Any) -> list[tuple[str, str]]:
+    return sorted((p.kind, p.key) for p in verify(root, **kw).problems)
+
+
+def flip(path: Path, at: int) -> None:
+    b = bytearray(path.read_bytes())
+    b[at] ^= 0x10
+    path.write_bytes(bytes(b))
+
+
+def test_a_clean_array_verifies(arr: Path) -> None:
+    report = verify(arr)
+    assert report.ok, str(report)
+    assert report.shards_stored == report.shards_recorded == 16
+    assert report.chunks_checked == sum(
+        len(range(0, min(8, 30 - 8 * i), 4)) * len(range(0, min(8, 26 - 8 * j), 4))
+        for i in range(4)
+        for j in range(4)
+    )
+    assert report.bytes_read == sum(p.stat().st_size for p in (arr / "c").rglob("*") if p.is_file())
+    assert "OK" in str(report) and json.loads(report.to_json())["ok"] is True
+
+
+def test_corrupt_inner_chunk_names_the_chunk(arr: Path) -> None:
+    flip(arr / "c/1/2", 3)  # inside the first stored inner chunk
+    problems = verify(arr).problems
+    assert {(p.kind, p.key) for p in problems} == {("mismatch", "c/1/2"), ("corrupt", "c/1/2")}
+    corrupt = next(p for p in problems if p.kind == "corrupt")
+    assert corrupt.chunk == (0, 0) and "crc32c" in corrupt.message.lower()
+
+
+@pytest.mark.parametrize("how", ["index", "truncate", "empty", "append"])
+def test_broken_index_is_reported(arr: Path, how: str) -> None:
+    p = arr / "c/2/2"
+    raw = p.read_bytes()
+    if how == "index":
+        flip(p, len(raw) - 10)
+    elif how == "truncate":
+        p.write_bytes(raw[: len(raw) // 2])
+    elif how == "empty":
+        p.write_bytes(b"")
+    else:
+        p.write_bytes(raw + b"\x00" * 7)
+    assert kinds(arr) == [("corrupt", "c/2/2"), ("mismatch", "c/2/2")]
+
+
+def test_a_deleted_shard_is_missing_not_fill(arr: Path) -> None:
+    (arr / "c/3/0").unlink()
+    report = verify(arr)
+    assert [(p.kind, p.key) for p in report.problems] == [("missing", "c/3/0")]
+    assert "fill" in report.problems[0].message
+    # a reader would silently see fill values there: that is why verify reports it
+    assert (shardwise.open_array(arr)[24:30, 0:8].compute() == 0).all()
+
+
+def test_valid_bytes_that_are_not_the_writers_are_a_mismatch(arr: Path, tmp_path: Path) -> None:
+    other = tmp_path / "b.zarr"
+    shardwise.write_array(data(1), other, **KW)
+    (arr / "c/0/1").write_bytes((other / "c/0/1").read_bytes())
+    assert kinds(arr) == [("mismatch", "c/0/1")]
+
+
+def test_shards_the_writer_did_not_record(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    x = data()
+    x[:8, :8] = 0
+    shardwise.write_array(x, root, **KW)
+    assert not (root / "c/0/0").exists()
+    zarr.open_array(root, mode="r+")[0:8, 0:8] = 5  # another tool writes a shard
+    assert kinds(root) == [("unrecorded", "c/0/0")]
+
+
+def test_temp_stray_and_unreadable_journal(arr: Path) -> None:
+    (arr / "c/0/0.00112233445566778899aabbccddeeff.partial").write_bytes(b"x")
+    (arr / "c/9").mkdir()
+    (arr / "c/9/9").write_bytes(b"outside the grid")
+    (arr / "notes.txt").write_text("hello")
+    (arr / RECORDS / "c/1/1").write_bytes(b"{not json")
+    assert kinds(arr) == [
+        ("journal", ".shardwise/shards/c/1/1"),
+        ("stray", "c/9/9"),
+        ("stray", "notes.txt"),
+        ("temp", "c/0/0.00112233445566778899aabbccddeeff.partial"),
+    ]
+
+
+def test_an_interrupted_write_and_an_open_batch(tmp_path: Path) -> None:
+    from shardwise import batch
+
+    root = tmp_path / "b.zarr"
+    batch.init(root, shape=SHAPE, dtype="int32", parts=2, **KW)
+    batch.write_part(data(), root, 0)
+    report = verify(root)
+    assert [p.kind for p in report.problems] == ["batch"]
+    assert "1 of 2 parts done" in report.problems[0].message
+    with Lease.acquire(ShardStore(LocalStore(root)), purpose="somebody"):
+        assert any("somebody" in n for n in verify(root).notes)
+
+
+def test_arrays_from_other_writers_get_integrity_checks(tmp_path: Path) -> None:
+    import tensorstore as ts
+
+    root = tmp_path / "ts.zarr"
+    spec = {
+        "driver": "zarr3",
+        "kvstore": {"driver": "file", "path": str(root)},
+        "metadata": {
+            "shape": list(SHAPE),
+            "data_type": "int32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 8]}},
+            "codecs": [
+                {
+                    "name": "sharding_indexed",
+                    "configuration": {
+                        "chunk_shape": [4, 4],
+                        "codecs": [{"name": "bytes"}, {"name": "crc32c"}],
+                    },
+                }
+            ],
+        },
+        "create": True,
+    }
+    t = ts.open(spec).result()
+    t[...] = data()
+    report = verify(root)
+    assert report.ok and report.shards_recorded is None and report.shards_stored == 16
+    assert "no writer records" in report.notes[0]
+    flip(root / "c/1/1", 5)
+    assert kinds(root) == [("corrupt", "c/1/1")]
+
+
+def test_index_at_start_in_a_memory_store() -> None:
+    store = MemoryStore()
+    codec = ShardingCodec(
+        chunk_shape=(4, 4), codecs=[BytesCodec(), ZstdCodec(), Crc32cCodec()],
+        index_location="start",
+    )
+    zarr.create_array(store, name="g/x", shape=SHAPE, dtype="int32", chunks=(8, 8),
+                      serializer=codec, compressors=None, filters=None)
+    shardwise.write_array(data(), store, path="g/x", mode="r+")
+    assert verify(store, path="g/x").ok
+    key = "g/x/c/1/1"
+    raw = bytearray(store._store_dict[key].to_bytes())
+    raw[3] ^= 1  # inside the index, which is at the start
+    store._store_dict[key] = store._store_dict[key].from_bytes(bytes(raw))
+    assert kinds(store, path="g/x") == [("corrupt", key), ("mismatch", key)]
+
+
+def test_missing_metadata_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    report = verify(tmp_path / "x")
+    assert [p.kind for p in report.problems] == ["metadata"]
+
+
+def test_parse_shard_key() -> None:
+    from shardwise.layout import Layout
+
+    lay = Layout((10, 10), (4, 4), (2, 2))
+    assert parse_shard_key(lay, "c/2/1") == (2, 1)
+    for bad in ("c/3/0", "c/1", "c/1/x", "d/1/1", "c/01/1", "zarr.json"):
+        assert parse_shard_key(lay, bad) is None
+    v2 = Layout((10, 10), (4, 4), (2, 2), separator=".", key_encoding="v2")
+    assert parse_shard_key(v2, "2.1") == (2, 1) and parse_shard_key(v2, "c.2.1") is None
+
+
+# -- S3 -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[MotoS3]:
+    with moto_s3() as s:
+        yield s
+
+
+def test_verify_on_s3(s3: MotoS3) -> None:
+    prefix = unique()
+    store = s3.obstore(prefix)
+    shardwise.write_array(data(), store, **KW)
+    assert verify(store).ok
+    s3.client.delete_object(Bucket=BUCKET, Key=f"{prefix}/c/1/1")
+    body = s3.client.get_object(Bucket=BUCKET, Key=f"{prefix}/c/2/3")["Body"].read()
+    s3.client.put_object(Bucket=BUCKET, Key=f"{prefix}/c/2/3", Body=body[:-3])
+    assert kinds(store) == [("corrupt", "c/2/3"), ("mismatch", "c/2/3"), ("missing", "c/1/1")]
