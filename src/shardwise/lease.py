@@ -25,6 +25,7 @@ import getpass
 import json
 import os
 import socket
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -93,8 +94,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _create_exclusive(store: ShardStore, name: str, data: bytes) -> None:
-    """Create ``name`` with ``data`` unless it exists (then leave it untouched)."""
+def _create_exclusive(store: ShardStore, name: str, data: bytes, tries: int = 4) -> None:
+    """Create ``name`` with ``data`` unless it exists (then leave it untouched).
+
+    Transient failures are retried: the read-back that follows decides who holds the lease,
+    so a create that did happen although its answer was lost is found out there.
+    """
+    for attempt in range(tries):
+        try:
+            _create_once(store, name, data)
+            return
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
+
+
+def _create_once(store: ShardStore, name: str, data: bytes) -> None:
     key = store.key(name)
     zstore = store.store
     fs = getattr(zstore, "fs", None)

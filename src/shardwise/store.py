@@ -12,9 +12,11 @@ workers cheaply.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +83,7 @@ class ShardStore:
                 return self._file(name).read_bytes()
             except (FileNotFoundError, NotADirectoryError):
                 return None
-        buf = sync(self.store.get(self.key(name), default_buffer_prototype()))
+        buf = _again(lambda: self.store.get(self.key(name), default_buffer_prototype()))
         return None if buf is None else buf.to_bytes()
 
     def size(self, name: str) -> int | None:
@@ -91,7 +93,7 @@ class ShardStore:
             except (FileNotFoundError, NotADirectoryError):
                 return None
         try:
-            return int(sync(self.store.getsize(self.key(name))))
+            return int(_again(lambda: self.store.getsize(self.key(name))))
         except FileNotFoundError:
             return None
 
@@ -128,7 +130,7 @@ class ShardStore:
                 buf = await self.store.get(key, proto)
             return (None, size) if buf is None else (buf, size)
 
-        got = sync(go())
+        got = _again(go)
         if got is None or got[0] is None:
             return None
         return got[0].to_bytes(), int(got[1])
@@ -158,7 +160,7 @@ class ShardStore:
             )
 
         out = []
-        for buf in sync(go()):
+        for buf in _again(go):
             if buf is None:
                 raise FileNotFoundError(f"{key!r} disappeared while it was being read")
             out.append(buf.to_bytes())
@@ -174,13 +176,14 @@ class ShardStore:
             return
         joined = parts[0] if len(parts) == 1 else b"".join(parts)
         buf = default_buffer_prototype().buffer.from_bytes(joined)
-        sync(self.store.set(self.key(name), buf))
+        _again(lambda: self.store.set(self.key(name), buf))
 
     def delete(self, name: str) -> None:
         if self.local_root is not None:
             self._file(name).unlink(missing_ok=True)
             return
-        sync(self.store.delete(self.key(name)))
+        with contextlib.suppress(FileNotFoundError):
+            _again(lambda: self.store.delete(self.key(name)))
 
     def list(self, prefix: str = "") -> list[str]:
         """Names (relative to the array path) under ``prefix``."""
@@ -198,7 +201,26 @@ class ShardStore:
             return [k async for k in self.store.list_prefix(base + "/" if base else "")]
 
         strip = len(self.path) + 1 if self.path else 0
-        return sorted(k[strip:] for k in sync(go()))
+        return sorted(k[strip:] for k in _again(go))
+
+
+def _again[T](make: Callable[[], Coroutine[Any, Any, T]], tries: int = 4) -> T:
+    """Run an idempotent store request, retrying failures other than "not found".
+
+    Client libraries retry most transient S3 errors themselves, but not all: obstore gives up
+    on a response body cut short (a dropped connection mid-answer). Every request here may be
+    repeated safely (gets, whole-object puts, deletes, listings).
+    """
+    for attempt in range(tries):
+        try:
+            return sync(make())
+        except FileNotFoundError:
+            raise
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def _write_all(fd: int, parts: Sequence[Any]) -> None:
