@@ -315,17 +315,31 @@ def files(root: Path, *, journal: bool = False) -> dict[str, bytes]:
     return out
 
 
-def settle(root: Any, timeout: float = 20.0) -> None:
-    """Wait until the shards stored under ``root`` stop changing (the other tasks finished)."""
-    if not isinstance(root, Path):
-        time.sleep(1.0)
-        return
-    last, stable, t0 = -1, 0.0, time.monotonic()
-    while time.monotonic() - t0 < timeout and stable < 0.3:
-        n = len(files(root, journal=True))
-        stable = stable + 0.05 if n == last else 0.0
-        last = n
-        time.sleep(0.05)
+def settle(root: Path, records: int, since: float = 0.0, timeout: float = 120.0) -> None:
+    """Wait until ``records`` shard records (written after ``since``) exist under ``root``."""
+    t0 = time.monotonic()
+    top = root / ".shardwise" / "shards"
+    n = 0
+    while time.monotonic() - t0 < timeout:
+        n = 0
+        for d, _, names in os.walk(top):
+            for f in names:
+                with suppress(FileNotFoundError):
+                    n += not TEMP.search(f) and (Path(d) / f).stat().st_mtime >= since
+        if n >= records:
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"only {n} of {records} shard records under {root}")
+
+
+def stored_without(x: np.ndarray, shards: tuple[int, ...], region: tuple[slice, ...],
+                   fill: Any = 0) -> int:
+    """Shards of ``x`` holding data other than ``fill`` that do not touch ``region``."""
+    from shardwise.layout import Layout
+
+    lay = Layout(x.shape, shards, shards)
+    skip = set(lay.shards_touching(region))
+    return sum(bool((x[lay.shard_region(s)] != fill).any()) for s in lay.shards() if s not in skip)
 
 
 def temp_files(root: Path) -> list[str]:

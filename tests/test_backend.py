@@ -400,7 +400,7 @@ def test_vectorized_selection_reads_only_needed_chunks(
     ranged: tuple[CountingStore, np.ndarray],
 ) -> None:
     store, data = ranged
-    ds = xr.open_dataset(store, engine="shardwise", consolidated=False)
+    ds = xr.open_dataset(store, engine="shardwise", consolidated=False, cache_indexes=True)
     store.reads.clear()
     pts = {"y": xr.DataArray([1, 250, 3], dims="p"), "x": xr.DataArray([2, 255, 0], dims="p")}
     np.testing.assert_array_equal(ds["v"].isel(pts).values, data[[1, 250, 3], [2, 255, 0]])

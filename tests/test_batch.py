@@ -214,7 +214,7 @@ def test_a_part_resumes(tmp_path: Path) -> None:
     def fail_last(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
         assert block_info is not None
         if block_info[0]["array-location"][0][0] >= 10:
-            settle(root)  # the other shard tasks of the part finish first
+            settle(root, 4)  # the part's other shard row is stored first
             raise RuntimeError("preempted")
         return block
 

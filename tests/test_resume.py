@@ -7,6 +7,7 @@ test_faults.py.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 import zarr
 
 import shardwise
-from faultkit import BUCKET, MotoS3, files, moto_s3, settle, temp_files, unique
+from faultkit import BUCKET, MotoS3, files, moto_s3, settle, stored_without, temp_files, unique
 from shardwise.journal import RECORDS, read_records
 from shardwise.verify import verify
 
@@ -33,17 +34,35 @@ def data(seed: int = 0) -> np.ndarray:
     return x
 
 
-def failing(x: np.ndarray, chunks: Any, bad: tuple[int, int], root: Any) -> Any:
-    """``x`` as dask, with block ``bad`` raising once every other shard task is done."""
+def failing(x: np.ndarray, chunks: Any, bad: tuple[int, int], root: Any,
+            region: tuple[slice, ...] | None = None) -> Any:
+    """``x`` as dask, with block ``bad`` raising once every other shard task is done.
+
+    ``region``: where ``x`` goes in the array (default: all of it).
+    """
+    src = da.from_array(x, chunks=chunks)
+    origin = [0] * x.ndim if region is None else [r.start for r in region]
+    lo = [sum(c[:b]) + o for c, b, o in zip(src.chunks, bad, origin, strict=True)]
+    block = tuple(slice(a, a + c[b]) for a, c, b in zip(lo, src.chunks, bad, strict=True))
+    if region is None:
+        want = stored_without(x, KW["shards"], block)
+    else:  # every shard the region touches is rewritten (the array holds no fill)
+        covered = np.zeros(SHAPE, "int8")
+        covered[region] = 1
+        want = stored_without(covered, KW["shards"], block)
+    since = time.time() - 0.05  # the file system's coarse clock may lag a little
 
     def f(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
         assert block_info is not None
         if tuple(block_info[0]["chunk-location"]) == bad:
-            settle(root)
+            if isinstance(root, Path):
+                settle(root, want, since if region is not None else 0.0)
+            else:
+                time.sleep(1.0)
             raise RuntimeError("interrupted")
         return block
 
-    return da.from_array(x, chunks=chunks).map_blocks(f, dtype=x.dtype, meta=x[:0, :0])
+    return src.map_blocks(f, dtype=x.dtype, meta=x[:0, :0])
 
 
 def interrupted(
@@ -116,9 +135,11 @@ def test_resume_of_a_region_write_merges_once(tmp_path: Path) -> None:
     for r in (ref, root):
         shardwise.write_array(base, r, **KW)
     shardwise.write_array(new, ref, mode="r+", region=region)
+    time.sleep(0.3)  # records of the base write are older than the ones counted below
 
     with dask.config.set(scheduler="threads", num_workers=4), pytest.raises(RuntimeError):
-        shardwise.write_array(failing(new, (8, 8), (3, 2), root), root, mode="r+", region=region)
+        shardwise.write_array(failing(new, (8, 8), (3, 2), root, region), root, mode="r+",
+                              region=region)
     report = shardwise.write_array(new, root, mode="r+", region=region, resume=True)
     assert report.shards_skipped > 0
     assert files(root) == files(ref)

@@ -212,11 +212,23 @@ def open_array(
     chunks: Any = None,
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    cache_indexes: bool = False,
 ) -> Any:
-    """A lazy dask array over a sharded Zarr v3 array; chunks default to the shard shape."""
+    """A lazy dask array over a sharded Zarr v3 array; chunks default to the shard shape.
+
+    Reads of part of a shard fetch its index, then only the inner chunks needed. On local files
+    validated indexes are cached (checked against the file's identity, so rewrites are seen);
+    on other stores ``cache_indexes=True`` caches them too, for arrays not rewritten while open.
+    """
     import dask.array as da
 
-    reader = open_reader(store, path=path, threads=threads, storage_options=storage_options)
+    reader = open_reader(
+        store,
+        path=path,
+        threads=threads,
+        storage_options=storage_options,
+        cache_indexes=cache_indexes,
+    )
     lay = reader.info.layout
     if chunks is None:
         chunks = lay.shard_shape
@@ -238,10 +250,16 @@ def open_reader(
     path: str | None = None,
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    cache_indexes: bool = False,
 ) -> ShardReader:
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     info = open_info(zstore, path)
-    return ShardReader(info=info, store=ShardStore(zstore, path or ""), threads=threads)
+    return ShardReader(
+        info=info,
+        store=ShardStore(zstore, path or ""),
+        threads=threads,
+        cache_indexes=cache_indexes,
+    )
 
 
 def _token(reader: ShardReader) -> str:

@@ -95,7 +95,7 @@ def _without_empty_reversed_slices(
 # -- the data store -------------------------------------------------------------------------------
 
 
-def _reader(array: Any, threads: int | None) -> ShardReader | None:
+def _reader(array: Any, threads: int | None, cache_indexes: bool = False) -> ShardReader | None:
     """A reader for a zarr array with a top-level sharding codec, else None."""
     if getattr(array.metadata, "zarr_format", None) != 3:
         return None
@@ -103,7 +103,12 @@ def _reader(array: Any, threads: int | None) -> ShardReader | None:
         info = info_from_metadata(array.metadata)
     except UnsupportedCodecError:
         return None
-    return ShardReader(info=info, store=ShardStore(array.store, array.path), threads=threads)
+    return ShardReader(
+        info=info,
+        store=ShardStore(array.store, array.path),
+        threads=threads,
+        cache_indexes=cache_indexes,
+    )
 
 
 class ShardwiseDataStore(AbstractDataStore):
@@ -113,9 +118,12 @@ class ShardwiseDataStore(AbstractDataStore):
     they match the ``zarr`` engine exactly); the data of sharded arrays is served by shardwise.
     """
 
-    def __init__(self, zarr_store: ZarrStore, *, threads: int | None = None) -> None:
+    def __init__(
+        self, zarr_store: ZarrStore, *, threads: int | None = None, cache_indexes: bool = False
+    ) -> None:
         self.zarr_store = zarr_store
         self.threads = threads
+        self.cache_indexes = cache_indexes
 
     @classmethod
     def open(
@@ -128,6 +136,7 @@ class ShardwiseDataStore(AbstractDataStore):
         zarr_format: int | None = None,
         use_zarr_fill_value_as_mask: bool | None = None,
         threads: int | None = None,
+        cache_indexes: bool = False,
     ) -> ShardwiseDataStore:
         """Open the group ``group`` of ``store`` (a path, URL or zarr Store): metadata only.
 
@@ -156,11 +165,11 @@ class ShardwiseDataStore(AbstractDataStore):
             close_store_on_close=zgroup.store is not store,
             use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
         )
-        return cls(zstore, threads=threads)
+        return cls(zstore, threads=threads, cache_indexes=cache_indexes)
 
     def open_store_variable(self, name: str) -> Variable:
         var: Variable = self.zarr_store.open_store_variable(name)
-        reader = _reader(self.zarr_store.members[name], self.threads)
+        reader = _reader(self.zarr_store.members[name], self.threads, self.cache_indexes)
         if reader is None:
             return var
         dtype = var.dtype
@@ -211,6 +220,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         "zarr_format",
         "use_zarr_fill_value_as_mask",
         "threads",
+        "cache_indexes",
     )
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -235,6 +245,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         use_zarr_fill_value_as_mask: bool | None = None,
         threads: int | None = None,
+        cache_indexes: bool = False,
     ) -> Any:
         if mode != "r":
             raise ValueError(f"the shardwise engine opens stores read-only (mode='r'): {mode!r}")
@@ -249,6 +260,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
                 zarr_format=zarr_format,
                 use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
                 threads=threads,
+                cache_indexes=cache_indexes,
             )
         try:
             return StoreBackendEntrypoint().open_dataset(
@@ -273,6 +285,7 @@ def open_dataset(
     drop_variables: str | Iterable[str] | None = None,
     chunks: Any = "shards",
     threads: int | None = None,
+    cache_indexes: bool = False,
     **kwargs: Any,
 ) -> Any:
     """Open a Zarr group as an ``xarray.Dataset`` with the shardwise engine.
@@ -281,8 +294,9 @@ def open_dataset(
     one chunk per shard (per stored chunk for unsharded arrays); ``chunks=None`` gives lazily
     indexed numpy-backed variables; any other xarray ``chunks`` value works too, and dask chunks
     that split shards read only the inner chunks each needs. ``threads`` caps the threads that
-    decode inner chunks. Other keyword arguments are those of ``xr.open_dataset`` (CF decoding
-    options, ``consolidated``, ``storage_options``, ``zarr_format``, ...).
+    decode inner chunks; ``cache_indexes=True`` caches shard indexes on non-local stores (local
+    files always cache them, validated against the file). Other keyword arguments are those of
+    ``xr.open_dataset`` (CF decoding options, ``consolidated``, ``storage_options``, ...).
     """
     import xarray as xr
 
@@ -293,5 +307,6 @@ def open_dataset(
         drop_variables=drop_variables,
         chunks={} if isinstance(chunks, str) and chunks == "shards" else chunks,
         threads=threads,
+        cache_indexes=cache_indexes,
         **kwargs,
     )

@@ -14,13 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _pool
-from .chunks import ChunkDecodeError
-from .errors import CorruptShardError
-from .read import ShardReader, coalesce
-from .shard import MISSING
+from .read import ShardReader
 
-__all__ = ["decode_chunks", "gather_outer", "gather_points", "read_outer", "read_vectorized"]
+__all__ = ["gather_outer", "gather_points", "read_outer", "read_vectorized"]
 
 
 def _positions(key: Any, size: int) -> np.ndarray:
@@ -34,50 +30,6 @@ def _positions(key: Any, size: int) -> np.ndarray:
     if pos.size and (pos.min() < 0 or pos.max() >= size):
         raise IndexError(f"index out of bounds for a dimension of size {size}")
     return pos
-
-
-def decode_chunks(reader: ShardReader, shard: tuple[int, ...], coords: np.ndarray) -> np.ndarray:
-    """A stack of the inner chunks ``coords`` (an ``(n, ndim)`` array, relative to ``shard``).
-
-    Reads the shard index (cached by the reader) and then only the listed chunks, as coalesced
-    byte ranges; missing shards and chunks hold the fill value.
-    """
-    codec = reader.info.codec
-    inner = codec.inner
-    name = reader.info.layout.shard_key(shard)
-    stack = np.empty((len(coords), *inner.stored_shape), dtype=inner.stored_dtype)
-    index = reader._index(name) if len(coords) else None
-    if index is None:
-        stack[...] = inner.fill_value
-        return stack
-    entries = index[np.ravel_multi_index(tuple(coords.T), codec.grid)]
-    present = np.flatnonzero(entries[:, 0] != MISSING)
-    if present.size < len(coords):
-        stack[np.flatnonzero(entries[:, 0] == MISSING)] = inner.fill_value
-    if not present.size:
-        return stack
-    key = reader.store.key(name)
-    ranges = [(int(o), int(n)) for o, n in entries[present].tolist()]
-    merged, where = coalesce(ranges)
-    blobs = reader.store.get_ranges(name, merged)
-    for (o, n), blob in zip(merged, blobs, strict=True):
-        if len(blob) != n:
-            raise CorruptShardError(key, f"range read at {o} returned {len(blob)} of {n} bytes")
-    starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
-    segs = np.array([(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64).reshape(-1, 2)
-    buf = blobs[0] if len(blobs) == 1 else b"".join(blobs)
-
-    def run(js: Sequence[int]) -> list[None]:
-        sel = np.asarray(js)
-        try:
-            inner.decode_rows(buf, segs[sel], stack, present[sel])
-        except ChunkDecodeError as e:
-            chunk = tuple(int(x) for x in coords[present[sel[e.pos]]])
-            raise CorruptShardError(key, f"cannot decode: {e}", chunk=chunk) from None
-        return [None] * len(js)
-
-    _pool.map_batches(run, list(range(len(present))), reader.threads)
-    return stack
 
 
 def _by_shard(chunks: np.ndarray, per_shard: int) -> list[tuple[int, int, np.ndarray]]:
@@ -123,7 +75,7 @@ def gather_outer(reader: ShardReader, pos: Sequence[np.ndarray]) -> np.ndarray:
         lists = [g[2] for g in combo]
         grid = tuple(len(x) for x in lists)
         coords = np.stack(np.meshgrid(*lists, indexing="ij"), -1).reshape(-1, len(lists))
-        block = inner.unstack(decode_chunks(reader, shard, coords), grid)
+        block = inner.unstack(reader.decode_chunks(shard, coords), grid)
         dest = tuple(
             slice(g[1] * c, (g[1] + n) * c) for g, n, c in zip(combo, grid, cs, strict=True)
         )
@@ -171,7 +123,7 @@ def gather_points(reader: ShardReader, pos: Sequence[np.ndarray]) -> np.ndarray:
     cuts = np.flatnonzero((np.diff(shards, axis=0) != 0).any(axis=1)) + 1
     for a, b in itertools.pairwise([0, *cuts.tolist(), len(chunks)]):
         shard = tuple(int(x) for x in shards[a])
-        stack = decode_chunks(reader, shard, chunks[a:b] - shards[a] * per)
+        stack = reader.decode_chunks(shard, chunks[a:b] - shards[a] * per)
         grid = (b - a,) + (1,) * (lay.ndim - 1) if lay.ndim else ()
         compact[a:b] = inner.unstack(stack, grid).reshape(b - a, *lay.chunk_shape)
     local = points % cs

@@ -13,9 +13,10 @@ read as the fill value.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ import numpy as np
 from .errors import CorruptShardError
 from .layout import Coord, Region, intersect, shift
 from .metadata import ArrayInfo
-from .shard import MISSING, decode_box, index_slice, parse_index, scatter
+from .shard import MISSING, box_coords, decode_chunks, index_slice, parse_index, scatter
 from .store import ShardStore
 
 MAX_GAP = 64 * 1024
@@ -64,8 +65,11 @@ class ShardReader:
     info: ArrayInfo
     store: ShardStore
     threads: int | None = None
+    cache_indexes: bool = False
     cache_size: int = 4096
-    _cache: OrderedDict[str, np.ndarray | None] = field(default_factory=OrderedDict, repr=False)
+    _cache: OrderedDict[str, tuple[Any, np.ndarray | None]] = field(
+        default_factory=OrderedDict, repr=False
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -109,29 +113,102 @@ class ShardReader:
             self.read_shard_into(shard, region, out)
         return out
 
-    def _index(self, key: str) -> np.ndarray | None:
+    def _cached(self, key: str, version: Any) -> np.ndarray | bool | None:
+        """The cached index of ``key`` if it was read from ``version``, else False."""
         with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
-        codec = self.info.codec
-        n = codec.index_nbytes
-        if codec.index_location == "end":
-            got = self.store.get_suffix(key, n)
-        else:
-            got = self.store.get_prefix(key, n)
-        if got is None:
-            index = None
-        else:
-            raw, size = got
-            index = parse_index(
-                codec, raw if len(raw) == n else raw[-n:], size, self.store.key(key)
-            )
+            got = self._cache.get(key)
+            if got is None or got[0] != version:
+                return False
+            self._cache.move_to_end(key)
+            return got[1]
+
+    def _remember(self, key: str, version: Any, index: np.ndarray | None) -> None:
         with self._lock:
-            self._cache[key] = index
+            self._cache[key] = (version, index)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
-        return index
+
+    def _parse(self, key: str, raw: bytes, size: int) -> np.ndarray:
+        n = self.info.codec.index_nbytes
+        return parse_index(
+            self.info.codec, raw[-n:] if len(raw) > n else raw, size, self.store.key(key)
+        )
+
+    @contextlib.contextmanager
+    def _shard(
+        self, key: str
+    ) -> Iterator[tuple[np.ndarray, Callable[[list[tuple[int, int]]], list[bytes]]] | None]:
+        """The validated index of shard ``key`` and a range reader over the same version of it.
+
+        Local files: the index cache is checked against the open file's identity (inode, size,
+        mtime), so a shard rewritten since is read afresh, never with stale offsets. Other
+        stores: the index is fetched with the data unless ``cache_indexes`` is set (then the
+        array must not be rewritten while this reader is open).
+        """
+        codec = self.info.codec
+        n = codec.index_nbytes
+        handle = self.store.open_local(key) if self.store.local_root is not None else None
+        if handle is not None:
+            with handle:
+                index = self._cached(key, handle.version)
+                if index is False:
+                    start = max(0, handle.size - n) if codec.index_location == "end" else 0
+                    index = self._parse(key, handle.read(start, min(n, handle.size)), handle.size)
+                    self._remember(key, handle.version, index)
+                assert isinstance(index, np.ndarray)
+                yield index, handle.read_ranges
+            return
+        if self.store.local_root is not None:
+            yield None
+            return
+        index = self._cached(key, None) if self.cache_indexes else False
+        if index is False:
+            if codec.index_location == "end":
+                got = self.store.get_suffix(key, n)
+            else:
+                got = self.store.get_prefix(key, n)
+            index = None if got is None else self._parse(key, *got)
+            if self.cache_indexes:
+                self._remember(key, None, index)
+        if index is None:
+            yield None
+            return
+        assert isinstance(index, np.ndarray)
+        yield index, lambda ranges: self.store.get_ranges(key, ranges)
+
+    def decode_chunks(self, shard: Coord, coords: np.ndarray) -> np.ndarray:
+        """A stack of the inner chunks ``coords`` (``(n, ndim)``, relative to ``shard``).
+
+        Reads the shard index, then only the listed chunks as coalesced byte ranges; missing
+        shards and chunks hold the fill value.
+        """
+        codec = self.info.codec
+        inner = codec.inner
+        name = self.info.layout.shard_key(shard)
+        full_key = self.store.key(name)
+        with self._shard(name) as got:
+            if got is None or not len(coords):
+                stack = np.empty((len(coords), *inner.stored_shape), dtype=inner.stored_dtype)
+                stack[...] = inner.fill_value
+                return stack
+            index, get_ranges = got
+
+            def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
+                ranges = [(int(o), int(n)) for o, n in entries.tolist()]
+                merged, where = coalesce(ranges)
+                blobs = get_ranges(merged)
+                for (o, n), blob in zip(merged, blobs, strict=True):
+                    if len(blob) != n:
+                        raise CorruptShardError(
+                            full_key, f"range read at {o} returned {len(blob)} of {n} bytes"
+                        )
+                starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
+                segs = np.array(
+                    [(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64
+                ).reshape(-1, 2)
+                return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), segs
+
+            return decode_chunks(codec, index, coords, fetch, full_key, self.threads)
 
     def read_shard_into(self, shard: Coord, region: Region, out: np.ndarray) -> None:
         """Fill the part of ``out`` (which holds ``region``) that lies in ``shard``."""
@@ -153,46 +230,24 @@ class ShardReader:
             len(b) == -(-(s.stop - s.start) // c)
             for b, s, c in zip(box, sreg, codec.chunk_shape, strict=True)
         )
-        if whole:
+        if not whole:
+            stack = self.decode_chunks(shard, box_coords(box))
+        else:
             data = self.store.get(key)
             if data is None:
                 out[dest] = self.info.fill_value
                 return
-            index = parse_index(
-                codec, memoryview(data)[index_slice(codec, len(data))], len(data), full_key
+            mv = memoryview(data)
+            index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), full_key)
+            stack = decode_chunks(
+                codec, index, box_coords(box), lambda e: (data, e), full_key, self.threads
             )
-
-            def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
-                return data, entries
-        else:
-            idx = self._index(key)
-            if idx is None:
-                out[dest] = self.info.fill_value
-                return
-            index = idx
-
-            def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
-                ranges = [(int(o), int(n)) for o, n in entries.tolist()]
-                merged, where = coalesce(ranges)
-                blobs = self.store.get_ranges(key, merged)
-                for (o, n), blob in zip(merged, blobs, strict=True):
-                    if len(blob) != n:
-                        raise CorruptShardError(
-                            full_key, f"range read at {o} returned {len(blob)} of {n} bytes"
-                        )
-                starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
-                segs = np.array(
-                    [(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64
-                ).reshape(-1, 2)
-                return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), segs
-
-        stack = decode_box(codec, index, box, fetch, full_key, self.threads)
         scatter(codec, stack, box, local, out[dest] if dest else out)
 
     def stored_chunks(self, shard: Coord) -> np.ndarray | None:
         """Boolean grid of the inner chunks stored in ``shard`` (None when the shard is missing)."""
-        index = self._index(self.info.layout.shard_key(shard))
-        if index is None:
-            return None
-        mask: np.ndarray = (index[:, 0] != MISSING).reshape(self.info.codec.grid)
-        return mask
+        with self._shard(self.info.layout.shard_key(shard)) as got:
+            if got is None:
+                return None
+            mask: np.ndarray = (got[0][:, 0] != MISSING).reshape(self.info.codec.grid)
+            return mask

@@ -340,28 +340,34 @@ def index_slice(codec: ShardCodec, object_size: int) -> slice:
 Fetch = Callable[[np.ndarray], tuple[Any, np.ndarray]]
 
 
-def decode_box(
+def box_coords(box: Sequence[range]) -> np.ndarray:
+    """``(n, ndim)`` C-ordered coordinates of the inner chunks in a box of ranges."""
+    if not box:  # 0-d array: one chunk
+        return np.zeros((1, 0), dtype=np.intp)
+    grids = np.meshgrid(*[np.asarray(r) for r in box], indexing="ij")
+    return np.stack(grids, -1).reshape(-1, len(box))
+
+
+def decode_chunks(
     codec: ShardCodec,
     index: np.ndarray,
-    box: Sequence[range],
+    coords: np.ndarray,
     fetch: Fetch,
     key: str,
     threads: int | None = None,
 ) -> np.ndarray:
-    """Decode the box of inner chunks ``box`` (one range of chunk coordinates per dimension).
+    """Decode the inner chunks at ``coords`` (an ``(n, ndim)`` array of chunk coordinates).
 
     ``fetch`` takes validated ``(offset, nbytes)`` index entries and returns ``(buffer,
     segments)``: a bytes-like object holding them and their ``(offset, nbytes)`` within it.
-    Returns a stack of the box's chunks (see :meth:`ChunkCodec.stack`); empty chunks hold the
-    fill value.
+    Returns a stack of the chunks (see :meth:`ChunkCodec.stack`); empty chunks hold the fill
+    value.
     """
     inner = codec.inner
-    if box:
-        grids = np.meshgrid(*[np.asarray(r) for r in box], indexing="ij")
-        coords = np.stack(grids, -1).reshape(-1, len(box))
+    if coords.shape[1]:
         flat = np.ravel_multi_index(tuple(coords.T), codec.grid)
-    else:  # 0-d array: one chunk
-        coords, flat = np.zeros((1, 0), dtype=np.intp), np.zeros(1, dtype=np.intp)
+    else:
+        flat = np.zeros(len(coords), dtype=np.intp)
     entries = index[flat]
     present = np.flatnonzero(entries[:, 0] != MISSING)
     stack = np.empty((len(flat), *inner.stored_shape), dtype=inner.stored_dtype)
@@ -422,6 +428,6 @@ def decode_shard_bytes(
     """Decode a whole shard held in memory into an array of ``codec.shard_shape``."""
     mv = memoryview(data)
     index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), key)
-    box = [range(g) for g in codec.grid]
-    stack = decode_box(codec, index, box, lambda entries: (mv, entries), key, threads)
+    coords = box_coords([range(g) for g in codec.grid])
+    stack = decode_chunks(codec, index, coords, lambda entries: (mv, entries), key, threads)
     return codec.inner.unstack(stack, codec.grid)

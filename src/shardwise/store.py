@@ -143,6 +143,14 @@ class ShardStore:
         data = self.get_ranges(name, [(0, min(n, size))])
         return bytes(data[0]), size
 
+    def open_local(self, name: str) -> LocalObject | None:
+        """A handle on the current version of a local object (None when it is missing)."""
+        try:
+            fd = os.open(self._file(name), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return LocalObject(fd)
+
     def get_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """``(offset, nbytes)`` ranges of one object; the caller validated them against its size."""
         if self.local_root is not None:
@@ -223,6 +231,29 @@ def _again[T](make: Callable[[], Coroutine[Any, Any, T]], tries: int = 4) -> T:
     raise AssertionError("unreachable")
 
 
+class LocalObject:
+    """One open version of a local file: reads through it see that version even if the file is
+    replaced meanwhile (writers rename a new file into place). ``version`` identifies it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        st = os.fstat(fd)
+        self.size = st.st_size
+        self.version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def read(self, offset: int, n: int) -> bytes:
+        return os.pread(self.fd, n, offset)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [os.pread(self.fd, n, o) for o, n in ranges]
+
+    def __enter__(self) -> LocalObject:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
 def _write_all(fd: int, parts: Sequence[Any]) -> None:
     """Write ``parts`` in order with few system calls (writev in groups, then any remainder)."""
     for i in range(0, len(parts), 512):
@@ -240,9 +271,11 @@ def _write_all(fd: int, parts: Sequence[Any]) -> None:
 
 def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+    created: list[Path] = []
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileNotFoundError:
+        created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -257,8 +290,10 @@ def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
         tmp.unlink(missing_ok=True)
         raise
     if fsync:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        # the new name, and the entry of every directory this write created in its parent
+        for d in (path.parent, *(c.parent for c in created)):
+            dfd = os.open(d, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
