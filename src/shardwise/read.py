@@ -25,7 +25,7 @@ import numpy as np
 from .errors import CorruptShardError
 from .layout import Coord, Region, intersect, shift
 from .metadata import ArrayInfo
-from .shard import MISSING, box_coords, decode_chunks, index_slice, parse_index, scatter
+from .shard import MISSING, Fetch, decode_chunks, decode_into, index_slice, parse_index
 from .store import ShardStore
 
 MAX_GAP = 64 * 1024
@@ -176,6 +176,26 @@ class ShardReader:
         assert isinstance(index, np.ndarray)
         yield index, lambda ranges: self.store.get_ranges(key, ranges)
 
+    def _range_fetch(
+        self, get_ranges: Callable[[list[tuple[int, int]]], list[bytes]], key: str
+    ) -> Fetch:
+        """A fetch for :func:`decode_chunks`: coalesced range reads of the wanted entries."""
+
+        def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
+            ranges = [(int(o), int(n)) for o, n in entries.tolist()]
+            merged, where = coalesce(ranges)
+            blobs = get_ranges(merged)
+            for (o, n), blob in zip(merged, blobs, strict=True):
+                if len(blob) != n:
+                    raise CorruptShardError(
+                        key, f"range read at {o} returned {len(blob)} of {n} bytes"
+                    )
+            starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
+            segs = np.array([(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64)
+            return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), segs.reshape(-1, 2)
+
+        return fetch
+
     def decode_chunks(self, shard: Coord, coords: np.ndarray) -> np.ndarray:
         """A stack of the inner chunks ``coords`` (``(n, ndim)``, relative to ``shard``).
 
@@ -185,30 +205,14 @@ class ShardReader:
         codec = self.info.codec
         inner = codec.inner
         name = self.info.layout.shard_key(shard)
-        full_key = self.store.key(name)
         with self._shard(name) as got:
             if got is None or not len(coords):
                 stack = np.empty((len(coords), *inner.stored_shape), dtype=inner.stored_dtype)
                 stack[...] = inner.fill_value
                 return stack
             index, get_ranges = got
-
-            def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
-                ranges = [(int(o), int(n)) for o, n in entries.tolist()]
-                merged, where = coalesce(ranges)
-                blobs = get_ranges(merged)
-                for (o, n), blob in zip(merged, blobs, strict=True):
-                    if len(blob) != n:
-                        raise CorruptShardError(
-                            full_key, f"range read at {o} returned {len(blob)} of {n} bytes"
-                        )
-                starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
-                segs = np.array(
-                    [(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64
-                ).reshape(-1, 2)
-                return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), segs
-
-            return decode_chunks(codec, index, coords, fetch, full_key, self.threads)
+            fetch = self._range_fetch(get_ranges, self.store.key(name))
+            return decode_chunks(codec, index, coords, fetch, self.store.key(name), self.threads)
 
     def read_shard_into(self, shard: Coord, region: Region, out: np.ndarray) -> None:
         """Fill the part of ``out`` (which holds ``region``) that lies in ``shard``."""
@@ -230,19 +234,23 @@ class ShardReader:
             len(b) == -(-(s.stop - s.start) // c)
             for b, s, c in zip(box, sreg, codec.chunk_shape, strict=True)
         )
+        target = out[dest] if dest else out
         if not whole:
-            stack = self.decode_chunks(shard, box_coords(box))
-        else:
-            data = self.store.get(key)
-            if data is None:
-                out[dest] = self.info.fill_value
-                return
-            mv = memoryview(data)
-            index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), full_key)
-            stack = decode_chunks(
-                codec, index, box_coords(box), lambda e: (data, e), full_key, self.threads
-            )
-        scatter(codec, stack, box, local, out[dest] if dest else out)
+            with self._shard(key) as got:
+                if got is None:
+                    target[...] = self.info.fill_value
+                    return
+                index, get_ranges = got
+                fetch = self._range_fetch(get_ranges, full_key)
+                decode_into(codec, index, box, local, fetch, full_key, target, self.threads)
+            return
+        data = self.store.get(key)
+        if data is None:
+            target[...] = self.info.fill_value
+            return
+        mv = memoryview(data)
+        index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), full_key)
+        decode_into(codec, index, box, local, lambda e: (data, e), full_key, target, self.threads)
 
     def stored_chunks(self, shard: Coord) -> np.ndarray | None:
         """Boolean grid of the inner chunks stored in ``shard`` (None when the shard is missing)."""

@@ -7,6 +7,7 @@ with ``bytes`` (little or big endian) and optionally ``crc32c``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -387,6 +388,45 @@ def decode_chunks(
 
         _pool.map_batches(run, list(range(len(present))), threads)
     return stack
+
+
+def decode_into(
+    codec: ShardCodec,
+    index: np.ndarray,
+    box: Sequence[range],
+    local: Sequence[slice],
+    fetch: Fetch,
+    key: str,
+    out: np.ndarray,
+    threads: int | None = None,
+) -> None:
+    """Decode the chunks of ``box`` and copy their part ``local`` (relative to the shard origin)
+    into ``out``.
+
+    The box is cut into slabs of chunk rows handled in parallel, each decoded and copied into
+    ``out`` by the same pool thread: no stack of the whole box, and the copies run in parallel.
+    """
+    size = _pool.pool_size() if threads is None else threads
+    if not box or len(box[0]) < 2 or size < 2:
+        stack = decode_chunks(codec, index, box_coords(box), fetch, key, threads)
+        scatter(codec, stack, box, local, out)
+        return
+    c0 = codec.chunk_shape[0]
+    rows = box[0]
+    nslab = min(len(rows), 4 * size)
+    cuts = [rows.start + len(rows) * i // nslab for i in range(nslab + 1)]
+
+    def run(slabs: Sequence[tuple[int, int]]) -> list[None]:
+        for a, b in slabs:
+            lo, hi = max(local[0].start, a * c0), min(local[0].stop, b * c0)
+            sub_box = [range(a, b), *box[1:]]
+            stack = decode_chunks(codec, index, box_coords(sub_box), fetch, key, threads=1)
+            sub_local = (slice(lo, hi), *local[1:])
+            o = local[0].start
+            scatter(codec, stack, sub_box, sub_local, out[lo - o : hi - o])
+        return [None] * len(slabs)
+
+    _pool.map_batches(run, list(itertools.pairwise(cuts)), threads)
 
 
 def scatter(
