@@ -345,7 +345,7 @@ def test_s3_faults_through_a_proxy(s3: MotoS3) -> None:
         wrong = errors = reads = 0
         windows = [(slice(0, 96), slice(0, 80)), (slice(3, 9), slice(35, 47)),
                    (slice(30, 70), slice(1, 2)), (slice(90, 96), slice(70, 80))]
-        for i in range(40):
+        for i in range(20):
             reader = shardwise.api.open_reader(store if i % 2 else store2)
             for w in windows:
                 reads += 1
@@ -356,7 +356,7 @@ def test_s3_faults_through_a_proxy(s3: MotoS3) -> None:
                     continue
                 wrong += not np.array_equal(got, x[w])
         leases = 0
-        for i in range(40):
+        for i in range(30):
             st = ShardStore(store, f"leases/{i}")
             held = Lease.acquire(st, purpose=f"lease {i}")
             leases += read_lease(st) == held.info
@@ -373,7 +373,7 @@ def test_s3_faults_through_a_proxy(s3: MotoS3) -> None:
         "leases_taken_through_lost_acks": leases, "verify_ok": rep.ok,
     })
     assert wrong == 0 and errors == 0
-    assert leases == 40 and counts.get("lost_ack", 0) >= 10
+    assert leases == 30 and counts.get("lost_ack", 0) >= 10
     assert rep.ok
     for k in ("503", "drop", "lost", "500", "truncate"):
         assert counts.get(k, 0) > 0
@@ -461,9 +461,10 @@ def cluster() -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 20}):
-        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+        lc = LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                           dashboard_address=None, silence_logs=logging.CRITICAL)
         client = Client(lc)
+        client.wait_for_workers(3, timeout=120)
         try:
             yield client
         finally:
@@ -471,42 +472,48 @@ def cluster() -> Iterator[Any]:
             lc.close()
 
 
-def _worker_pids(client: Any) -> list[int]:
-    return [int(pid) for pid in client.run(os.getpid, on_error="ignore").values()
-            if isinstance(pid, int)]
+def _workers(client: Any) -> dict[str, int]:
+    """Address -> pid of the workers alive now."""
+    got = client.run(os.getpid, on_error="ignore")
+    return {a: int(p) for a, p in got.items() if isinstance(p, int)}
 
 
 @pytest.mark.slow
 def test_worker_deaths_during_writes(cluster: Any, tmp_path: Path) -> None:
+    """SIGKILL of a worker while shard tasks run, twice per write, on 3 workers (one always
+    lives: losing every worker at once is a test of dask's scheduler, not of shardwise)."""
     x = cluster_data()
     ref = tmp_path / "ref.zarr"
     shardwise.write_array(x, ref, **CLUSTER_KW)
     reference = files(ref)
     rng = random.Random(3)
-    kills_per_run, retried = [], 0
+    kills_per_run, seconds = [], []
     for run in range(10):
         root = tmp_path / f"run{run}.zarr"
         src = da.from_array(x, chunks=(64, 64)).map_blocks(slow_copy, meta=x[:0, :0])
+        t0 = time.perf_counter()
         fut = cluster.compute(shardwise.write_array(src, root, lease=True, compute=False,
                                                     **CLUSTER_KW))
         kills = 0
         while kills < 2 and not fut.done():
-            time.sleep(rng.uniform(0.2, 0.5))
-            pids = _worker_pids(cluster)
-            if pids and not fut.done():
-                os.kill(rng.choice(pids), signal.SIGKILL)
+            time.sleep(rng.uniform(0.1, 0.3))
+            alive = _workers(cluster)
+            if len(alive) < 2:  # keep one alive
+                continue
+            if not fut.done():
+                os.kill(rng.choice(sorted(alive.values())), signal.SIGKILL)
                 kills += 1
         report = fut.result(timeout=300)
+        seconds.append(round(time.perf_counter() - t0, 1))
         kills_per_run.append(kills)
         assert report.shards_written == 36
         assert torn_shards(root) == [] and temp_files(root) == []
         assert files(root) == reference, f"run {run}"
         assert verify(root).ok
-        cluster.wait_for_workers(2, timeout=120)
-        retried += 1
     record_figures("worker-deaths", {
         "runs": 10, "kills_per_run": kills_per_run, "workers_killed": sum(kills_per_run),
-        "corrupt_shards": 0, "missing_shards": 0, "runs_identical_to_reference": retried,
+        "seconds_per_run": seconds, "corrupt_shards": 0, "missing_shards": 0,
+        "runs_identical_to_reference": 10,
     })
     assert min(kills_per_run) >= 2
 

@@ -128,7 +128,10 @@ class WriteSession:
     def _targets(self) -> set[str]:
         """Every key this write may put: its shards, their records, its marker, the metadata."""
         keys = self.keys
-        return {*keys, *(RECORDS + k for k in keys), marker_name(self.region), "zarr.json"}
+        extra = {marker_name(self.region), "zarr.json"}
+        if self.lease is not None:  # nobody else may be creating a lease now
+            extra.add(LEASE)
+        return {*keys, *(RECORDS + k for k in keys), *extra}
 
     def journal(self, codec: ShardCodec) -> Journal:
         assert self.marker is not None
