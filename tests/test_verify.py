@@ -224,3 +224,22 @@ def test_verify_on_s3(s3: MotoS3) -> None:
     body = s3.client.get_object(Bucket=BUCKET, Key=f"{prefix}/c/2/3")["Body"].read()
     s3.client.put_object(Bucket=BUCKET, Key=f"{prefix}/c/2/3", Body=body[:-3])
     assert kinds(store) == [("corrupt", "c/2/3"), ("mismatch", "c/2/3"), ("missing", "c/1/1")]
+
+
+def test_verify_a_dataset_group_written_by_to_zarr(tmp_path: Path) -> None:
+    """A Dataset store is a group: every sharded variable is checked, appends are recorded."""
+    import dask.array as da
+    import xarray as xr
+
+    path = tmp_path / "ds.zarr"
+    ds = xr.Dataset({"v": (("t", "x"), da.random.random((100, 50), chunks=(30, 50)))})
+    shardwise.to_zarr(ds, path, shards={"t": 40}, encoding={"v": {"chunks": (10, 50)}})
+    shardwise.to_zarr(ds.isel(t=slice(0, 10)), path, append_dim="t")
+    report = shardwise.verify(path)
+    assert report.ok, str(report)
+    assert report.shards_stored == report.shards_recorded == 3
+    shard = path / "v" / "c" / "1" / "0"
+    shard.write_bytes(shard.read_bytes()[:-3])
+    report = shardwise.verify(path)
+    assert not report.ok
+    assert any("v/c/1/0" in p.key for p in report.problems)

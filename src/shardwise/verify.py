@@ -294,6 +294,9 @@ def verify(
 
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     where = f"{zstore}" + (f" path {path!r}" if path else "")
+    group = _group_arrays(zstore, path)
+    if group is not None:
+        return _verify_group(zstore, path, where, group, threads)
     try:
         info = open_info(zstore, path)
     except Exception as e:  # what zarr raises for a missing or broken zarr.json varies
@@ -302,3 +305,48 @@ def verify(
         return rep
     return verify_store(info, ShardStore(zstore, path or ""), where=where, threads=threads)
 
+
+
+def _group_arrays(zstore: Any, path: str | None) -> list[str] | None:
+    """Paths of the arrays below the group at ``path`` (None when it is not a group)."""
+    import zarr
+
+    try:
+        group = zarr.open_group(zstore, path=path or "", mode="r", zarr_format=3)
+    except Exception:  # not a group (an array, or nothing): verify it as an array
+        return None
+    prefix = f"{path.strip('/')}/" if path and path.strip("/") else ""
+    return sorted(prefix + name for name, _ in group.arrays()) + [
+        a for name, sub in group.groups() for a in _group_arrays(zstore, prefix + name) or []
+    ]
+
+
+def _verify_group(
+    zstore: Any, path: str | None, where: str, arrays: list[str], threads: int | None
+) -> VerifyReport:
+    """Verify every sharded array of a group (e.g. an xarray Dataset) into one report."""
+    from .api import open_info
+    from .errors import UnsupportedCodecError
+
+    started = time.perf_counter()
+    total = VerifyReport(where=where)
+    recorded = 0
+    any_records = False
+    for name in arrays:
+        try:
+            info = open_info(zstore, name)
+        except UnsupportedCodecError:
+            total.notes.append(f"{name}: not sharded, not checked")
+            continue
+        rep = verify_store(info, ShardStore(zstore, name), where=name, threads=threads)
+        total.shards_stored += rep.shards_stored
+        total.chunks_checked += rep.chunks_checked
+        total.bytes_read += rep.bytes_read
+        total.problems += rep.problems
+        total.notes += [f"{name}: {n}" for n in rep.notes]
+        if rep.shards_recorded is not None:
+            any_records = True
+            recorded += rep.shards_recorded
+    total.shards_recorded = recorded if any_records else None
+    total.seconds = time.perf_counter() - started
+    return total

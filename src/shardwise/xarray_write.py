@@ -14,6 +14,7 @@ leaves the array at its old length.
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,6 +23,7 @@ import numpy as np
 from zarr.abc.store import Store
 
 from .errors import PlanError, UnsupportedCodecError
+from .journal import Journal
 from .layout import Layout, Region, ceildiv, normalize_region
 from .metadata import ArrayInfo, info_from_metadata
 from .overlay import Overlay, read_only
@@ -600,11 +602,18 @@ def _graph(
             continue
         source: Any = w.source if w.lazy else np.asarray(w.source)
         if w.info is not None:
+            sstore = ShardStore(zstore, w.path, fsync=fsync)
+            codec = w.info.codec
+            # record each shard like write_array does, so verify and resume see these writes
+            journal = Journal(
+                sstore, uuid.uuid4().hex, codec.index_nbytes, codec.index_location == "end"
+            )
             writer = ShardWriter(
                 info=w.info,
-                store=ShardStore(zstore, w.path, fsync=fsync),
+                store=sstore,
                 plan=WritePlan(w.info.layout, w.region),
                 options=opts,
+                journal=journal,
             )
             parts.append((w.path, build_graph(writer, source)))
         elif not w.lazy or not w.chunks:
