@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .shard import ShardCodec
 
 Endian = Literal["little", "big"]
+SMALL_CHUNK = 64 * 1024  # raw bytes below which zstd chunks are (de)compressed in batches
 
 
 class ChunkDecodeError(ValueError):
@@ -200,18 +201,16 @@ class ChunkCodec:
         Raises :class:`ChunkDecodeError` naming the position (in ``rows``) of a bad chunk.
         """
         zstd = self._zstd_first
-        if zstd is not None and len(self.bytes_codecs) == 1 and len(rows) > 1:
+        if zstd is not None and len(rows) > 1:
             try:
-                joined = zstd.multi_decode(buf, segs, self.raw_nbytes)
+                frames, fsegs = buf, segs
+                if len(self.bytes_codecs) > 1:  # e.g. zstd + crc32c: checksums first, per chunk
+                    frames, fsegs = self._outer_decode(buf, segs)
+                values = zstd.multi_decode(frames, fsegs, self.raw_nbytes)
             except ValueError:
                 pass  # find and name the bad chunk below
             else:
-                values = np.frombuffer(joined, dtype=self.stored_dtype)
-                lo, hi = int(rows[0]), int(rows[-1]) + 1
-                if hi - lo == len(rows):
-                    stack[lo:hi] = values.reshape(len(rows), *self.stored_shape)
-                else:
-                    stack[rows] = values.reshape(len(rows), *self.stored_shape)
+                self._fill_rows(stack, rows, values)
                 return
         mv = memoryview(buf)
         for j, (o, n) in enumerate(segs.tolist()):
@@ -219,6 +218,39 @@ class ChunkCodec:
                 stack[rows[j]] = self.decode(mv[o : o + n])
             except ValueError as e:
                 raise ChunkDecodeError(j, str(e)) from None
+
+    def _outer_decode(self, buf: Any, segs: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """Undo the codecs after zstd for each chunk; the zstd frames joined, and their segments."""
+        mv = memoryview(buf)
+        frames = []
+        for o, n in segs.tolist():
+            data: Any = mv[o : o + n]
+            for codec in reversed(self.bytes_codecs[1:]):
+                data = codec.decode(data, 2 * self.raw_nbytes + 4096)
+            frames.append(data)
+        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
+        out = np.empty((len(frames), 2), dtype=np.uint64)
+        out[:, 1] = sizes
+        out[0, 0] = 0
+        np.cumsum(sizes[:-1], out=out[1:, 0])
+        return b"".join(frames), out
+
+    def _fill_rows(self, stack: np.ndarray, rows: np.ndarray, values: list[Any]) -> None:
+        """Copy decoded chunks (bytes-like, ``raw_nbytes`` each) into ``stack[rows]``."""
+        raw = self.raw_nbytes
+        if raw < SMALL_CHUNK:  # many small chunks: one join beats a Python copy per chunk
+            flat = np.frombuffer(b"".join(values), dtype=self.stored_dtype)
+            shaped = flat.reshape(len(rows), *self.stored_shape)
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            if hi - lo == len(rows):
+                stack[lo:hi] = shaped
+            else:
+                stack[rows] = shaped
+            return
+        for row, value in zip(rows.tolist(), values, strict=True):
+            if len(value) != raw:
+                raise ValueError(f"decoded to {len(value)} bytes, expected {raw}")
+            memoryview(stack[row]).cast("B")[:] = value
 
     # -- one chunk ------------------------------------------------------------------------------
 

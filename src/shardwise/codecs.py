@@ -84,8 +84,9 @@ class Zstd:
         items = zstandard.BufferWithSegments(buf, segs.tobytes())
         return self._cctx().multi_compress_to_buffer(items, threads=1)
 
-    def multi_decode(self, buf: Buffer, segs: Any, size: int) -> bytes:
-        """Decompress frames at ``segs`` of ``buf``, each to exactly ``size`` bytes; joined."""
+    def multi_decode(self, buf: Buffer, segs: Any, size: int) -> list[Any]:
+        """Decompress frames at ``segs`` of ``buf``, each to exactly ``size`` bytes, in one call
+        that releases the GIL (single-shot zstd calls hold it); one bytes-like per frame."""
         import numpy as np
 
         items = zstandard.BufferWithSegments(buf, segs.tobytes())
@@ -96,8 +97,7 @@ class Zstd:
             )
         except zstandard.ZstdError as e:
             raise ValueError(f"zstd: {e}") from None
-        segments: list[Any] = [coll[i] for i in range(len(segs))]
-        return b"".join(segments)
+        return [coll[i] for i in range(len(segs))]
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": "zstd", "configuration": {"level": self.level, "checksum": self.checksum}}
