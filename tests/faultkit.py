@@ -78,7 +78,8 @@ class MotoS3:
 
 
 @contextmanager
-def moto_s3() -> Iterator[MotoS3]:
+def moto_s3(bucket: str = BUCKET) -> Iterator[MotoS3]:
+    """A moto S3 server on a free port of 127.0.0.1 with ``bucket`` created."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -95,7 +96,7 @@ def moto_s3() -> Iterator[MotoS3]:
             aws_secret_access_key=CREDS["secret"],
             region_name=CREDS["region"],
         )
-        client.create_bucket(Bucket=BUCKET)
+        client.create_bucket(Bucket=bucket)
         yield MotoS3(endpoint, client)
     finally:
         server.stop()

@@ -7,9 +7,7 @@ zarr-python reading the same store is the oracle; shardwise reads whole arrays a
 
 from __future__ import annotations
 
-import logging
 import pickle
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -125,34 +123,12 @@ class S3:
         self.client.put_object(Bucket=BUCKET, Key=key, Body=body)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def s3() -> Iterator[S3]:
-    import boto3
-    from moto.server import ThreadedMotoServer
+    from faultkit import moto_s3
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=CREDS["key"],
-            aws_secret_access_key=CREDS["secret"],
-            region_name=CREDS["region"],
-        )
-        client.create_bucket(Bucket=BUCKET)
-        yield S3(endpoint, client)
-    finally:
-        server.stop()
+    with moto_s3(BUCKET) as server:
+        yield S3(server.endpoint, server.client)
 
 
 @pytest.fixture
