@@ -112,9 +112,23 @@ class ChunkCodec:
 
     # -- stacks ---------------------------------------------------------------------------------
 
+    def stack_is_view(self, block: np.ndarray, grid: Sequence[int]) -> bool:
+        """True when :meth:`stack` of ``block`` is a view, not a copy: each chunk spans the
+        trailing axes whole, so it already is a contiguous run of ``block``."""
+        return (
+            len(grid) > 0
+            and all(g == 1 for g in grid[1:])
+            and block.shape == tuple(g * c for g, c in zip(grid, self.chunk_shape, strict=True))
+            and self.order is None
+            and block.dtype == self.stored_dtype
+            and block.flags.c_contiguous
+        )
+
     def stack(self, block: np.ndarray, grid: Sequence[int]) -> np.ndarray:
         """Cut ``block`` (shape ``grid * chunk_shape``) into a C-ordered stack of stored chunks."""
         nd = len(grid)
+        if self.stack_is_view(block, grid):
+            return block.reshape((grid[0], *self.chunk_shape))
         split = [x for g, c in zip(grid, self.chunk_shape, strict=True) for x in (g, c)]
         chunk_axes = [2 * i + 1 for i in range(nd)]
         if self.order is not None:
@@ -182,7 +196,7 @@ class ChunkCodec:
         GIL (no Python per chunk), then the remaining codecs run per chunk.
         """
         zstd = self._zstd_first
-        if zstd is None or len(rows) < 2:
+        if zstd is None or len(rows) < 2 or self.raw_nbytes >= SMALL_CHUNK:
             return [self.encode(stack[i]) for i in rows]
         raw = self.raw_nbytes
         segs = np.empty((len(rows), 2), dtype=np.uint64)

@@ -244,13 +244,27 @@ class ShardReader:
                 fetch = self._range_fetch(get_ranges, full_key)
                 decode_into(codec, index, box, local, fetch, full_key, target, self.threads)
             return
-        data = self.store.get(key)
-        if data is None:
-            target[...] = self.info.fill_value
+        with self._whole(key) as data:
+            if data is None:
+                target[...] = self.info.fill_value
+                return
+            mv = memoryview(data)
+            index = parse_index(codec, mv[index_slice(codec, len(mv))], len(mv), full_key)
+            decode_into(codec, index, box, local, lambda e: (mv, e), full_key, target, self.threads)
+
+    @contextlib.contextmanager
+    def _whole(self, key: str) -> Iterator[bytes | memoryview | None]:
+        """The whole object ``key`` (None when missing); local files are read into a buffer the
+        calling thread reuses, valid inside the ``with`` block only."""
+        if self.store.local_root is None:
+            yield self.store.get(key)
             return
-        mv = memoryview(data)
-        index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), full_key)
-        decode_into(codec, index, box, local, lambda e: (data, e), full_key, target, self.threads)
+        handle = self.store.open_local(key)
+        if handle is None:
+            yield None
+            return
+        with handle:
+            yield handle.read_all()
 
     def stored_chunks(self, shard: Coord) -> np.ndarray | None:
         """Boolean grid of the inner chunks stored in ``shard`` (None when the shard is missing)."""

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _pool
-from .chunks import ChunkCodec, ChunkDecodeError, Endian
+from .chunks import SMALL_CHUNK, ChunkCodec, ChunkDecodeError, Endian
 from .codecs import crc32c
 from .errors import CorruptShardError
 
@@ -126,33 +126,37 @@ def encode_shard(
     # only inner chunks holding array elements are encoded; the rest of the grid stays empty
     used = tuple(-(-n // c) for n, c in zip(block.shape, cs, strict=True))
     per_row = math.prod(used[1:])
-    # cut the shard into slabs of chunk rows: the stacked copy stays small (bounded memory)
-    # while each slab still has enough chunks to keep every thread busy
-    rows = max(1, -(-SLAB_BYTES // (per_row * inner.raw_nbytes)), -(-SLAB_CHUNKS // per_row))
-    ids: list[np.ndarray] = []
-    pieces: list[Any] = []
+    if used and inner.stack_is_view(block, used):
+        rows = used[0]  # the stack is a view of block: no copy to bound, one slab
+    else:
+        # cut the shard into slabs of chunk rows: the stacked copy stays small (bounded memory)
+        # while each slab still has enough chunks to keep every thread busy
+        rows = max(1, -(-SLAB_BYTES // (per_row * inner.raw_nbytes)), -(-SLAB_CHUNKS // per_row))
+    got: list[Any] = []
     # a 0-d array is one slab of its single chunk
-    starts = range(0, used[0], rows) if used else range(1)
-    for r0 in starts:
+    for r0 in range(0, used[0], rows) if used else range(1):
         r1 = min(used[0], r0 + rows) if used else 1
         sub = block[r0 * cs[0] : r1 * cs[0]] if used else block
         if sub.dtype != inner.dtype:
             sub = sub.astype(inner.dtype)
         sub_used = (r1 - r0, *used[1:]) if used else ()
         stack = inner.stack(_padded(codec, sub, sub_used), sub_used)
-        if write_empty_chunks:
-            todo = np.arange(stack.shape[0])
-        else:
-            todo = np.flatnonzero(~inner.fill_mask(stack))
 
-        def run(rows_: Sequence[int], stack: np.ndarray = stack) -> list[Any]:
-            return inner.encode_rows(stack, rows_)
+        def run(ids: Sequence[int], stack: np.ndarray = stack) -> list[Any]:
+            # the fill check runs on the pool with the encoding; None marks an empty chunk
+            if write_empty_chunks:
+                return inner.encode_rows(stack, ids)
+            empty = inner.fill_mask(stack[ids[0] : ids[-1] + 1]).tolist()
+            keep = [i for i, e in zip(ids, empty, strict=True) if not e]
+            done = iter(inner.encode_rows(stack, keep) if keep else [])
+            return [None if e else next(done) for e in empty]
 
-        pieces.extend(_pool.map_batches(run, todo.tolist(), threads))
-        ids.append(todo + r0 * per_row)
+        got.extend(_pool.map_batches(run, range(stack.shape[0]), threads))
+    keep = np.fromiter((p is not None for p in got), dtype=bool, count=len(got))
+    pieces = [p for p in got if p is not None]
     if not pieces:
         return None
-    done = np.concatenate(ids)
+    done = np.flatnonzero(keep)
     # positions in the grid of used chunks -> positions in the shard's full chunk grid
     flat_ids = np.ravel_multi_index(np.unravel_index(done, used), codec.grid) if used else done
     return EncodedShard(
@@ -406,6 +410,10 @@ def decode_into(
     The box is cut into slabs of chunk rows handled in parallel, each decoded and copied into
     ``out`` by the same pool thread: no stack of the whole box, and the copies run in parallel.
     """
+    inner = codec.inner
+    if box and inner.raw_nbytes >= SMALL_CHUNK and inner.nested is None and not inner.zarr_chain:
+        _decode_each_into(codec, index, box, local, fetch, key, out, threads)
+        return
     size = _pool.pool_size() if threads is None else threads
     if not box or len(box[0]) < 2 or size < 2:
         stack = decode_chunks(codec, index, box_coords(box), fetch, key, threads)
@@ -427,6 +435,59 @@ def decode_into(
         return [None] * len(slabs)
 
     _pool.map_batches(run, list(itertools.pairwise(cuts)), threads)
+
+
+def _decode_each_into(
+    codec: ShardCodec,
+    index: np.ndarray,
+    box: Sequence[range],
+    local: Sequence[slice],
+    fetch: Fetch,
+    key: str,
+    out: np.ndarray,
+    threads: int | None,
+) -> None:
+    """:func:`decode_into` for large chunks: each chunk is decoded and copied straight into
+    ``out`` by a pool thread (no stack: one pass over the output's memory)."""
+    inner, cs = codec.inner, codec.chunk_shape
+    coords = box_coords(box)
+    entries = index[np.ravel_multi_index(tuple(coords.T), codec.grid)]
+    inv = None if inner.order is None else [int(i) for i in np.argsort(inner.order)]
+
+    def place(c: Sequence[int]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """Where chunk ``c`` lands in ``out``, and which part of the chunk lands there."""
+        dst, src = [], []
+        for ci, n, sl in zip(c, cs, local, strict=True):
+            lo, hi = max(ci * n, sl.start), min(ci * n + n, sl.stop)
+            dst.append(slice(lo - sl.start, hi - sl.start))
+            src.append(slice(lo - ci * n, hi - ci * n))
+        return tuple(dst), tuple(src)
+
+    present = entries[:, 0] != MISSING
+    for c in coords[~present].tolist():
+        out[place(c)[0]] = inner.fill_value
+    todo = np.flatnonzero(present)
+    if not todo.size:
+        return
+    buf, segs = fetch(entries[todo])
+    mv = memoryview(buf)
+    seg_list = segs.tolist()
+
+    def run(js: Sequence[int]) -> list[None]:
+        for j in js:
+            c = coords[todo[j]].tolist()
+            o, n = seg_list[j]
+            try:
+                value = inner.decode(mv[o : o + n])
+            except ValueError as e:
+                raise CorruptShardError(key, f"cannot decode: {e}", chunk=tuple(c)) from None
+            if inv is not None:
+                value = value.transpose(inv)
+            dst, src = place(c)
+            out[dst] = value[src]
+        return [None] * len(js)
+
+    _pool.map_batches(run, list(range(len(todo))), threads)
 
 
 def scatter(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
@@ -27,6 +28,20 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 PARTIAL_SUFFIX = ".partial"
+SCRATCH_MAX = 64 * 1024 * 1024  # objects up to this size are read into a reused buffer
+_scratch = threading.local()
+
+
+def scratch(n: int) -> memoryview:
+    """A writable buffer of ``n`` bytes reused by the calling thread.
+
+    Its pages stay mapped from one use to the next: reading object after object into it costs no
+    page faults. Valid until the thread's next call; callers copy out what they keep.
+    """
+    buf: bytearray | None = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < n:
+        buf = _scratch.buf = bytearray(n)
+    return memoryview(buf)[:n]
 
 
 def resolve_store(
@@ -246,6 +261,20 @@ class LocalObject:
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         return [os.pread(self.fd, n, o) for o, n in ranges]
+
+    def read_all(self) -> bytes | memoryview:
+        """The whole object; small ones in the thread's :func:`scratch` buffer (copy what you
+        keep before this thread reads the next one)."""
+        if self.size > SCRATCH_MAX:
+            return self.read(0, self.size)
+        view = scratch(self.size)
+        got = 0
+        while got < self.size:
+            n = os.preadv(self.fd, [view[got:]], got)
+            if n == 0:  # the file shrank: cannot happen to a renamed-into-place version
+                return view[:got]
+            got += n
+        return view
 
     def __enter__(self) -> LocalObject:
         return self
