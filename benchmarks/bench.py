@@ -496,7 +496,11 @@ SW_WRITE = {
     "W2": ["s-xr-w", "s-task-mem"],
     "W3": ["s-w-shards", "s-w-mis", "s-w-cross", "s-task-mem"],
 }
-SW_READ = {"W1": ["h-sw-array", "h-sw-engine"], "W2": [], "W3": ["h-sw-array", "h-sw-engine"]}
+SW_READ = {
+    "W1": ["h-sw-array", "h-sw-engine"],
+    "W2": ["h-sw-engine"],
+    "W3": ["h-sw-array", "h-sw-engine"],
+}
 
 
 def expand_cases(wl: str, spec: str) -> list[str]:
@@ -590,8 +594,20 @@ def _git_state() -> dict[str, Any]:
         except Exception:
             return ""
 
+    import hashlib
+
     dirty = [x for x in git("status", "--porcelain", "--", "src").splitlines() if x.strip()]
-    return dict(git_head=git("rev-parse", "--short", "HEAD"), git_dirty_src_files=len(dirty))
+    h = hashlib.blake2b(digest_size=8)  # the source actually measured (the tree may be dirty)
+    src = os.path.join(REPO, "src", "shardwise")
+    for name in sorted(os.listdir(src)) if os.path.isdir(src) else []:
+        if name.endswith(".py"):
+            with open(os.path.join(src, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return dict(
+        git_head=git("rev-parse", "--short", "HEAD"),
+        git_dirty_src_files=len(dirty),
+        src_hash=h.hexdigest(),
+    )
 
 
 def env_record(argv: list[str]) -> dict[str, Any]:
@@ -776,6 +792,7 @@ TARGETS = [
     ("W1", "h-sw-engine", "read", 1.40, ["h-ts", "h-xr-shards"]),
     ("W3", "h-sw-array", "read", 1.30, ["h-ts", "h-xr-shards"]),
     ("W3", "h-sw-engine", "read", 1.30, ["h-ts", "h-xr-shards", "h-xr-default"]),
+    ("W2", "h-sw-engine", "read", None, ["h-ts", "h-xr-shards"]),
 ]
 
 
@@ -936,7 +953,7 @@ def report(paths: list[str]) -> None:
 # ----------------------------------------------------------------------------------------------
 # profile
 # ----------------------------------------------------------------------------------------------
-def profile(wl: str, case: str, top: int) -> None:
+def profile(wl: str, case: str, top: int, dump: str | None = None) -> None:
     """Run one case (rep 0) with cProfile on during its timed part; print the top functions.
 
     On Python >= 3.12 cProfile is built on sys.monitoring and one profiler sees every thread
@@ -971,6 +988,9 @@ def profile(wl: str, case: str, top: int) -> None:
     print(json.dumps({k: v for k, v in info.items() if k in keep}, default=_json_default)[:600])
     print("(all threads; the profiler slows Python-heavy code, compare shares, not seconds)")
     st = pstats.Stats(prof)
+    if dump:
+        st.dump_stats(dump)
+        print(f"(stats saved to {dump}: python -m pstats {dump})")
     st.sort_stats("tottime").print_stats(top)
     st.sort_stats("cumulative").print_stats(top)
 
@@ -1008,6 +1028,7 @@ def main() -> None:
     pf.add_argument("workload")
     pf.add_argument("case")
     pf.add_argument("--top", type=int, default=40)
+    pf.add_argument("--dump", default=None, help="also save the pstats file here")
     sub.add_parser("list")
     args = ap.parse_args()
     if args.cmd == "case":
@@ -1017,7 +1038,7 @@ def main() -> None:
     elif args.cmd == "report":
         report(args.paths)
     elif args.cmd == "profile":
-        profile(args.workload, args.case, args.top)
+        profile(args.workload, args.case, args.top, args.dump)
     elif args.cmd == "list":
         for k, W in WORKLOADS.items():
             print(k, W, "| cross-shard chunks:", CROSS_CHUNKS[k])
