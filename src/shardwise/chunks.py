@@ -283,6 +283,29 @@ class ChunkCodec:
             data = codec.encode(data)
         return bytes(data)
 
+    def decode_to(self, data: bytes | memoryview, dest: np.ndarray) -> bool:
+        """Decode one chunk straight into ``dest`` (the chunk's place in the output) when the
+        chain and ``dest`` allow it: no transpose, a plain or zstd-only chain, ``dest``
+        C-contiguous in the stored dtype. False, with nothing written, otherwise."""
+        if (
+            self.zarr_chain is not None
+            or self.nested is not None
+            or self.order is not None
+            or dest.dtype != self.stored_dtype
+            or dest.shape != self.chunk_shape
+            or not dest.flags.c_contiguous
+            or len(self.bytes_codecs) > 1
+        ):
+            return False
+        out = memoryview(dest).cast("B")
+        if not self.bytes_codecs:
+            if len(data) != len(out):
+                raise ValueError(f"chunk holds {len(data)} bytes, expected {len(out)}")
+            out[:] = data
+            return True
+        codec = self.bytes_codecs[0]
+        return isinstance(codec, Zstd) and codec.decode_into(data, out)
+
     def decode(self, data: bytes | memoryview) -> np.ndarray:
         """Decode one inner chunk into a stored chunk (shape :attr:`stored_shape`).
 

@@ -38,6 +38,13 @@ def crc32c(data: Buffer) -> int:
     return int(_crc32c.crc32c(data))
 
 
+def _nc_zstd() -> Any:
+    c = getattr(_local, "nc_zstd", None)
+    if c is None:
+        c = _local.nc_zstd = numcodecs.Zstd()
+    return c
+
+
 @dataclass(frozen=True)
 class Zstd:
     level: int = 0
@@ -78,6 +85,24 @@ class Zstd:
             return self._dctx().decompress(data, max_output_size=max_size)
         except zstandard.ZstdError as e:
             raise ValueError(f"zstd: {e}") from None
+
+    def decode_into(self, data: Buffer, out: memoryview) -> bool:
+        """Decompress one frame straight into ``out`` (GIL released). False, with nothing
+        written, when the frame does not state its size; ``ValueError`` when it is bad or its
+        size is not ``len(out)``."""
+        try:
+            size = zstandard.frame_content_size(data)
+        except zstandard.ZstdError as e:
+            raise ValueError(f"zstd: {e}") from None
+        if size < 0:
+            return False
+        if size != len(out):
+            raise ValueError(f"zstd frame claims {size} bytes, expected {len(out)}")
+        try:
+            _nc_zstd().decode(data, out=out)
+        except (RuntimeError, ValueError) as e:
+            raise ValueError(f"zstd: {e}") from None
+        return True
 
     def multi_encode(self, buf: Buffer, segs: Any) -> Any:
         """Compress the ``(offset, nbytes)`` segments of ``buf`` in one GIL-free call."""
