@@ -111,7 +111,7 @@ class Zstd:
 
     def multi_decode(self, buf: Buffer, segs: Any, size: int) -> list[Any]:
         """Decompress frames at ``segs`` of ``buf``, each to exactly ``size`` bytes, in one call
-        that releases the GIL (single-shot zstd calls hold it); one bytes-like per frame."""
+        that releases the GIL, with no Python per frame; one bytes-like per frame."""
         import numpy as np
 
         items = zstandard.BufferWithSegments(buf, segs.tobytes())
