@@ -46,6 +46,7 @@ case "$cmd" in
     test)
         setup
         "$venv/bin/ruff" check src tests benchmarks
+        "$venv/bin/ruff" format --check src tests benchmarks
         "$venv/bin/mypy"
         exec "$venv/bin/python" -m pytest "$@" ;;
     *)

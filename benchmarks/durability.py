@@ -47,8 +47,15 @@ def one(x: np.ndarray, root: Path, fsync: bool, wl: dict[str, Any]) -> float:
     shutil.rmtree(root, ignore_errors=True)
     src = da.from_array(x, chunks=wl["shards"])
     t = time.perf_counter()
-    shardwise.write_array(src, root, chunks=wl["chunks"], shards=wl["shards"], fsync=fsync,
-                          compressors=zarr.codecs.ZstdCodec(level=3), mode="w")
+    shardwise.write_array(
+        src,
+        root,
+        chunks=wl["chunks"],
+        shards=wl["shards"],
+        fsync=fsync,
+        compressors=zarr.codecs.ZstdCodec(level=3),
+        mode="w",
+    )
     return time.perf_counter() - t
 
 

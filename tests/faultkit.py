@@ -271,8 +271,11 @@ class NoSpaceStore(WrapperStore[Store]):
     def __init__(self, store: Store, budget: int, state: dict[str, Any] | None = None) -> None:
         super().__init__(store)
         # shared with the copies zarr makes (read-only views, ...)
-        self.state = state if state is not None else {
-            "budget": budget, "used": 0, "refused": 0, "lock": threading.Lock()}
+        self.state = (
+            state
+            if state is not None
+            else {"budget": budget, "used": 0, "refused": 0, "lock": threading.Lock()}
+        )
 
     def _with_store(self, store: Store) -> NoSpaceStore:
         return NoSpaceStore(store, self.state["budget"], self.state)
@@ -333,8 +336,9 @@ def settle(root: Path, records: int, since: float = 0.0, timeout: float = 120.0)
     raise TimeoutError(f"only {n} of {records} shard records under {root}")
 
 
-def stored_without(x: np.ndarray, shards: tuple[int, ...], region: tuple[slice, ...],
-                   fill: Any = 0) -> int:
+def stored_without(
+    x: np.ndarray, shards: tuple[int, ...], region: tuple[slice, ...], fill: Any = 0
+) -> int:
     """Shards of ``x`` holding data other than ``fill`` that do not touch ``region``."""
     from shardwise.layout import Layout
 
@@ -428,8 +432,9 @@ class StallStore(WrapperStore[Store]):
 # -- functions run in separate processes (multiprocessing forkserver) ---------------------------
 
 
-def race_lease(idx: int, kind: str, base: str, trials: int, barrier: Any, out: Any,
-               endpoint: str = "") -> None:
+def race_lease(
+    idx: int, kind: str, base: str, trials: int, barrier: Any, out: Any, endpoint: str = ""
+) -> None:
     """One of the racing writer jobs: every trial, wait for the others, then take the lease."""
     from shardwise.errors import LeaseHeldError
     from shardwise.lease import Lease

@@ -44,6 +44,7 @@ def examples(n: int) -> settings:
     scaled = round(n * settings.default.max_examples / BASE_EXAMPLES)
     return settings(max_examples=max(1, scaled))
 
+
 # -- dtypes and fill values ------------------------------------------------------------------------
 
 INT_DTYPES = tuple(np.dtype(t) for t in ("int8", "int16", "int32", "int64"))
@@ -141,7 +142,13 @@ def geometries(draw: st.DrawFn, min_ndim: int = 1, max_ndim: int = 4) -> Geometr
 
 ChunkKind = Literal["shard", "inner", "whole", "larger", "misaligned", "irregular", "ones"]
 CHUNK_KINDS: tuple[ChunkKind, ...] = (
-    "shard", "inner", "whole", "larger", "misaligned", "irregular", "ones"
+    "shard",
+    "inner",
+    "whole",
+    "larger",
+    "misaligned",
+    "irregular",
+    "ones",
 )
 
 
@@ -445,9 +452,7 @@ def selections(draw: st.DrawFn, shape: Sequence[int]) -> tuple[Any, ...]:
 
 
 @st.composite
-def regions(
-    draw: st.DrawFn, shape: Sequence[int], allow_empty: bool = True
-) -> tuple[slice, ...]:
+def regions(draw: st.DrawFn, shape: Sequence[int], allow_empty: bool = True) -> tuple[slice, ...]:
     """A box inside ``shape``: one ``slice(start, stop)`` per dimension (step 1)."""
     out = []
     for n in shape:

@@ -149,8 +149,9 @@ def assert_matches_source(actual: xr.Dataset, source: xr.Dataset | None = None) 
     if "packed" in source:
         xr.testing.assert_allclose(actual["packed"], source["packed"], atol=0.006)
         assert actual["packed"].attrs == source["packed"].attrs
-    xr.testing.assert_identical(actual.drop_vars("packed", errors="ignore"),
-                                source.drop_vars("packed", errors="ignore"))
+    xr.testing.assert_identical(
+        actual.drop_vars("packed", errors="ignore"), source.drop_vars("packed", errors="ignore")
+    )
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -283,7 +284,10 @@ def test_open_reads_metadata_only() -> None:
     # nothing but metadata is read at all
     counting.reads.clear()
     ds = xr.open_dataset(
-        counting, engine="shardwise", create_default_indexes=False, decode_times=False,
+        counting,
+        engine="shardwise",
+        create_default_indexes=False,
+        decode_times=False,
         decode_timedelta=False,
     )
     assert counting.keys_read() and all(_is_metadata(k) for k in counting.keys_read())
@@ -329,15 +333,25 @@ def test_opens_stores_written_by_zarr_python(tmp_path: Path) -> None:
     sub = root.create_group("sub", attributes={"source": "zarr-python"})
     data = np.arange(30 * 12, dtype="u2").reshape(30, 12)
     a = sub.create_array(
-        "sharded", shape=data.shape, dtype=data.dtype, chunks=(5, 4), shards=(10, 12),
-        dimension_names=("row", "col"), attributes={"units": "counts"},
+        "sharded",
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=(5, 4),
+        shards=(10, 12),
+        dimension_names=("row", "col"),
+        attributes={"units": "counts"},
     )
     a[...] = data
     b = sub.create_array("plain", shape=(30,), dtype="f8", chunks=(7,), dimension_names=("row",))
     b[...] = np.linspace(0, 1, 30)
     t = sub.create_array(
-        "transposed", shape=(30, 12), dtype="i4", chunks=(10, 3), shards=(30, 6),
-        filters=[TransposeCodec(order=(1, 0))], dimension_names=("row", "col"),
+        "transposed",
+        shape=(30, 12),
+        dtype="i4",
+        chunks=(10, 3),
+        shards=(30, 6),
+        filters=[TransposeCodec(order=(1, 0))],
+        dimension_names=("row", "col"),
     )
     t[...] = data.astype("i4") * -3
     ds = xr.open_dataset(tmp_path / "zp.zarr", engine="shardwise", group="sub")
@@ -376,8 +390,14 @@ def ranged() -> tuple[CountingStore, np.ndarray]:
     store = CountingStore(MemoryStore())
     data = np.arange(256 * 256, dtype="f8").reshape(256, 256)
     arr = zarr.create_array(
-        store, name="v", shape=data.shape, dtype="f8", chunks=(64, 64), shards=(256, 256),
-        compressors=None, dimension_names=("y", "x"),
+        store,
+        name="v",
+        shape=data.shape,
+        dtype="f8",
+        chunks=(64, 64),
+        shards=(256, 256),
+        compressors=None,
+        dimension_names=("y", "x"),
     )
     arr[...] = data
     store.reads.clear()
@@ -438,9 +458,15 @@ def sharded_arrays(draw: st.DrawFn) -> tuple[Any, np.ndarray]:
     order = draw(st.sampled_from([None, tuple(range(ndim))[::-1]]))
     store = MemoryStore()
     arr = zarr.create_array(
-        store, name="v", shape=shape, dtype=dtype, chunks=chunks, shards=shards,
+        store,
+        name="v",
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        shards=shards,
         filters=[] if order is None else [TransposeCodec(order=order)],
-        dimension_names=[f"d{i}" for i in range(ndim)], fill_value=0,
+        dimension_names=[f"d{i}" for i in range(ndim)],
+        fill_value=0,
     )
     arr[...] = data
     return store, data
@@ -481,8 +507,10 @@ def test_explicit_indexers_match_numpy(store_path: Path) -> None:
         indexing.VectorizedIndexer((slice(None, None, 5), np.array([-1, 2, 0]))),
     ]
     for key in keys:
-        want = ref.vindex[key] if isinstance(key, indexing.VectorizedIndexer) else (
-            ref.oindex[key] if isinstance(key, indexing.OuterIndexer) else ref[key]
+        want = (
+            ref.vindex[key]
+            if isinstance(key, indexing.VectorizedIndexer)
+            else (ref.oindex[key] if isinstance(key, indexing.OuterIndexer) else ref[key])
         )
         np.testing.assert_array_equal(arr[key], want)
     with pytest.raises(IndexError):
@@ -562,7 +590,10 @@ def client() -> Iterator[Any]:
 
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
             memory_limit="2GiB",
         ) as cluster,
         Client(cluster, set_as_default=False) as c,
@@ -578,12 +609,12 @@ def test_reads_on_a_local_cluster(client: Any, store_path: Path) -> None:
     expected = make_dataset()
     with dask.config.set(scheduler=client), get_task_stream(client) as ts:
         loaded = ds.compute()
-        pts = ds["temp"].isel(
-            time=xr.DataArray([0, 23, 11], dims="p"), x=xr.DataArray([19, 0, 4], dims="p")
-        ).compute()
+        pts = (
+            ds["temp"]
+            .isel(time=xr.DataArray([0, 23, 11], dims="p"), x=xr.DataArray([19, 0, 4], dims="p"))
+            .compute()
+        )
     assert_matches_source(loaded, expected)
-    np.testing.assert_array_equal(
-        pts.values, expected["temp"].values[[0, 23, 11], :, [19, 0, 4]]
-    )
+    np.testing.assert_array_equal(pts.values, expected["temp"].values[[0, 23, 11], :, [19, 0, 4]])
     workers = {t["worker"] for t in ts.data}
     assert workers <= set(client.scheduler_info()["workers"]) and workers

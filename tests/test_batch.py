@@ -74,8 +74,11 @@ def test_split_is_balanced_slabs() -> None:
     lay = Layout((20, 30), (10, 10), (5, 5))
     parts = batch.split_parts(lay, 5)
     assert [tuple((s.start, s.stop) for s in r) for r in parts] == [
-        ((0, 10), (0, 10)), ((0, 10), (10, 20)), ((0, 10), (20, 30)),
-        ((10, 20), (0, 10)), ((10, 20), (10, 30)),
+        ((0, 10), (0, 10)),
+        ((0, 10), (10, 20)),
+        ((0, 10), (20, 30)),
+        ((10, 20), (0, 10)),
+        ((10, 20), (10, 30)),
     ]
 
 
@@ -124,15 +127,17 @@ def test_init_parts_finalize_equals_one_write(tmp_path: Path, reference: dict[st
         computed.append(block_info[0]["array-location"][0])
         return block
 
-    lazy = da.from_array(data(), chunks=(10, 44)).map_blocks(seen, dtype="uint8",
-                                                              meta=np.empty((0, 0), "uint8"))
+    lazy = da.from_array(data(), chunks=(10, 44)).map_blocks(
+        seen, dtype="uint8", meta=np.empty((0, 0), "uint8")
+    )
     for i in (2, 0, 1):
         computed.clear()
         rep = batch.write_part(lazy, root, i)  # the whole array: only part i is computed
         rows = plan.region(i)[0]
         assert all(rows.start <= a < rows.stop for a, _ in computed)
-        assert rep.shards_written == len(list(Layout(SHAPE, (10, 12), (5, 4)).shards_touching(
-            plan.region(i))))
+        assert rep.shards_written == len(
+            list(Layout(SHAPE, (10, 12), (5, 4)).shards_touching(plan.region(i)))
+        )
     report = batch.finalize(root)
     assert report.ok and report.shards_stored == 20
     assert files(root) == reference
@@ -174,8 +179,10 @@ def test_whole_array_writes_wait_for_the_batch(tmp_path: Path) -> None:
     batch.init(root, shape=SHAPE, dtype="uint8", parts=2, **KW)
     with pytest.raises(LeaseHeldError, match="batch write in progress"):
         shardwise.write_array(data(), root, mode="r+")
-    with Lease.acquire(ShardStore(LocalStore(root)), purpose="a whole-array writer"), \
-            pytest.raises(LeaseHeldError, match="a whole-array writer"):
+    with (
+        Lease.acquire(ShardStore(LocalStore(root)), purpose="a whole-array writer"),
+        pytest.raises(LeaseHeldError, match="a whole-array writer"),
+    ):
         batch.write_part(data(), root, 0)
 
 
@@ -218,12 +225,15 @@ def test_a_part_resumes(tmp_path: Path) -> None:
             raise RuntimeError("preempted")
         return block
 
-    lazy = da.from_array(data(), chunks=(10, 44)).map_blocks(fail_last, dtype="uint8",
-                                                              meta=np.empty((0, 0), "uint8"))
+    lazy = da.from_array(data(), chunks=(10, 44)).map_blocks(
+        fail_last, dtype="uint8", meta=np.empty((0, 0), "uint8")
+    )
     import dask
 
-    with dask.config.set(scheduler="threads", num_workers=4), \
-            pytest.raises(RuntimeError, match="preempted"):
+    with (
+        dask.config.set(scheduler="threads", num_workers=4),
+        pytest.raises(RuntimeError, match="preempted"),
+    ):
         batch.write_part(lazy, root, 0)
     assert plan.region(0)[0] == slice(0, 20)
     rep = batch.write_part(data(), root, 0, resume=True)

@@ -36,8 +36,9 @@ def data() -> np.ndarray:
 @pytest.fixture
 def v2(tmp_path: Path) -> Path:
     root = tmp_path / "v2.zarr"
-    z = zarr.create_array(root, shape=SHAPE, chunks=(7, 9), dtype="float32", zarr_format=2,
-                          attributes={"units": "K"})
+    z = zarr.create_array(
+        root, shape=SHAPE, chunks=(7, 9), dtype="float32", zarr_format=2, attributes={"units": "K"}
+    )
     z[...] = data()
     return root
 
@@ -45,8 +46,7 @@ def v2(tmp_path: Path) -> Path:
 @pytest.fixture
 def sharded(tmp_path: Path) -> Path:
     root = tmp_path / "s.zarr"
-    shardwise.write_array(data(), root, chunks=(5, 5), shards=(10, 15),
-                          dimension_names=("y", "x"))
+    shardwise.write_array(data(), root, chunks=(5, 5), shards=(10, 15), dimension_names=("y", "x"))
     return root
 
 
@@ -72,12 +72,24 @@ def test_inspect(sharded: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("source", ["v2", "sharded"])
-def test_reshard(source: str, request: pytest.FixtureRequest, tmp_path: Path,
-                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_reshard(
+    source: str, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src: Path = request.getfixturevalue(source)
     dst = tmp_path / "out.zarr"
-    args = ["reshard", str(src), str(dst), "--shards", "16,30", "--chunks", "4x6",
-            "--compressor", "blosc:lz4:3", "--crc32c", "--verify"]
+    args = [
+        "reshard",
+        str(src),
+        str(dst),
+        "--shards",
+        "16,30",
+        "--chunks",
+        "4x6",
+        "--compressor",
+        "blosc:lz4:3",
+        "--crc32c",
+        "--verify",
+    ]
     assert main(args) == 0
     assert "OK" in capsys.readouterr().out
     z = zarr.open_array(dst)
@@ -92,8 +104,9 @@ def test_reshard(source: str, request: pytest.FixtureRequest, tmp_path: Path,
     assert main([*args, "--mode", "w", "--compressor", "gzip:1"]) == 0
 
 
-def test_reshard_is_refused_while_leased(sharded: Path, tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_reshard_is_refused_while_leased(
+    sharded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dst = tmp_path / "out.zarr"
     st = ShardStore(zarr.storage.LocalStore(dst))
     with Lease.acquire(st, purpose="a job that died"):
@@ -115,11 +128,17 @@ def test_usage_errors(sharded: Path, tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as e:
         main(["reshard", str(sharded), str(tmp_path / "o"), "--shards", "a,b"])
     assert e.value.code == 2
-    env_free = {k: v for k, v in os.environ.items() if k not in ("SLURM_ARRAY_TASK_ID",
-                                                                "PBS_ARRAY_INDEX", "PBS_ARRAYID",
-                                                                "SHARDWISE_PART")}
-    proc = subprocess.run([*exe(), "batch", "part", str(tmp_path / "b"), "--source",
-                           str(sharded)], capture_output=True, text=True, env=env_free)
+    env_free = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SLURM_ARRAY_TASK_ID", "PBS_ARRAY_INDEX", "PBS_ARRAYID", "SHARDWISE_PART")
+    }
+    proc = subprocess.run(
+        [*exe(), "batch", "part", str(tmp_path / "b"), "--source", str(sharded)],
+        capture_output=True,
+        text=True,
+        env=env_free,
+    )
     assert proc.returncode == 2 and "give --part" in proc.stderr
 
 
@@ -127,8 +146,23 @@ def test_a_job_array_of_parts_as_processes(sharded: Path, tmp_path: Path) -> Non
     """init, then 3 parts as concurrent processes (SLURM_ARRAY_TASK_ID), then finalize."""
     dst = tmp_path / "batch.zarr"
     cmd = exe()
-    init = subprocess.run([*cmd, "batch", "init", str(dst), "--source", str(sharded), "--parts",
-                           "3", "--shards", "10,30", "--crc32c"], capture_output=True, text=True)
+    init = subprocess.run(
+        [
+            *cmd,
+            "batch",
+            "init",
+            str(dst),
+            "--source",
+            str(sharded),
+            "--parts",
+            "3",
+            "--shards",
+            "10,30",
+            "--crc32c",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert init.returncode == 0, init.stderr
     assert "part 2: [20:40, 0:30]" in init.stdout
 
@@ -136,9 +170,13 @@ def test_a_job_array_of_parts_as_processes(sharded: Path, tmp_path: Path) -> Non
     assert early.returncode == 1 and "3 of 3 parts not done" in early.stderr
 
     jobs = [
-        subprocess.Popen([*cmd, "batch", "part", str(dst), "--source", str(sharded)],
-                         env={**os.environ, "SLURM_ARRAY_TASK_ID": str(i)},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*cmd, "batch", "part", str(dst), "--source", str(sharded)],
+            env={**os.environ, "SLURM_ARRAY_TASK_ID": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(3)
     ]
     for i, j in enumerate(jobs):

@@ -192,11 +192,11 @@ BAD_ENTRIES: dict[str, tuple[int, int, Callable[[int, str], int]]] = {
     "offset_at_end": (0, 0, lambda size, loc: size),
     "offset_past_end": (2, 0, lambda size, loc: size + 1000),
     "nbytes_past_end": (1, 1, lambda size, loc: size),
-    "offset_into_index": (
-        3, 0, lambda size, loc: 4 if loc == "start" else size - INDEX_NBYTES + 4
-    ),
+    "offset_into_index": (3, 0, lambda size, loc: 4 if loc == "start" else size - INDEX_NBYTES + 4),
     "chunk_overlaps_index": (
-        3, 1, lambda size, loc: 2 * INDEX_NBYTES if loc == "start" else INDEX_NBYTES
+        3,
+        1,
+        lambda size, loc: 2 * INDEX_NBYTES if loc == "start" else INDEX_NBYTES,
     ),
     "offset_only_missing": (0, 0, lambda size, loc: MISSING),
     "nbytes_only_missing": (3, 1, lambda size, loc: MISSING),
@@ -372,8 +372,14 @@ def test_reader_opened_before_a_rewrite_sees_new_data(tmp_path: Path) -> None:
     new[:4, :4] = FILL  # inner chunk (0, 0) of every first shard now empty: offsets shift
     new[4:8, 4:8] = 3.0
     shardwise.write_array(
-        new, str(tmp_path), path=PATH, chunks=INNER, shards=SHARDS, fill_value=FILL,
-        compressors=None, mode="w",
+        new,
+        str(tmp_path),
+        path=PATH,
+        chunks=INNER,
+        shards=SHARDS,
+        fill_value=FILL,
+        compressors=None,
+        mode="w",
     )
     np.testing.assert_array_equal(lazy.compute(scheduler="threads"), new)
 

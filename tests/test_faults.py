@@ -81,8 +81,19 @@ def corrupt(raw: bytes, rng: random.Random) -> tuple[str, bytes]:
     """One random corruption of a shard's bytes (always a change)."""
     b = bytearray(raw)
     n = len(b)
-    how = rng.choice(["bitflip", "bitflips", "overwrite", "zero", "truncate", "append",
-                      "delete", "duplicate", "index"])
+    how = rng.choice(
+        [
+            "bitflip",
+            "bitflips",
+            "overwrite",
+            "zero",
+            "truncate",
+            "append",
+            "delete",
+            "duplicate",
+            "index",
+        ]
+    )
     if how in ("bitflip", "bitflips", "index"):
         for _ in range(1 if how != "bitflips" else rng.randint(2, 8)):
             i = rng.randrange(n - 40, n) if how == "index" else rng.randrange(n)
@@ -111,8 +122,7 @@ def test_corruption_fuzz_never_reads_wrong_data(chain: str) -> None:
     store = MemoryStore()
     x = np.random.default_rng(1).normal(size=(48, 48)).astype("float32")
     x[x > 1.5] = 0  # some fill, some structure
-    shardwise.write_array(x, store, chunks=(8, 8), shards=(16, 24), fill_value=0,
-                          **CHAINS[chain])
+    shardwise.write_array(x, store, chunks=(8, 8), shards=(16, 24), fill_value=0, **CHAINS[chain])
     info = open_info(store)
     sstore = ShardStore(store)
     lay = info.layout
@@ -150,11 +160,17 @@ def test_corruption_fuzz_never_reads_wrong_data(chain: str) -> None:
         verify_missed += not problems
         sstore.put(key, raw)
     n = sum(kinds.values())
-    record_figures(f"fuzz-{chain}", {
-        "corruptions": n, "by_kind": dict(kinds), "outcomes": dict(outcomes),
-        "silent_wrong_reads": outcomes["whole: WRONG values"] + outcomes["window: WRONG values"],
-        "verify_missed": verify_missed,
-    })
+    record_figures(
+        f"fuzz-{chain}",
+        {
+            "corruptions": n,
+            "by_kind": dict(kinds),
+            "outcomes": dict(outcomes),
+            "silent_wrong_reads": outcomes["whole: WRONG values"]
+            + outcomes["window: WRONG values"],
+            "verify_missed": verify_missed,
+        },
+    )
     assert n == FUZZ_PER_CHAIN
     assert outcomes["whole: WRONG values"] == outcomes["window: WRONG values"] == 0
     assert outcomes["whole: detected"] >= n - outcomes["whole: right values"]
@@ -185,11 +201,17 @@ def test_enospc_from_the_store_reaches_the_caller_and_a_rerun_completes(tmp_path
     rep = shardwise.write_array(disk_data(), roomy, resume=True, **DISK_KW)
     assert rep.shards_skipped == len(stored)
     assert files(root) == files(ref) and verify(root).ok
-    record_figures("disk-full-store-wrapper", {
-        "errno": errno.errorcode[e.value.errno], "shards_before_full": len(stored),
-        "sets_refused": full.refused, "partial_shards": 0, "rerun_skipped": rep.shards_skipped,
-        "rerun_written": rep.shards_written,
-    })
+    record_figures(
+        "disk-full-store-wrapper",
+        {
+            "errno": errno.errorcode[e.value.errno],
+            "shards_before_full": len(stored),
+            "sets_refused": full.refused,
+            "partial_shards": 0,
+            "rerun_skipped": rep.shards_skipped,
+            "rerun_written": rep.shards_written,
+        },
+    )
 
 
 RLIMIT_CHILD = textwrap.dedent("""
@@ -214,8 +236,9 @@ def test_rlimit_fsize_in_a_subprocess(tmp_path: Path) -> None:
 
     ref, root = tmp_path / "ref.zarr", tmp_path / "a.zarr"
     shardwise.write_array(disk_data(), ref, **DISK_KW)
-    proc = subprocess.run([sys.executable, "-c", RLIMIT_CHILD, str(root)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", RLIMIT_CHILD, str(root)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["errno"] == errno.EFBIG, got
@@ -224,10 +247,16 @@ def test_rlimit_fsize_in_a_subprocess(tmp_path: Path) -> None:
     assert read_lease(ShardStore(LocalStore(root))) is None
     rep = shardwise.write_array(disk_data(), root, resume=True, **DISK_KW)
     assert files(root) == files(ref) and verify(root).ok
-    record_figures("disk-full-rlimit-fsize", {
-        "errno": errno.errorcode[got["errno"]], "exception": got["type"], "partial_shards": 0,
-        "temp_files_left": 0, "rerun_written": rep.shards_written,
-    })
+    record_figures(
+        "disk-full-rlimit-fsize",
+        {
+            "errno": errno.errorcode[got["errno"]],
+            "exception": got["type"],
+            "partial_shards": 0,
+            "temp_files_left": 0,
+            "rerun_written": rep.shards_written,
+        },
+    )
 
 
 # -- racing writer jobs ---------------------------------------------------------------------------
@@ -238,9 +267,10 @@ RACE_JOBS, RACE_TRIALS = 8, 100
 def run_lease_race(kind: str, base: str, endpoint: str = "") -> dict[str, Any]:
     ctx = forkserver()
     barrier, out = ctx.Barrier(RACE_JOBS), ctx.Queue()
-    jobs = [ctx.Process(target=race_lease,
-                        args=(i, kind, base, RACE_TRIALS, barrier, out, endpoint))
-            for i in range(RACE_JOBS)]
+    jobs = [
+        ctx.Process(target=race_lease, args=(i, kind, base, RACE_TRIALS, barrier, out, endpoint))
+        for i in range(RACE_JOBS)
+    ]
     started = time.perf_counter()
     for j in jobs:
         j.start()
@@ -253,9 +283,14 @@ def run_lease_race(kind: str, base: str, endpoint: str = "") -> dict[str, Any]:
         if token and not str(token).startswith("error"):
             winners.setdefault(t, []).append((idx, token))
     exactly_one = sum(len(winners.get(t, [])) == 1 for t in range(RACE_TRIALS))
-    return dict(jobs=RACE_JOBS, trials=RACE_TRIALS, trials_with_exactly_one_holder=exactly_one,
-                errors=errors[:3], winners=winners,
-                seconds=round(time.perf_counter() - started, 1))
+    return dict(
+        jobs=RACE_JOBS,
+        trials=RACE_TRIALS,
+        trials_with_exactly_one_holder=exactly_one,
+        errors=errors[:3],
+        winners=winners,
+        seconds=round(time.perf_counter() - started, 1),
+    )
 
 
 def test_eight_jobs_race_for_a_local_lease(tmp_path: Path) -> None:
@@ -265,8 +300,10 @@ def test_eight_jobs_race_for_a_local_lease(tmp_path: Path) -> None:
         held = read_lease(ShardStore(LocalStore(tmp_path / f"t{t}")))
         assert held is not None and [held.token] == [tok for _, tok in won]
     winners = res.pop("winners")
-    record_figures("lease-race-local", {**res, "distinct_winning_jobs": len(
-        {w[0][0] for w in winners.values()})})
+    record_figures(
+        "lease-race-local",
+        {**res, "distinct_winning_jobs": len({w[0][0] for w in winners.values()})},
+    )
     assert res["trials_with_exactly_one_holder"] == RACE_TRIALS
 
 
@@ -278,8 +315,9 @@ def test_eight_writer_jobs_race_on_one_array(tmp_path: Path) -> None:
     for t in range(trials):
         root = str(tmp_path / f"a{t}.zarr")
         barrier, out = ctx.Barrier(RACE_JOBS), ctx.Queue()
-        jobs = [ctx.Process(target=race_write, args=(i, root, barrier, out))
-                for i in range(RACE_JOBS)]
+        jobs = [
+            ctx.Process(target=race_write, args=(i, root, barrier, out)) for i in range(RACE_JOBS)
+        ]
         for j in jobs:
             j.start()
         res = [out.get(timeout=120) for _ in jobs]
@@ -292,8 +330,9 @@ def test_eight_writer_jobs_race_on_one_array(tmp_path: Path) -> None:
         values = np.unique(shardwise.open_array(root).compute())
         assert values.tolist() == [wrote[0][0]]  # nobody else wrote a byte
         assert verify(root).ok
-    record_figures("lease-race-writes", {"trials": trials, "jobs": RACE_JOBS,
-                                         "outcomes": dict(outcomes)})
+    record_figures(
+        "lease-race-writes", {"trials": trials, "jobs": RACE_JOBS, "outcomes": dict(outcomes)}
+    )
 
 
 # -- S3 -------------------------------------------------------------------------------------------
@@ -307,9 +346,13 @@ def s3() -> Iterator[MotoS3]:
 
 def retrying(s3: MotoS3, prefix: str, endpoint: str) -> Any:
     ms = datetime.timedelta(milliseconds=1)
-    return s3.obstore(prefix, endpoint=endpoint, max_retries=25,
-                      backoff={"init_backoff": 5 * ms, "max_backoff": 200 * ms, "base": 2},
-                      retry_timeout=datetime.timedelta(seconds=120))
+    return s3.obstore(
+        prefix,
+        endpoint=endpoint,
+        max_retries=25,
+        backoff={"init_backoff": 5 * ms, "max_backoff": 200 * ms, "base": 2},
+        retry_timeout=datetime.timedelta(seconds=120),
+    )
 
 
 @pytest.mark.slow
@@ -340,11 +383,16 @@ def test_s3_faults_through_a_proxy(s3: MotoS3) -> None:
         shardwise.write_array(x, store2, resume=True, **kw)
         direct1, direct2 = s3.keys(prefix), s3.keys(prefix2)
         assert {k: v for k, v in direct1.items() if not k.startswith(".shardwise")} == {
-            k: v for k, v in direct2.items() if not k.startswith(".shardwise")}
+            k: v for k, v in direct2.items() if not k.startswith(".shardwise")
+        }
 
         wrong = errors = reads = 0
-        windows = [(slice(0, 96), slice(0, 80)), (slice(3, 9), slice(35, 47)),
-                   (slice(30, 70), slice(1, 2)), (slice(90, 96), slice(70, 80))]
+        windows = [
+            (slice(0, 96), slice(0, 80)),
+            (slice(3, 9), slice(35, 47)),
+            (slice(30, 70), slice(1, 2)),
+            (slice(90, 96), slice(70, 80)),
+        ]
         for i in range(20):
             reader = shardwise.api.open_reader(store if i % 2 else store2)
             for w in windows:
@@ -365,13 +413,19 @@ def test_s3_faults_through_a_proxy(s3: MotoS3) -> None:
     finally:
         proxy.stop()
     counts = dict(proxy.counts)
-    record_figures("s3-faults", {
-        "requests": counts.get("requests", 0),
-        "faults": {k: v for k, v in counts.items() if k != "requests"},
-        "faults_during_first_write": {k: v for k, v in writes.items() if k != "requests"},
-        "reads": reads, "wrong_reads": wrong, "failed_reads": errors,
-        "leases_taken_through_lost_acks": leases, "verify_ok": rep.ok,
-    })
+    record_figures(
+        "s3-faults",
+        {
+            "requests": counts.get("requests", 0),
+            "faults": {k: v for k, v in counts.items() if k != "requests"},
+            "faults_during_first_write": {k: v for k, v in writes.items() if k != "requests"},
+            "reads": reads,
+            "wrong_reads": wrong,
+            "failed_reads": errors,
+            "leases_taken_through_lost_acks": leases,
+            "verify_ok": rep.ok,
+        },
+    )
     assert wrong == 0 and errors == 0
     assert leases == 30 and counts.get("lost_ack", 0) >= 10
     assert rep.ok
@@ -432,19 +486,26 @@ def test_sigkill_of_the_writer_then_resume(tmp_path: Path) -> None:
         temp_after += len(temp_files(root))
         assert files(root) == reference, f"trial {trial}"
         assert verify(root).ok
-    record_figures("sigkill-resume", {
-        "trials": KILL_TRIALS, "write_seconds": round(span, 2), **fig,
-        "torn_shards_visible": torn_total, "temp_files_after_resume": temp_after,
-        "identical_to_uninterrupted": KILL_TRIALS,
-    })
+    record_figures(
+        "sigkill-resume",
+        {
+            "trials": KILL_TRIALS,
+            "write_seconds": round(span, 2),
+            **fig,
+            "torn_shards_visible": torn_total,
+            "temp_files_after_resume": temp_after,
+            "identical_to_uninterrupted": KILL_TRIALS,
+        },
+    )
     assert torn_total == 0 and temp_after == 0
     assert fig["killed_mid_write"] >= KILL_TRIALS // 2
 
 
 # -- dask cluster: worker deaths and a paused worker ----------------------------------------------
 
-CLUSTER_KW: dict[str, Any] = dict(chunks=(16, 16), shards=(64, 64), fill_value=0,
-                                  compressors=[ZstdCodec(level=1)])
+CLUSTER_KW: dict[str, Any] = dict(
+    chunks=(16, 16), shards=(64, 64), fill_value=0, compressors=[ZstdCodec(level=1)]
+)
 
 
 def cluster_data() -> np.ndarray:
@@ -461,8 +522,13 @@ def cluster() -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 20}):
-        lc = LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                          dashboard_address=None, silence_logs=logging.CRITICAL)
+        lc = LocalCluster(
+            n_workers=3,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,
+        )
         client = Client(lc)
         client.wait_for_workers(3, timeout=120)
         try:
@@ -492,8 +558,9 @@ def test_worker_deaths_during_writes(cluster: Any, tmp_path: Path) -> None:
         root = tmp_path / f"run{run}.zarr"
         src = da.from_array(x, chunks=(64, 64)).map_blocks(slow_copy, meta=x[:0, :0])
         t0 = time.perf_counter()
-        fut = cluster.compute(shardwise.write_array(src, root, lease=True, compute=False,
-                                                    **CLUSTER_KW))
+        fut = cluster.compute(
+            shardwise.write_array(src, root, lease=True, compute=False, **CLUSTER_KW)
+        )
         kills = 0
         while kills < 2 and not fut.done():
             time.sleep(rng.uniform(0.1, 0.3))
@@ -510,11 +577,18 @@ def test_worker_deaths_during_writes(cluster: Any, tmp_path: Path) -> None:
         assert torn_shards(root) == [] and temp_files(root) == []
         assert files(root) == reference, f"run {run}"
         assert verify(root).ok
-    record_figures("worker-deaths", {
-        "runs": 10, "kills_per_run": kills_per_run, "workers_killed": sum(kills_per_run),
-        "seconds_per_run": seconds, "corrupt_shards": 0, "missing_shards": 0,
-        "runs_identical_to_reference": 10,
-    })
+    record_figures(
+        "worker-deaths",
+        {
+            "runs": 10,
+            "kills_per_run": kills_per_run,
+            "workers_killed": sum(kills_per_run),
+            "seconds_per_run": seconds,
+            "corrupt_shards": 0,
+            "missing_shards": 0,
+            "runs_identical_to_reference": 10,
+        },
+    )
     assert min(kills_per_run) >= 2
 
 
@@ -527,25 +601,45 @@ def test_a_paused_worker_finishing_late_changes_nothing(tmp_path: Path) -> None:
     shardwise.write_array(x, ref, **CLUSTER_KW)
     root, flag = tmp_path / "a.zarr", str(tmp_path / "stalled")
     key = "c/2/3"
-    conf = {"distributed.scheduler.worker-ttl": "2s",
-            "distributed.scheduler.allowed-failures": 20}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
-                                                       os.environ.get("PYTHONPATH", "")])}
+    conf = {"distributed.scheduler.worker-ttl": "2s", "distributed.scheduler.allowed-failures": 20}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     with dask.config.set(conf):
-        lc = LocalCluster(n_workers=0, processes=True, dashboard_address=None,
-                          silence_logs=logging.CRITICAL)
+        lc = LocalCluster(
+            n_workers=0, processes=True, dashboard_address=None, silence_logs=logging.CRITICAL
+        )
     client = Client(lc)
     # workers without a nanny: a nanny would kill its paused worker instead of letting it finish
-    workers = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
-                                 lc.scheduler_address, "--no-nanny", "--nthreads", "1",
-                                 "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)
-               for _ in range(2)]
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                lc.scheduler_address,
+                "--no-nanny",
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+            ],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
     try:
         client.wait_for_workers(2, timeout=120)
         store = StallStore(LocalStore(root), key, flag, seconds=2.0)
         t0 = time.perf_counter()
-        fut = client.compute(shardwise.write_array(da.from_array(x, chunks=(64, 64)), store,
-                                                   lease=True, compute=False, **CLUSTER_KW))
+        fut = client.compute(
+            shardwise.write_array(
+                da.from_array(x, chunks=(64, 64)), store, lease=True, compute=False, **CLUSTER_KW
+            )
+        )
         while not os.path.exists(flag) or not Path(flag).read_text():
             assert time.perf_counter() - t0 < 120
             time.sleep(0.005)
@@ -574,10 +668,16 @@ def test_a_paused_worker_finishing_late_changes_nothing(tmp_path: Path) -> None:
             w.wait(30)
         client.close()
         lc.close()
-    record_figures("paused-worker", {
-        "paused_seconds": round(done_at, 1), "late_write_landed": late,
-        "bytes_identical_after_late_write": True, "torn_shards": 0, "temp_files": 0,
-    })
+    record_figures(
+        "paused-worker",
+        {
+            "paused_seconds": round(done_at, 1),
+            "late_write_landed": late,
+            "bytes_identical_after_late_write": True,
+            "torn_shards": 0,
+            "temp_files": 0,
+        },
+    )
 
 
 def test_zarr_reads_what_survived(tmp_path: Path) -> None:

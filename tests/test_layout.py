@@ -61,9 +61,9 @@ def test_shards_partition_the_array(g: Geometry) -> None:
     for coord in coords:
         region = lay.shard_region(coord)
         assert all(0 <= s.start < s.stop <= n for s, n in zip(region, g.shape, strict=True))
-        assert all(
-            s.stop - s.start <= e for s, e in zip(region, g.shard_shape, strict=True)
-        ), "a shard region is larger than the shard"
+        assert all(s.stop - s.start <= e for s, e in zip(region, g.shard_shape, strict=True)), (
+            "a shard region is larger than the shard"
+        )
         count[region] += 1
     assert (count == 1).all()
     assert lay.chunks_per_shard == g.chunks_per_shard
@@ -265,7 +265,6 @@ def test_plan_of_the_zep2_example_is_small() -> None:
 
 
 # -- coalescing byte ranges ----------------------------------------------------------------------
-
 
 
 @st.composite

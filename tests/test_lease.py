@@ -83,8 +83,12 @@ def test_unreadable_lease_object_still_blocks(tmp_path: Path) -> None:
 
 
 def _dead_pid() -> int:
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(proc.stdout)
 
 
@@ -175,10 +179,12 @@ def test_compute_false_takes_no_lease_unless_asked(tmp_path: Path) -> None:
     a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
     shardwise.write_array(np.zeros((24, 20), "int32"), a, **KW)
     # two deferred region writes into one array, computed together (xarray's pattern)
-    d1 = shardwise.write_array(data()[:8], a, mode="r+", region=(slice(0, 8), slice(None)),
-                               compute=False)
-    d2 = shardwise.write_array(data()[8:], a, mode="r+", region=(slice(8, 24), slice(None)),
-                               compute=False)
+    d1 = shardwise.write_array(
+        data()[:8], a, mode="r+", region=(slice(0, 8), slice(None)), compute=False
+    )
+    d2 = shardwise.write_array(
+        data()[8:], a, mode="r+", region=(slice(8, 24), slice(None)), compute=False
+    )
     dask.compute(d1, d2)
     np.testing.assert_array_equal(shardwise.open_array(a).compute(), data())
     # lease=True: held from the call until the Delayed has run

@@ -58,9 +58,7 @@ def make_data(seed: int = 0) -> np.ndarray:
 
 def nonempty_keys(data: np.ndarray, fill: int = 0, layout: Layout = LAYOUT) -> set[str]:
     return {
-        layout.shard_key(s)
-        for s in layout.shards()
-        if (data[layout.shard_region(s)] != fill).any()
+        layout.shard_key(s) for s in layout.shards() if (data[layout.shard_region(s)] != fill).any()
     }
 
 

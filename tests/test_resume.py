@@ -34,8 +34,13 @@ def data(seed: int = 0) -> np.ndarray:
     return x
 
 
-def failing(x: np.ndarray, chunks: Any, bad: tuple[int, int], root: Any,
-            region: tuple[slice, ...] | None = None) -> Any:
+def failing(
+    x: np.ndarray,
+    chunks: Any,
+    bad: tuple[int, int],
+    root: Any,
+    region: tuple[slice, ...] | None = None,
+) -> Any:
     """``x`` as dask, with block ``bad`` raising once every other shard task is done.
 
     ``region``: where ``x`` goes in the array (default: all of it).
@@ -138,8 +143,9 @@ def test_resume_of_a_region_write_merges_once(tmp_path: Path) -> None:
     time.sleep(0.3)  # records of the base write are older than the ones counted below
 
     with dask.config.set(scheduler="threads", num_workers=4), pytest.raises(RuntimeError):
-        shardwise.write_array(failing(new, (8, 8), (3, 2), root, region), root, mode="r+",
-                              region=region)
+        shardwise.write_array(
+            failing(new, (8, 8), (3, 2), root, region), root, mode="r+", region=region
+        )
     report = shardwise.write_array(new, root, mode="r+", region=region, resume=True)
     assert report.shards_skipped > 0
     assert files(root) == files(ref)
@@ -186,8 +192,9 @@ def test_records_follow_the_shards(tmp_path: Path) -> None:
     assert set(recs) == {k for k in files(root) if k != "zarr.json"}
     assert all(r is not None and r.size == (root / k).stat().st_size for k, r in recs.items())
     # a shard rewritten as all fill is deleted, and so is its record
-    shardwise.write_array(np.zeros((8, 12), "int16"), root, mode="r+",
-                          region=(slice(8, 16), slice(0, 12)))
+    shardwise.write_array(
+        np.zeros((8, 12), "int16"), root, mode="r+", region=(slice(8, 16), slice(0, 12))
+    )
     assert not (root / "c/1/0").exists() and not (root / RECORDS / "c/1/0").exists()
     assert verify(root).ok
 

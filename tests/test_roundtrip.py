@@ -198,7 +198,10 @@ def test_region_write_into_a_zarr_written_array(
     root = fresh_dir()
     g = case.geometry
     z = zarr.create_array(
-        str(root), shape=g.shape, dtype=case.dtype, fill_value=case.fill_value,
+        str(root),
+        shape=g.shape,
+        dtype=case.dtype,
+        fill_value=case.fill_value,
         **case.chain.zarr_kwargs(g),
     )
     z[...] = case.data
@@ -506,7 +509,10 @@ def test_chunk_key_encodings(
     x = np.arange(50, dtype="i4").reshape(10, 5)
     x[4:8] = 0  # shard row 1 all fill: no object
     rep = shardwise.write_array(
-        da.from_array(x, chunks=3), str(tmp_path), chunks=(2, 2), shards=(4, 4),
+        da.from_array(x, chunks=3),
+        str(tmp_path),
+        chunks=(2, 2),
+        shards=(4, 4),
         chunk_key_encoding=encoding,
     )
     sep = encoding["separator"]

@@ -103,9 +103,7 @@ class S3:
         return ObjectStore(s3)
 
     def fsspec(self, prefix: str) -> FsspecStore:
-        return FsspecStore.from_url(
-            f"s3://{BUCKET}/{prefix}", storage_options=self.storage_options
-        )
+        return FsspecStore.from_url(f"s3://{BUCKET}/{prefix}", storage_options=self.storage_options)
 
     def keys(self, prefix: str) -> set[str]:
         out: set[str] = set()
@@ -179,8 +177,9 @@ def test_s3_region_write_and_fill_removes_object(s3: S3, kind: str, prefix: str)
     expected = data.copy()
     expected[12:17, 10:19] = patch
     # shard (2, 2) becomes fill only: its object is deleted
-    report = write(np.full((13, 8), FILL, "float32"), store, mode="r+",
-                   region=(slice(32, 45), slice(30, 38)))
+    report = write(
+        np.full((13, 8), FILL, "float32"), store, mode="r+", region=(slice(32, 45), slice(30, 38))
+    )
     expected[32:45, 30:38] = FILL
     assert report.shards_deleted == 1
     assert "c/2/2" not in s3.keys(prefix)
@@ -276,8 +275,9 @@ def test_local_round_trip(tmp_path: Path, kind: str) -> None:
     data = make_data()
     root = tmp_path / "store.zarr"
     report = write(data, LOCAL[kind](root), path="arr")
-    files = {str(p.relative_to(root / "arr")) for p in (root / "arr" / "c").rglob("*")
-             if p.is_file()}
+    files = {
+        str(p.relative_to(root / "arr")) for p in (root / "arr" / "c").rglob("*") if p.is_file()
+    }
     assert files == set(report.keys)
     np.testing.assert_array_equal(zarr_read(str(root), "arr"), data)
     check_reads(LOCAL[kind](root), data, path="arr")

@@ -175,11 +175,20 @@ def test_arrays_from_other_writers_get_integrity_checks(tmp_path: Path) -> None:
 def test_index_at_start_in_a_memory_store() -> None:
     store = MemoryStore()
     codec = ShardingCodec(
-        chunk_shape=(4, 4), codecs=[BytesCodec(), ZstdCodec(), Crc32cCodec()],
+        chunk_shape=(4, 4),
+        codecs=[BytesCodec(), ZstdCodec(), Crc32cCodec()],
         index_location="start",
     )
-    zarr.create_array(store, name="g/x", shape=SHAPE, dtype="int32", chunks=(8, 8),
-                      serializer=codec, compressors=None, filters=None)
+    zarr.create_array(
+        store,
+        name="g/x",
+        shape=SHAPE,
+        dtype="int32",
+        chunks=(8, 8),
+        serializer=codec,
+        compressors=None,
+        filters=None,
+    )
     shardwise.write_array(data(), store, path="g/x", mode="r+")
     assert verify(store, path="g/x").ok
     key = "g/x/c/1/1"

@@ -150,11 +150,16 @@ def cf_dataset() -> xr.Dataset:
         attrs={"history": "made for a test", "version": 3},
     )
     ds["when"].encoding = {
-        "units": "hours since 1999-01-01", "calendar": "proleptic_gregorian", "dtype": "int64"
+        "units": "hours since 1999-01-01",
+        "calendar": "proleptic_gregorian",
+        "dtype": "int64",
     }
     ds["dt"].encoding = {"units": "minutes", "dtype": "int32", "_FillValue": np.int32(-1)}
     ds["packed"].encoding = {
-        "dtype": "int16", "scale_factor": 0.01, "add_offset": 1.0, "_FillValue": -32768
+        "dtype": "int16",
+        "scale_factor": 0.01,
+        "add_offset": 1.0,
+        "_FillValue": -32768,
     }
     ds["nan_filled"].encoding = {"_FillValue": -9999.0}
     ds["masked_int"].encoding = {"dtype": "int16", "_FillValue": np.int16(-99)}
@@ -227,8 +232,9 @@ def test_appends_at_random_places_equal_one_write(
     edges = sorted({0, nt, *(int(c * nt) for c in cuts)})
     store = MemoryStore()
     enc = {"v": {"chunks": (inner, ny), "shards": (shard_len, ny)}}
-    shardwise.to_zarr(whole.isel(t=slice(edges[0], edges[1])), store, encoding=enc,
-                      shards={"t": shard_len})
+    shardwise.to_zarr(
+        whole.isel(t=slice(edges[0], edges[1])), store, encoding=enc, shards={"t": shard_len}
+    )
     for lo, hi in itertools.pairwise(edges[1:]):
         part = whole.isel(t=slice(lo, hi)).chunk({"t": dask_t})
         shardwise.to_zarr(part, store, append_dim="t")

@@ -72,9 +72,7 @@ def chunk_bytes_of(path: Path, var: str, shard_key: str) -> dict[int, bytes]:
     data = (path / var / shard_key).read_bytes()
     codec = info.codec
     index = parse_index(codec, data[index_slice(codec, len(data))], len(data), shard_key)
-    return {
-        i: data[int(o) : int(o) + int(n)] for i, (o, n) in enumerate(index) if o != MISSING
-    }
+    return {i: data[int(o) : int(o) + int(n)] for i, (o, n) in enumerate(index) if o != MISSING}
 
 
 # -- layout ----------------------------------------------------------------------------------------
@@ -164,8 +162,15 @@ def _with_encoding(**enc: Any) -> xr.Dataset:
         (_with_encoding(chunks=(5, 4.5)), {}, TypeError, "tuple of ints"),
         (_with_encoding(chunks=(2, 2), shards=(5, 4)), {}, PlanError, r"\(2, 2\) must divide"),
     ],
-    ids=["int-name", "empty-name", "not-a-dict", "unknown-variable", "unknown-key",
-         "float-chunks", "chunks-split-shards"],
+    ids=[
+        "int-name",
+        "empty-name",
+        "not-a-dict",
+        "unknown-variable",
+        "unknown-key",
+        "float-chunks",
+        "chunks-split-shards",
+    ],
 )
 def test_encoding_and_name_errors_as_xarray(
     tmp_path: Path, ds: xr.Dataset, kwargs: dict[str, Any], error: type, message: str
@@ -181,7 +186,9 @@ def test_kept_encodings_that_no_longer_fit(tmp_path: Path) -> None:
     shardwise.to_zarr(ds, path, encoding={"temp": {"chunks": (2, 3), "shards": (4, 6)}})
     # chunks changed after reading: the stored shards are replaced by shards around them
     opened = xr.open_dataset(
-        path, engine="shardwise", chunks={"time": 12, "x": 6},
+        path,
+        engine="shardwise",
+        chunks={"time": 12, "x": 6},
         backend_kwargs={"overwrite_encoded_chunks": True},
     )
     assert opened.temp.encoding["chunks"] == (12, 6) and opened.temp.encoding["shards"] == (4, 6)
@@ -235,9 +242,7 @@ def test_consolidated_as_xarray(tmp_path: Path, consolidated: bool | None) -> No
     root_b = json.loads((tmp_path / "b/zarr.json").read_text())
     assert ("consolidated_metadata" in root_a) == ("consolidated_metadata" in root_b)
     assert ("consolidated_metadata" in root_a) == (consolidated is not False)
-    xr.testing.assert_identical(
-        xr.open_zarr(tmp_path / "a", consolidated=consolidated).load(), ds
-    )
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "a", consolidated=consolidated).load(), ds)
 
 
 # -- dask chunks do not matter ---------------------------------------------------------------------
@@ -315,6 +320,8 @@ def _region_part(ds: xr.Dataset, lo: int, hi: int) -> xr.Dataset:
 
 
 APPEND = {"append_dim": "time"}
+
+
 def test_append_that_fails_part_way_keeps_the_old_length_and_can_be_rerun(
     tmp_path: Path,
 ) -> None:
@@ -339,25 +346,52 @@ def test_append_that_fails_part_way_keeps_the_old_length_and_can_be_rerun(
 
 
 REFUSED: list[tuple[str, Any, dict[str, Any], str]] = [
-    ("dimension the store lacks", lambda ds: ds.rename(time="t"), {"append_dim": "t"},
-     "no such dimension"),
-    ("append_dim not in the data", lambda ds: ds, {"append_dim": "y"},
-     "not a dimension of the data"),
-    ("other sizes differ", lambda ds: ds.isel(x=slice(0, 2)), APPEND,
-     "different dimension sizes"),
+    (
+        "dimension the store lacks",
+        lambda ds: ds.rename(time="t"),
+        {"append_dim": "t"},
+        "no such dimension",
+    ),
+    (
+        "append_dim not in the data",
+        lambda ds: ds,
+        {"append_dim": "y"},
+        "not a dimension of the data",
+    ),
+    ("other sizes differ", lambda ds: ds.isel(x=slice(0, 2)), APPEND, "different dimension sizes"),
     ("bad variable name", lambda ds: ds.rename(count="a/b"), APPEND, "contains '/'"),
     ("reserved name", lambda ds: ds.rename(count="__c"), APPEND, "reserves for internal use"),
-    ("dtype mismatch", lambda ds: ds.assign(name=("x", np.array(["long string"] * 4))), APPEND,
-     "Mismatched dtypes"),
-    ("region and append on one dim", lambda ds: ds.drop_vars(["x", "name"]),
-     {**APPEND, "region": {"time": slice(0, 4)}}, "both"),
-    ("misaligned region", lambda ds: _region_part(ds, 3, 9), {"region": {"time": slice(3, 9)}},
-     "nearest shard-aligned region"),
-    ("new variable in r+", lambda ds: _region_part(ds, 0, 8).assign(z=("time", np.ones(8))),
-     {"region": {"time": slice(0, 8)}}, "non-pre-existing"),
+    (
+        "dtype mismatch",
+        lambda ds: ds.assign(name=("x", np.array(["long string"] * 4))),
+        APPEND,
+        "Mismatched dtypes",
+    ),
+    (
+        "region and append on one dim",
+        lambda ds: ds.drop_vars(["x", "name"]),
+        {**APPEND, "region": {"time": slice(0, 4)}},
+        "both",
+    ),
+    (
+        "misaligned region",
+        lambda ds: _region_part(ds, 3, 9),
+        {"region": {"time": slice(3, 9)}},
+        "nearest shard-aligned region",
+    ),
+    (
+        "new variable in r+",
+        lambda ds: _region_part(ds, 0, 8).assign(z=("time", np.ones(8))),
+        {"region": {"time": slice(0, 8)}},
+        "non-pre-existing",
+    ),
     ("mode w- on an existing store", lambda ds: ds, {"mode": "w-"}, "already contains data"),
-    ("encoding for an existing variable", lambda ds: ds,
-     {**APPEND, "encoding": {"temp": {"chunks": (1, 1)}}}, "already exists"),
+    (
+        "encoding for an existing variable",
+        lambda ds: ds,
+        {**APPEND, "encoding": {"temp": {"chunks": (1, 1)}}},
+        "already exists",
+    ),
 ]
 
 
@@ -538,8 +572,9 @@ def test_write_on_a_local_cluster_with_worker_processes(tmp_path: Path) -> None:
         LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as c,
         Client(c),
     ):
-        rep = shardwise.to_zarr(whole.isel(time=slice(0, 64)).chunk({"time": 7}), path,
-                                shards={"time": 16})
+        rep = shardwise.to_zarr(
+            whole.isel(time=slice(0, 64)).chunk({"time": 7}), path, shards={"time": 16}
+        )
         more = whole.isel(time=slice(64, 70)).chunk({"time": 2})
         shardwise.to_zarr(more, path, append_dim="time")
     assert rep.shards_written == 4 * 4 + 1  # temp, count, flag, time: 4 shards each; x
@@ -571,8 +606,12 @@ def test_s3_write_append_and_refusal(tmp_path: Path) -> None:
             "client_kwargs": {"region_name": CREDS["region"]},
         }
         url = f"s3://{BUCKET}/xr"
-        shardwise.to_zarr(whole.isel(time=slice(0, 11)).chunk({"time": 4}), url,
-                          storage_options=opts, shards={"time": 8})
+        shardwise.to_zarr(
+            whole.isel(time=slice(0, 11)).chunk({"time": 4}),
+            url,
+            storage_options=opts,
+            shards={"time": 8},
+        )
         store = s3.obstore("xr")
         shardwise.to_zarr(whole.isel(time=slice(11, 20)), store, append_dim="time")
         before = s3.keys("xr")

@@ -159,7 +159,10 @@ def write_array(
     sstore = ShardStore(zstore, path or "", fsync=fsync)
     plan = WritePlan(info.layout, target)
     session = WriteSession.begin(
-        sstore, target, info.layout.shape, lease=compute if lease is None else lease,
+        sstore,
+        target,
+        info.layout.shape,
+        lease=compute if lease is None else lease,
         break_lease=break_lease,
     )
     try:
@@ -187,7 +190,10 @@ def write_array(
                 [len(c) for c in plan.task_chunks]
             )
         report = run_graph(
-            build_graph(writer, data), compute=compute, progress=progress, keep=keep,
+            build_graph(writer, data),
+            compute=compute,
+            progress=progress,
+            keep=keep,
             finish=None if compute else session.finish,
         )
     except BaseException:

@@ -151,8 +151,13 @@ class BatchPlan:
 
     def to_bytes(self) -> bytes:
         regions = [[[s.start, s.stop] for s in r] for r in self.regions]
-        d = dict(id=self.id, shape=list(self.shape), nparts=self.nparts, regions=regions,
-                 created=self.created)
+        d = dict(
+            id=self.id,
+            shape=list(self.shape),
+            nparts=self.nparts,
+            regions=regions,
+            created=self.created,
+        )
         return json.dumps(d, indent=1).encode()
 
     @classmethod
@@ -287,11 +292,23 @@ def write_part(
             raise LeaseHeldError(f"the whole array is leased by {whole.describe()}")
     try:
         report: WriteReport = write_array(
-            data, sstore.store, path=path, mode="r+", region=region, lease=False, resume=resume,
+            data,
+            sstore.store,
+            path=path,
+            mode="r+",
+            region=region,
+            lease=False,
+            resume=resume,
             **write,
         )
-        done = dict(part=part, nparts=plan.nparts, batch=plan.id, finished=now(),
-                    shards_written=report.shards_written, bytes_stored=report.bytes_stored)
+        done = dict(
+            part=part,
+            nparts=plan.nparts,
+            batch=plan.id,
+            finished=now(),
+            shards_written=report.shards_written,
+            bytes_stored=report.bytes_stored,
+        )
         sstore.put(f"{PARTS}{part}.json", json.dumps(done).encode())
     finally:
         if held is not None:
@@ -320,8 +337,9 @@ def finalize(
         raise LeaseHeldError(f"parts still running (or died holding their lease): {running}")
     with Lease.acquire(sstore, purpose="batch finalize"):
         info = open_info(sstore.store, path)
-        report = verify_store(info, sstore, where=f"{sstore.store}", threads=threads,
-                              check_batch=False)
+        report = verify_store(
+            info, sstore, where=f"{sstore.store}", threads=threads, check_batch=False
+        )
         report.notes = [n for n in report.notes if "batch finalize" not in n]  # our own lease
         missing = sorted(set(range(plan.nparts)) - set(parts_done(sstore)))
         if missing:
@@ -329,8 +347,11 @@ def finalize(
 
             report.problems.insert(
                 0,
-                Problem("batch", sstore.key(BATCH),
-                        f"{len(missing)} of {plan.nparts} parts not done: {missing}"),
+                Problem(
+                    "batch",
+                    sstore.key(BATCH),
+                    f"{len(missing)} of {plan.nparts} parts not done: {missing}",
+                ),
             )
         if not report.ok:
             raise VerifyError(report)

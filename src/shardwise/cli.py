@@ -22,6 +22,7 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 class UsageError(Exception):
     """Arguments argparse cannot check on its own."""
 
+
 # job-array index variables of the common schedulers (0-based as set up in docs/hpc.md)
 TASK_ID_VARS = ("SHARDWISE_PART", "SLURM_ARRAY_TASK_ID", "PBS_ARRAY_INDEX", "PBS_ARRAYID")
 
@@ -209,14 +210,24 @@ def _cmd_reshard(a: argparse.Namespace) -> int:
     chunks = a.chunks or tuple(int(c) for c in arr.chunks)
     with _scheduler(a.scheduler):
         report = write_array(
-            data, a.dst, path=a.dst_path, chunks=chunks, shards=a.shards, mode=a.mode,
-            compressors=compressors(a.compressor, a.crc32c), resume=a.resume,
-            lease=not a.no_lease, break_lease=a.break_lease, **_like(arr), **_write_options(a),
+            data,
+            a.dst,
+            path=a.dst_path,
+            chunks=chunks,
+            shards=a.shards,
+            mode=a.mode,
+            compressors=compressors(a.compressor, a.crc32c),
+            resume=a.resume,
+            lease=not a.no_lease,
+            break_lease=a.break_lease,
+            **_like(arr),
+            **_write_options(a),
         )
     print(report)
     if a.verify:
-        return _cmd_verify(argparse.Namespace(store=a.dst, path=a.dst_path, threads=a.threads,
-                                              json=False))
+        return _cmd_verify(
+            argparse.Namespace(store=a.dst, path=a.dst_path, threads=a.threads, json=False)
+        )
     return EXIT_OK
 
 
@@ -236,8 +247,15 @@ def _cmd_batch(a: argparse.Namespace) -> int:
         if chunks is None:
             raise UsageError("batch init needs --chunks (the inner chunk shape)")
         plan = batch.init(
-            a.store, path=a.path, chunks=chunks, shards=a.shards, parts=a.parts, mode=a.mode,
-            compressors=compressors(a.compressor, a.crc32c), break_lease=a.break_lease, **meta,
+            a.store,
+            path=a.path,
+            chunks=chunks,
+            shards=a.shards,
+            parts=a.parts,
+            mode=a.mode,
+            compressors=compressors(a.compressor, a.crc32c),
+            break_lease=a.break_lease,
+            **meta,
         )
         print(plan)
         return EXIT_OK
@@ -251,7 +269,12 @@ def _cmd_batch(a: argparse.Namespace) -> int:
         data, _ = open_source(a.source, a.source_path)
         with _scheduler(a.scheduler):
             report = batch.write_part(
-                data, a.store, part, path=a.path, resume=a.resume, break_lease=a.break_lease,
+                data,
+                a.store,
+                part,
+                path=a.path,
+                resume=a.resume,
+                break_lease=a.break_lease,
                 **_write_options(a),
             )
         print(f"part {part}: {report}")
@@ -301,20 +324,33 @@ def parser() -> argparse.ArgumentParser:
 
     def write_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("--resume", action="store_true", help="continue an interrupted write")
-        q.add_argument("--break-lease", action="store_true",
-                       help="take over the lease of a writer known to be gone")
+        q.add_argument(
+            "--break-lease",
+            action="store_true",
+            help="take over the lease of a writer known to be gone",
+        )
         q.add_argument("--fsync", action="store_true", help="fsync every shard (local files)")
         q.add_argument("--threads", type=int, default=None, help="inner-chunk codec threads")
-        q.add_argument("--scheduler", default=None,
-                       help="threads (default), processes, synchronous, or a scheduler address")
+        q.add_argument(
+            "--scheduler",
+            default=None,
+            help="threads (default), processes, synchronous, or a scheduler address",
+        )
         q.add_argument("--progress", action="store_true", help="show a progress bar")
 
     def codec_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("--shards", type=_shape, required=True, help="shard shape, e.g. 256,256,256")
-        q.add_argument("--chunks", type=_shape, default=None,
-                       help="inner chunk shape (default: the source's chunks)")
-        q.add_argument("--compressor", default="auto",
-                       help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto")
+        q.add_argument(
+            "--chunks",
+            type=_shape,
+            default=None,
+            help="inner chunk shape (default: the source's chunks)",
+        )
+        q.add_argument(
+            "--compressor",
+            default="auto",
+            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto",
+        )
         q.add_argument("--crc32c", action="store_true", help="checksum every inner chunk")
 
     q = sub.add_parser("inspect", help="show an array's layout, storage and writer state")
@@ -358,8 +394,12 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--source", required=True, help="the array to copy the part from")
     b.add_argument("--source-path", default=None)
     b.add_argument("--part", type=int, default=None)
-    b.add_argument("--index-base", type=int, default=0,
-                   help="first task id of the job array (1 for PBS/SGE arrays numbered from 1)")
+    b.add_argument(
+        "--index-base",
+        type=int,
+        default=0,
+        help="first task id of the job array (1 for PBS/SGE arrays numbered from 1)",
+    )
     write_args(b)
     b = bsub.add_parser("finalize", help="check all parts and verify; exit 1 on problems")
     store_args(b)
@@ -370,8 +410,12 @@ def parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("lease", help="show (or break) an array's write lease")
     store_args(q)
-    q.add_argument("--break", dest="break_", action="store_true",
-                   help="remove the lease: only when its holder is known to be gone")
+    q.add_argument(
+        "--break",
+        dest="break_",
+        action="store_true",
+        help="remove the lease: only when its holder is known to be gone",
+    )
     q.add_argument("--part", type=int, default=None, help="a batch part's lease instead")
     q.add_argument("--nparts", type=int, default=0)
     q.set_defaults(func=_cmd_lease)

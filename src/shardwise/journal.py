@@ -81,8 +81,12 @@ class Record:
         crc = 0
         for v in views:
             crc = _crc32c.crc32c(v, crc)
-        return cls(write, n, int(crc), crc32c(_span(views, n - index_nbytes if index_at_end else 0,
-                                                    index_nbytes)))
+        return cls(
+            write,
+            n,
+            int(crc),
+            crc32c(_span(views, n - index_nbytes if index_at_end else 0, index_nbytes)),
+        )
 
     def to_bytes(self) -> bytes:
         return _json(asdict(self))

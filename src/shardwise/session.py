@@ -85,7 +85,11 @@ class WriteSession:
         clear_array(self.store, keep, journal_only=not everything)
 
     def start(
-        self, *, resume: bool, keys: Iterable[str] = (), adopt_done: bool = False,
+        self,
+        *,
+        resume: bool,
+        keys: Iterable[str] = (),
+        adopt_done: bool = False,
         must_adopt: bool = False,
     ) -> None:
         """Write (or on resume adopt) this write's marker; on resume clean up after the last try.

@@ -48,6 +48,7 @@ def default_shards(
     (184, 184, 360)
     """
     k = [ceildiv(max(1, n), c) for n, c in zip(shape, chunks, strict=True)]
+
     def nbytes() -> int:
         return math.prod(c * n for c, n in zip(chunks, k, strict=True)) * itemsize
 

@@ -92,8 +92,10 @@ class VerifyReport:
         return json.dumps(self.to_dict(), indent=2)
 
     def __str__(self) -> str:
-        rec = "no writer records" if self.shards_recorded is None else (
-            f"{self.shards_recorded} recorded"
+        rec = (
+            "no writer records"
+            if self.shards_recorded is None
+            else (f"{self.shards_recorded} recorded")
         )
         head = (
             f"{self.where}: {'OK' if self.ok else f'{len(self.problems)} problem(s)'}; "
@@ -304,7 +306,6 @@ def verify(
         rep.problems.append(Problem("metadata", path or "zarr.json", f"{type(e).__name__}: {e}"))
         return rep
     return verify_store(info, ShardStore(zstore, path or ""), where=where, threads=threads)
-
 
 
 def _group_arrays(zstore: Any, path: str | None) -> list[str] | None:
