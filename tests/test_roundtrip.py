@@ -522,3 +522,38 @@ def test_chunk_key_encodings(
     assert_bit_equal(read_zarr(str(tmp_path)), x, "zarr-python")
     assert_bit_equal(read_tensorstore(tmp_path), x, "tensorstore")
     assert_bit_equal(shardwise.open_array(str(tmp_path)).compute(), x, "shardwise")
+
+
+LARGE_CHAINS = {
+    "zstd": dict(compressors=[zarr.codecs.ZstdCodec(level=1)]),  # decoded in place
+    "raw": dict(compressors=None),  # copied in place
+    "transpose-zstd": dict(
+        filters=[zarr.codecs.TransposeCodec(order=(2, 0, 1))],
+        compressors=[zarr.codecs.ZstdCodec(level=1)],
+    ),
+    "big-endian-raw": dict(serializer=zarr.codecs.BytesCodec(endian="big"), compressors=None),
+    "zstd-crc32c": dict(compressors=[zarr.codecs.ZstdCodec(level=1), zarr.codecs.Crc32cCodec()]),
+    "gzip": dict(compressors=[zarr.codecs.GzipCodec(level=1)]),
+}
+
+
+@pytest.mark.parametrize("writer", ["shardwise", "zarr"])
+@pytest.mark.parametrize("chain", sorted(LARGE_CHAINS))
+def test_large_inner_chunks(tmp_path: Path, chain: str, writer: str) -> None:
+    """Inner chunks of 128 KiB and more take the one-by-one decode path (straight into the
+    output where they are contiguous in it); whole reads and windows cutting chunks agree."""
+    rng = np.random.default_rng(11)
+    data = rng.normal(size=(40, 64, 24)).astype("float64")
+    data[:16] = 0.0  # some inner chunks hold only the fill value
+    kw = dict(chunks=(16, 64, 16), shards=(32, 64, 16), fill_value=0.0, **LARGE_CHAINS[chain])
+    if writer == "shardwise":
+        shardwise.write_array(data, str(tmp_path), **kw)
+    else:
+        z = zarr.create_array(str(tmp_path), shape=data.shape, dtype=data.dtype, **kw)
+        z[...] = data
+    arr = shardwise.open_array(str(tmp_path))
+    np.testing.assert_array_equal(arr.compute(), data)
+    window = (slice(5, 37), slice(3, 61), slice(9, 23))
+    np.testing.assert_array_equal(arr[window].compute(), data[window])
+    one = shardwise.open_array(str(tmp_path), chunks=(40, 64, 24))  # several shards per task
+    np.testing.assert_array_equal(one.compute(), data)

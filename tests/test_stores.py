@@ -300,3 +300,23 @@ def test_open_missing_local_path(tmp_path: Path) -> None:
 def test_unsupported_store_argument() -> None:
     with pytest.raises(TypeError, match="store"):
         write(make_data(), 42)
+
+
+@pytest.mark.parametrize("scratch_max", [1, 1 << 30], ids=["fresh-bytes", "reused-buffer"])
+def test_local_whole_shard_reads_with_and_without_the_reused_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scratch_max: int
+) -> None:
+    """Whole local shards are read into a per-thread buffer reused from shard to shard (or, when
+    larger than SCRATCH_MAX, into fresh bytes); either way every shard reads back as written."""
+    import shardwise.store
+
+    monkeypatch.setattr(shardwise.store, "SCRATCH_MAX", scratch_max)
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 1000, size=(40, 36), dtype="int32")
+    shardwise.write_array(data, str(tmp_path), chunks=(4, 6), shards=(8, 12), fill_value=0)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        got = shardwise.open_array(str(tmp_path)).compute()
+    np.testing.assert_array_equal(got, data)
+    reader = open_reader(str(tmp_path))
+    reader.threads = 1  # one thread reads shard after shard through the same buffer
+    np.testing.assert_array_equal(reader[:, :], data)

@@ -28,7 +28,9 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 PARTIAL_SUFFIX = ".partial"
-SCRATCH_MAX = 64 * 1024 * 1024  # objects up to this size are read into a reused buffer
+# objects up to this size are read into a per-thread buffer kept for reuse (so at most this
+# much memory per reading thread stays allocated between reads)
+SCRATCH_MAX = 32 * 1024 * 1024
 _scratch = threading.local()
 
 
