@@ -306,8 +306,8 @@ def test_unsupported_store_argument() -> None:
 def test_local_whole_shard_reads_with_and_without_the_reused_buffer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scratch_max: int
 ) -> None:
-    """Whole local shards are read into a per-thread buffer reused from shard to shard (or, when
-    larger than SCRATCH_MAX, into fresh bytes); either way every shard reads back as written."""
+    """Whole local shards are read into a per-thread buffer reused from shard to shard, or, when
+    larger than SCRATCH_MAX, by ranges on the pool; either way every shard reads back as written."""
     import shardwise.store
 
     monkeypatch.setattr(shardwise.store, "SCRATCH_MAX", scratch_max)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from . import store as store_module
 from .errors import CorruptShardError
 from .layout import Coord, Region, intersect, shift
 from .metadata import ArrayInfo
@@ -235,7 +236,7 @@ class ShardReader:
             for b, s, c in zip(box, sreg, codec.chunk_shape, strict=True)
         )
         target = out[dest] if dest else out
-        if not whole:
+        if not whole or self._large_local(key):
             with self._shard(key) as got:
                 if got is None:
                     target[...] = self.info.fill_value
@@ -251,6 +252,13 @@ class ShardReader:
             mv = memoryview(data)
             index = parse_index(codec, mv[index_slice(codec, len(mv))], len(mv), full_key)
             decode_into(codec, index, box, local, lambda e: (mv, e), full_key, target, self.threads)
+
+    def _large_local(self, key: str) -> bool:
+        """A local object too large for the reused buffer: read by ranges on the pool instead."""
+        if self.store.local_root is None:
+            return False
+        size = self.store.size(key)
+        return size is not None and size > store_module.SCRATCH_MAX
 
     @contextlib.contextmanager
     def _whole(self, key: str) -> Iterator[bytes | memoryview | None]:

@@ -469,14 +469,15 @@ def _decode_each_into(
     todo = np.flatnonzero(present)
     if not todo.size:
         return
-    buf, segs = fetch(entries[todo])
-    mv = memoryview(buf)
-    seg_list = segs.tolist()
 
     def run(js: Sequence[int]) -> list[None]:
-        for j in js:
+        # each batch fetches its own chunks: range reads run on the pool, next to the decoding
+        buf, segs = fetch(entries[todo[js[0] : js[-1] + 1]])
+        mv = memoryview(buf)
+        seg_list = segs.tolist()
+        for k, j in enumerate(js):
             c = coords[todo[j]].tolist()
-            o, n = seg_list[j]
+            o, n = seg_list[k]
             dst, src = place(c)
             try:
                 if inner.decode_to(mv[o : o + n], out[dst]):
