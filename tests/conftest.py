@@ -10,7 +10,7 @@ Hypothesis profiles (pick one with ``HYPOTHESIS_PROFILE=...``):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +72,21 @@ def read_tensorstore() -> Callable[[str | Path], np.ndarray]:
 def read_zarr() -> Callable[..., np.ndarray]:
     """Read a whole zarr v3 array (any zarr store, or a local path) with zarr-python."""
     return _read_zarr
+
+
+# a real cluster with worker processes (module-scoped: one per test module that asks)
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit="2GiB",
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
+        yield c

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -582,23 +582,6 @@ def test_backend_array_pickles_without_its_cache(store_path: Path) -> None:
     # whole lazily indexed datasets pickle too
     again = pickle.loads(pickle.dumps(ds))
     assert_matches_source(again.load())
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            memory_limit="2GiB",
-        ) as cluster,
-        Client(cluster, set_as_default=False) as c,
-    ):
-        yield c
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ import itertools
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -374,23 +373,6 @@ def test_graph_size_misaligned_chunks(tmp_path: Path) -> None:
 
 
 # -- a real cluster with worker processes ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            memory_limit="2GiB",
-        ) as cluster,
-        Client(cluster, set_as_default=False) as c,
-    ):
-        yield c
 
 
 def _run_on_cluster(client: Any, fn: Any) -> tuple[Any, list[dict[str, Any]]]:

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from zarr.storage import MemoryStore
 
 import shardwise
+from golden.make_golden import stored_objects
 from strategies import (
     FLOAT_DTYPES,
     Case,
@@ -56,17 +57,6 @@ def shard_key(coord: tuple[int, ...]) -> str:
     return "/".join(["c", *map(str, coord)])
 
 
-def shard_files(root: Path) -> dict[str, bytes]:
-    """Every stored object but the metadata, by store key."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        # skip metadata and bookkeeping kept under hidden names (readers ignore those keys)
-        if p.is_file() and p.name != "zarr.json" and not any(x.startswith(".") for x in rel.parts):
-            out[rel.as_posix()] = p.read_bytes()
-    return out
-
-
 def write(case: Case, store: Any, chunks: Any, **options: Any) -> shardwise.WriteReport:
     """Write ``case`` with shardwise from a dask array with ``chunks``.
 
@@ -92,7 +82,7 @@ def check_stored_chunks(
     want = expected_stored(
         case.data, case.geometry, case.fill_value, write_empty_chunks=write_empty_chunks
     )
-    files = shard_files(root)
+    files = stored_objects(root)
     assert sorted(files) == sorted(shard_key(s) for s in want)
     chain, cps = case.chain, case.geometry.chunks_per_shard
     index_nbytes = 16 * math.prod(cps) + (4 if chain.index_crc else 0)
@@ -205,7 +195,7 @@ def test_region_write_into_a_zarr_written_array(
         **case.chain.zarr_kwargs(g),
     )
     z[...] = case.data
-    before = shard_files(root)
+    before = stored_objects(root)
     want = read_zarr(str(root))
 
     region = data.draw(regions(g.shape, allow_empty=False), label="region")
@@ -230,7 +220,7 @@ def test_region_write_into_a_zarr_written_array(
             for i, e, r in zip(s, g.shard_shape, region, strict=True)
         )
     }
-    after = shard_files(root)
+    after = stored_objects(root)
     for key, blob in before.items():
         if key not in touched:
             assert after.get(key) == blob, f"{key} changed outside the region"
@@ -284,7 +274,7 @@ def test_same_input_same_bytes(case: Case, data: st.DataObject, fresh_dir: Any) 
         chunks = data.draw(dask_chunkings(case.geometry), label="dask chunks")
         root = fresh_dir()
         write(case, str(root), chunks, threads=threads)
-        runs.append(shard_files(root))
+        runs.append(stored_objects(root))
     assert runs[0].keys() == runs[1].keys()
     for key in runs[0]:
         assert runs[0][key] == runs[1][key], f"{key} differs between runs"
@@ -331,7 +321,7 @@ def test_one_dimensional_shards_match_zarr_python_bytes(
         **chain.zarr_kwargs(geometry),
     )
     z[...] = values
-    assert shard_files(ours) == shard_files(theirs)
+    assert stored_objects(ours) == stored_objects(theirs)
 
 
 def _same_value(x: np.ndarray, fill: np.ndarray) -> np.ndarray:
@@ -406,7 +396,7 @@ def test_write_empty_chunks_stores_in_array_chunks_only(
         rep = shardwise.write_array(
             x, str(root), chunks=(2, 2), shards=(4, 4), write_empty_chunks=flag
         )
-        files = shard_files(root)
+        files = stored_objects(root)
         if not flag:
             assert files == {} and rep.shards_written == 0 and rep.shards_empty == 6
         else:
@@ -423,11 +413,11 @@ def test_overwriting_with_fill_removes_shards(tmp_path: Path, read_zarr: Any) ->
     root = str(tmp_path / "a")
     x = np.arange(1, 65, dtype="f4").reshape(8, 8)
     shardwise.write_array(x, root, chunks=(2, 2), shards=(4, 4), fill_value=0.0)
-    assert len(shard_files(tmp_path / "a")) == 4
+    assert len(stored_objects(tmp_path / "a")) == 4
     y = x.copy()
     y[:4, :] = 0.0  # shards (0, 0) and (0, 1) become all fill
     rep = shardwise.write_array(da.from_array(y, chunks=3), root, mode="r+")
-    assert sorted(shard_files(tmp_path / "a")) == ["c/1/0", "c/1/1"]
+    assert sorted(stored_objects(tmp_path / "a")) == ["c/1/0", "c/1/1"]
     assert rep.shards_deleted == 2 and rep.shards_written == 2
     assert_bit_equal(read_zarr(root), y, "zarr-python")
     # a partial write of fill into a shard keeps the rest of it
@@ -435,7 +425,7 @@ def test_overwriting_with_fill_removes_shards(tmp_path: Path, read_zarr: Any) ->
         np.zeros((1, 4), "f4"), root, mode="r+", region=(slice(4, 5), slice(0, 4))
     )
     y[4, :4] = 0.0
-    assert rep.shards_written == 1 and sorted(shard_files(tmp_path / "a")) == ["c/1/0", "c/1/1"]
+    assert rep.shards_written == 1 and sorted(stored_objects(tmp_path / "a")) == ["c/1/0", "c/1/1"]
     assert_bit_equal(read_zarr(root), y, "zarr-python after a partial write")
 
 
@@ -482,7 +472,7 @@ def test_zero_length_dimensions(
         x, str(tmp_path), chunks=(2,) * len(shape), shards=(4,) * len(shape), compute=compute
     )
     rep = out if compute else out.compute()
-    assert rep.shards_written == 0 and shard_files(tmp_path) == {}
+    assert rep.shards_written == 0 and stored_objects(tmp_path) == {}
     empty = np.zeros(shape, "f4")
     assert_bit_equal(read_zarr(str(tmp_path)), empty, "zarr-python")
     assert_bit_equal(read_tensorstore(tmp_path), empty, "tensorstore")
@@ -518,7 +508,7 @@ def test_chunk_key_encodings(
     sep = encoding["separator"]
     prefix = ["c"] if encoding["name"] == "default" else []
     want = sorted(sep.join([*prefix, str(i), str(j)]) for i in (0, 2) for j in (0, 1))
-    assert sorted(shard_files(tmp_path)) == want == rep.keys
+    assert sorted(stored_objects(tmp_path)) == want == rep.keys
     assert_bit_equal(read_zarr(str(tmp_path)), x, "zarr-python")
     assert_bit_equal(read_tensorstore(tmp_path), x, "tensorstore")
     assert_bit_equal(shardwise.open_array(str(tmp_path)).compute(), x, "shardwise")
