@@ -14,6 +14,7 @@ from .metadata import ArrayInfo, info_from_metadata
 from .plan import WritePlan
 from .read import ShardReader
 from .session import WriteSession, plan_keys, plan_shards
+from .sizing import default_layout
 from .store import ShardStore, resolve_store
 from .write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 
@@ -41,13 +42,45 @@ def _exists(store: Any, path: str | None) -> bool:
 def _create_kwargs(
     shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    if shards is None:
-        raise PlanError("shards= is required: the shard shape (each shard is one stored object)")
+    chunks, shards = _layout(shape, dtype, chunks, shards)
     out = dict(shape=shape, dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
     # None means "no codecs" for compressors/filters (as in zarr), "default" for the rest
     keep_none = ("compressors", "filters")
     out.update({k: v for k, v in kwargs.items() if v is not None or k in keep_none})
     return out
+
+
+def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tuple[Any, Any]:
+    """Inner chunks and shards for a new array: a missing shard shape or ``chunks="auto"`` is
+    completed by the same rule as :func:`shardwise.to_zarr` (inner chunks always divide the
+    shards); anything else goes to zarr as given."""
+    if isinstance(shards, dict):  # zarr's {"shape": ..., "index_location": ...}
+        shape_of = shards.get("shape")
+        if shape_of is None or chunks not in ("auto", None):
+            return chunks, shards
+        inner, _ = _layout(shape, dtype, chunks, tuple(shape_of))
+        return inner, shards
+    given_chunks = _shape_or_none(chunks, len(shape))
+    given_shards = _shape_or_none(shards, len(shape))
+    if (chunks not in ("auto", None) and given_chunks is None) or (
+        shards is not None and given_shards is None
+    ):
+        return chunks, shards  # other forms: zarr validates them
+    try:
+        itemsize = np.dtype(dtype).itemsize
+    except TypeError:  # a zarr data type object: its numpy form
+        itemsize = getattr(dtype, "to_native_dtype", lambda: np.dtype("V8"))().itemsize
+    return default_layout(shape, itemsize, given_chunks, given_shards)
+
+
+def _shape_or_none(value: Any, ndim: int) -> tuple[int, ...] | None:
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return (int(value),) * ndim
+    if isinstance(value, tuple | list) and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value
+    ):
+        return tuple(int(v) for v in value)
+    return None
 
 
 def write_array(
@@ -81,7 +114,9 @@ def write_array(
     """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
 
     ``chunks`` is the inner chunk shape and ``shards`` the shard shape, as in
-    ``zarr.create_array``; the dask chunking of ``data`` may be anything. Every non-empty shard
+    ``zarr.create_array``; the dask chunking of ``data`` may be anything. Left out, they follow
+    the rule of :func:`shardwise.to_zarr`: inner chunks of about 1 MiB in shards of up to
+    64 MiB; default inner chunks (``chunks="auto"``) always divide the shards. Every non-empty shard
     is written by exactly one task with one atomic store ``set``; shards whose values all equal
     the fill value are not stored (and removed if they were). ``mode``: ``"w-"`` create (fail if
     it exists), ``"w"`` create or replace, ``"a"`` write into an existing array (create when

@@ -15,8 +15,7 @@ from zarr.abc.store import Store
 from .errors import PlanError
 from .sizing import (
     DEFAULT_CHUNK_BYTES,
-    default_chunks,
-    default_shards,
+    default_layout,
     dividing_chunks,
 )
 
@@ -235,14 +234,13 @@ def _layout_for(
         replace_chunks = False
 
     if shard is None:
-        chunks = chunks or default_chunks(shape, itemsize, inner_bytes)
-        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
+        return default_layout(shape, itemsize, chunks or None, None, shard_bytes)
     if chunks is None or (replace_chunks and not _divides(chunks, shard)):
-        return dividing_chunks(shard, itemsize, inner_bytes), shard
+        return default_layout(shape, itemsize, None, shard, shard_bytes)
     if not explicit and not _divides(chunks, shard) and "preferred_chunks" in enc:
         # read from a store, then given other chunks (overwrite_encoded_chunks=True): the
         # stored shards no longer fit; new shards are built around the chunks asked for
-        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
+        return default_layout(shape, itemsize, chunks, None, shard_bytes)
     if not _divides(chunks, shard):
         raise PlanError(
             f"variable {name!r}: the inner chunks {chunks} must divide the shard shape "
