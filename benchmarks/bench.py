@@ -161,6 +161,7 @@ def _report_dict(rep: Any) -> dict[str, Any]:
         "shards_deleted",
         "bytes_stored",
         "raw_bytes",
+        "stored_raw_bytes",
         "chunks_stored",
         "chunks_empty",
         "seconds",
