@@ -289,7 +289,7 @@ def test_region_write_report_counts_the_shards_it_stores(tmp_path: Path) -> None
     assert report.compression_ratio == pytest.approx(shard_raw / report.bytes_stored)
     text = str(report)
     assert f"{part.nbytes / 1e6:.1f} MB of data written" in text
-    assert f"stored for the {shard_raw / 1e6:.1f} MB raw of the shards written" in text
+    assert f"the shards written hold {shard_raw / 1e6:.1f} MB raw, " in text
     assert f"(ratio {shard_raw / report.bytes_stored:.2f})" in text
     expect = data.copy()
     expect[region] = part

@@ -74,8 +74,8 @@ class WriteReport:
             sizes = f"{self.bytes_stored / mb:.1f} MB stored for {self.raw_bytes / mb:.1f} MB raw"
         else:  # empty shards not stored, or shards merged with what a region write left alone
             sizes = (
-                f"{self.raw_bytes / mb:.1f} MB of data written; {self.bytes_stored / mb:.1f} MB "
-                f"stored for the {self.stored_raw_bytes / mb:.1f} MB raw of the shards written"
+                f"{self.raw_bytes / mb:.1f} MB of data written; the shards written hold "
+                f"{self.stored_raw_bytes / mb:.1f} MB raw, {self.bytes_stored / mb:.1f} MB stored"
             )
         return (
             f"{self.shards_written} shards written, {self.shards_empty} empty shards skipped "
