@@ -664,4 +664,4 @@ def test_sizing_doctests() -> None:
     import shardwise.sizing
 
     result = doctest.testmod(shardwise.sizing)
-    assert result.attempted == 3 and result.failed == 0
+    assert result.attempted == 5 and result.failed == 0
