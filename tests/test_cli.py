@@ -56,8 +56,23 @@ def test_verify_exit_status_and_json(sharded: Path, capsys: pytest.CaptureFixtur
     (sharded / "c/1/1").write_bytes((sharded / "c/1/1").read_bytes()[:-1])
     assert main(["verify", str(sharded), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["ok"] is False and {p["kind"] for p in out["problems"]} == {"corrupt", "mismatch"}
+    assert out["ok"] is False and [p["kind"] for p in out["problems"]] == ["corrupt"]
+    assert [p["kind"] for p in out["changes"]] == ["mismatch"]
     assert main(["verify", str(sharded.parent / "nothing")]) == 3
+
+
+def test_verify_strict_on_a_shard_another_tool_rewrote(
+    sharded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    zarr.open_array(sharded, mode="r+")[0:10, 0:15] = 1.5  # a sound rewrite of shard c/0/0
+    assert main(["verify", str(sharded)]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and "note:" in out and "mismatch   c/0/0" in out
+    assert main(["verify", str(sharded), "--strict"]) == 1
+    assert "1 problem(s)" in capsys.readouterr().out
+    (sharded / "c/1/1").unlink()  # a deleted recorded shard is a problem without --strict
+    assert main(["verify", str(sharded)]) == 1
+    assert "missing" in capsys.readouterr().out
 
 
 def test_inspect(sharded: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -194,7 +194,7 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
 def _cmd_verify(a: argparse.Namespace) -> int:
     from .verify import verify
 
-    report = verify(a.store, path=a.path, threads=a.threads)
+    report = verify(a.store, path=a.path, threads=a.threads, strict=a.strict)
     print(report.to_json() if a.json else report)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -226,7 +226,9 @@ def _cmd_reshard(a: argparse.Namespace) -> int:
     print(report)
     if a.verify:
         return _cmd_verify(
-            argparse.Namespace(store=a.dst, path=a.dst_path, threads=a.threads, json=False)
+            argparse.Namespace(
+                store=a.dst, path=a.dst_path, threads=a.threads, json=False, strict=False
+            )
         )
     return EXIT_OK
 
@@ -361,6 +363,12 @@ def parser() -> argparse.ArgumentParser:
     q = sub.add_parser("verify", help="check every shard; exit 1 on any problem")
     store_args(q)
     q.add_argument("--threads", type=int, default=None, help="shards checked at a time")
+    q.add_argument(
+        "--strict",
+        action="store_true",
+        help="shards written or changed by another tool (sound, but not as shardwise recorded "
+        "them) are problems (exit 1), not notes",
+    )
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_cmd_verify)
 
