@@ -373,7 +373,8 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument(
             "--compressor",
             default="auto",
-            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto",
+            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto (default: zstd "
+            "with its frame checksum)",
         )
         q.add_argument("--crc32c", action="store_true", help="checksum every inner chunk")
 
