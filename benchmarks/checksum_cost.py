@@ -10,8 +10,8 @@ and read back whole, for three inner chains (``bytes`` + ...):
 Workloads: ``W1`` uint16 cube in 64^3 inner chunks, ``W3`` float32 square in 32^2 inner chunks,
 both a smooth field plus noise. ``--size small`` (default, well under 2 minutes on 2 cores):
 W1 256^3 in 128^3 shards, W3 2048^2 in 1024^2 shards. ``--size full``: the W1 (1024^3, 256^3
-shards) and W3 (8192^2, 1024^2 shards) geometry of ``bench.py`` (needs about 3x the W1 array,
-6.5 GB, of memory and disk).
+shards) and W3 (8192^2, 1024^2 shards) geometry of ``bench.py`` (about 6.5 GB of memory: the
+source, dask's blocks and the concatenated read; 2.2 GB of disk, one array at a time).
 
 Every timing is one call in this process; the chains alternate within each repetition (rep 0 of
 every chain, then rep 1, ...), and the table shows medians and the change against ``zstd``.
