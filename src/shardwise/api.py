@@ -10,7 +10,7 @@ from zarr.storage import MemoryStore
 
 from .errors import PlanError
 from .layout import Region, normalize_region
-from .metadata import ArrayInfo, info_from_metadata
+from .metadata import ArrayInfo, default_compressors, info_from_metadata
 from .plan import WritePlan
 from .read import ShardReader
 from .session import WriteSession, plan_keys, plan_shards
@@ -83,6 +83,10 @@ def _shape_or_none(value: Any, ndim: int) -> tuple[int, ...] | None:
     return None
 
 
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
 def write_array(
     data: Any,
     store: Any,
@@ -124,6 +128,9 @@ def write_array(
     array; shards it covers in part are merged with what is stored. ``threads`` caps the threads
     that encode inner chunks (default: the cores, or the dask worker's threads).
     ``fsync=True`` makes each shard durable (file and directory fsync) on local filesystems.
+    ``compressors="auto"`` (the default) is zstd with its frame checksum, so a damaged inner chunk
+    raises :class:`CorruptShardError` on read; pass your own (e.g. ``ZstdCodec(level=0)``, or
+    None) to store inner chunks without it.
 
     ``resume=True`` continues an interrupted write of the same data and region: shards it already
     stored (and recorded) are skipped, temp files and abandoned multipart uploads removed. The
@@ -159,7 +166,7 @@ def write_array(
             shards,
             dict(
                 fill_value=fill_value,
-                compressors=compressors,
+                compressors=default_compressors() if _is_auto(compressors) else compressors,
                 filters=filters,
                 serializer=serializer,
                 dimension_names=dimension_names,
@@ -207,7 +214,9 @@ def write_array(
         session.start(
             resume=resume,
             keys=plan_keys(plan),
-            adopt_done=mode == "w-",
+            # a finished write is adopted too (its shards skipped, as their records still match)
+            # unless mode "w" asks to replace the array
+            adopt_done=mode != "w",
             must_adopt=resume and mode == "w-" and exists and not create,
         )
         if create:

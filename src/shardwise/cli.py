@@ -194,7 +194,7 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
 def _cmd_verify(a: argparse.Namespace) -> int:
     from .verify import verify
 
-    report = verify(a.store, path=a.path, threads=a.threads)
+    report = verify(a.store, path=a.path, threads=a.threads, strict=a.strict)
     print(report.to_json() if a.json else report)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -226,7 +226,9 @@ def _cmd_reshard(a: argparse.Namespace) -> int:
     print(report)
     if a.verify:
         return _cmd_verify(
-            argparse.Namespace(store=a.dst, path=a.dst_path, threads=a.threads, json=False)
+            argparse.Namespace(
+                store=a.dst, path=a.dst_path, threads=a.threads, json=False, strict=False
+            )
         )
     return EXIT_OK
 
@@ -287,10 +289,20 @@ def _cmd_batch(a: argparse.Namespace) -> int:
             return EXIT_PROBLEMS
         print(checked)
         return EXIT_OK
-    plan = batch.open_batch(a.store, path=a.path)
+    from .journal import BATCH
     from .store import ShardStore, resolve_store
 
-    done = set(batch.parts_done(ShardStore(resolve_store(a.store, mode="r"), a.path or "")))
+    sstore = ShardStore(resolve_store(a.store, mode="r"), a.path or "")
+    closed = batch.read_finalized(sstore) if sstore.get(BATCH) is None else None
+    if closed is not None:
+        print(
+            f"batch {str(closed.get('id'))[:8]}: finalized at {closed.get('finalized')} "
+            f"({closed.get('nparts')} parts, array {tuple(closed.get('shape') or ())}); "
+            "no batch open"
+        )
+        return EXIT_OK
+    plan = batch.open_batch(a.store, path=a.path)
+    done = set(batch.parts_done(sstore))
     print(plan)
     print(f"done: {len(done)} of {plan.nparts}; to do: {sorted(set(range(plan.nparts)) - done)}")
     return EXIT_OK
@@ -301,7 +313,19 @@ def _cmd_lease(a: argparse.Namespace) -> int:
     from .store import ShardStore, resolve_store
 
     sstore = ShardStore(resolve_store(a.store, mode="w" if a.break_ else "r"), a.path or "")
-    name = LEASE if a.part is None else part_lease(a.part, a.nparts)
+    nparts = a.nparts
+    if a.part is not None and not nparts:
+        # a part's lease is named by its batch's part count: read it from the batch record
+        from .batch import BatchPlan
+        from .journal import BATCH
+
+        raw = sstore.get(BATCH)
+        if raw is None:
+            raise UsageError(
+                f"no open batch at {a.store} to read the part count from: give --nparts N"
+            )
+        nparts = BatchPlan.from_bytes(raw).nparts
+    name = LEASE if a.part is None else part_lease(a.part, nparts)
     held = break_lease(sstore, name) if a.break_ else read_lease(sstore, name)
     if held is None:
         print("free")
@@ -349,7 +373,8 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument(
             "--compressor",
             default="auto",
-            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto",
+            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto (default: zstd "
+            "with its frame checksum)",
         )
         q.add_argument("--crc32c", action="store_true", help="checksum every inner chunk")
 
@@ -361,6 +386,12 @@ def parser() -> argparse.ArgumentParser:
     q = sub.add_parser("verify", help="check every shard; exit 1 on any problem")
     store_args(q)
     q.add_argument("--threads", type=int, default=None, help="shards checked at a time")
+    q.add_argument(
+        "--strict",
+        action="store_true",
+        help="shards written or changed by another tool (sound, but not as shardwise recorded "
+        "them) are problems (exit 1), not notes",
+    )
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_cmd_verify)
 
@@ -417,7 +448,12 @@ def parser() -> argparse.ArgumentParser:
         help="remove the lease: only when its holder is known to be gone",
     )
     q.add_argument("--part", type=int, default=None, help="a batch part's lease instead")
-    q.add_argument("--nparts", type=int, default=0)
+    q.add_argument(
+        "--nparts",
+        type=int,
+        default=0,
+        help="the batch's part count (default: read from the open batch)",
+    )
     q.set_defaults(func=_cmd_lease)
     return p
 

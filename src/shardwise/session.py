@@ -95,7 +95,8 @@ class WriteSession:
         """Write (or on resume adopt) this write's marker; on resume clean up after the last try.
 
         Resume adopts the open marker of an interrupted write of the same region; a finished one
-        only with ``adopt_done`` (mode "w-": the array is complete and is never overwritten).
+        only with ``adopt_done`` (every mode but "w", which replaces the array): its shards whose
+        records still match are skipped.
         ``must_adopt``: raise FileExistsError when there is nothing to adopt.
         """
         found = read_marker(self.store, self.region) if resume else None

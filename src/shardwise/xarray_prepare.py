@@ -13,6 +13,7 @@ import numpy as np
 from zarr.abc.store import Store
 
 from .errors import PlanError
+from .metadata import default_compressors
 from .sizing import (
     DEFAULT_CHUNK_BYTES,
     default_layout,
@@ -271,8 +272,11 @@ def _with_layout(
             continue
         enc = user_encoding[name] if explicit else var.encoding
         chunks, shard = _layout_for(name, var, enc, explicit, shards_kw, shard_bytes)
+        layout: dict[str, Any] = {"chunks": chunks, "shards": shard}
+        if "compressors" not in enc and "compressor" not in enc:
+            layout["compressors"] = default_compressors()  # checksummed inner chunks
         if explicit:
-            out[name] = {**enc, "chunks": chunks, "shards": shard}
+            out[name] = {**enc, **layout}
         else:
-            var.encoding = {**var.encoding, "chunks": chunks, "shards": shard}
+            var.encoding = {**var.encoding, **layout}
     return ds, out

@@ -92,6 +92,10 @@ def to_zarr(
       (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from the in-memory
       dtype). Inner chunks not given are chosen to divide the shard shape.
 
+    Inner chunks of the variables this call creates carry zstd's frame checksum (a damaged chunk
+    raises :class:`~shardwise.errors.CorruptShardError` on read) unless their encoding names
+    ``compressors`` (e.g. ``encoding={"v": {"compressors": zarr.codecs.ZstdCodec()}}`` for none).
+
     0-d variables are written without sharding.
 
     Appends and region writes may cut through shards: the one task that owns such a shard
