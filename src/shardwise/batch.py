@@ -43,7 +43,7 @@ from .journal import BATCH, PARTS, TEMP, clear_array, now
 from .layout import Layout, Region, ceildiv, is_aligned, normalize_region
 from .lease import LEASE, Lease, part_lease, read_lease
 from .metadata import info_from_metadata
-from .store import ShardStore, resolve_store
+from .store import ShardStore, describe, resolve_store
 from .verify import VerifyReport, verify_store
 from .write import WriteReport
 
@@ -180,9 +180,12 @@ def open_batch(
     store: Any, *, path: str | None = None, storage_options: dict[str, Any] | None = None
 ) -> BatchPlan:
     """The batch record of the array (FileNotFoundError when no batch is open)."""
-    raw = _open(store, path, storage_options).get(BATCH)
+    sstore = _open(store, path, storage_options)
+    raw = sstore.get(BATCH)
     if raw is None:
-        raise FileNotFoundError(f"no open batch write at path {path!r} (run batch init first)")
+        raise FileNotFoundError(
+            f"no open batch write for {describe(sstore.store, path)} (run batch init first)"
+        )
     return BatchPlan.from_bytes(raw)
 
 
@@ -236,7 +239,9 @@ def init(
         if mode == "w-" and sstore.size("zarr.json") is not None:
             if existing is not None and existing.regions == plan.regions:
                 return existing
-            raise FileExistsError(f"an array already exists at path {path!r} (use mode='w')")
+            raise FileExistsError(
+                f"{describe(sstore.store, path)} already exists (use mode='w' to replace it)"
+            )
         if mode != "r+":
             keep = {LEASE} if held is not None else set()
             clear_array(sstore, keep, journal_only=mode == "w-")

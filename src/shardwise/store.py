@@ -68,6 +68,12 @@ def resolve_store(
     raise TypeError(f"cannot use {type(store).__name__} as a store: pass a zarr Store, path or URL")
 
 
+def describe(store: Any, path: str | None, node: str = "array") -> str:
+    """How messages name a node: ``array 'a/b' in STORE``, or ``the root array of STORE``."""
+    p = (path or "").strip("/")
+    return f"{node} {p!r} in {store}" if p else f"the root {node} of {store}"
+
+
 def join(*parts: str | None) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 

@@ -40,7 +40,7 @@ from .layout import Coord, Layout
 from .lease import read_lease
 from .metadata import ArrayInfo
 from .shard import MISSING, index_slice, parse_index
-from .store import ShardStore
+from .store import ShardStore, describe
 
 MAX_PER_SHARD = 8
 
@@ -177,7 +177,7 @@ def verify_store(
 ) -> VerifyReport:
     """:func:`verify` on an opened array (``info`` read from its metadata)."""
     started = time.perf_counter()
-    report = VerifyReport(where=where or store.path or "/")
+    report = VerifyReport(where=where or describe(store.store, store.path))
     lay = info.layout
     names = store.list("")
     shards: dict[str, Coord] = {}
