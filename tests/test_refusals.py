@@ -277,6 +277,10 @@ def test_cli_failures_are_one_line_with_the_documented_exit_code(
         [*exe(), "inspect", str(v2_array), "--traceback"], capture_output=True, text=True
     )
     assert proc.returncode == 3 and "Traceback (most recent call last)" in proc.stderr
+    for bad in (["reshard", str(dataset_store), "o", "--shards", "a,b"], ["inspect"], ["nope"]):
+        proc = subprocess.run([*exe(), *bad], capture_output=True, text=True)
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert "--help)" in proc.stderr
     proc = subprocess.run([*exe(), "--help"], capture_output=True, text=True)
     assert "Exit status: 0 success; 1" in " ".join(proc.stdout.split())
 

@@ -136,8 +136,14 @@ def write_array(
     is refused with :class:`LeaseHeldError` before it writes anything. ``break_lease=True`` takes
     over the lease of a writer known to be gone.
 
+    ``data`` may be a numpy or dask array or an ``xarray.DataArray`` (its ``.data`` is written).
+    datetime64/timedelta64 data is stored as zarr's ``numpy.datetime64``/``numpy.timedelta64``
+    types, strings (numpy ``StringDType``, or object arrays of Python ``str`` with ``dtype=str``
+    or no dtype) as zarr's variable-length UTF-8 ``string`` type, as zarr-python stores them.
+
     Returns a :class:`WriteReport`, or with ``compute=False`` a dask ``Delayed`` that computes it.
-    Every check runs before the first metadata or data byte is written.
+    Every check runs before the first metadata or data byte is written (the values of a dask
+    object array are checked to be strings as each shard is written).
     """
     if zarr_format != 3:
         raise PlanError(f"shardwise writes Zarr format 3 only (got zarr_format={zarr_format})")

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import ShardwiseError, VerifyError
 
@@ -391,8 +391,15 @@ def _cmd_lease(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (exit 2), like every other failure."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="shardwise",
         description="Inspect, verify, reshard and batch-write Zarr v3 sharded arrays.",
         epilog=__doc__.split("\n\n")[1].replace("``", "") if __doc__ else None,
