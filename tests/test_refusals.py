@@ -241,6 +241,17 @@ def test_write_array_into_a_group_is_refused(dataset_store: Path) -> None:
     assert files(dataset_store, journal=True) == before
 
 
+@pytest.mark.parametrize("mode", ["w-", "a", "r+"])
+def test_write_array_onto_a_v2_array_is_refused(v2_array: Path, mode: Any, read_zarr: Any) -> None:
+    before = files(v2_array, journal=True)
+    with pytest.raises(PlanError, match=r"is a Zarr v2 array: .* mode='w' replaces it"):
+        shardwise.write_array(np.zeros(10, "i4"), v2_array, chunks=(5,), shards=(10,), mode=mode)
+    assert files(v2_array, journal=True) == before
+    shardwise.write_array(np.arange(10, dtype="i4"), v2_array, chunks=(5,), shards=(10,), mode="w")
+    assert np.array_equal(read_zarr(v2_array), np.arange(10))
+    assert not (v2_array / ".zarray").exists()
+
+
 def test_cli_inspect_and_verify_a_group(
     dataset_store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -51,12 +51,23 @@ def open_zarr_array(store: Any, path: str | None = None) -> Any:
         ) from None
     except FileNotFoundError:  # zarr's NodeNotFoundError: maybe a Zarr v2 node
         pass
+    kind = _v2_node(store, path)
+    if kind is None:
+        raise ArrayNotFoundError(f"no array at {describe(store, path, 'path')}")
+    raise UnsupportedCodecError(_v2_message(store, path, kind))
+
+
+def _v2_node(store: Any, path: str | None) -> str | None:
+    """ "array" or "group" when a Zarr v2 node is at ``path``, else None."""
     try:
         node = zarr.open(store, path=path or "", mode="r", zarr_format=2)
     except FileNotFoundError:
-        raise ArrayNotFoundError(f"no array at {describe(store, path, 'path')}") from None
-    kind = "array" if isinstance(node, zarr.Array) else "group"
-    raise UnsupportedCodecError(
+        return None
+    return "array" if isinstance(node, zarr.Array) else "group"
+
+
+def _v2_message(store: Any, path: str | None, kind: str) -> str:
+    return (
         f"{describe(store, path, kind)} is a Zarr v2 {kind}: shardwise reads and writes Zarr v3 "
         "sharded arrays; read it with zarr-python (zarr.open_array, dask.array.from_zarr) or "
         "convert it with `shardwise reshard SRC DST --shards ...`"
@@ -69,7 +80,10 @@ def _exists(store: Any, path: str | None) -> bool:
     try:
         zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
     except FileNotFoundError:  # zarr's NodeNotFoundError too
-        return False
+        kind = _v2_node(store, path)
+        if kind is None:
+            return False
+        raise PlanError(f"{_v2_message(store, path, kind)}; mode='w' replaces it") from None
     except (NodeTypeValidationError, ContainsGroupError) as e:
         raise PlanError(
             f"{describe(store, path, 'path')} is a group, not an array: pass path= to write "
