@@ -276,7 +276,7 @@ def test_cli_failures_are_one_line_with_the_documented_exit_code(
 ) -> None:
     cases = [
         (["inspect", str(v2_array)], "is a Zarr v2 array"),
-        (["inspect", str(tmp_path / "nothing")], "cannot open store"),
+        (["inspect", str(tmp_path / "nothing")], "FileNotFoundError: no store at"),
         (["reshard", str(dataset_store), str(tmp_path / "o"), "--shards", "4"], "pass path="),
         (["verify", str(dataset_store), "--storage-options", "[1]"], "must be a JSON object"),
     ]
@@ -327,6 +327,8 @@ def test_cli_storage_options_reach_every_command(
             assert main(["verify", url, *so]) == 0
             assert main(["lease", url, *so]) == 0
             assert capsys.readouterr().out.strip().endswith("free")
+        assert main(["batch", "status", url, *each]) == 3  # opened: no batch there
+        assert "no open batch write for the root array of s3://" in capsys.readouterr().err
         dst = tmp_path / "copy.zarr"
         assert main(["reshard", url, str(dst), "--shards", "20", *each]) == 0
         assert np.array_equal(shardwise.open_array(dst).compute(), np.arange(20.0))

@@ -111,27 +111,28 @@ def inspect_array(
     """
     from .api import open_zarr_array
     from .errors import NotAnArrayError
-    from .store import resolve_store
+    from .store import resolve_store, store_name
 
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     try:
         arr = open_zarr_array(zstore, path)
     except NotAnArrayError as e:
         members = [_inspect_member(zstore, name) for name in e.arrays]
-        return {"store": str(zstore), "path": path or "", "group": True, "arrays": members}
+        return {"store": store_name(zstore), "path": path or "", "group": True, "arrays": members}
     return _inspect_one(zstore, path, arr)
 
 
 def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
     from .api import open_zarr_array
     from .errors import UnsupportedCodecError
+    from .store import store_name
 
     arr = open_zarr_array(zstore, name)
     try:
         return _inspect_one(zstore, name, arr)
     except UnsupportedCodecError as e:
         return {
-            "store": str(zstore),
+            "store": store_name(zstore),
             "path": name,
             "shape": list(arr.shape),
             "dtype": str(arr.dtype),
@@ -145,7 +146,7 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
     from .journal import BATCH, read_markers, read_records
     from .lease import read_lease
     from .metadata import info_from_metadata
-    from .store import ShardStore
+    from .store import ShardStore, store_name
     from .verify import parse_shard_key
 
     info = info_from_metadata(arr.metadata)
@@ -159,7 +160,7 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
     batch = sstore.get(BATCH)
     meta = arr.metadata.to_dict()
     return {
-        "store": str(zstore),
+        "store": store_name(zstore),
         "path": path or "",
         "sharded": True,
         "shape": list(lay.shape),
@@ -586,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if show else " (--traceback for details)"
         if isinstance(e, ShardwiseError):
             print(f"{name}: {_one_line(e)}", file=sys.stderr)
-        elif where and not isinstance(e, ValueError):
+        elif where and not isinstance(e, ValueError | FileNotFoundError | FileExistsError):
             print(f"{name}: cannot open store {where}: {_one_line(e)}{hint}", file=sys.stderr)
         else:
             print(f"{name}: {_one_line(e)}{hint}", file=sys.stderr)
