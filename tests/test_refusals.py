@@ -234,6 +234,12 @@ def test_open_array_on_a_v2_array_or_nothing(v2_array: Path, tmp_path: Path) -> 
         shardwise.open_array(tmp_path / "empty")
 
 
+def test_open_array_on_an_unsharded_array_names_it(dataset_store: Path, tmp_path: Path) -> None:
+    zarr.create_array(tmp_path / "g", name="plain", shape=(4,), dtype="i4", chunks=(2,))
+    with pytest.raises(UnsupportedCodecError, match=r"array 'plain' in file://.*: the array's"):
+        shardwise.open_array(tmp_path / "g", path="plain")
+
+
 def test_write_array_into_a_group_is_refused(dataset_store: Path) -> None:
     before = files(dataset_store, journal=True)
     with pytest.raises(PlanError, match="is a group, not an array: pass path="):

@@ -24,7 +24,11 @@ _MODES = ("w", "w-", "a", "r+")
 
 def open_info(store: Any, path: str | None = None) -> ArrayInfo:
     """Read and translate the metadata of the array at ``path`` in a zarr ``store``."""
-    return info_from_metadata(open_zarr_array(store, path).metadata)
+    meta = open_zarr_array(store, path).metadata
+    try:
+        return info_from_metadata(meta)
+    except UnsupportedCodecError as e:
+        raise UnsupportedCodecError(f"{describe(store, path)}: {e}") from None
 
 
 def open_zarr_array(store: Any, path: str | None = None) -> Any:
