@@ -4,8 +4,10 @@ from . import batch
 from .api import open_array, write_array
 from .backend import open_dataset
 from .errors import (
+    ArrayNotFoundError,
     CorruptShardError,
     LeaseHeldError,
+    NotAnArrayError,
     PlanError,
     ShardwiseError,
     UnsupportedCodecError,
@@ -18,8 +20,10 @@ from .xarray_write import to_zarr
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArrayNotFoundError",
     "CorruptShardError",
     "LeaseHeldError",
+    "NotAnArrayError",
     "PlanError",
     "ShardwiseError",
     "UnsupportedCodecError",

@@ -43,7 +43,7 @@ from .journal import BATCH, JOURNAL, PARTS, TEMP, clear_array, now
 from .layout import Layout, Region, ceildiv, is_aligned, normalize_region
 from .lease import LEASE, Lease, part_lease, read_lease
 from .metadata import default_compressors, info_from_metadata
-from .store import ShardStore, resolve_store
+from .store import ShardStore, describe, resolve_store
 from .verify import VerifyReport, verify_store
 from .write import WriteReport
 
@@ -207,13 +207,13 @@ def open_batch(
     raw = sstore.get(BATCH)
     if raw is None:
         done = read_finalized(sstore)
-        where = f"array {path or '/'!r} in {sstore.store}"
+        where = describe(sstore.store, path)
         if done is not None:
             raise FileNotFoundError(
-                f"no open batch write at {where}: batch {str(done.get('id'))[:8]} was finalized "
+                f"no open batch write for {where}: batch {str(done.get('id'))[:8]} was finalized "
                 f"at {done.get('finalized')} (run batch init to start another)"
             )
-        raise FileNotFoundError(f"no open batch write at {where} (run batch init first)")
+        raise FileNotFoundError(f"no open batch write for {where} (run batch init first)")
     return BatchPlan.from_bytes(raw)
 
 
@@ -288,7 +288,9 @@ def init(
         if mode == "w-" and sstore.size("zarr.json") is not None:
             if existing is not None and existing.regions == plan.regions:
                 return existing
-            raise FileExistsError(f"an array already exists at path {path!r} (use mode='w')")
+            raise FileExistsError(
+                f"{describe(sstore.store, path)} already exists (use mode='w' to replace it)"
+            )
         if mode != "r+":
             keep = {LEASE} if held is not None else set()
             clear_array(sstore, keep, journal_only=mode == "w-")

@@ -40,7 +40,7 @@ from .layout import Coord, Layout, Region
 from .lease import LEASE, Lease
 from .plan import WritePlan
 from .shard import ShardCodec
-from .store import ShardStore
+from .store import ShardStore, describe
 
 
 @dataclass
@@ -70,7 +70,7 @@ class WriteSession:
             if store.get(BATCH) is not None:
                 held.release()
                 raise LeaseHeldError(
-                    f"array {store.path or '/'!r} has a batch write in progress (see "
+                    f"{describe(store.store, store.path)} has a batch write in progress (see "
                     "shardwise.batch): finalize it first, or write with lease=False"
                 )
         return cls(store, region, shape, held)

@@ -68,6 +68,22 @@ def resolve_store(
     raise TypeError(f"cannot use {type(store).__name__} as a store: pass a zarr Store, path or URL")
 
 
+def describe(store: Any, path: str | None, node: str = "array") -> str:
+    """How messages name a node: ``array 'a/b' in STORE``, or ``the root array of STORE``."""
+    p = (path or "").strip("/")
+    where = store_name(store)
+    return f"{node} {p!r} in {where}" if p else f"the root {node} of {where}"
+
+
+def store_name(store: Any) -> str:
+    """A store as a user wrote it: ``s3://bucket/prefix``, ``file:///dir``, ``memory://...``."""
+    fs, root = getattr(store, "fs", None), getattr(store, "path", None)
+    if fs is not None and isinstance(root, str):  # an fsspec store: its protocol and path
+        proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        return f"{proto}://{root}"
+    return str(store)
+
+
 def join(*parts: str | None) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 

@@ -44,7 +44,7 @@ from .layout import Coord, Layout
 from .lease import read_lease
 from .metadata import ArrayInfo
 from .shard import MISSING, index_slice, parse_index
-from .store import ShardStore
+from .store import ShardStore, describe, store_name
 
 MAX_PER_SHARD = 8
 
@@ -205,7 +205,7 @@ def verify_store(
 ) -> VerifyReport:
     """:func:`verify` on an opened array (``info`` read from its metadata)."""
     started = time.perf_counter()
-    report = VerifyReport(where=where or store.path or "/", strict=strict)
+    report = VerifyReport(where=where or describe(store.store, store.path), strict=strict)
     lay = info.layout
     names = store.list("")
     shards: dict[str, Coord] = {}
@@ -332,7 +332,7 @@ def verify(
     from .store import resolve_store
 
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
-    where = f"{zstore}" + (f" path {path!r}" if path else "")
+    where = store_name(zstore) + (f" path {path!r}" if path else "")
     group = _group_arrays(zstore, path)
     if group is not None:
         return _verify_group(zstore, path, where, group, threads, strict)

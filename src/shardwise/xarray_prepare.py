@@ -13,6 +13,7 @@ import numpy as np
 from zarr.abc.store import Store
 
 from .errors import PlanError
+from .journal import JOURNAL
 from .metadata import default_compressors
 from .sizing import (
     DEFAULT_CHUNK_BYTES,
@@ -23,6 +24,8 @@ from .sizing import (
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 # xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
 _DATAARRAY_VARIABLE = "__xarray_dataarray_variable__"
+# names a variable cannot take: each is already a key (or a directory step) in the store
+_STORE_KEYS = frozenset({"zarr.json", JOURNAL, ".", ".."})
 _DATAARRAY_NAME = "__xarray_dataarray_name__"
 
 
@@ -65,6 +68,13 @@ def _check_names(ds: Any) -> None:
                     f"variable name {name!r} contains '/': zarr would store it as a nested "
                     f"group path; rename it (e.g. ds.rename({{{name!r}: "
                     f"{name.replace('/', '_')!r}}}))"
+                )
+            if name in _STORE_KEYS:
+                raise PlanError(
+                    f"variable name {name!r} is a key the store itself uses (zarr.json holds "
+                    f"the group's metadata, {JOURNAL} the writer's records, '.' and '..' are "
+                    f"directories): rename it (e.g. ds.rename({{{name!r}: "
+                    f"{name.strip('.').replace('.', '_') or 'var'!r}}}))"
                 )
             if name.startswith("__") and name != _DATAARRAY_VARIABLE:
                 raise PlanError(
