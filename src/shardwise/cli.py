@@ -194,7 +194,7 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
 def _cmd_verify(a: argparse.Namespace) -> int:
     from .verify import verify
 
-    report = verify(a.store, path=a.path, threads=a.threads)
+    report = verify(a.store, path=a.path, threads=a.threads, progress=a.progress)
     print(report.to_json() if a.json else report)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -226,7 +226,9 @@ def _cmd_reshard(a: argparse.Namespace) -> int:
     print(report)
     if a.verify:
         return _cmd_verify(
-            argparse.Namespace(store=a.dst, path=a.dst_path, threads=a.threads, json=False)
+            argparse.Namespace(
+                store=a.dst, path=a.dst_path, threads=a.threads, json=False, progress=a.progress
+            )
         )
     return EXIT_OK
 
@@ -336,7 +338,15 @@ def parser() -> argparse.ArgumentParser:
             default=None,
             help="threads (default), processes, synchronous, or a scheduler address",
         )
-        q.add_argument("--progress", action="store_true", help="show a progress bar")
+        progress_arg(q)
+
+    def progress_arg(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--progress",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="a progress bar over the shards done and the bytes moved (default: on)",
+        )
 
     def codec_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("--shards", type=_shape, required=True, help="shard shape, e.g. 256,256,256")
@@ -362,6 +372,7 @@ def parser() -> argparse.ArgumentParser:
     store_args(q)
     q.add_argument("--threads", type=int, default=None, help="shards checked at a time")
     q.add_argument("--json", action="store_true")
+    progress_arg(q)
     q.set_defaults(func=_cmd_verify)
 
     q = sub.add_parser("reshard", help="copy an array into a new sharded array")

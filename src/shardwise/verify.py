@@ -174,6 +174,7 @@ def verify_store(
     where: str = "",
     threads: int | None = None,
     check_batch: bool = True,
+    progress: bool = False,
 ) -> VerifyReport:
     """:func:`verify` on an opened array (``info`` read from its metadata)."""
     started = time.perf_counter()
@@ -230,8 +231,21 @@ def verify_store(
         return check_shard(info, store, name, records.get(name))
 
     nthreads = max(1, threads or _pool.cpu_count())
-    with ThreadPoolExecutor(nthreads) as pool:
-        results = list(pool.map(one, sorted(shards)))
+    bar = None
+    if progress:
+        from .progress import ShardBar
+
+        bar = ShardBar(len(shards), desc="verify", what="read")
+    results = []
+    try:
+        with ThreadPoolExecutor(nthreads) as pool:
+            for got in pool.map(one, sorted(shards)):
+                results.append(got)
+                if bar is not None:
+                    bar.step(1, got[2])
+    finally:
+        if bar is not None:
+            bar.close()
     for name, (probs, decoded, nbytes) in zip(sorted(shards), results, strict=True):
         report.problems.extend(probs)
         report.chunks_checked += decoded
@@ -285,11 +299,13 @@ def verify(
     path: str | None = None,
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> VerifyReport:
     """Check every shard of the array at ``path`` in ``store``; see :class:`VerifyReport`.
 
     Reads every stored shard whole; ``threads`` shards are checked at a time (default: the
     cores). Never raises for what it finds: look at ``report.ok`` and ``report.problems``.
+    ``progress=True`` shows a bar over the shards checked (one per array of a group).
     """
     from .api import open_info
     from .store import resolve_store
@@ -298,14 +314,16 @@ def verify(
     where = f"{zstore}" + (f" path {path!r}" if path else "")
     group = _group_arrays(zstore, path)
     if group is not None:
-        return _verify_group(zstore, path, where, group, threads)
+        return _verify_group(zstore, path, where, group, threads, progress)
     try:
         info = open_info(zstore, path)
     except Exception as e:  # what zarr raises for a missing or broken zarr.json varies
         rep = VerifyReport(where=where)
         rep.problems.append(Problem("metadata", path or "zarr.json", f"{type(e).__name__}: {e}"))
         return rep
-    return verify_store(info, ShardStore(zstore, path or ""), where=where, threads=threads)
+    return verify_store(
+        info, ShardStore(zstore, path or ""), where=where, threads=threads, progress=progress
+    )
 
 
 def _group_arrays(zstore: Any, path: str | None) -> list[str] | None:
@@ -323,7 +341,12 @@ def _group_arrays(zstore: Any, path: str | None) -> list[str] | None:
 
 
 def _verify_group(
-    zstore: Any, path: str | None, where: str, arrays: list[str], threads: int | None
+    zstore: Any,
+    path: str | None,
+    where: str,
+    arrays: list[str],
+    threads: int | None,
+    progress: bool = False,
 ) -> VerifyReport:
     """Verify every sharded array of a group (e.g. an xarray Dataset) into one report."""
     from .api import open_info
@@ -339,7 +362,9 @@ def _verify_group(
         except UnsupportedCodecError:
             total.notes.append(f"{name}: not sharded, not checked")
             continue
-        rep = verify_store(info, ShardStore(zstore, name), where=name, threads=threads)
+        rep = verify_store(
+            info, ShardStore(zstore, name), where=name, threads=threads, progress=progress
+        )
         total.shards_stored += rep.shards_stored
         total.chunks_checked += rep.chunks_checked
         total.bytes_read += rep.bytes_read
