@@ -336,6 +336,18 @@ def settle(root: Path, records: int, since: float = 0.0, timeout: float = 120.0)
     raise TimeoutError(f"only {n} of {records} shard records under {root}")
 
 
+def wait_until(cond: Any, what: str, timeout: float = 120.0, every: float = 0.02) -> None:
+    """Poll ``cond()`` until it is true; fail with ``what`` after a generous ``timeout``.
+
+    For waiting on a state (a file, a worker, a process) instead of sleeping a guessed time.
+    """
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(every)
+
+
 def stored_without(
     x: np.ndarray, shards: tuple[int, ...], region: tuple[slice, ...], fill: Any = 0
 ) -> int:
