@@ -267,6 +267,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
         threads=a.threads,
         strict=a.strict,
         storage_options=a.storage_options,
+        progress=a.progress,
     )
     print(report.to_json() if a.json else report)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
@@ -307,6 +308,7 @@ def _cmd_reshard(a: argparse.Namespace) -> int:
                 json=False,
                 strict=False,
                 storage_options=a.storage_options,
+                progress=a.progress,
             )
         )
     return EXIT_OK
@@ -479,7 +481,15 @@ def parser() -> argparse.ArgumentParser:
             default=None,
             help="threads (default), processes, synchronous, or a scheduler address",
         )
-        q.add_argument("--progress", action="store_true", help="show a progress bar")
+        progress_arg(q)
+
+    def progress_arg(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--progress",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="a progress bar over the shards done and the bytes moved (default: on)",
+        )
 
     def codec_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("--shards", type=_shape, required=True, help="shard shape, e.g. 256,256,256")
@@ -512,6 +522,7 @@ def parser() -> argparse.ArgumentParser:
         "them) are problems (exit 1), not notes",
     )
     q.add_argument("--json", action="store_true")
+    progress_arg(q)
     q.set_defaults(func=_cmd_verify)
 
     q = sub.add_parser("reshard", help="copy an array into a new sharded array")

@@ -202,6 +202,7 @@ def verify_store(
     threads: int | None = None,
     check_batch: bool = True,
     strict: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
     """:func:`verify` on an opened array (``info`` read from its metadata)."""
     started = time.perf_counter()
@@ -258,8 +259,21 @@ def verify_store(
         return check_shard(info, store, name, records.get(name))
 
     nthreads = max(1, threads or _pool.cpu_count())
-    with ThreadPoolExecutor(nthreads) as pool:
-        results = list(pool.map(one, sorted(shards)))
+    bar = None
+    if progress:
+        from .progress import ShardBar
+
+        bar = ShardBar(len(shards), desc="verify", what="read")
+    results = []
+    try:
+        with ThreadPoolExecutor(nthreads) as pool:
+            for got in pool.map(one, sorted(shards)):
+                results.append(got)
+                if bar is not None:
+                    bar.step(1, got[3])
+    finally:
+        if bar is not None:
+            bar.close()
     for name, (probs, change, decoded, nbytes) in zip(sorted(shards), results, strict=True):
         report.problems.extend(probs)
         report.chunks_checked += decoded
@@ -320,6 +334,7 @@ def verify(
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
     strict: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
     """Check every shard of the array at ``path`` in ``store``; see :class:`VerifyReport`.
 
@@ -327,6 +342,7 @@ def verify(
     cores). Never raises for what it finds: look at ``report.ok`` and ``report.problems``.
     Shards that are sound but not as shardwise recorded them (another tool wrote them) are in
     ``report.changes``, as notes; ``strict=True`` counts them as problems.
+    ``progress=True`` shows a bar over the shards checked (one per array of a group).
     """
     from .api import open_info
     from .store import resolve_store
@@ -335,7 +351,7 @@ def verify(
     where = store_name(zstore) + (f" path {path!r}" if path else "")
     group = _group_arrays(zstore, path)
     if group is not None:
-        return _verify_group(zstore, path, where, group, threads, strict)
+        return _verify_group(zstore, path, where, group, threads, strict, progress)
     try:
         info = open_info(zstore, path)
     except Exception as e:  # what zarr raises for a missing or broken zarr.json varies
@@ -343,7 +359,12 @@ def verify(
         rep.problems.append(Problem("metadata", path or "zarr.json", f"{type(e).__name__}: {e}"))
         return rep
     return verify_store(
-        info, ShardStore(zstore, path or ""), where=where, threads=threads, strict=strict
+        info,
+        ShardStore(zstore, path or ""),
+        where=where,
+        threads=threads,
+        strict=strict,
+        progress=progress,
     )
 
 
@@ -368,6 +389,7 @@ def _verify_group(
     arrays: list[str],
     threads: int | None,
     strict: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
     """Verify every sharded array of a group (e.g. an xarray Dataset) into one report."""
     from .api import open_info
@@ -384,7 +406,12 @@ def _verify_group(
             total.notes.append(f"{name}: not sharded, not checked")
             continue
         rep = verify_store(
-            info, ShardStore(zstore, name), where=name, threads=threads, strict=strict
+            info,
+            ShardStore(zstore, name),
+            where=name,
+            threads=threads,
+            strict=strict,
+            progress=progress,
         )
         total.shards_stored += rep.shards_stored
         total.chunks_checked += rep.chunks_checked

@@ -213,6 +213,14 @@ def run_graph(
     from dask.delayed import delayed
 
     started = time.perf_counter()
+    if compute and progress:
+        from .progress import compute_with_progress
+
+        blocks = receipts.to_delayed()
+        parts = (blocks if keep is None else blocks[keep]).ravel().tolist()
+        report = sum_reports(compute_with_progress(parts, len(parts)))
+        report.seconds = time.perf_counter() - started
+        return report
     if not compute or keep is not None:
         # one Delayed per shard task, without materializing/optimizing the graph here:
         # building stays O(#shards + #blocks) and fast even for huge arrays
@@ -222,12 +230,6 @@ def run_graph(
         if not compute:
             return summary if finish is None else delayed(finish, pure=False)(summary)
         receipts = summary
-    if progress:
-        from .progress import progress_bar
-
-        with progress_bar():
-            report = sum_reports(receipts.compute())
-    else:
-        report = sum_reports(receipts.compute())
+    report = sum_reports(receipts.compute())
     report.seconds = time.perf_counter() - started
     return report

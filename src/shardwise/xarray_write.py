@@ -420,13 +420,26 @@ def _compute(parts: list[tuple[str, Any]], progress: bool) -> WriteReport:
     from dask.delayed import delayed
 
     started = time.perf_counter()
-    summary = delayed(_total, pure=False)(parts)
     if progress:
-        from .progress import progress_bar
+        import dask.array as da
 
-        with progress_bar():
-            report: WriteReport = summary.compute()
+        from .progress import compute_with_progress
+
+        # one dask part per shard task (and per plain write), so the bar counts shards
+        flat: list[Any] = []
+        spans: list[tuple[str, int, int, bool]] = []
+        nshards = 0
+        for path, p in parts:
+            shard_tasks = isinstance(p, da.Array)
+            items = p.to_delayed().ravel().tolist() if shard_tasks else [p]
+            nshards += len(items) if shard_tasks else 0
+            spans.append((path, len(flat), len(flat) + len(items), shard_tasks))
+            flat.extend(items)
+        got = compute_with_progress(flat, nshards)
+        report = _total(
+            [(path, sum_reports(got[a:b]) if many else got[a]) for path, a, b, many in spans]
+        )
     else:
-        report = summary.compute()
+        report = delayed(_total, pure=False)(parts).compute()
     report.seconds = time.perf_counter() - started
     return report
