@@ -17,7 +17,7 @@ from .plan import WritePlan
 from .read import ShardReader
 from .session import WriteSession, plan_keys, plan_shards
 from .sizing import default_layout
-from .store import ShardStore, describe, resolve_store
+from .store import ShardStore, describe, resolve_store, retry_transient
 from .write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 
 _MODES = ("w", "w-", "a", "r+")
@@ -214,7 +214,7 @@ def write_array(
         dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
-    exists = (mode != "w" or resume) and _exists(zstore, path)
+    exists = (mode != "w" or resume) and retry_transient(lambda: _exists(zstore, path))
     if mode == "w-" and exists and not resume:
         raise FileExistsError(
             f"{describe(zstore, path)} already exists (use mode='w' to replace it, 'a' or 'r+' "
@@ -257,7 +257,7 @@ def write_array(
                 )
             create = True
     else:
-        info = open_info(zstore, path)
+        info = retry_transient(lambda: open_info(zstore, path))
 
     target: Region = normalize_region(
         region if region is not None else tuple(slice(None) for _ in info.layout.shape),
@@ -290,7 +290,7 @@ def write_array(
             must_adopt=resume and mode == "w-" and exists and not create,
         )
         if create:
-            zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
+            _create_in_store(zstore, path, kwargs, probe)
         writer = ShardWriter(
             info=info,
             store=sstore,
@@ -375,6 +375,26 @@ def _to_strings(block: np.ndarray, dtype: Any = None) -> np.ndarray:
                 f"{type(v).__name__}: convert the values first"
             )
     return block.astype(np.dtypes.StringDType() if dtype is None else dtype)
+
+
+def _create_in_store(zstore: Any, path: str | None, kwargs: dict[str, Any], probe: Any) -> None:
+    """Store the new array's metadata, again after a transient store failure; a try whose
+    answer was lost may have stored it already, which then counts as done."""
+    from zarr.errors import ContainsArrayError
+
+    tried = False
+
+    def create() -> None:
+        nonlocal tried
+        try:
+            zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
+        except ContainsArrayError:
+            if not (tried and _same_metadata(probe, zstore, path)):
+                raise
+        finally:
+            tried = True
+
+    retry_transient(create)
 
 
 def _same_metadata(probe: Any, zstore: Any, path: str | None) -> bool:

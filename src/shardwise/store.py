@@ -264,6 +264,31 @@ def _again[T](make: Callable[[], Coroutine[Any, Any, T]], tries: int = 4) -> T:
     raise AssertionError("unreachable")
 
 
+def transient(e: BaseException) -> bool:
+    """A store failure worth another try: a dropped connection, a timeout, or obstore's generic
+    error (a response body cut short, which obstore itself does not retry)."""
+    if isinstance(e, ConnectionError | TimeoutError):
+        return True
+    try:
+        from obstore.exceptions import GenericError
+    except ImportError:  # pragma: no cover - obstore is optional
+        return False
+    return isinstance(e, GenericError)
+
+
+def retry_transient[T](call: Callable[[], T], tries: int = 4) -> T:
+    """``call()`` again after a :func:`transient` failure: for zarr-python's own metadata requests,
+    which do not go through :func:`_again`. ``call`` must be safe to repeat."""
+    for attempt in range(tries):
+        try:
+            return call()
+        except Exception as e:
+            if attempt == tries - 1 or not transient(e):
+                raise
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
 class LocalObject:
     """One open version of a local file: reads through it see that version even if the file is
     replaced meanwhile (writers rename a new file into place). ``version`` identifies it."""
