@@ -8,6 +8,7 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
+from .conditional import versions
 from .errors import PlanError
 from .layout import Region, normalize_region
 from .metadata import ArrayInfo, info_from_metadata
@@ -91,10 +92,15 @@ def write_array(
     ``fsync=True`` makes each shard durable (file and directory fsync) on local filesystems.
 
     ``resume=True`` continues an interrupted write of the same data and region: shards it already
-    stored (and recorded) are skipped, temp files and abandoned multipart uploads removed. The
-    write holds the array's lease (``lease``, default: on when ``compute=True``): a second writer
-    is refused with :class:`LeaseHeldError` before it writes anything. ``break_lease=True`` takes
-    over the lease of a writer known to be gone.
+    stored (and recorded) are skipped, temp files and abandoned multipart uploads removed. A
+    write that creates or replaces the array holds its exclusive lease (``lease``, default: on
+    when ``compute=True``): another writer is refused with :class:`LeaseHeldError` before it
+    writes anything. Writes into an existing array (``region``, mode ``"a"``/``"r+"``) run side
+    by side from any number of processes: each shard they share is read, merged and committed
+    only if no other writer replaced it meanwhile (else merged again), on local and shared
+    filesystems, S3 (obstore, s3fs), GCS and Azure (obstore) and in memory; on other stores they
+    take the exclusive lease. ``break_lease=True`` takes over the lease of a writer known to be
+    gone.
 
     Returns a :class:`WriteReport`, or with ``compute=False`` a dask ``Delayed`` that computes it.
     Every check runs before the first metadata or data byte is written.
@@ -163,6 +169,9 @@ def write_array(
         target,
         info.layout.shape,
         lease=compute if lease is None else lease,
+        # into an existing array, side by side with other such writes: shards they share are
+        # committed conditionally (on stores that can; the others keep one writer per array)
+        shared=not create and mode in ("a", "r+") and versions(sstore) is not None,
         break_lease=break_lease,
     )
     try:

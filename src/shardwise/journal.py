@@ -39,6 +39,7 @@ import crc32c as _crc32c
 from zarr.core.sync import sync
 
 from .codecs import crc32c
+from .conditional import UNCHECKED, commit_beside
 from .layout import Region
 from .store import ShardStore
 
@@ -121,12 +122,18 @@ class Journal:
     index_nbytes: int
     index_at_end: bool
 
-    def record(self, key: str, parts: Sequence[Any]) -> None:
-        rec = Record.of(self.write_id, parts, self.index_nbytes, self.index_at_end)
-        self.store.put(RECORDS + key, rec.to_bytes())
+    def record(self, key: str, parts: Sequence[Any] | None, generation: Any = UNCHECKED) -> None:
+        """Record the shard stored as ``parts`` (None: forget a removed or empty shard).
 
-    def forget(self, key: str) -> None:
-        self.store.delete(RECORDS + key)
+        ``generation``: that of a conditional commit of a shard other writers may share. The
+        record is then written only while the shard is still that commit's, so the last commit's
+        record is the one that stays.
+        """
+        data = None
+        if parts is not None:
+            rec = Record.of(self.write_id, parts, self.index_nbytes, self.index_at_end)
+            data = rec.to_bytes()
+        commit_beside(self.store, RECORDS + key, data, owner=key, generation=generation)
 
     def matches(self, key: str) -> bool:
         """True when ``key`` holds exactly the object this write recorded for it.

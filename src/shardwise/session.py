@@ -3,7 +3,8 @@
 ``write_array`` drives it in this order, so that a writer killed at any moment leaves a state a
 rerun with ``resume=True`` can finish::
 
-    begin    take the lease (refused: LeaseHeldError, before anything is written)
+    begin    take the lease (refused: LeaseHeldError, before anything is written): exclusive,
+             or shared for writes into an existing array that run side by side
     clear    mode "w": delete the old array except the lease (zarr's overwrite would delete it)
     start    adopt the open marker of the same region (resume) or write a new one; on resume
              remove temp files and abandoned multipart uploads aimed at this write's shards
@@ -62,17 +63,23 @@ class WriteSession:
         shape: tuple[int, ...],
         *,
         lease: bool,
+        shared: bool = False,
         break_lease: bool = False,
     ) -> WriteSession:
+        """``shared``: a write into an existing array whose shared shards commit conditionally
+        takes a shared lease (side by side with other such writes), any other the exclusive one.
+        """
         held = None
-        if lease:
+        if lease and shared:
+            held = Lease.acquire_shared(store, purpose="region write", break_stale=break_lease)
+        elif lease:
             held = Lease.acquire(store, name=LEASE, purpose="write", break_stale=break_lease)
-            if store.get(BATCH) is not None:
-                held.release()
-                raise LeaseHeldError(
-                    f"array {store.path or '/'!r} has a batch write in progress (see "
-                    "shardwise.batch): finalize it first, or write with lease=False"
-                )
+        if held is not None and store.get(BATCH) is not None:
+            held.release()
+            raise LeaseHeldError(
+                f"array {store.path or '/'!r} has a batch write in progress (see "
+                "shardwise.batch): finalize it first, or write with lease=False"
+            )
         return cls(store, region, shape, held)
 
     @property
@@ -133,7 +140,7 @@ class WriteSession:
         """Every key this write may put: its shards, their records, its marker, the metadata."""
         keys = self.keys
         extra = {marker_name(self.region), "zarr.json"}
-        if self.lease is not None:  # nobody else may be creating a lease now
+        if self.lease is not None and self.lease.name == LEASE:  # nobody else may create it now
             extra.add(LEASE)
         return {*keys, *(RECORDS + k for k in keys), *extra}
 

@@ -301,6 +301,19 @@ def _write_all(fd: int, parts: Sequence[Any]) -> None:
 
 
 def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
+    tmp, created = write_temp(path, parts, fsync=fsync)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        fsync_dirs(path, created)
+
+
+def write_temp(path: Path, parts: Sequence[Any], *, fsync: bool) -> tuple[Path, list[Path]]:
+    """Write ``parts`` to a new temp file next to ``path``; returns it and the directories
+    created for it (the caller renames it into place, or removes it)."""
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
     created: list[Path] = []
     try:
@@ -316,15 +329,17 @@ def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if fsync:
-        # the new name, and the entry of every directory this write created in its parent
-        for d in (path.parent, *(c.parent for c in created)):
-            dfd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+    return tmp, created
+
+
+def fsync_dirs(path: Path, created: Sequence[Path]) -> None:
+    """fsync the new name of ``path``, and the entry of every directory created for it."""
+    for d in (path.parent, *(c.parent for c in created)):
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
