@@ -511,3 +511,54 @@ def forkserver() -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["faultkit", "shardwise", "dask.array", "numpy", "zarr"])
     return ctx
+
+
+# -- independent region writers sharing shards (conditional commits) -------------------------------
+
+SLAB_ROWS, SLAB_SHARD, SLAB_WIDTH = 85, 64, 6
+
+
+def slab_array(trial: int, writers: int) -> np.ndarray:
+    """What ``writers`` slabs of ``SLAB_ROWS`` rows write together in ``trial`` (no fill value)."""
+    n = writers * SLAB_ROWS
+    return (np.arange(n * SLAB_WIDTH).reshape(n, SLAB_WIDTH) + 1 + 1000 * trial).astype("int32")
+
+
+def slab_store(kind: str, base: str, trial: int, endpoint: str = "") -> Any:
+    if kind == "local":
+        return str(Path(base) / f"t{trial}.zarr")
+    return MotoS3(endpoint, None).obstore(f"{base}/t{trial}")
+
+
+def race_region(
+    idx: int,
+    kind: str,
+    base: str,
+    trials: int,
+    writers: int,
+    barrier: Any,
+    out: Any,
+    endpoint: str = "",
+    conditional: bool = True,
+) -> None:
+    """One independent job: every trial, wait for the others, then write slab ``idx`` (85 rows,
+    splitting 64-row shards) into that trial's existing array with ``region=``.
+    ``conditional=False`` turns the check off (to show what it prevents)."""
+    import dask
+
+    import shardwise
+    import shardwise.conditional
+
+    shardwise.conditional.ENABLED = conditional
+
+    dask.config.set(scheduler="synchronous")  # the concurrency under test is between processes
+    for t in range(trials):
+        rows = slice(idx * SLAB_ROWS, (idx + 1) * SLAB_ROWS)
+        part = slab_array(t, writers)[rows]
+        store = slab_store(kind, base, t, endpoint)
+        barrier.wait(timeout=300)
+        try:
+            rep = shardwise.write_array(part, store, region=(rows, slice(None)), mode="r+")
+            out.put((t, idx, rep.conflicts_retried, ""))
+        except Exception as e:  # reported, and fails the test
+            out.put((t, idx, -1, f"error: {type(e).__name__}: {e}"))

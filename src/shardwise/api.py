@@ -188,7 +188,7 @@ def write_array(
             zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
         writer = ShardWriter(
             info=info,
-            store=sstore,
+            store=session.store,  # tagged with this write's id
             plan=plan,
             options=WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads),
             journal=session.journal(info.codec),

@@ -267,7 +267,11 @@ class _Local:
     def commit(self, name: str, parts: Sequence[Any] | None, expected: Any) -> Any:
         path = self._path(name)
         fsync = self.store.fsync
-        tmp, created = write_temp(path, parts, fsync=fsync) if parts is not None else (None, [])
+        tmp, created = (
+            (None, [])
+            if parts is None
+            else write_temp(path, parts, fsync=fsync, tag=self.store.tag)
+        )
         try:
             with file_lock(self.root / self.store.key(LOCKS + name)):
                 if _stat_generation(path) != expected:

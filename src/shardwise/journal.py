@@ -50,7 +50,7 @@ BATCH = f"{JOURNAL}/batch.json"
 LEASE = f"{JOURNAL}/lease"  # and lease.part-I-of-N: see shardwise.lease
 PARTS = f"{JOURNAL}/parts/"
 # temp names: ours are "<name>.<uuid hex>.partial", zarr's LocalStore "<stem>.<uuid hex>.partial"
-TEMP = re.compile(r"^(?P<base>.*)\.[0-9a-f]{32}\.partial$")
+TEMP = re.compile(r"^(?P<base>.*)\.(?P<hex>[0-9a-f]{32})\.partial$")
 IO_THREADS = 8
 
 
@@ -240,8 +240,16 @@ def temp_target(name: str) -> str | None:
     return None if m is None else m.group("base")
 
 
-def remove_temp_files(store: ShardStore, keys: set[str] | None = None) -> list[str]:
-    """Delete the temp files of interrupted local writes (only those aimed at ``keys`` if given).
+def _hex(name: str) -> str:
+    m = TEMP.match(name)
+    return "" if m is None else m.group("hex")
+
+
+def remove_temp_files(
+    store: ShardStore, keys: set[str] | None = None, *, tag: str = ""
+) -> list[str]:
+    """Delete the temp files of interrupted local writes (only those aimed at ``keys`` if given,
+    only those whose hex part starts with ``tag``: one writer's, see ``ShardStore.tag``).
 
     With ``keys`` only their directories are listed. Returns the names removed. Other stores
     write objects whole, so they have none.
@@ -262,7 +270,7 @@ def remove_temp_files(store: ShardStore, keys: set[str] | None = None) -> list[s
     removed = []
     for name in names:
         base = temp_target(name)
-        if base is None:
+        if base is None or not _hex(name).startswith(tag):
             continue
         if keys is not None and base not in keys and f"{base}.json" not in keys:
             continue

@@ -43,6 +43,8 @@ from .plan import WritePlan
 from .shard import ShardCodec
 from .store import ShardStore
 
+TAG_DIGITS = 12
+
 
 @dataclass
 class WriteSession:
@@ -54,6 +56,7 @@ class WriteSession:
     keys: frozenset[str] = frozenset()
     resumed: bool = False
     cleaned: dict[str, int] = field(default_factory=dict)
+    shared: bool = False  # other writes may run beside this one (see begin)
 
     @classmethod
     def begin(
@@ -80,7 +83,7 @@ class WriteSession:
                 f"array {store.path or '/'!r} has a batch write in progress (see "
                 "shardwise.batch): finalize it first, or write with lease=False"
             )
-        return cls(store, region, shape, held)
+        return cls(store, region, shape, held, shared=shared)
 
     @property
     def leased(self) -> bool:
@@ -128,13 +131,21 @@ class WriteSession:
             )
         names = set(keys)
         self.keys = frozenset(names)
+        # this write's temp files carry its id (kept on resume): clean-ups of a write that runs
+        # beside others remove its own leftovers only
+        self.store = replace(self.store, tag=self.marker.id[:TAG_DIGITS])
         if resume:
             started = datetime.datetime.now(datetime.UTC)
-            self.cleaned["temp_files"] = len(remove_temp_files(self.store, self._targets()))
+            self.cleaned["temp_files"] = len(self._remove_temp_files())
             self.cleaned["multipart_uploads"] = len(
                 abort_multipart_uploads(self.store, names, before=started)
             )
         self.store.put(marker_name(self.region), self.marker.to_bytes())
+
+    def _remove_temp_files(self) -> list[str]:
+        return remove_temp_files(
+            self.store, self._targets(), tag=self.store.tag if self.shared else ""
+        )
 
     def _targets(self) -> set[str]:
         """Every key this write may put: its shards, their records, its marker, the metadata."""
@@ -168,7 +179,7 @@ class WriteSession:
             # a task rerun after its worker died leaves the dead one's temp file behind
             if self.keys:
                 self.cleaned["temp_files"] = self.cleaned.get("temp_files", 0) + len(
-                    remove_temp_files(self.store, self._targets())
+                    self._remove_temp_files()
                 )
             done = replace(self.marker, status="done", finished=now())
             me = marker_name(self.region)

@@ -77,6 +77,9 @@ class ShardStore:
     store: Store
     path: str = ""
     fsync: bool = False
+    # hex digits that start the names of this writer's temp files: a clean-up after a write
+    # removes its own leftovers, not the live temp files of writers running beside it
+    tag: str = ""
 
     def key(self, name: str) -> str:
         return join(self.path, name)
@@ -197,7 +200,7 @@ class ShardStore:
         """Store ``data`` (bytes, or a sequence of bytes-like parts) under ``name`` atomically."""
         parts = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)
         if self.local_root is not None:
-            _atomic_write(self._file(name), parts, fsync=self.fsync)
+            _atomic_write(self._file(name), parts, fsync=self.fsync, tag=self.tag)
             return
         joined = parts[0] if len(parts) == 1 else b"".join(parts)
         buf = default_buffer_prototype().buffer.from_bytes(joined)
@@ -300,8 +303,8 @@ def _write_all(fd: int, parts: Sequence[Any]) -> None:
                 view = view[os.write(fd, view) :]
 
 
-def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
-    tmp, created = write_temp(path, parts, fsync=fsync)
+def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool, tag: str = "") -> None:
+    tmp, created = write_temp(path, parts, fsync=fsync, tag=tag)
     try:
         os.replace(tmp, path)
     except BaseException:
@@ -311,10 +314,14 @@ def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
         fsync_dirs(path, created)
 
 
-def write_temp(path: Path, parts: Sequence[Any], *, fsync: bool) -> tuple[Path, list[Path]]:
+def write_temp(
+    path: Path, parts: Sequence[Any], *, fsync: bool, tag: str = ""
+) -> tuple[Path, list[Path]]:
     """Write ``parts`` to a new temp file next to ``path``; returns it and the directories
-    created for it (the caller renames it into place, or removes it)."""
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+    created for it (the caller renames it into place, or removes it). The temp name is
+    ``<name>.<32 hex digits, the first ones tag>.partial``."""
+    hexed = (tag + uuid.uuid4().hex)[:32]
+    tmp = path.with_name(f"{path.name}.{hexed}{PARTIAL_SUFFIX}")
     created: list[Path] = []
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
