@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -128,7 +129,14 @@ def test_moto_enforces_if_match_and_if_none_match(s3: MotoS3) -> None:
 # -- a forced race --------------------------------------------------------------------------------
 
 
-def _race(store: Store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def _write_rows(store: Store, rows: slice, value: int) -> Any:
+    data = np.full((rows.stop - rows.start, 6), value, "int32")
+    return shardwise.write_array(data, store, region=(rows, slice(None)), mode="r+")
+
+
+def _race(
+    store: Store, monkeypatch: pytest.MonkeyPatch, write: Callable[..., Any] = _write_rows
+) -> dict[str, Any]:
     """Writer A reads shard 1 and then waits until writer B (rows of the same shard) has read,
     merged and committed it; then A commits. Forced with events on the commit hook."""
     a_read, b_done = threading.Event(), threading.Event()
@@ -141,9 +149,7 @@ def _race(store: Store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     def write_a() -> None:
         try:
-            out["A"] = shardwise.write_array(
-                np.full((36, 6), 1, "int32"), store, region=(slice(64, 100), slice(None)), mode="r+"
-            )
+            out["A"] = write(store, slice(64, 100), 1)
         except BaseException as e:
             out["A"] = e
 
@@ -152,14 +158,12 @@ def _race(store: Store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         a = threading.Thread(target=write_a, name="A")
         a.start()
         assert a_read.wait(120)
-        out["B"] = shardwise.write_array(
-            np.full((28, 6), 2, "int32"), store, region=(slice(100, 128), slice(None)), mode="r+"
-        )
+        out["B"] = write(store, slice(100, 128), 2)
         b_done.set()
         a.join(120)
     if isinstance(out["A"], BaseException):
         raise out["A"]
-    out["got"] = shardwise.open_array(store).compute()
+    out["got"] = shardwise.open_array(store, path=getattr(write, "path", None)).compute()
     return out
 
 
@@ -188,6 +192,26 @@ def test_without_the_check_the_same_race_loses_an_update(
     got = _race(store, monkeypatch)["got"]
     assert (got[64:100] == 1).all()
     assert (got[100:] == 9).all()  # B's update is lost
+
+
+def test_to_zarr_region_writers_race_and_both_updates_survive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xarray as xr
+
+    def write(store: Store, rows: slice, value: int) -> Any:
+        part = xr.Dataset({"v": (("t", "x"), np.full((rows.stop - rows.start, 6), value, "int32"))})
+        return shardwise.to_zarr(part, store, region={"t": rows})
+
+    write.path = "v"  # type: ignore[attr-defined]
+    store = LocalStore(tmp_path / "a.zarr")
+    ds = xr.Dataset({"v": (("t", "x"), np.full((128, 6), 9, "int32"))})
+    shardwise.to_zarr(ds, store, encoding={"v": {"chunks": (16, 6), "shards": (64, 6)}})
+    out = _race(store, monkeypatch, write)
+    got = out["got"]
+    assert (got[:64] == 9).all() and (got[64:100] == 1).all() and (got[100:] == 2).all()
+    assert out["A"].conflicts_retried == 1
+    assert shardwise.verify(store, path="v").ok
 
 
 def test_a_new_shard_created_by_two_writers_at_once(
@@ -357,6 +381,36 @@ def test_resume_and_verify_with_writers_side_by_side(
     assert shardwise.verify(root).ok
     got = shardwise.open_array(root).compute()
     assert (got[:85] == 1).all() and (got[85:170] == 2).all() and (got[170:] == 9).all()
+
+
+def test_a_write_beside_others_cleans_only_its_own_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(np.full((128, 6), 9, "int32"), root, **KW)
+
+    def killed(name: str, attempt: int) -> None:
+        raise RuntimeError("killed before its commit")
+
+    monkeypatch.setattr(cond, "before_commit", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        _write_rows(LocalStore(root), slice(64, 100), 1)
+    monkeypatch.setattr(cond, "before_commit", None)
+    markers = [json.loads(m.read_text()) for m in (root / ".shardwise" / "writes").iterdir()]
+    (write_id,) = [m["id"] for m in markers if m["status"] == "open"]
+    own = root / "c" / "1" / f"0.{write_id[:12]}{'0' * 20}.partial"  # its leftover
+    theirs = root / "c" / "1" / f"0.{'f' * 32}.partial"  # a live temp file of another writer
+    own.write_bytes(b"left over")
+    theirs.write_bytes(b"being written")
+    rep = shardwise.write_array(
+        np.full((36, 6), 1, "int32"),
+        root,
+        region=(slice(64, 100), slice(None)),
+        mode="r+",
+        resume=True,
+    )
+    assert rep.shards_written == 1
+    assert not own.exists() and theirs.read_bytes() == b"being written"
 
 
 def test_stores_without_conditional_commits_keep_one_writer(tmp_path: Path) -> None:
