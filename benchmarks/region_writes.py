@@ -115,9 +115,10 @@ def main() -> None:
     p.add_argument("--slab", type=int, default=85)
     p.add_argument("--shard", type=int, default=64)
     p.add_argument("--chunk", type=int, default=16)
+    p.add_argument("--width", type=int, default=None, help="row width (default 512; small 64)")
     p.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     ns = p.parse_args()
-    width = 64 if ns.small else 512
+    width = ns.width or (64 if ns.small else 512)
     base = Path(tempfile.mkdtemp(prefix="region-writes-", dir=ns.dir))
     results: dict[str, list[dict[str, Any]]] = {"conditional": [], "unconditional": []}
     try:
