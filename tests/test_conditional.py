@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +45,7 @@ from faultkit import (
     unique,
 )
 from shardwise import LeaseHeldError, PlanError, ShardConflictError
+from shardwise.cli import main
 from shardwise.conditional import CONFLICT, versions
 from shardwise.lease import Lease, shared_leases
 from shardwise.store import ShardStore
@@ -247,6 +249,7 @@ def test_a_shard_that_keeps_changing_gives_a_clear_error(
             np.full((36, 6), 1, "int32"), store, region=(slice(64, 100), slice(None)), mode="r+"
         )
     assert err.value.key == "c/1/0" and err.value.tries == 3
+    assert str(pickle.loads(pickle.dumps(err.value))) == str(err.value)  # travels from workers
     assert "'c/1/0'" in str(err.value) and "3 times" in str(err.value)
     assert sstore.get("c/1/0") == before  # never half-written, never overwritten
 
@@ -318,7 +321,9 @@ def test_six_processes_write_shard_splitting_slabs_on_s3(s3: MotoS3) -> None:
 # -- leases, markers, resume, verify --------------------------------------------------------------
 
 
-def test_region_writers_share_the_array_and_keep_out_a_replacing_write(tmp_path: Path) -> None:
+def test_region_writers_share_the_array_and_keep_out_a_replacing_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "a.zarr"
     shardwise.write_array(np.full((128, 6), 9, "int32"), root, **KW)
     st = ShardStore(LocalStore(root))
@@ -340,6 +345,8 @@ def test_region_writers_share_the_array_and_keep_out_a_replacing_write(tmp_path:
         )
     # a region writer that died keeps its shared lease until it is broken on purpose
     Lease.acquire_shared(st, purpose="a dead job")
+    assert main(["lease", str(root)]) == 0
+    assert "shared by 'a dead job'" in capsys.readouterr().out
     shardwise.write_array(np.zeros((128, 6), "int32"), root, mode="w", break_lease=True, **KW)
     assert shared_leases(st) == {}
 

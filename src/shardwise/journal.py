@@ -12,8 +12,10 @@ that are not metadata or chunk keys):
     one marker per write region: ``open`` while the write runs, ``done`` when every shard task
     finished. An open marker is an interrupted write; ``resume=True`` adopts its id and skips
     the shards whose record carries that id and still matches the object.
-``.shardwise/lease`` and ``.shardwise/batch.json``
+``.shardwise/lease``, ``.shardwise/leases/`` and ``.shardwise/batch.json``
     see :mod:`shardwise.lease` and :mod:`shardwise.batch`.
+``.shardwise/locks/<shard key>``
+    local files: the lock files of shards committed conditionally (:mod:`shardwise.conditional`).
 
 A record follows its shard, so a writer killed between the two leaves a shard without a (current)
 record: it is rewritten on resume, and reported by verify until then.
