@@ -525,7 +525,7 @@ def slab_array(trial: int, writers: int) -> np.ndarray:
 
 
 def slab_store(kind: str, base: str, trial: int, endpoint: str = "") -> Any:
-    if kind == "local":
+    if kind in ("local", "xarray"):  # xarray: variable "v" of a Dataset written by to_zarr
         return str(Path(base) / f"t{trial}.zarr")
     return MotoS3(endpoint, None).obstore(f"{base}/t{trial}")
 
@@ -542,7 +542,8 @@ def race_region(
     conditional: bool = True,
 ) -> None:
     """One independent job: every trial, wait for the others, then write slab ``idx`` (85 rows,
-    splitting 64-row shards) into that trial's existing array with ``region=``.
+    splitting 64-row shards) into that trial's existing array with ``region=`` (``write_array``,
+    or ``to_zarr`` for kind "xarray").
     ``conditional=False`` turns the check off (to show what it prevents)."""
     import dask
 
@@ -558,7 +559,13 @@ def race_region(
         store = slab_store(kind, base, t, endpoint)
         barrier.wait(timeout=300)
         try:
-            rep = shardwise.write_array(part, store, region=(rows, slice(None)), mode="r+")
+            if kind == "xarray":
+                import xarray as xr
+
+                ds = xr.Dataset({"v": (("t", "x"), part)})
+                rep = shardwise.to_zarr(ds, store, region={"t": rows})
+            else:
+                rep = shardwise.write_array(part, store, region=(rows, slice(None)), mode="r+")
             out.put((t, idx, rep.conflicts_retried, ""))
         except Exception as e:  # reported, and fails the test
             out.put((t, idx, -1, f"error: {type(e).__name__}: {e}"))
