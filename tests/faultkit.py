@@ -113,7 +113,7 @@ class FaultProxy:
     before forwarding), ``lost`` (forwarded, then the connection closed without an answer: for a
     conditional create this is the lost acknowledgement), ``500`` (forwarded, then answered
     500), ``truncate`` (forwarded; the client gets the headers and half of the body).
-    ``p_ack`` is the extra probability of ``lost`` for conditional creates (If-None-Match).
+    ``p_ack`` is the extra probability of ``lost`` for conditional puts (If-None-Match, If-Match).
     """
 
     upstream: tuple[str, int]
@@ -195,7 +195,8 @@ class FaultProxy:
                 if hmap.get("expect", "").lower() == "100-continue":
                     conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                 body = self._read_body(f, hmap)
-                fault = self._pick(method == "PUT" and "if-none-match" in hmap)
+                conditional = "if-none-match" in hmap or "if-match" in hmap
+                fault = self._pick(method == "PUT" and conditional)
                 if fault in ("drop",):
                     return
                 if fault == "503":

@@ -33,6 +33,7 @@ from faultkit import (
     SLAB_ROWS,
     SLAB_SHARD,
     SLAB_WIDTH,
+    FaultProxy,
     MotoS3,
     NoSpaceStore,
     files,
@@ -126,6 +127,39 @@ def test_moto_enforces_if_match_and_if_none_match(s3: MotoS3) -> None:
     with pytest.raises(AlreadyExistsError):
         obstore.put(inner, key, b"three", mode="create")
     assert s3.client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"two"
+
+
+def test_conditional_commits_through_s3_faults(s3: MotoS3) -> None:
+    """A lost answer to a conditional put: the retry is refused (412, the put had landed), the
+    writer reads its own commit back and merges again onto it, which changes nothing."""
+    import datetime
+
+    port = int(s3.endpoint.rsplit(":", 1)[1])
+    proxy = FaultProxy(("127.0.0.1", port), p=0.2, p_ack=0.5, seed=5).start()
+    try:
+        prefix = unique()
+        shardwise.write_array(np.full((192, 6), 9, "int32"), s3.obstore(prefix), **KW)
+        ms = datetime.timedelta(milliseconds=1)
+        flaky = s3.obstore(
+            prefix,
+            endpoint=proxy.endpoint,
+            max_retries=25,
+            backoff={"init_backoff": 5 * ms, "max_backoff": 200 * ms, "base": 2},
+            retry_timeout=datetime.timedelta(seconds=120),
+        )
+        conflicts = 0
+        for i in range(4):  # slabs of 40 rows: every one shares shards with the one before
+            rows = slice(40 * i, 40 * (i + 1))
+            conflicts += _write_rows(flaky, rows, i + 1).conflicts_retried
+    finally:
+        proxy.stop()
+    got = shardwise.open_array(s3.obstore(prefix)).compute()
+    for i in range(4):
+        assert (got[40 * i : 40 * (i + 1)] == i + 1).all()
+    assert (got[160:] == 9).all()
+    assert shardwise.verify(s3.obstore(prefix)).ok
+    assert proxy.counts["lost_ack"] > 0
+    record_figures("conditional-s3-faults", {**dict(proxy.counts), "conflicts_retried": conflicts})
 
 
 # -- a forced race --------------------------------------------------------------------------------
