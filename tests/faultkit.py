@@ -113,7 +113,7 @@ class FaultProxy:
     before forwarding), ``lost`` (forwarded, then the connection closed without an answer: for a
     conditional create this is the lost acknowledgement), ``500`` (forwarded, then answered
     500), ``truncate`` (forwarded; the client gets the headers and half of the body).
-    ``p_ack`` is the extra probability of ``lost`` for conditional creates (If-None-Match).
+    ``p_ack`` is the extra probability of ``lost`` for conditional puts (If-None-Match, If-Match).
     """
 
     upstream: tuple[str, int]
@@ -195,7 +195,8 @@ class FaultProxy:
                 if hmap.get("expect", "").lower() == "100-continue":
                     conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                 body = self._read_body(f, hmap)
-                fault = self._pick(method == "PUT" and "if-none-match" in hmap)
+                conditional = "if-none-match" in hmap or "if-match" in hmap
+                fault = self._pick(method == "PUT" and conditional)
                 if fault in ("drop",):
                     return
                 if fault == "503":
@@ -553,3 +554,61 @@ def forkserver() -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["faultkit", "shardwise", "dask.array", "numpy", "zarr"])
     return ctx
+
+
+# -- independent region writers sharing shards (conditional commits) -------------------------------
+
+SLAB_ROWS, SLAB_SHARD, SLAB_WIDTH = 85, 64, 6
+
+
+def slab_array(trial: int, writers: int) -> np.ndarray:
+    """What ``writers`` slabs of ``SLAB_ROWS`` rows write together in ``trial`` (no fill value)."""
+    n = writers * SLAB_ROWS
+    return (np.arange(n * SLAB_WIDTH).reshape(n, SLAB_WIDTH) + 1 + 1000 * trial).astype("int32")
+
+
+def slab_store(kind: str, base: str, trial: int, endpoint: str = "") -> Any:
+    if kind in ("local", "xarray"):  # xarray: variable "v" of a Dataset written by to_zarr
+        return str(Path(base) / f"t{trial}.zarr")
+    return MotoS3(endpoint, None).obstore(f"{base}/t{trial}")
+
+
+def race_region(
+    idx: int,
+    kind: str,
+    base: str,
+    trials: int,
+    writers: int,
+    barrier: Any,
+    out: Any,
+    endpoint: str = "",
+    conditional: bool = True,
+) -> None:
+    """One independent job: every trial, wait for the others, then write slab ``idx`` (85 rows,
+    splitting 64-row shards) into that trial's existing array with ``region=`` (``write_array``,
+    or ``to_zarr`` for kind "xarray").
+    ``conditional=False`` turns the check off (to show what it prevents)."""
+    import dask
+
+    import shardwise
+    import shardwise.conditional
+
+    shardwise.conditional.ENABLED = conditional
+
+    dask.config.set(scheduler="synchronous")  # the concurrency under test is between processes
+    for t in range(trials):
+        rows = slice(idx * SLAB_ROWS, (idx + 1) * SLAB_ROWS)
+        part = slab_array(t, writers)[rows]
+        store = slab_store(kind, base, t, endpoint)
+        barrier.wait(timeout=300)
+        try:
+            if kind == "xarray":
+                import xarray as xr
+
+                ds = xr.Dataset({"v": (("t", "x"), part)})
+                rep = shardwise.to_zarr(ds, store, region={"t": rows})
+            else:
+                rep = shardwise.write_array(part, store, region=(rows, slice(None)), mode="r+")
+            out.put((t, idx, rep.conflicts_retried, ""))
+        except Exception as e:  # reported, and fails the test
+            out.put((t, idx, -1, f"error: {type(e).__name__}: {e}"))

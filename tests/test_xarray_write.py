@@ -379,7 +379,7 @@ REFUSED: list[tuple[str, Any, dict[str, Any], str]] = [
     (
         "misaligned region",
         lambda ds: _region_part(ds, 3, 9),
-        {"region": {"time": slice(3, 9)}},
+        {"region": {"time": slice(3, 9)}, "safe_shards": True},
         "nearest shard-aligned region",
     ),
     (
@@ -434,6 +434,7 @@ def test_bad_names_are_refused_before_any_io(tmp_path: Path, make: Any, message:
 
 
 def test_region_write_refused_when_it_splits_shards_names_nearest_region(tmp_path: Path) -> None:
+    """The strict check (opt-in): region edges must fall on shard boundaries."""
     path = tmp_path / "a.zarr"
     ds = sample(40, 6)
     enc = {"temp": {"chunks": (2, 3), "shards": (8, 6)}}
@@ -441,7 +442,9 @@ def test_region_write_refused_when_it_splits_shards_names_nearest_region(tmp_pat
     part = ds.isel(time=slice(5, 17), x=slice(0, 3)).drop_vars(["time", "x"])
     before = snapshot(path)
     with pytest.raises(PlanError) as err:
-        shardwise.to_zarr(part, path, region={"time": slice(5, 17), "x": slice(0, 3)})
+        shardwise.to_zarr(
+            part, path, region={"time": slice(5, 17), "x": slice(0, 3)}, safe_shards=True
+        )
     msg = str(err.value)
     assert "variable 'temp' along 'time': 5:17 splits its shards of 8" in msg
     assert "variable 'count' along 'time': 5:17 splits its shards of 10" in msg

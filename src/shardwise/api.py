@@ -10,6 +10,7 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
+from .conditional import versions
 from .errors import ArrayNotFoundError, NotAnArrayError, PlanError, UnsupportedCodecError
 from .layout import Region, normalize_region
 from .metadata import ArrayInfo, default_compressors, info_from_metadata
@@ -191,10 +192,15 @@ def write_array(
     None) to store inner chunks without it.
 
     ``resume=True`` continues an interrupted write of the same data and region: shards it already
-    stored (and recorded) are skipped, temp files and abandoned multipart uploads removed. The
-    write holds the array's lease (``lease``, default: on when ``compute=True``): a second writer
-    is refused with :class:`LeaseHeldError` before it writes anything. ``break_lease=True`` takes
-    over the lease of a writer known to be gone.
+    stored (and recorded) are skipped, temp files and abandoned multipart uploads removed. A
+    write that creates or replaces the array holds its exclusive lease (``lease``, default: on
+    when ``compute=True``): another writer is refused with :class:`LeaseHeldError` before it
+    writes anything. Writes into an existing array (``region``, mode ``"a"``/``"r+"``) run side
+    by side from any number of processes: each shard they share is read, merged and committed
+    only if no other writer replaced it meanwhile (else merged again), on local and shared
+    filesystems, S3 (obstore, s3fs), GCS and Azure (obstore) and in memory; on other stores they
+    take the exclusive lease. ``break_lease=True`` takes over the lease of a writer known to be
+    gone.
 
     ``data`` may be a numpy or dask array or an ``xarray.DataArray`` (its ``.data`` is written).
     datetime64/timedelta64 data is stored as zarr's ``numpy.datetime64``/``numpy.timedelta64``
@@ -275,6 +281,9 @@ def write_array(
         target,
         info.layout.shape,
         lease=compute if lease is None else lease,
+        # into an existing array, side by side with other such writes: shards they share are
+        # committed conditionally (on stores that can; the others keep one writer per array)
+        shared=not create and mode in ("a", "r+") and versions(sstore) is not None,
         break_lease=break_lease,
     )
     try:
@@ -293,7 +302,7 @@ def write_array(
             _create_in_store(zstore, path, kwargs, probe)
         writer = ShardWriter(
             info=info,
-            store=sstore,
+            store=session.store,  # tagged with this write's id
             plan=plan,
             options=WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads),
             journal=session.journal(info.codec),

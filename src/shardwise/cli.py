@@ -395,7 +395,7 @@ def _cmd_batch(a: argparse.Namespace) -> int:
 
 
 def _cmd_lease(a: argparse.Namespace) -> int:
-    from .lease import LEASE, break_lease, part_lease, read_lease
+    from .lease import LEASE, break_lease, part_lease, read_lease, shared_leases
     from .store import ShardStore, resolve_store
 
     zstore = resolve_store(
@@ -415,11 +415,14 @@ def _cmd_lease(a: argparse.Namespace) -> int:
             )
         nparts = BatchPlan.from_bytes(raw).nparts
     name = LEASE if a.part is None else part_lease(a.part, nparts)
+    shared = shared_leases(sstore) if name == LEASE else {}
     held = break_lease(sstore, name) if a.break_ else read_lease(sstore, name)
-    if held is None:
+    if held is None and not shared:
         print("free")
-    else:
+    if held is not None:
         print(("broken: was held for " if a.break_ else "held for ") + held.describe())
+    for info in shared.values():  # region writes side by side (broken with the lease)
+        print(("broken: was " if a.break_ else "") + "shared by " + info.describe())
     return EXIT_OK
 
 

@@ -8,6 +8,7 @@ __all__ = [
     "LeaseHeldError",
     "NotAnArrayError",
     "PlanError",
+    "ShardConflictError",
     "ShardwiseError",
     "UnsupportedCodecError",
     "VerifyError",
@@ -65,6 +66,26 @@ class PlanError(ShardwiseError, ValueError):
 
 class LeaseHeldError(ShardwiseError, RuntimeError):
     """Another writer holds the write lease of this array."""
+
+
+class ShardConflictError(ShardwiseError, RuntimeError):
+    """A shard kept changing between this writer's read and its conditional commit.
+
+    ``key`` is the store key of the shard, ``tries`` the read-merge-commit rounds made.
+    """
+
+    def __init__(self, key: str, tries: int) -> None:
+        self.key = key
+        self.tries = tries
+        super().__init__(
+            f"shard {key!r} was replaced by another writer between this writer's read and its "
+            f"commit {tries} times in a row; nothing of this write was lost or half-written in "
+            "that shard. Rerun the write (resume=True skips the shards already done), or write "
+            "fewer overlapping regions at once."
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (ShardConflictError, (self.key, self.tries))
 
 
 class VerifyError(ShardwiseError, ValueError):

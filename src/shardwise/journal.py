@@ -12,8 +12,10 @@ that are not metadata or chunk keys):
     one marker per write region: ``open`` while the write runs, ``done`` when every shard task
     finished. An open marker is an interrupted write; ``resume=True`` adopts its id and skips
     the shards whose record carries that id and still matches the object.
-``.shardwise/lease`` and ``.shardwise/batch.json``
+``.shardwise/lease``, ``.shardwise/leases/`` and ``.shardwise/batch.json``
     see :mod:`shardwise.lease` and :mod:`shardwise.batch`.
+``.shardwise/locks/<shard key>``
+    local files: the lock files of shards committed conditionally (:mod:`shardwise.conditional`).
 
 A record follows its shard, so a writer killed between the two leaves a shard without a (current)
 record: it is rewritten on resume, and reported by verify until then.
@@ -39,6 +41,7 @@ import crc32c as _crc32c
 from zarr.core.sync import sync
 
 from .codecs import crc32c
+from .conditional import UNCHECKED, commit_beside
 from .layout import Region
 from .store import ShardStore
 
@@ -49,7 +52,7 @@ BATCH = f"{JOURNAL}/batch.json"
 LEASE = f"{JOURNAL}/lease"  # and lease.part-I-of-N: see shardwise.lease
 PARTS = f"{JOURNAL}/parts/"
 # temp names: ours are "<name>.<uuid hex>.partial", zarr's LocalStore "<stem>.<uuid hex>.partial"
-TEMP = re.compile(r"^(?P<base>.*)\.[0-9a-f]{32}\.partial$")
+TEMP = re.compile(r"^(?P<base>.*)\.(?P<hex>[0-9a-f]{32})\.partial$")
 IO_THREADS = 8
 
 
@@ -121,12 +124,18 @@ class Journal:
     index_nbytes: int
     index_at_end: bool
 
-    def record(self, key: str, parts: Sequence[Any]) -> None:
-        rec = Record.of(self.write_id, parts, self.index_nbytes, self.index_at_end)
-        self.store.put(RECORDS + key, rec.to_bytes())
+    def record(self, key: str, parts: Sequence[Any] | None, generation: Any = UNCHECKED) -> None:
+        """Record the shard stored as ``parts`` (None: forget a removed or empty shard).
 
-    def forget(self, key: str) -> None:
-        self.store.delete(RECORDS + key)
+        ``generation``: that of a conditional commit of a shard other writers may share. The
+        record is then written only while the shard is still that commit's, so the last commit's
+        record is the one that stays.
+        """
+        data = None
+        if parts is not None:
+            rec = Record.of(self.write_id, parts, self.index_nbytes, self.index_at_end)
+            data = rec.to_bytes()
+        commit_beside(self.store, RECORDS + key, data, owner=key, generation=generation)
 
     def matches(self, key: str) -> bool:
         """True when ``key`` holds exactly the object this write recorded for it.
@@ -233,8 +242,16 @@ def temp_target(name: str) -> str | None:
     return None if m is None else m.group("base")
 
 
-def remove_temp_files(store: ShardStore, keys: set[str] | None = None) -> list[str]:
-    """Delete the temp files of interrupted local writes (only those aimed at ``keys`` if given).
+def _hex(name: str) -> str:
+    m = TEMP.match(name)
+    return "" if m is None else m.group("hex")
+
+
+def remove_temp_files(
+    store: ShardStore, keys: set[str] | None = None, *, tag: str = ""
+) -> list[str]:
+    """Delete the temp files of interrupted local writes (only those aimed at ``keys`` if given,
+    only those whose hex part starts with ``tag``: one writer's, see ``ShardStore.tag``).
 
     With ``keys`` only their directories are listed. Returns the names removed. Other stores
     write objects whole, so they have none.
@@ -255,7 +272,7 @@ def remove_temp_files(store: ShardStore, keys: set[str] | None = None) -> list[s
     removed = []
     for name in names:
         base = temp_target(name)
-        if base is None:
+        if base is None or not _hex(name).startswith(tag):
             continue
         if keys is not None and base not in keys and f"{base}.json" not in keys:
             continue

@@ -8,6 +8,13 @@ create the lease is read back and compared with the token this writer chose, so 
 create whose acknowledgement was lost (the retry answers "already exists") still finds the lease
 its own.
 
+Writes into an existing array that merge shared shards by conditional commits (region writes,
+appends, mode "a"/"r+") may run side by side: each holds a *shared* lease,
+``.shardwise/leases/<token>`` (a plain put: the name is its own). The exclusive lease and the
+shared ones exclude each other: each side creates its own object first and then looks for the
+other side's, and gives up if it finds one, so two writers can both give up but never both
+proceed.
+
 A lease never expires: a job that died keeps it until someone breaks it on purpose
 (``break_lease=True`` or ``shardwise lease PATH --break``). The holder's host, pid and start time
 are in the object, and in the :class:`~shardwise.errors.LeaseHeldError` a refused writer gets.
@@ -37,6 +44,7 @@ from .errors import LeaseHeldError
 from .store import ShardStore, describe
 
 LEASE = ".shardwise/lease"
+SHARED = ".shardwise/leases/"
 
 
 def part_lease(i: int, n: int) -> str:
@@ -135,11 +143,28 @@ def read_lease(store: ShardStore, name: str = LEASE) -> LeaseInfo | None:
     return None if data is None else LeaseInfo.from_bytes(data)
 
 
-def break_lease(store: ShardStore, name: str = LEASE) -> LeaseInfo | None:
-    """Remove lease ``name`` whoever holds it; returns the holder it had (None if free)."""
+def shared_leases(store: ShardStore) -> dict[str, LeaseInfo]:
+    """The shared leases held now (name -> holder)."""
+    out = {}
+    for name in store.list(SHARED.rstrip("/")):
+        held = read_lease(store, name)
+        if held is not None:
+            out[name] = held
+    return out
+
+
+def break_lease(store: ShardStore, name: str = LEASE, *, shared: bool = True) -> LeaseInfo | None:
+    """Remove lease ``name`` whoever holds it; returns the holder it had (None if free).
+
+    Breaking the array's lease (``name=LEASE``) removes the shared leases too (``shared``).
+    """
     held = read_lease(store, name)
     if held is not None:
         store.delete(name)
+    if name == LEASE and shared:
+        for other, info in shared_leases(store).items():
+            store.delete(other)
+            held = held or info
     return held
 
 
@@ -174,13 +199,35 @@ class Lease:
         held = read_lease(store, name)
         if held is None or held.token != info.token:
             who = "an unknown writer (the lease vanished)" if held is None else held.describe()
-            raise LeaseHeldError(
-                f"{where or describe(store.store, store.path)} is being written by another job: "
-                "lease "
-                f"{store.key(name)!r} held for {who}. If that job is gone, break the lease on "
-                "purpose: break_lease=True (shardwise lease PATH --break), or turn leasing off "
-                "with lease=False."
-            )
+            raise _held(store, name, who, where)
+        others = shared_leases(store) if name == LEASE else {}
+        if others:
+            _release_own(store, name, info)
+            first, holder = sorted(others.items())[0]
+            raise _held(store, first, f"{holder.describe()} ({len(others)} writers)", where)
+        return cls(store, name, info)
+
+    @classmethod
+    def acquire_shared(
+        cls,
+        store: ShardStore,
+        *,
+        purpose: str = "region write",
+        break_stale: bool = False,
+        where: str = "",
+    ) -> Lease:
+        """Take a shared lease (writers of shared shards that commit conditionally), or raise
+        :class:`LeaseHeldError` while the exclusive lease is held (``break_stale=True`` first
+        removes it: only when its holder is known to be gone)."""
+        if break_stale:
+            break_lease(store, LEASE, shared=False)
+        info = LeaseInfo.new(purpose)
+        name = SHARED + info.token
+        store.put(name, info.to_bytes())
+        held = read_lease(store, LEASE)
+        if held is not None:
+            store.delete(name)
+            raise _held(store, LEASE, held.describe(), where)
         return cls(store, name, info)
 
     def release(self) -> None:
@@ -188,12 +235,25 @@ class Lease:
         if not self.held:
             return
         self.held = False
-        now = read_lease(self.store, self.name)
-        if now is not None and now.token == self.info.token:
-            self.store.delete(self.name)
+        _release_own(self.store, self.name, self.info)
 
     def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+def _release_own(store: ShardStore, name: str, info: LeaseInfo) -> None:
+    now = read_lease(store, name)
+    if now is not None and now.token == info.token:
+        store.delete(name)
+
+
+def _held(store: ShardStore, name: str, who: str, where: str) -> LeaseHeldError:
+    return LeaseHeldError(
+        f"{where or describe(store.store, store.path)} is being written by another job: lease "
+        f"{store.key(name)!r} held for {who}. If that job is gone, break the lease on "
+        "purpose: break_lease=True (shardwise lease PATH --break), or turn leasing off "
+        "with lease=False."
+    )

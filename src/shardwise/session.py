@@ -3,7 +3,8 @@
 ``write_array`` drives it in this order, so that a writer killed at any moment leaves a state a
 rerun with ``resume=True`` can finish::
 
-    begin    take the lease (refused: LeaseHeldError, before anything is written)
+    begin    take the lease (refused: LeaseHeldError, before anything is written): exclusive,
+             or shared for writes into an existing array that run side by side
     clear    mode "w": delete the old array except the lease (zarr's overwrite would delete it)
     start    adopt the open marker of the same region (resume) or write a new one; on resume
              remove temp files and abandoned multipart uploads aimed at this write's shards
@@ -42,6 +43,8 @@ from .plan import WritePlan
 from .shard import ShardCodec
 from .store import ShardStore, describe
 
+TAG_DIGITS = 12
+
 
 @dataclass
 class WriteSession:
@@ -53,6 +56,7 @@ class WriteSession:
     keys: frozenset[str] = frozenset()
     resumed: bool = False
     cleaned: dict[str, int] = field(default_factory=dict)
+    shared: bool = False  # other writes may run beside this one (see begin)
 
     @classmethod
     def begin(
@@ -62,18 +66,24 @@ class WriteSession:
         shape: tuple[int, ...],
         *,
         lease: bool,
+        shared: bool = False,
         break_lease: bool = False,
     ) -> WriteSession:
+        """``shared``: a write into an existing array whose shared shards commit conditionally
+        takes a shared lease (side by side with other such writes), any other the exclusive one.
+        """
         held = None
-        if lease:
+        if lease and shared:
+            held = Lease.acquire_shared(store, purpose="region write", break_stale=break_lease)
+        elif lease:
             held = Lease.acquire(store, name=LEASE, purpose="write", break_stale=break_lease)
-            if store.get(BATCH) is not None:
-                held.release()
-                raise LeaseHeldError(
-                    f"{describe(store.store, store.path)} has a batch write in progress (see "
-                    "shardwise.batch): finalize it first, or write with lease=False"
-                )
-        return cls(store, region, shape, held)
+        if held is not None and store.get(BATCH) is not None:
+            held.release()
+            raise LeaseHeldError(
+                f"{describe(store.store, store.path)} has a batch write in progress (see "
+                "shardwise.batch): finalize it first, or write with lease=False"
+            )
+        return cls(store, region, shape, held, shared=shared)
 
     @property
     def leased(self) -> bool:
@@ -122,19 +132,27 @@ class WriteSession:
             )
         names = set(keys)
         self.keys = frozenset(names)
+        # this write's temp files carry its id (kept on resume): clean-ups of a write that runs
+        # beside others remove its own leftovers only
+        self.store = replace(self.store, tag=self.marker.id[:TAG_DIGITS])
         if resume:
             started = datetime.datetime.now(datetime.UTC)
-            self.cleaned["temp_files"] = len(remove_temp_files(self.store, self._targets()))
+            self.cleaned["temp_files"] = len(self._remove_temp_files())
             self.cleaned["multipart_uploads"] = len(
                 abort_multipart_uploads(self.store, names, before=started)
             )
         self.store.put(marker_name(self.region), self.marker.to_bytes())
 
+    def _remove_temp_files(self) -> list[str]:
+        return remove_temp_files(
+            self.store, self._targets(), tag=self.store.tag if self.shared else ""
+        )
+
     def _targets(self) -> set[str]:
         """Every key this write may put: its shards, their records, its marker, the metadata."""
         keys = self.keys
         extra = {marker_name(self.region), "zarr.json"}
-        if self.lease is not None:  # nobody else may be creating a lease now
+        if self.lease is not None and self.lease.name == LEASE:  # nobody else may create it now
             extra.add(LEASE)
         return {*keys, *(RECORDS + k for k in keys), *extra}
 
@@ -162,7 +180,7 @@ class WriteSession:
             # a task rerun after its worker died leaves the dead one's temp file behind
             if self.keys:
                 self.cleaned["temp_files"] = self.cleaned.get("temp_files", 0) + len(
-                    remove_temp_files(self.store, self._targets())
+                    self._remove_temp_files()
                 )
             done = replace(self.marker, status="done", finished=now())
             me = marker_name(self.region)

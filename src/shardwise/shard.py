@@ -264,6 +264,11 @@ def merge_shard(
     )
 
 
+def empty_shard(codec: ShardCodec) -> list[bytes]:
+    """A shard without inner chunks (its index only): every element reads as the fill value."""
+    return [encode_index(codec, np.full((codec.nchunks, 2), MISSING, dtype=np.uint64))]
+
+
 def encode_index(codec: ShardCodec, index: np.ndarray) -> bytes:
     dt = "<u8" if codec.index_endian == "little" else ">u8"
     raw = index.astype(dt, copy=False).tobytes()

@@ -93,6 +93,9 @@ class ShardStore:
     store: Store
     path: str = ""
     fsync: bool = False
+    # hex digits that start the names of this writer's temp files: a clean-up after a write
+    # removes its own leftovers, not the live temp files of writers running beside it
+    tag: str = ""
 
     def key(self, name: str) -> str:
         return join(self.path, name)
@@ -213,7 +216,7 @@ class ShardStore:
         """Store ``data`` (bytes, or a sequence of bytes-like parts) under ``name`` atomically."""
         parts = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)
         if self.local_root is not None:
-            _atomic_write(self._file(name), parts, fsync=self.fsync)
+            _atomic_write(self._file(name), parts, fsync=self.fsync, tag=self.tag)
             return
         joined = parts[0] if len(parts) == 1 else b"".join(parts)
         buf = default_buffer_prototype().buffer.from_bytes(joined)
@@ -341,8 +344,25 @@ def _write_all(fd: int, parts: Sequence[Any]) -> None:
                 view = view[os.write(fd, view) :]
 
 
-def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool, tag: str = "") -> None:
+    tmp, created = write_temp(path, parts, fsync=fsync, tag=tag)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        fsync_dirs(path, created)
+
+
+def write_temp(
+    path: Path, parts: Sequence[Any], *, fsync: bool, tag: str = ""
+) -> tuple[Path, list[Path]]:
+    """Write ``parts`` to a new temp file next to ``path``; returns it and the directories
+    created for it (the caller renames it into place, or removes it). The temp name is
+    ``<name>.<32 hex digits, the first ones tag>.partial``."""
+    hexed = (tag + uuid.uuid4().hex)[:32]
+    tmp = path.with_name(f"{path.name}.{hexed}{PARTIAL_SUFFIX}")
     created: list[Path] = []
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -357,15 +377,17 @@ def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if fsync:
-        # the new name, and the entry of every directory this write created in its parent
-        for d in (path.parent, *(c.parent for c in created)):
-            dfd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+    return tmp, created
+
+
+def fsync_dirs(path: Path, created: Sequence[Path]) -> None:
+    """fsync the new name of ``path``, and the entry of every directory created for it."""
+    for d in (path.parent, *(c.parent for c in created)):
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -17,11 +17,12 @@ from typing import Any, Literal
 import numpy as np
 
 from .chunks import SMALL_CHUNK
+from .conditional import UNCHECKED, read_merge_commit
 from .journal import Journal
 from .layout import Layout
 from .metadata import ArrayInfo
 from .plan import WritePlan
-from .shard import encode_shard, merge_shard
+from .shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from .store import ShardStore
 
 Mode = Literal["w", "w-", "a", "r+"]
@@ -55,6 +56,8 @@ class WriteReport:
     chunks_stored: int = 0
     chunks_empty: int = 0
     shards_skipped: int = 0
+    # merges of shared shards done again because another writer committed the shard first
+    conflicts_retried: int = 0
     seconds: float = 0.0
     keys: list[str] = field(default_factory=list, repr=False)
 
@@ -83,6 +86,11 @@ class WriteReport:
             f"{self.chunks_empty} empty; {sizes} (ratio {self.compression_ratio:.2f}) "
             f"in {self.seconds:.2f} s"
             + (f"; {self.shards_skipped} done before (resumed)" if self.shards_skipped else "")
+            + (
+                f"; {self.conflicts_retried} shard merges redone after another writer's commit"
+                if self.conflicts_retried
+                else ""
+            )
         )
 
 
@@ -102,49 +110,59 @@ class ShardWriter:
         return self.info.layout
 
     def write_piece(self, shard: Sequence[int], block: np.ndarray) -> WriteReport:
-        """Write ``block`` into ``shard``: the whole body of one shard task."""
+        """Write ``block`` into ``shard``: the whole body of one shard task.
+
+        A shard the write covers whole is encoded and put as it is (nobody else writes it). A
+        shard covered in part may be shared with other writers: it is read, merged and committed
+        only if unchanged since the read (:func:`~shardwise.conditional.read_merge_commit`).
+        """
         lay, codec = self.layout, self.info.codec
         key = lay.shard_key(shard)
         valid = tuple(s.stop - s.start for s in lay.shard_region(shard))
         opts = self.options
         block = np.asarray(block)
+        rep = WriteReport(raw_bytes=block.nbytes)
         if self.plan.covers(shard):
             enc = encode_shard(
                 codec, block, write_empty_chunks=opts.write_empty_chunks, threads=opts.threads
             )
-            exists = enc is None and self.store.size(key) is not None
+            stored: Sequence[Any] | None = None if enc is None else _parts(enc)
+            exists = False
+            if stored is not None:
+                self.store.put(key, stored)
+            elif self.store.size(key) is not None:
+                exists = True
+                self.store.delete(key)
+            generation: Any = UNCHECKED
         else:
-            old = self.store.get(key)
             piece = self.plan.piece_in_shard(shard)
-            enc = merge_shard(
-                codec,
-                old,
-                block,
-                piece,
-                valid,
-                self.store.key(key),
-                write_empty_chunks=opts.write_empty_chunks,
-                threads=opts.threads,
-            )
-            exists = old is not None
-        rep = WriteReport(raw_bytes=block.nbytes)
+
+            def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
+                enc = merge_shard(
+                    codec,
+                    old,
+                    block,
+                    piece,
+                    valid,
+                    self.store.key(key),
+                    write_empty_chunks=opts.write_empty_chunks,
+                    threads=opts.threads,
+                )
+                return enc, None if enc is None else _parts(enc)
+
+            done = read_merge_commit(self.store, key, merge, empty=empty_shard(codec))
+            enc, stored, exists = done.result, done.stored, done.existed
+            generation = done.generation
+            rep.conflicts_retried = done.conflicts
+        if self.journal is not None:
+            self.journal.record(key, stored, generation)
         if enc is None:
             rep.shards_empty = 1
             # inner chunks inside the array only, as encode_shard/merge_shard count them
             used = [-(-v // c) for v, c in zip(valid, codec.chunk_shape, strict=True)]
             rep.chunks_empty = int(np.prod(used))
-            if exists:
-                self.store.delete(key)
-                rep.shards_deleted = 1
-            if self.journal is not None:
-                self.journal.forget(key)
+            rep.shards_deleted = int(exists and stored is None)
             return rep
-        # many small parts are joined first (one memcpy beats a system call and a checksum call
-        # per part); large parts go out as they are (no extra pass over the shard's memory)
-        data: list[Any] = [enc.data] if enc.nbytes < len(enc.parts) * SMALL_CHUNK else enc.parts
-        self.store.put(key, data)
-        if self.journal is not None:
-            self.journal.record(key, data)
         rep.shards_written = 1
         rep.bytes_stored = enc.nbytes
         rep.stored_raw_bytes = int(np.prod(valid)) * self.info.dtype.itemsize
@@ -163,6 +181,12 @@ class ShardWriter:
         out = np.empty((1,) * block.ndim, dtype=object)
         out.flat[0] = rep
         return out
+
+
+def _parts(enc: EncodedShard) -> list[Any]:
+    # many small parts are joined first (one memcpy beats a system call and a checksum call
+    # per part); large parts go out as they are (no extra pass over the shard's memory)
+    return [enc.data] if enc.nbytes < len(enc.parts) * SMALL_CHUNK else enc.parts
 
 
 def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteReport:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from zarr.abc.store import Store
 
+from .conditional import versions
 from .errors import PlanError, UnsupportedCodecError
 from .journal import Journal
 from .layout import Layout, Region, ceildiv, normalize_region
@@ -62,7 +63,7 @@ def to_zarr(
     consolidated: bool | None = None,
     compute: bool = True,
     storage_options: dict[str, Any] | None = None,
-    safe_shards: bool = True,
+    safe_shards: bool | None = None,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     write_empty_chunks: bool = False,
     threads: int | None = None,
@@ -99,10 +100,13 @@ def to_zarr(
     0-d variables are written without sharding.
 
     Appends and region writes may cut through shards: the one task that owns such a shard
-    merges (inner chunks the write does not touch keep their stored bytes). Appends do this
-    freely. A ``region`` whose edges split shards is refused unless ``safe_shards=False``,
-    because a second call writing the neighbouring region would share those shards (concurrent
-    read-modify-write loses updates); the error names the nearest shard-aligned region.
+    merges (inner chunks the write does not touch keep their stored bytes) and commits only if
+    no other writer replaced the shard meanwhile (else it merges again), so independent calls
+    writing neighbouring regions from many processes at once lose nothing. ``safe_shards``:
+    ``True`` refuses a ``region`` whose edges split shards (a strict check: the error names the
+    nearest shard-aligned region); ``None`` (the default) refuses it only where the merge cannot
+    be committed conditionally (stores other than local files, memory, S3, GCS and Azure, and
+    arrays without sharding, which zarr-python writes); ``False`` never refuses.
 
     Every check (names, dimensions, encodings, dtypes, shapes, alignment, ``append_dim``) runs
     before the first metadata or data byte is written; a refused call leaves the store as it
@@ -146,7 +150,7 @@ def to_zarr(
         region=region,
         encoding=user_encoding,
     )
-    writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards)
+    writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
 
     # every check passed: from here on the store changes
     opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
@@ -255,7 +259,8 @@ def _plan_writes(
     items: Iterable[tuple[Any, Any, Any]],
     append_dim: Hashable | None,
     has_region: bool,
-    safe_shards: bool,
+    safe_shards: bool | None,
+    zstore: Store,
 ) -> list[_Write]:
     out: list[_Write] = []
     splits: list[tuple[str, str, slice, int, str]] = []
@@ -286,7 +291,10 @@ def _plan_writes(
                 f"variable {name!r}: cannot write {source.dtype} data into the stored "
                 f"{info.dtype} array without loss"
             )
-        if has_region and safe_shards:
+        strict = safe_shards
+        if strict is None:  # split shards are safe where merges commit conditionally
+            strict = info is None or versions(ShardStore(zstore, arr.path)) is None
+        if has_region and strict:
             unit = "shards" if info is not None else "chunks"
             for sl, s, n, d in zip(target, grid, shape, dims, strict=True):
                 if d != append_dim and not _on_grid(sl, s, n):
@@ -332,7 +340,9 @@ def _split_message(splits: list[tuple[str, str, slice, int, str]], writes: list[
         + "\n  ".join(lines)
         + f"\nThe nearest shard-aligned region is {nearest}. Write shard-aligned regions, or "
         "pass safe_shards=False when no other write touches these shards at the same time "
-        "(they are then merged with what is stored). Nothing was written."
+        "(they are then merged with what is stored; on local files, memory, S3, GCS and Azure "
+        "shared shards are committed conditionally and are safe by default). Nothing was "
+        "written."
     )
 
 
