@@ -3,10 +3,13 @@
 from . import batch
 from .api import open_array, write_array
 from .backend import open_dataset
+from .direct import read_array
 from .errors import (
     CorruptShardError,
     LeaseHeldError,
+    OutputError,
     PlanError,
+    SelectionError,
     ShardwiseError,
     UnsupportedCodecError,
     VerifyError,
@@ -20,7 +23,9 @@ __version__ = "0.1.0"
 __all__ = [
     "CorruptShardError",
     "LeaseHeldError",
+    "OutputError",
     "PlanError",
+    "SelectionError",
     "ShardwiseError",
     "UnsupportedCodecError",
     "VerifyError",
@@ -29,6 +34,7 @@ __all__ = [
     "batch",
     "open_array",
     "open_dataset",
+    "read_array",
     "to_zarr",
     "verify",
     "write_array",

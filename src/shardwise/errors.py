@@ -5,7 +5,9 @@ from __future__ import annotations
 __all__ = [
     "CorruptShardError",
     "LeaseHeldError",
+    "OutputError",
     "PlanError",
+    "SelectionError",
     "ShardwiseError",
     "UnsupportedCodecError",
     "VerifyError",
@@ -44,6 +46,14 @@ class UnsupportedCodecError(ShardwiseError, NotImplementedError):
 
 class PlanError(ShardwiseError, ValueError):
     """A write was refused before anything was written (bad arguments, misaligned region, ...)."""
+
+
+class SelectionError(ShardwiseError, IndexError):
+    """A read selection shardwise cannot take: not basic indexing, or out of bounds."""
+
+
+class OutputError(ShardwiseError, ValueError):
+    """The ``out=`` array of a read does not fit the selection (shape, dtype or not writeable)."""
 
 
 class LeaseHeldError(ShardwiseError, RuntimeError):

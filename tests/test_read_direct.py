@@ -1,0 +1,315 @@
+"""``shardwise.read_array``: basic selections straight into one numpy array, no dask.
+
+zarr-python reading the same store is the oracle, for hypothesis-drawn shapes, shards, inner
+chunks, codec chains, fill values and selections (steps, negative steps, integers, Ellipsis), on
+local files, MemoryStore and S3 (moto's server). Also: ``out=`` (used, or refused before anything
+is read), 0-d arrays, corrupt shards, the xarray engine's non-dask path, and memory that does not
+grow with the shard size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import given
+from hypothesis import strategies as st
+from zarr.storage import LocalStore, MemoryStore
+
+import shardwise
+from shardwise import CorruptShardError, OutputError, SelectionError
+from shardwise.direct import parse_selection
+from shardwise.read import GROUP_BYTES, ShardReader
+from strategies import assert_bit_equal, cases, examples, selections
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@st.composite
+def any_selections(draw: st.DrawFn, shape: tuple[int, ...]) -> Any:
+    """Basic selections: the shared strategy's slices and integers, some slices reversed
+    (negative steps), sometimes an Ellipsis in place of a run of full slices."""
+    sel = list(draw(selections(shape)))
+    for i, k in enumerate(sel):
+        if isinstance(k, slice) and draw(st.integers(0, 3)) == 0:
+            start, stop, step = k.indices(shape[i])
+            last = start + (len(range(start, stop, step)) - 1) * step
+            sel[i] = slice(last, None if start == 0 else start - 1, -step)
+    if sel and draw(st.booleans()):
+        a = draw(st.integers(0, len(sel)))
+        b = draw(st.integers(a, len(sel)))
+        return (*sel[:a], Ellipsis, *sel[b:]) if b > a or draw(st.booleans()) else tuple(sel)
+    return tuple(sel)
+
+
+def _zarr_write(store: Any, case: Any) -> Any:
+    arr = zarr.create_array(
+        store,
+        shape=case.geometry.shape,
+        dtype=case.dtype,
+        fill_value=case.fill_value,
+        **case.chain.zarr_kwargs(case.geometry),
+    )
+    arr[...] = case.data
+    return arr
+
+
+@given(case=cases(max_ndim=3), data=st.data())
+@examples(25)
+def test_read_array_equals_zarr_python(case: Any, data: st.DataObject, fresh_dir: Any) -> None:
+    local = LocalStore(fresh_dir())
+    for store in (MemoryStore(), local):
+        arr = _zarr_write(store, case)
+        sel = data.draw(any_selections(case.geometry.shape), label="selection")
+        want = np.asarray(arr[...])[sel]  # zarr-python reads; numpy selects (negative steps too)
+        assert_bit_equal(shardwise.read_array(store, sel), want, f"read_array{sel}")
+        assert_bit_equal(shardwise.read_array(store, sel, threads=1), want, "threads=1")
+    want = np.asarray(zarr.open_array(local, mode="r")[...])
+    assert_bit_equal(shardwise.read_array(str(local.root)), want, "whole array by path")
+
+
+@given(case=cases(max_ndim=3), data=st.data())
+@examples(15)
+def test_read_array_into_out(case: Any, data: st.DataObject) -> None:
+    store = MemoryStore()
+    arr = _zarr_write(store, case)
+    sel = data.draw(any_selections(case.geometry.shape), label="selection")
+    want = np.asarray(arr[...])[sel]
+    out = np.empty(want.shape, dtype=case.dtype)
+    got = shardwise.read_array(store, sel, out=out)
+    assert got is out
+    assert_bit_equal(out, want, "out=")
+    if want.ndim:  # a non-contiguous out (every other element of a larger array) works too
+        big = np.empty((*want.shape[:-1], 2 * want.shape[-1]), dtype=case.dtype)
+        shardwise.read_array(store, sel, out=big[..., ::2])
+        assert_bit_equal(big[..., ::2], want, "strided out=")
+
+
+def _small(store: Any, fill: float = -1.0) -> np.ndarray:
+    data = np.arange(45 * 38, dtype="float32").reshape(45, 38)
+    data[:16, :15] = fill  # shard (0, 0): not stored
+    data[16:20, 15:20] = fill  # one inner chunk not stored
+    shardwise.write_array(data, store, chunks=(4, 5), shards=(16, 15), fill_value=fill)
+    return data
+
+
+def test_missing_shards_and_chunks_read_as_the_fill_value() -> None:
+    store = MemoryStore()
+    data = _small(store)
+    assert "c/0/0" not in store._store_dict
+    np.testing.assert_array_equal(shardwise.read_array(store), data)
+    np.testing.assert_array_equal(
+        shardwise.read_array(store, (slice(0, 20), slice(0, 20))), data[:20, :20]
+    )
+    # an array with no shard stored at all
+    empty = MemoryStore()
+    zarr.create_array(empty, shape=(7, 9), dtype="i2", chunks=(2, 2), shards=(4, 4), fill_value=-7)
+    np.testing.assert_array_equal(shardwise.read_array(empty, (slice(1, 6), 3)), np.full(5, -7))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "why"),
+    [((45, 37), "float32", "shape"), ((45, 38), "float64", "dtype"), ((45, 38), ">f4", "dtype")],
+)
+def test_wrong_out_is_refused_before_reading(shape: Any, dtype: str, why: str) -> None:
+    store = MemoryStore()
+    _small(store)
+    out = np.full(shape, 7, dtype=dtype)
+    with pytest.raises(OutputError, match="selection needs float32 \\(45, 38\\)"):
+        shardwise.read_array(store, out=out)
+    assert (out == 7).all(), f"a refused out= ({why}) must stay untouched"
+    ro = np.empty((45, 38), dtype="float32")
+    ro.flags.writeable = False
+    with pytest.raises(OutputError, match="read-only"):
+        shardwise.read_array(store, out=ro)
+    with pytest.raises(OutputError, match="numpy array"):
+        shardwise.read_array(store, out=[[0.0] * 38] * 45)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "sel",
+    [(0, 0, 0), (Ellipsis, Ellipsis), (np.array([1, 2]),), (None,), (1.5,), (True,), (45,), (-46,)],
+    ids=["too-many", "two-ellipses", "array", "newaxis", "float", "bool", "past-end", "before"],
+)
+def test_bad_selections_are_refused(sel: Any) -> None:
+    store = MemoryStore()
+    _small(store)
+    with pytest.raises(SelectionError):
+        shardwise.read_array(store, sel)
+    assert issubclass(SelectionError, IndexError)
+
+
+def test_zero_dimensional_arrays() -> None:
+    store = MemoryStore()
+    arr = zarr.create_array(store, shape=(), dtype="f8", chunks=(), shards=(), fill_value=1.5)
+    assert shardwise.read_array(store) == 1.5  # nothing stored: the fill value
+    arr[...] = 3.25
+    for sel in (Ellipsis, ()):
+        got = shardwise.read_array(store, sel)
+        assert got.shape == () and got == 3.25
+    out = np.empty((), dtype="f8")
+    assert shardwise.read_array(store, out=out) is out and out == 3.25
+
+
+def test_parse_selection_shapes_match_numpy() -> None:
+    x = np.empty((5, 6, 7))
+    for sel in [
+        (1, Ellipsis),
+        (Ellipsis, slice(None, None, -3)),
+        (slice(4, 0, -2), 2, slice(1, 2)),
+        (slice(3, 3), Ellipsis),
+        (-1, -1, -1),
+        slice(None, None, -1),
+    ]:
+        assert parse_selection(sel, x.shape).shape == x[sel].shape, sel
+
+
+# -- stores ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    from faultkit import moto_s3
+
+    with moto_s3() as server:
+        yield server
+
+
+def test_read_array_on_s3(s3: Any) -> None:
+    from faultkit import unique
+
+    store = s3.obstore(unique())
+    data = _small(store)
+    np.testing.assert_array_equal(shardwise.read_array(store), data)
+    for sel in [(slice(3, 40, 3), slice(None, None, -2)), (20, Ellipsis), (slice(14, 33), 30)]:
+        np.testing.assert_array_equal(shardwise.read_array(store, sel), data[sel])
+    np.testing.assert_array_equal(
+        shardwise.read_array(store), zarr.open_array(store, mode="r")[...]
+    )
+
+
+# -- corruption ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["chunk", "index", "truncated"])
+def test_corrupt_shard_names_the_key(tmp_path: Path, damage: str) -> None:
+    import zstandard
+
+    data = np.random.default_rng(1).normal(size=(64, 64)).astype("float32")
+    shardwise.write_array(
+        data, str(tmp_path), chunks=(8, 8), shards=(32, 32), compressors=zarr.codecs.ZstdCodec()
+    )
+    victim = tmp_path / "c" / "1" / "0"
+    raw = bytearray(victim.read_bytes())
+    if damage == "chunk":
+        frame = zstandard.ZstdCompressor().compress(b"x")  # a valid frame of the wrong size
+        raw[0 : len(frame)] = frame
+    elif damage == "index":
+        raw[-10] ^= 0xFF
+    else:
+        raw = raw[: len(raw) // 2]
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(CorruptShardError) as e:
+        shardwise.read_array(str(tmp_path))
+    assert e.value.key == "c/1/0" and "c/1/0" in str(e.value)
+    # other shards still read
+    np.testing.assert_array_equal(shardwise.read_array(str(tmp_path), (slice(0, 32),)), data[:32])
+
+
+# -- the xarray engine without dask ----------------------------------------------------------------
+
+
+def test_engine_without_chunks_reads_directly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dask.callbacks import Callback
+
+    data = np.random.default_rng(2).normal(size=(40, 50, 30)).astype("float32")
+    ds = xr.Dataset({"t": (("time", "y", "x"), data)})
+    path = str(tmp_path / "e.zarr")
+    shardwise.to_zarr(ds, path, encoding={"t": {"chunks": (5, 10, 10), "shards": (10, 20, 30)}})
+
+    calls: list[tuple[Any, ...]] = []
+    original = ShardReader.read_into
+
+    def counted(self: ShardReader, region: Any, out: Any, steps: Any = None) -> None:
+        calls.append((region, out.shape))
+        original(self, region, out, steps)
+
+    monkeypatch.setattr(ShardReader, "read_into", counted)
+    tasks: list[Any] = []
+
+    class Count(Callback):  # type: ignore[misc]
+        def _start_state(self, dsk: Any, state: Any) -> None:
+            tasks.append(len(dsk))
+
+    with Count():
+        opened = xr.open_dataset(path, engine="shardwise")
+        assert not hasattr(opened["t"].variable._data, "dask")
+        got = opened["t"].values
+        fresh = xr.open_dataset(path, engine="shardwise", cache=False)
+        part = fresh["t"][3, ::-2, 4:20].values
+    assert tasks == [], "no dask graph may run for a read without chunks"
+    # one direct read per selection, each of exactly the selected positions
+    assert [c[1] for c in calls] == [data.shape, (1, 25, 16)]
+    np.testing.assert_array_equal(got, data)
+    np.testing.assert_array_equal(part, data[3, ::-2, 4:20])
+    xr.testing.assert_identical(opened.load(), xr.open_zarr(path).load())
+
+
+# -- memory ----------------------------------------------------------------------------------------
+
+_MEASURE = textwrap.dedent(
+    """
+    import json, sys, tracemalloc
+    import numpy as np
+    import shardwise
+    tracemalloc.start()
+    out = shardwise.read_array(sys.argv[1], threads=2)
+    _, peak = tracemalloc.get_traced_memory()
+    print(json.dumps({"peak": peak, "nbytes": out.nbytes, "sum": float(out.sum(dtype="f8"))}))
+    """
+)
+
+
+def _peak(path: str) -> dict[str, Any]:
+    """tracemalloc's peak over read_array in a fresh process (fresh pool threads: their reused
+    buffers are allocated, and counted, during the read)."""
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    got = subprocess.run(
+        [sys.executable, "-c", _MEASURE, path], capture_output=True, text=True, env=env, check=True
+    )
+    result: dict[str, Any] = json.loads(got.stdout)
+    return result
+
+
+def test_memory_is_the_output_plus_a_bound_whatever_the_shard_size(tmp_path: Path) -> None:
+    """64 MiB read with small (256 KiB) and large (64 MiB) shards of the same inner chunks: the
+    peak traced memory is the output plus a fixed bound (per-thread buffers, set by GROUP_BYTES),
+    the same for both."""
+    rng = np.random.default_rng(0)
+    data = (np.arange(4096, dtype="float32")[:, None] + rng.normal(size=(4096, 4096))).astype(
+        "float32"
+    )
+    peaks = {}
+    for shards in [(256, 256), (4096, 4096)]:
+        path = str(tmp_path / f"s{shards[0]}")
+        shardwise.write_array(data, path, chunks=(64, 64), shards=shards)
+        got = _peak(path)
+        assert got["sum"] == float(data.sum(dtype="f8"))
+        peaks[shards[0]] = got["peak"]
+    # per thread: a group's stored bytes, its decoded stack and one joined copy, plus slack
+    fixed = 2 * 4 * GROUP_BYTES
+    for shard, peak in peaks.items():
+        assert peak <= 1.1 * data.nbytes + fixed, (shard, peak / data.nbytes)
+    assert abs(peaks[256] - peaks[4096]) <= fixed, peaks
