@@ -10,6 +10,7 @@ Cases (``case`` names):
 * ``ts``         tensorstore ``read()`` of the whole array (the reference);
 * ``direct``     ``shardwise.read_array(root, path="data")``;
 * ``array``      ``shardwise.open_array(root, path="data").compute()`` (threaded scheduler);
+* ``array-whole`` the same with ``chunks=-1`` (one dask chunk: no concatenation);
 * ``engine``     ``xr.open_dataset(root, engine="shardwise")["data"].values`` (no dask);
 * ``engine-dask`` the same with ``chunks={}`` (one dask chunk per shard);
 * ``mean-dask``  ``shardwise.open_array(root, path="data").mean().compute()``.
@@ -59,7 +60,7 @@ MEDIUM = {
     "W1": ((512, 512, 512), (256, 256, 256), (64, 64, 64), "uint16", ("z", "y", "x")),
     "W3": ((4096, 4096), (1024, 1024), (32, 32), "float32", ("y", "x")),
 }
-CASES = ("ts", "direct", "array", "engine", "engine-dask", "mean-dask")
+CASES = ("ts", "direct", "array", "array-whole", "engine", "engine-dask", "mean-dask")
 
 
 def sizes(args: argparse.Namespace) -> dict[str, Any]:
@@ -173,6 +174,8 @@ def case(args: argparse.Namespace) -> None:
         out = shardwise.read_array(root, path="data")
     elif name == "array":
         out = shardwise.open_array(root, path="data").compute()
+    elif name == "array-whole":
+        out = shardwise.open_array(root, path="data", chunks=-1).compute()
     elif name == "engine":
         out = xr.open_dataset(root, engine="shardwise")["data"].values
     elif name == "engine-dask":

@@ -313,3 +313,31 @@ def test_memory_is_the_output_plus_a_bound_whatever_the_shard_size(tmp_path: Pat
     for shard, peak in peaks.items():
         assert peak <= 1.1 * data.nbytes + fixed, (shard, peak / data.nbytes)
     assert abs(peaks[256] - peaks[4096]) <= fixed, peaks
+
+
+# -- the pool -------------------------------------------------------------------------------------
+
+
+def test_first_read_does_not_import_the_cluster_machinery(tmp_path: Path) -> None:
+    """A process that is no dask worker sizes the pool without importing distributed (which
+    costs a cold read about half a second)."""
+    shardwise.write_array(np.ones((8, 8)), str(tmp_path), chunks=(2, 2), shards=(4, 4))
+    code = (
+        "import sys, shardwise; shardwise.read_array(sys.argv[1]); "
+        "print(sorted(m for m in ('distributed', 'xarray', 'dask') if m in sys.modules))"
+    )
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert got.stdout.strip() == "[]"
+
+
+def test_pool_size_on_a_worker_is_its_thread_count(client: Any) -> None:
+    from shardwise._pool import pool_size
+
+    assert client.submit(pool_size, pure=False).result() == 1  # workers of one thread each

@@ -1,8 +1,9 @@
 """shardwise: parallel, shard-safe writes and shard-aligned reads of Zarr v3 sharded arrays."""
 
+from typing import TYPE_CHECKING, Any
+
 from . import batch
 from .api import open_array, write_array
-from .backend import open_dataset
 from .direct import read_array
 from .errors import (
     CorruptShardError,
@@ -16,7 +17,10 @@ from .errors import (
 )
 from .verify import VerifyReport, verify
 from .write import WriteReport
-from .xarray_write import to_zarr
+
+if TYPE_CHECKING:
+    from .backend import open_dataset
+    from .xarray_write import to_zarr
 
 __version__ = "0.1.0"
 
@@ -39,3 +43,17 @@ __all__ = [
     "verify",
     "write_array",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # the xarray parts load xarray and pandas: import them on first use, so that array reads
+    # and writes do not pay for them
+    if name == "open_dataset":
+        from .backend import open_dataset
+
+        return open_dataset
+    if name == "to_zarr":
+        from .xarray_write import to_zarr
+
+        return to_zarr
+    raise AttributeError(f"module 'shardwise' has no attribute {name!r}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,11 +29,13 @@ def cpu_count() -> int:
 
 def pool_size() -> int:
     """Threads for inner chunks in this process: the dask worker's thread count, else the cores."""
+    # a process that has not imported distributed is no dask worker: do not import it (slow)
+    dist = sys.modules.get("distributed")
+    if dist is None:
+        return cpu_count()
     try:
-        from distributed import get_worker
-
-        return max(1, int(get_worker().state.nthreads))
-    except (ImportError, ValueError, AttributeError):
+        return max(1, int(dist.get_worker().state.nthreads))
+    except (ValueError, AttributeError):
         return cpu_count()
 
 
