@@ -62,6 +62,23 @@ def coalesce(
     return [(o, n) for o, n in merged], where
 
 
+def _plan_ranges(entries: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """Coalesced ranges for ``(offset, nbytes)`` entries and, per entry, ``(merged index,
+    start)`` within them. Entries in increasing order with small gaps (how shards are usually
+    laid out) take one vectorized step instead of a Python loop per entry."""
+    o, n = entries[:, 0].astype(np.int64), entries[:, 1].astype(np.int64)
+    if len(o):
+        gaps = o[1:] - (o[:-1] + n[:-1])
+        span = int(o[-1] + n[-1] - o[0])
+        if bool(((gaps >= 0) & (gaps <= MAX_GAP)).all()) and span <= MAX_RANGE:
+            where = np.zeros((len(o), 2), dtype=np.int64)
+            where[:, 1] = o - o[0]
+            return [(int(o[0]), span)], where
+    ranges = [(int(a), int(b)) for a, b in zip(o.tolist(), n.tolist(), strict=True)]
+    merged, triples = coalesce(ranges)
+    return merged, np.array([(m, a) for m, a, _ in triples], dtype=np.int64).reshape(-1, 2)
+
+
 @dataclass
 class ShardReader:
     """Reads regions of one sharded array. Thread-safe; pickles without its cache."""
@@ -320,17 +337,24 @@ def _range_fetch(get_ranges: Callable[[list[tuple[int, int]]], list[bytes]], key
     """A fetch for :func:`decode_chunks`: coalesced range reads of the wanted entries."""
 
     def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
-        ranges = [(int(o), int(n)) for o, n in entries.tolist()]
-        merged, where = coalesce(ranges)
+        merged, where = _plan_ranges(entries)
         blobs = get_ranges(merged)
         for (o, n), blob in zip(merged, blobs, strict=True):
             if len(blob) != n:
                 raise CorruptShardError(key, f"range read at {o} returned {len(blob)} of {n} bytes")
         starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
-        segs = np.array([(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64)
-        return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), segs.reshape(-1, 2)
+        return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), _segments(where, starts, entries)
 
     return fetch
+
+
+def _segments(where: np.ndarray, starts: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """``(offset, nbytes)`` of each entry in the fetched buffer (merged ranges laid end to end
+    from ``starts``)."""
+    segs = np.empty((len(entries), 2), dtype=np.uint64)
+    segs[:, 0] = starts.astype(np.int64)[where[:, 0]] + where[:, 1]
+    segs[:, 1] = entries[:, 1]
+    return segs
 
 
 def _local_fetch(handle: LocalObject, key: str) -> Fetch:
@@ -338,8 +362,7 @@ def _local_fetch(handle: LocalObject, key: str) -> Fetch:
     (valid until that thread's next fetch; the decoders consume it before)."""
 
     def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
-        ranges = [(int(o), int(n)) for o, n in entries.tolist()]
-        merged, where = coalesce(ranges)
+        merged, where = _plan_ranges(entries)
         total = sum(n for _, n in merged)
         if total > store_module.SCRATCH_MAX:
             buf = memoryview(bytearray(total))
@@ -355,8 +378,7 @@ def _local_fetch(handle: LocalObject, key: str) -> Fetch:
                 got += k
             starts.append(pos)
             pos += n
-        segs = np.array([(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64)
-        return buf, segs.reshape(-1, 2)
+        return buf, _segments(where, np.asarray(starts), entries)
 
     return fetch
 

@@ -368,8 +368,8 @@ def decode_chunks(
     ``fetch`` takes validated ``(offset, nbytes)`` index entries and returns ``(buffer,
     segments)``: a bytes-like object holding them and their ``(offset, nbytes)`` within it.
     Returns a stack of the chunks (see :meth:`ChunkCodec.stack`); empty chunks hold the fill
-    value. ``reuse=True``: the stack is the calling thread's reused buffer, valid until its
-    next such call (for callers that copy it out at once).
+    value. ``reuse=True``: the stack is the calling thread's reused buffer (or a new read-only
+    one), valid until its next such call (for callers that copy it out at once).
     """
     inner = codec.inner
     if coords.shape[1]:
@@ -379,6 +379,13 @@ def decode_chunks(
     entries = index[flat]
     present = np.flatnonzero(entries[:, 0] != MISSING)
     shape = (len(flat), *inner.stored_shape)
+    if reuse and present.size == len(flat) and (threads == 1 or len(flat) < 2):
+        # every chunk stored: a small-chunk batch decodes into one new buffer used as the stack
+        buf, segs = fetch(entries)
+        stacked = inner.decode_batch(buf, segs)
+        if stacked is not None:
+            return stacked
+        fetch = _fetched(buf, segs)
     stack = (
         reused_array(shape, inner.stored_dtype, "stack")
         if reuse
@@ -503,6 +510,11 @@ def _decode_each_into(
         return [None] * len(js)
 
     _pool.map_batches(run, list(range(len(todo))), threads)
+
+
+def _fetched(buf: Any, segs: np.ndarray) -> Fetch:
+    """A fetch answering with what was fetched already."""
+    return lambda entries: (buf, segs)
 
 
 _local = threading.local()
