@@ -117,6 +117,22 @@ def test_missing_shards_and_chunks_read_as_the_fill_value() -> None:
     np.testing.assert_array_equal(shardwise.read_array(empty, (slice(1, 6), 3)), np.full(5, -7))
 
 
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_groups_of_a_few_chunks(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards cut into many groups (two inner chunks each), fetched four groups at a time from
+    stores other than local files: every selection still reads back as written."""
+    import shardwise.read
+
+    monkeypatch.setattr(shardwise.read, "GROUP_BYTES", 2 * 4 * 5 * 4)
+    monkeypatch.setattr(shardwise.read, "REMOTE_FETCH_BYTES", 8 * 4 * 5 * 4)
+    store: Any = MemoryStore() if kind == "memory" else LocalStore(tmp_path)
+    data = _small(store)
+    for sel in [Ellipsis, (slice(3, 40), slice(7, 38)), (slice(None, None, -3), 17), (30,)]:
+        np.testing.assert_array_equal(shardwise.read_array(store, sel), data[sel])
+        np.testing.assert_array_equal(shardwise.read_array(store, sel, threads=1), data[sel])
+    np.testing.assert_array_equal(shardwise.open_array(store).compute(), data)
+
+
 @pytest.mark.parametrize(
     ("shape", "dtype", "why"),
     [((45, 37), "float32", "shape"), ((45, 38), "float64", "dtype"), ((45, 38), ">f4", "dtype")],

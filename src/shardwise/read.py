@@ -27,13 +27,15 @@ from . import store as store_module
 from .errors import CorruptShardError
 from .layout import Coord, Region, intersect, shift
 from .metadata import ArrayInfo
-from .shard import MISSING, Fetch, decode_chunks, decode_into, parse_index
+from .shard import MISSING, Fetch, ShardCodec, box_coords, decode_chunks, decode_into, parse_index
 from .store import LocalObject, ShardStore
 
 MAX_GAP = 64 * 1024
 MAX_RANGE = 32 * 1024 * 1024
 # raw bytes of the inner chunks one pool task fetches and decodes at a time (its buffers' size)
 GROUP_BYTES = 1024 * 1024
+# ... fetched at a time from stores other than local files (fewer requests; more memory per thread)
+REMOTE_FETCH_BYTES = 16 * 1024 * 1024
 
 
 def coalesce(
@@ -184,7 +186,11 @@ class ShardReader:
             range(sl.start // c, -(-sl.stop // c))
             for sl, c in zip(local, codec.chunk_shape, strict=True)
         ]
-        groups = split_box(box, codec.inner.raw_nbytes, GROUP_BYTES)
+        raw = codec.inner.raw_nbytes
+        # other stores: fewer, larger requests (each fetched once, decoded group by group)
+        small_fetch = self.store.local_root is not None or steps is not None
+        fetch_bytes = GROUP_BYTES if small_fetch else REMOTE_FETCH_BYTES
+        groups = split_box(box, raw, fetch_bytes)
         key = lay.shard_key(shard)
         full_key = self.store.key(key)
         with self._shard(key) as got:
@@ -194,10 +200,16 @@ class ShardReader:
             index, fetch = got
 
             def run(batch: Sequence[list[range]]) -> list[None]:
-                for gbox in batch:
-                    self._fill_group(
-                        gbox, origin, local, region, steps, out, index, fetch, full_key
+                for fbox in batch:
+                    once = (
+                        fetch
+                        if fetch_bytes == GROUP_BYTES
+                        else _prefetch(codec, index, fbox, fetch)
                     )
+                    for gbox in split_box(fbox, raw, GROUP_BYTES):
+                        self._fill_group(
+                            gbox, origin, local, region, steps, out, index, once, full_key
+                        )
                 return [None] * len(batch)
 
             _pool.map_batches(run, groups, threads)
@@ -346,6 +358,24 @@ def _range_fetch(get_ranges: Callable[[list[tuple[int, int]]], list[bytes]], key
         return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), _segments(where, starts, entries)
 
     return fetch
+
+
+def _prefetch(codec: ShardCodec, index: np.ndarray, box: Sequence[range], fetch: Fetch) -> Fetch:
+    """Fetch the stored chunks of ``box`` now, in one go; the returned fetch serves any subset of
+    them from that buffer."""
+    coords = box_coords(box)
+    entries = index[np.ravel_multi_index(tuple(coords.T), codec.grid)] if box else index[:1]
+    entries = entries[entries[:, 0] != MISSING]
+    if not len(entries):
+        return fetch
+    buf, segs = fetch(entries)
+    order = np.argsort(entries[:, 0], kind="stable")
+    offsets = entries[order, 0]
+
+    def sub(wanted: np.ndarray) -> tuple[Any, np.ndarray]:
+        return buf, segs[order[np.searchsorted(offsets, wanted[:, 0])]]
+
+    return sub
 
 
 def _segments(where: np.ndarray, starts: np.ndarray, entries: np.ndarray) -> np.ndarray:
