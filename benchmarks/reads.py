@@ -10,7 +10,8 @@ Cases (``case`` names):
 * ``ts``         tensorstore ``read()`` of the whole array (the reference);
 * ``direct``     ``shardwise.read_array(root, path="data")``;
 * ``array``      ``shardwise.open_array(root, path="data").compute()`` (threaded scheduler);
-* ``array-whole`` the same with ``chunks=-1`` (one dask chunk: no concatenation);
+* ``array-whole`` the same with ``chunks=-1`` (one dask chunk, still copied once by dask's
+  finalize step);
 * ``engine``     ``xr.open_dataset(root, engine="shardwise")["data"].values`` (no dask);
 * ``engine-dask`` the same with ``chunks={}`` (one dask chunk per shard);
 * ``mean-dask``  ``shardwise.open_array(root, path="data").mean().compute()``.
@@ -162,6 +163,7 @@ def case(args: argparse.Namespace) -> None:
 
     dask.config.set(scheduler="threads")
     before = _rss_mib()
+    c0 = os.times()
     t0 = time.perf_counter()
     mean = None
     if name == "ts":
@@ -187,9 +189,15 @@ def case(args: argparse.Namespace) -> None:
         raise SystemExit(f"unknown case {name!r}")
     t1 = time.perf_counter()
     end = time.time()
+    c1 = os.times()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rec: dict[str, Any] = dict(
-        read_s=t1 - t0, read_end=end, rss_before_mib=before, peak_rss_mib=peak, mean=mean
+        read_s=t1 - t0,
+        read_end=end,
+        cpu_s=(c1.user - c0.user) + (c1.system - c0.system),
+        rss_before_mib=before,
+        peak_rss_mib=peak,
+        mean=mean,
     )
     if out is not None:
         out = np.ascontiguousarray(out)
@@ -240,9 +248,9 @@ def run(args: argparse.Namespace) -> None:
 def table(recs: list[dict[str, Any]]) -> str:
     """Markdown: medians (min-max) per case, ratios to tensorstore's median, peak RSS."""
     lines = [
-        "| workload | case | in-process s | x ts | whole process s | x ts | peak RSS / array "
-        "| RSS growth / array | equal to ts |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | case | in-process s | x ts | whole process s | x ts | CPU s of the read "
+        "| peak RSS / array | RSS growth / array | equal to ts |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for wl in sorted({r["workload"] for r in recs}):
         mine = [r for r in recs if r["workload"] == wl and "error" not in r]
@@ -266,6 +274,8 @@ def table(recs: list[dict[str, Any]]) -> str:
                 * 2**20
                 / nbytes
             )
+            cpus = [r["cpu_s"] for r in rs if "cpu_s" in r]
+            cpu = f"{statistics.median(cpus):.2f}" if cpus else "-"
             if name == "mean-dask":
                 ok = all(abs(r["mean"] - mean) <= 1e-6 * max(1.0, abs(mean)) for r in rs)
             else:
@@ -274,7 +284,7 @@ def table(recs: list[dict[str, Any]]) -> str:
                 f"| {wl} | {name} | {statistics.median(rd):.2f} ({min(rd):.2f}-{max(rd):.2f}) "
                 f"| {statistics.median(rd) / ts_read:.2f} "
                 f"| {statistics.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f}) "
-                f"| {statistics.median(pr) / ts_proc:.2f} | {peak:.2f} | {grow:.2f} "
+                f"| {statistics.median(pr) / ts_proc:.2f} | {cpu} | {peak:.2f} | {grow:.2f} "
                 f"| {'yes' if ok else 'NO'} |"
             )
         errs = [r for r in recs if r["workload"] == wl and "error" in r]
