@@ -57,12 +57,17 @@ def _run_batch[T, R](fn: Callable[[Sequence[T]], list[R]], batch: Sequence[T]) -
 
 
 def map_batches[T, R](
-    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], threads: int | None = None
+    fn: Callable[[Sequence[T]], list[R]],
+    items: Sequence[T],
+    threads: int | None = None,
+    *,
+    batches: int | None = None,
 ) -> list[R]:
     """``fn`` over contiguous batches of ``items`` on the shared pool; results in input order.
 
     ``fn`` takes a batch and returns one result per item. Calls from inside the pool (nested
-    shards) and ``threads=1`` run inline in the calling thread.
+    shards) and ``threads=1`` run inline in the calling thread. ``batches``: how many batches
+    (default four per thread; more balance uneven items better).
     """
     n = len(items)
     size = pool_size() if threads is None else max(1, threads)
@@ -70,7 +75,7 @@ def map_batches[T, R](
         return []
     if size == 1 or n == 1 or getattr(_in_pool, "active", False):
         return fn(items)
-    nbatch = min(n, size * 4)
+    nbatch = min(n, batches or size * 4)
     bounds = [n * i // nbatch for i in range(nbatch + 1)]
     pool = _executor(size)
     futures = [pool.submit(_run_batch, fn, items[a:b]) for a, b in itertools.pairwise(bounds)]

@@ -157,7 +157,8 @@ class ShardReader:
                     self._fill_shard(shard, region, steps, out, threads=1)
                 return [None] * len(batch)
 
-            _pool.map_batches(run, shards, self.threads)
+            # one shard per batch: a thread slowed down holds up at most one shard
+            _pool.map_batches(run, shards, self.threads, batches=len(shards))
             return
         for shard in shards:
             self._fill_shard(shard, region, steps, out, threads=self.threads)
