@@ -78,6 +78,17 @@ def test_read_array_equals_zarr_python(case: Any, data: st.DataObject, fresh_dir
     assert_bit_equal(shardwise.read_array(str(local.root)), want, "whole array by path")
 
 
+@pytest.mark.filterwarnings("ignore:Combining a `sharding_indexed` codec")
+@given(case=cases(index_codecs=False, max_ndim=3, nested=True), data=st.data())
+@examples(10)
+def test_read_array_nested_sharding(case: Any, data: st.DataObject) -> None:
+    """Inner chunks that are themselves sharded decode through the same path."""
+    store = MemoryStore()
+    arr = _zarr_write(store, case)
+    sel = data.draw(any_selections(case.geometry.shape), label="selection")
+    assert_bit_equal(shardwise.read_array(store, sel), np.asarray(arr[...])[sel], "nested")
+
+
 @given(case=cases(max_ndim=3), data=st.data())
 @examples(15)
 def test_read_array_into_out(case: Any, data: st.DataObject) -> None:
@@ -290,20 +301,29 @@ _MEASURE = textwrap.dedent(
     import json, sys, tracemalloc
     import numpy as np
     import shardwise
+    from shardwise.api import open_reader
     tracemalloc.start()
-    out = shardwise.read_array(sys.argv[1], threads=2)
+    if sys.argv[2] == "array":
+        out = shardwise.read_array(sys.argv[1], threads=2)
+    else:  # what one dask task of open_array does: read one shard-sized block
+        reader = open_reader(sys.argv[1], threads=2)
+        out = reader[0:1024, 0:1024]
     _, peak = tracemalloc.get_traced_memory()
     print(json.dumps({"peak": peak, "nbytes": out.nbytes, "sum": float(out.sum(dtype="f8"))}))
     """
 )
 
 
-def _peak(path: str) -> dict[str, Any]:
+def _peak(path: str, what: str = "array") -> dict[str, Any]:
     """tracemalloc's peak over read_array in a fresh process (fresh pool threads: their reused
     buffers are allocated, and counted, during the read)."""
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     got = subprocess.run(
-        [sys.executable, "-c", _MEASURE, path], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", _MEASURE, path, what],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     result: dict[str, Any] = json.loads(got.stdout)
     return result
@@ -329,6 +349,10 @@ def test_memory_is_the_output_plus_a_bound_whatever_the_shard_size(tmp_path: Pat
     for shard, peak in peaks.items():
         assert peak <= 1.1 * data.nbytes + fixed, (shard, peak / data.nbytes)
     assert abs(peaks[256] - peaks[4096]) <= fixed, peaks
+    # one dask block of a 64 MiB shard (a 4 MiB block of it): the block, no shard-sized buffer
+    block = _peak(str(tmp_path / "s4096"), "block")
+    assert block["sum"] == float(data[:1024, :1024].sum(dtype="f8"))
+    assert block["peak"] <= 1.1 * block["nbytes"] + fixed, block["peak"] / block["nbytes"]
 
 
 # -- the pool -------------------------------------------------------------------------------------
