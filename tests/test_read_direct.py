@@ -381,3 +381,43 @@ def test_pool_size_on_a_worker_is_its_thread_count(client: Any) -> None:
     from shardwise._pool import pool_size
 
     assert client.submit(pool_size, pure=False).result() == 1  # workers of one thread each
+
+
+def test_a_failing_batch_waits_for_the_others_before_raising() -> None:
+    """When one batch fails, map_batches lets the batches already running finish before it
+    raises: a reader's open file (closed on the way out, its number then reused) is never read
+    by a batch still at work."""
+    import threading
+    import time
+
+    from shardwise._pool import map_batches
+
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def fn(batch: Any) -> list[None]:
+        if batch[0] == 0:
+            assert started.wait(60), "the other batch never started"
+            raise CorruptShardError("c/0", "bad")
+        started.set()
+        assert release.wait(60)
+        finished.append("other batch")
+        return [None]
+
+    raised: list[list[str]] = []
+
+    def call() -> None:
+        try:
+            map_batches(fn, [0, 1], threads=2)
+        except CorruptShardError:
+            raised.append(list(finished))
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert started.wait(60)
+    deadline = time.monotonic() + 3  # give a premature raise the time to happen
+    while not raised and time.monotonic() < deadline:
+        caller.join(0.05)
+    release.set()
+    caller.join(60)
+    assert raised == [["other batch"]], "raised before the running batch had finished"

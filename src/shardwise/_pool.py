@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -80,6 +80,14 @@ def map_batches[T, R](
     pool = _executor(size)
     futures = [pool.submit(_run_batch, fn, items[a:b]) for a, b in itertools.pairwise(bounds)]
     out: list[R] = []
-    for f in futures:
-        out.extend(f.result())
+    try:
+        for f in futures:
+            out.extend(f.result())
+    except BaseException:
+        # let the other batches finish (or never start) before the caller unwinds: they may use
+        # what it holds open, e.g. a file descriptor closed (and its number reused) on the way out
+        for f in futures:
+            f.cancel()
+        wait(futures)
+        raise
     return out

@@ -202,11 +202,7 @@ class ShardReader:
 
             def run(batch: Sequence[list[range]]) -> list[None]:
                 for fbox in batch:
-                    once = (
-                        fetch
-                        if fetch_bytes == GROUP_BYTES
-                        else _prefetch(codec, index, fbox, fetch)
-                    )
+                    once = fetch if small_fetch else _prefetch(codec, index, fbox, fetch)
                     for gbox in split_box(fbox, raw, GROUP_BYTES):
                         self._fill_group(
                             gbox, origin, local, region, steps, out, index, once, full_key
