@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import OutputError, SelectionError
 from .layout import Region
-from .read import ShardReader
+from .read import ShardReader, new_array
 
 __all__ = ["Selection", "parse_selection", "read_array", "read_selection"]
 
@@ -119,7 +119,7 @@ def read_selection(
     """``array[selection]`` of the array ``reader`` reads, into ``out`` or a new array."""
     sel = parse_selection(selection, reader.shape)
     if out is None:
-        out = np.empty(sel.shape, dtype=reader.dtype)
+        out = new_array(sel.shape, reader.dtype)
     else:
         check_out(out, sel.shape, reader.dtype)
     if out.size:
