@@ -459,3 +459,52 @@ def test_outputs_are_not_advised_into_huge_pages(tmp_path: Path) -> None:
     assert _thp_eligible(again.ctypes.data + again.nbytes // 2), (
         "numpy's huge-page advice must be restored"
     )
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_new_arrays_after_a_fork_while_another_thread_held_the_switch() -> None:
+    """A child forked while another thread was allocating an output gets a free lock and numpy's
+    huge-page setting back (it would otherwise wait forever, or keep the setting off)."""
+    import threading
+    import time
+
+    import shardwise.read as R
+
+    switch = R._hugepage_switch()
+    if switch is None:
+        pytest.skip("this numpy has no huge-page switch")
+    held, go = threading.Event(), threading.Event()
+
+    def allocate_slowly() -> None:  # new_array, stopped half-way
+        with R._advice_lock:
+            R._advice_saved[0] = switch(False)
+            held.set()
+            go.wait(60)
+            switch(bool(R._advice_saved[0]))
+            R._advice_saved[0] = None
+
+    thread = threading.Thread(target=allocate_slowly)
+    thread.start()
+    assert held.wait(60)
+    pid = os.fork()
+    if pid == 0:  # the child: allocate, then report whether numpy's advice is on again
+        code = 3
+        try:
+            R.new_array((2048, 1024), np.dtype("float32"))
+            code = 0 if switch(True) else 2
+        finally:
+            os._exit(code)
+    go.set()
+    thread.join()
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child is stuck on the lock it inherited")
+        time.sleep(0.05)  # polling the child's state, with a generous deadline
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -439,11 +439,29 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
     if switch is None:
         return np.empty(shape, dtype)
     with _advice_lock:
-        before = switch(False)
+        before = _advice_saved[0] = switch(False)
         try:
             return np.empty(shape, dtype)
         finally:
             switch(before)
+            _advice_saved[0] = None
+
+
+# a fork while another thread held the switch: the child gets a free lock and numpy's setting back
+_advice_saved: list[bool | None] = [None]
+
+
+def _after_fork_in_child() -> None:
+    global _advice_lock
+    _advice_lock = threading.Lock()
+    switch = _hugepage_switch()
+    if _advice_saved[0] is not None and switch is not None:
+        switch(_advice_saved[0])
+    _advice_saved[0] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def split_box(box: Sequence[range], chunk_nbytes: int, budget: int) -> list[list[range]]:
