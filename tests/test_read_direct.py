@@ -355,6 +355,57 @@ def test_memory_is_the_output_plus_a_bound_whatever_the_shard_size(tmp_path: Pat
     assert block["peak"] <= 1.1 * block["nbytes"] + fixed, block["peak"] / block["nbytes"]
 
 
+# -- open_array's compute --------------------------------------------------------------------------
+
+
+@given(case=cases(max_ndim=3), data=st.data())
+@examples(15)
+def test_open_array_compute_assembles_every_chunking(case: Any, data: st.DataObject) -> None:
+    """open_array(...).compute() puts every block in its place, for any dask chunking; what
+    other operations build from it is plain dask."""
+    import dask
+    import dask.array as da
+
+    from shardwise.assemble import ShardArray
+    from strategies import dask_chunkings
+
+    store = MemoryStore()
+    arr = _zarr_write(store, case)
+    want = np.asarray(arr[...])
+    chunks = data.draw(dask_chunkings(case.geometry), label="dask chunks")
+    lazy = shardwise.open_array(store, chunks=chunks)
+    assert isinstance(lazy, ShardArray) and isinstance(lazy, da.Array)
+    with dask.config.set(scheduler="threads"):
+        assert_bit_equal(lazy.compute(), want, "compute")
+        (got,) = dask.compute(lazy)
+        assert_bit_equal(got, want, "dask.compute")
+        assert type(lazy.map_blocks(np.asarray)) is da.Array
+        if case.dtype.kind in "iuf":
+            np.testing.assert_array_equal((lazy * 1).compute(), want * 1)
+
+
+def test_one_block_is_returned_without_a_copy(tmp_path: Path) -> None:
+    import tracemalloc
+
+    data = np.arange(1024 * 2048, dtype="float32").reshape(1024, 2048)  # 8 MiB
+    shardwise.write_array(data, str(tmp_path), chunks=(64, 64), shards=(512, 512))
+    lazy = shardwise.open_array(str(tmp_path), chunks=-1)
+    tracemalloc.start()
+    got = lazy.compute(scheduler="threads")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    np.testing.assert_array_equal(got, data)
+    assert peak <= 1.5 * data.nbytes, peak / data.nbytes  # dask's own finalize copies: 2x
+
+
+def test_assembly_on_a_cluster(client: Any, tmp_path: Path) -> None:
+    data = np.random.default_rng(4).normal(size=(96, 80)).astype("float32")
+    shardwise.write_array(data, str(tmp_path), chunks=(8, 8), shards=(32, 40))
+    lazy = shardwise.open_array(str(tmp_path))
+    np.testing.assert_array_equal(client.compute(lazy).result(), data)
+    np.testing.assert_array_equal(lazy.compute(scheduler=client.get), data)
+
+
 # -- the pool -------------------------------------------------------------------------------------
 
 
@@ -455,6 +506,9 @@ def test_outputs_are_not_advised_into_huge_pages(tmp_path: Path) -> None:
     assert _thp_eligible(got.ctypes.data + got.nbytes // 2) is False
     block = shardwise.open_array(str(tmp_path)).blocks[0, 0].compute(scheduler="sync")
     np.testing.assert_array_equal(block, data[:512])
+    whole = shardwise.open_array(str(tmp_path)).compute(scheduler="threads")
+    np.testing.assert_array_equal(whole, data)
+    assert _thp_eligible(whole.ctypes.data + whole.nbytes // 2) is False
     again = np.empty(data.shape, data.dtype)
     assert _thp_eligible(again.ctypes.data + again.nbytes // 2), (
         "numpy's huge-page advice must be restored"
