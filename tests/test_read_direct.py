@@ -523,7 +523,7 @@ def test_new_arrays_after_a_fork_while_another_thread_held_the_switch() -> None:
     import threading
     import time
 
-    import shardwise.read as R
+    import shardwise.memory as R
 
     switch = R._hugepage_switch()
     if switch is None:

@@ -2,7 +2,7 @@
 
 dask assembles a computed array with one single-threaded copy of every block into a new array
 (numpy's, advised into huge pages), and copies even a lone block. ``ShardArray`` differs in that
-step only: the output is allocated in ordinary pages (see :func:`shardwise.read.new_array`), the
+step only: the output is allocated in ordinary pages (see :func:`shardwise.memory.new_array`), the
 blocks are copied into it on the shared pool, and a lone block (which the read task allocated
 for this result alone) is returned as it is. Every other operation gives plain dask arrays.
 """
@@ -17,7 +17,7 @@ import dask.array as da
 import numpy as np
 
 from . import _pool
-from .read import new_array
+from .memory import new_array
 
 
 class ShardArray(da.Array):  # type: ignore[misc]

@@ -18,7 +18,8 @@ import numpy as np
 
 from .errors import OutputError, SelectionError
 from .layout import Region
-from .read import ShardReader, new_array
+from .memory import new_array
+from .read import ShardReader
 
 __all__ = ["Selection", "parse_selection", "read_array", "read_selection"]
 

@@ -12,75 +12,30 @@ value.
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import math
-import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from . import _pool
-from . import store as store_module
-from .errors import CorruptShardError
+from .fetch import MAX_GAP as MAX_GAP
+from .fetch import MAX_RANGE as MAX_RANGE
+from .fetch import coalesce as coalesce
+from .fetch import local_fetch, prefetch, range_fetch
 from .layout import Coord, Region, intersect, shift
+from .memory import new_array
 from .metadata import ArrayInfo
-from .shard import MISSING, Fetch, ShardCodec, box_coords, decode_chunks, decode_into, parse_index
-from .store import LocalObject, ShardStore
+from .shard import MISSING, Fetch, decode_chunks, decode_into, parse_index
+from .store import ShardStore
 
-MAX_GAP = 64 * 1024
-MAX_RANGE = 32 * 1024 * 1024
 # raw bytes of the inner chunks one pool task fetches and decodes at a time (its buffers' size)
 GROUP_BYTES = 1024 * 1024
 # ... fetched at a time from stores other than local files (fewer requests; more memory per thread)
 REMOTE_FETCH_BYTES = 16 * 1024 * 1024
-
-
-def coalesce(
-    ranges: Sequence[tuple[int, int]], max_gap: int = MAX_GAP, max_len: int = MAX_RANGE
-) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
-    """Merge nearby ``(offset, nbytes)`` ranges.
-
-    Returns the merged ranges and, for each input range, ``(merged index, start, stop)`` within it.
-
-    >>> coalesce([(0, 10), (12, 5), (1000000, 4)], max_gap=8)
-    ([(0, 17), (1000000, 4)], [(0, 0, 10), (0, 12, 17), (1, 0, 4)])
-    """
-    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
-    merged: list[list[int]] = []
-    where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(ranges)
-    for i in order:
-        o, n = ranges[i]
-        if merged:
-            mo, mn = merged[-1]
-            if o >= mo and o - (mo + mn) <= max_gap and o + n - mo <= max_len:
-                merged[-1][1] = max(mn, o + n - mo)
-                where[i] = (len(merged) - 1, o - mo, o - mo + n)
-                continue
-        merged.append([o, n])
-        where[i] = (len(merged) - 1, 0, n)
-    return [(o, n) for o, n in merged], where
-
-
-def _plan_ranges(entries: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """Coalesced ranges for ``(offset, nbytes)`` entries and, per entry, ``(merged index,
-    start)`` within them. Entries in increasing order with small gaps (how shards are usually
-    laid out) take one vectorized step instead of a Python loop per entry."""
-    o, n = entries[:, 0].astype(np.int64), entries[:, 1].astype(np.int64)
-    if len(o):
-        gaps = o[1:] - (o[:-1] + n[:-1])
-        span = int(o[-1] + n[-1] - o[0])
-        if bool(((gaps >= 0) & (gaps <= MAX_GAP)).all()) and span <= MAX_RANGE:
-            where = np.zeros((len(o), 2), dtype=np.int64)
-            where[:, 1] = o - o[0]
-            return [(int(o[0]), span)], where
-    ranges = [(int(a), int(b)) for a, b in zip(o.tolist(), n.tolist(), strict=True)]
-    merged, triples = coalesce(ranges)
-    return merged, np.array([(m, a) for m, a, _ in triples], dtype=np.int64).reshape(-1, 2)
 
 
 @dataclass
@@ -204,7 +159,7 @@ class ShardReader:
 
             def run(batch: Sequence[list[range]]) -> list[None]:
                 for fbox in batch:
-                    once = fetch if small_fetch else _prefetch(codec, index, fbox, fetch)
+                    once = fetch if small_fetch else prefetch(codec, index, fbox, fetch)
                     for gbox in split_box(fbox, raw, GROUP_BYTES):
                         self._fill_group(
                             gbox, origin, local, region, steps, out, index, once, full_key
@@ -298,7 +253,7 @@ class ShardReader:
                     index = self._parse(key, handle.read(start, min(n, handle.size)), handle.size)
                     self._remember(key, handle.version, index)
                 assert isinstance(index, np.ndarray)
-                yield index, _local_fetch(handle, full_key)
+                yield index, local_fetch(handle, full_key)
             return
         if self.store.local_root is not None:
             yield None
@@ -316,7 +271,7 @@ class ShardReader:
             yield None
             return
         assert isinstance(index, np.ndarray)
-        yield index, _range_fetch(lambda ranges: self.store.get_ranges(key, ranges), full_key)
+        yield index, range_fetch(lambda ranges: self.store.get_ranges(key, ranges), full_key)
 
     def decode_chunks(self, shard: Coord, coords: np.ndarray) -> np.ndarray:
         """A stack of the inner chunks ``coords`` (``(n, ndim)``, relative to ``shard``).
@@ -342,126 +297,6 @@ class ShardReader:
                 return None
             mask: np.ndarray = (got[0][:, 0] != MISSING).reshape(self.info.codec.grid)
             return mask
-
-
-def _range_fetch(get_ranges: Callable[[list[tuple[int, int]]], list[bytes]], key: str) -> Fetch:
-    """A fetch for :func:`decode_chunks`: coalesced range reads of the wanted entries."""
-
-    def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
-        merged, where = _plan_ranges(entries)
-        blobs = get_ranges(merged)
-        for (o, n), blob in zip(merged, blobs, strict=True):
-            if len(blob) != n:
-                raise CorruptShardError(key, f"range read at {o} returned {len(blob)} of {n} bytes")
-        starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
-        return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), _segments(where, starts, entries)
-
-    return fetch
-
-
-def _prefetch(codec: ShardCodec, index: np.ndarray, box: Sequence[range], fetch: Fetch) -> Fetch:
-    """Fetch the stored chunks of ``box`` now, in one go; the returned fetch serves any subset of
-    them from that buffer."""
-    coords = box_coords(box)
-    entries = index[np.ravel_multi_index(tuple(coords.T), codec.grid)] if box else index[:1]
-    entries = entries[entries[:, 0] != MISSING]
-    if not len(entries):
-        return fetch
-    buf, segs = fetch(entries)
-    order = np.argsort(entries[:, 0], kind="stable")
-    offsets = entries[order, 0]
-
-    def sub(wanted: np.ndarray) -> tuple[Any, np.ndarray]:
-        return buf, segs[order[np.searchsorted(offsets, wanted[:, 0])]]
-
-    return sub
-
-
-def _segments(where: np.ndarray, starts: np.ndarray, entries: np.ndarray) -> np.ndarray:
-    """``(offset, nbytes)`` of each entry in the fetched buffer (merged ranges laid end to end
-    from ``starts``)."""
-    segs = np.empty((len(entries), 2), dtype=np.uint64)
-    segs[:, 0] = starts.astype(np.int64)[where[:, 0]] + where[:, 1]
-    segs[:, 1] = entries[:, 1]
-    return segs
-
-
-def _local_fetch(handle: LocalObject, key: str) -> Fetch:
-    """A fetch reading coalesced ranges of a local file into the calling thread's reused buffer
-    (valid until that thread's next fetch; the decoders consume it before)."""
-
-    def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
-        merged, where = _plan_ranges(entries)
-        total = sum(n for _, n in merged)
-        if total > store_module.SCRATCH_MAX:
-            buf = memoryview(bytearray(total))
-        else:
-            buf = store_module.scratch(total)
-        starts, pos = [], 0
-        for o, n in merged:
-            got = 0
-            while got < n:
-                k = os.preadv(handle.fd, [buf[pos + got : pos + n]], o + got)
-                if k == 0:
-                    raise CorruptShardError(key, f"range read at {o} returned {got} of {n} bytes")
-                got += k
-            starts.append(pos)
-            pos += n
-        return buf, _segments(where, np.asarray(starts), entries)
-
-    return fetch
-
-
-_advice_lock = threading.Lock()
-
-
-@functools.cache
-def _hugepage_switch() -> Callable[[bool], bool] | None:
-    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        with contextlib.suppress(ImportError):
-            switch = getattr(importlib.import_module(name), "_set_madvise_hugepage", None)
-            if switch is not None:
-                return switch  # type: ignore[no-any-return]
-    return None
-
-
-def new_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-    """``np.empty(shape, dtype)`` in ordinary pages.
-
-    numpy advises the kernel to back large arrays with transparent huge pages. A huge page must be
-    found (and zeroed) on first touch, and on virtual machines whose memory is backed lazily that
-    often costs far more than the 4 KiB pages it saves faults for: filling a fresh 1 GiB array
-    took 0.15-2.5 s of system time with the advice and a steady 0.5 s without, and a 256 MiB read
-    0.5-0.8 s against 0.25-0.28 s. Readers fill every byte of the output once, so they skip it.
-    """
-    nbytes = math.prod(shape) * dtype.itemsize
-    switch = _hugepage_switch() if nbytes >= 4 * 2**20 else None
-    if switch is None:
-        return np.empty(shape, dtype)
-    with _advice_lock:
-        before = _advice_saved[0] = switch(False)
-        try:
-            return np.empty(shape, dtype)
-        finally:
-            switch(before)
-            _advice_saved[0] = None
-
-
-# a fork while another thread held the switch: the child gets a free lock and numpy's setting back
-_advice_saved: list[bool | None] = [None]
-
-
-def _after_fork_in_child() -> None:
-    global _advice_lock
-    _advice_lock = threading.Lock()
-    switch = _hugepage_switch()
-    if _advice_saved[0] is not None and switch is not None:
-        switch(_advice_saved[0])
-    _advice_saved[0] = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def split_box(box: Sequence[range], chunk_nbytes: int, budget: int) -> list[list[range]]:
