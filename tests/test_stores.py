@@ -306,8 +306,9 @@ def test_unsupported_store_argument() -> None:
 def test_local_whole_shard_reads_with_and_without_the_reused_buffer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scratch_max: int
 ) -> None:
-    """Whole local shards are read into a per-thread buffer reused from shard to shard, or, when
-    larger than SCRATCH_MAX, by ranges on the pool; either way every shard reads back as written."""
+    """Local shards are read by ranges (groups of inner chunks) into a per-thread buffer reused
+    from group to group, or, when a fetch is larger than SCRATCH_MAX, into a fresh buffer; either
+    way every shard reads back as written."""
     import shardwise.store
 
     monkeypatch.setattr(shardwise.store, "SCRATCH_MAX", scratch_max)

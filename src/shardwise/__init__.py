@@ -1,14 +1,18 @@
 """shardwise: parallel, shard-safe writes and shard-aligned reads of Zarr v3 sharded arrays."""
 
+from typing import TYPE_CHECKING, Any
+
 from . import batch
 from .api import open_array, write_array
-from .backend import open_dataset
+from .direct import read_array
 from .errors import (
     ArrayNotFoundError,
     CorruptShardError,
     LeaseHeldError,
     NotAnArrayError,
+    OutputError,
     PlanError,
+    SelectionError,
     ShardConflictError,
     ShardwiseError,
     UnsupportedCodecError,
@@ -16,7 +20,10 @@ from .errors import (
 )
 from .verify import VerifyReport, verify
 from .write import WriteReport
-from .xarray_write import to_zarr
+
+if TYPE_CHECKING:
+    from .backend import open_dataset
+    from .xarray_write import to_zarr
 
 __version__ = "0.1.0"
 
@@ -25,7 +32,9 @@ __all__ = [
     "CorruptShardError",
     "LeaseHeldError",
     "NotAnArrayError",
+    "OutputError",
     "PlanError",
+    "SelectionError",
     "ShardConflictError",
     "ShardwiseError",
     "UnsupportedCodecError",
@@ -35,7 +44,22 @@ __all__ = [
     "batch",
     "open_array",
     "open_dataset",
+    "read_array",
     "to_zarr",
     "verify",
     "write_array",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # the xarray parts load xarray and pandas: import them on first use, so that array reads
+    # and writes do not pay for them
+    if name == "open_dataset":
+        from .backend import open_dataset
+
+        return open_dataset
+    if name == "to_zarr":
+        from .xarray_write import to_zarr
+
+        return to_zarr
+    raise AttributeError(f"module 'shardwise' has no attribute {name!r}")

@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 _lock = threading.Lock()
@@ -78,11 +78,13 @@ def cpu_count() -> int:
 
 def pool_size() -> int:
     """Threads for inner chunks in this process: the dask worker's thread count, else the cores."""
+    # a process that has not imported distributed is no dask worker: do not import it (slow)
+    dist = sys.modules.get("distributed")
+    if dist is None:
+        return cpu_count()
     try:
-        from distributed import get_worker
-
-        return max(1, int(get_worker().state.nthreads))
-    except (ImportError, ValueError, AttributeError):
+        return max(1, int(dist.get_worker().state.nthreads))
+    except (ValueError, AttributeError):
         return cpu_count()
 
 
@@ -104,12 +106,17 @@ def _run_batch[T, R](fn: Callable[[Sequence[T]], list[R]], batch: Sequence[T]) -
 
 
 def map_batches[T, R](
-    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], threads: int | None = None
+    fn: Callable[[Sequence[T]], list[R]],
+    items: Sequence[T],
+    threads: int | None = None,
+    *,
+    batches: int | None = None,
 ) -> list[R]:
     """``fn`` over contiguous batches of ``items`` on the shared pool; results in input order.
 
     ``fn`` takes a batch and returns one result per item. Calls from inside the pool (nested
-    shards) and ``threads=1`` run inline in the calling thread.
+    shards) and ``threads=1`` run inline in the calling thread. ``batches``: how many batches
+    (default four per thread; more balance uneven items better).
     """
     n = len(items)
     size = pool_size() if threads is None else max(1, threads)
@@ -117,11 +124,19 @@ def map_batches[T, R](
         return []
     if size == 1 or n == 1 or getattr(_in_pool, "active", False):
         return fn(items)
-    nbatch = min(n, size * 4)
+    nbatch = min(n, batches or size * 4)
     bounds = [n * i // nbatch for i in range(nbatch + 1)]
     pool = _executor(size)
     futures = [pool.submit(_run_batch, fn, items[a:b]) for a, b in itertools.pairwise(bounds)]
     out: list[R] = []
-    for f in futures:
-        out.extend(f.result())
+    try:
+        for f in futures:
+            out.extend(f.result())
+    except BaseException:
+        # let the other batches finish (or never start) before the caller unwinds: they may use
+        # what it holds open, e.g. a file descriptor closed (and its number reused) on the way out
+        for f in futures:
+            f.cancel()
+        wait(futures)
+        raise
     return out

@@ -429,6 +429,9 @@ def open_array(
 ) -> Any:
     """A lazy dask array over a sharded Zarr v3 array; chunks default to the shard shape.
 
+    Its ``compute()`` assembles the blocks into one output on the pool (see
+    :mod:`shardwise.assemble`); for a full load into memory :func:`read_array` needs no blocks.
+
     Reads of part of a shard fetch its index, then only the inner chunks needed. On local files
     validated indexes are cached (checked against the file's identity, so rewrites are seen);
     on other stores ``cache_indexes=True`` caches them too, for arrays not rewritten while open.
@@ -446,7 +449,7 @@ def open_array(
     if chunks is None:
         chunks = lay.shard_shape
     name = f"shardwise-read-{_token(reader)}"
-    return da.from_array(
+    arr = da.from_array(
         reader,
         chunks=chunks,
         name=name,
@@ -455,6 +458,9 @@ def open_array(
         fancy=False,
         meta=np.empty((0,) * lay.ndim, dtype=reader.dtype),
     )
+    from .assemble import as_shard_array
+
+    return as_shard_array(arr)
 
 
 def open_reader(

@@ -29,6 +29,7 @@ from xarray.backends.store import StoreBackendEntrypoint
 from xarray.backends.zarr import ZarrStore
 from xarray.core import indexing
 
+from .direct import read_selection
 from .errors import UnsupportedCodecError
 from .gather import read_outer, read_vectorized
 from .metadata import info_from_metadata
@@ -59,6 +60,9 @@ class ShardwiseBackendArray(BackendArray):
         return value
 
     def _basic(self, key: tuple[Any, ...]) -> np.ndarray:
+        if all(isinstance(k, slice | int | np.integer) for k in key):
+            # ints and slices: straight into one new array (read_array's path, no dask)
+            return self._finish(read_selection(self.reader, key))
         return self._finish(read_outer(self.reader, key))
 
     def _vectorized(self, key: tuple[Any, ...]) -> np.ndarray:

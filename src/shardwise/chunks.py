@@ -241,6 +241,26 @@ class ChunkCodec:
             except ValueError as e:
                 raise ChunkDecodeError(j, str(e)) from None
 
+    def decode_batch(self, buf: Any, segs: np.ndarray) -> np.ndarray | None:
+        """Small zstd chunks at ``segs`` of ``buf`` decoded in one GIL-free call, as a new
+        read-only stack; None when the chain or the sizes do not allow it, or a chunk is bad
+        (then :meth:`decode_rows` finds and names it)."""
+        zstd = self._zstd_first
+        if zstd is None or len(segs) < 2 or self.raw_nbytes >= SMALL_CHUNK:
+            return None
+        try:
+            frames, fsegs = buf, segs
+            if len(self.bytes_codecs) > 1:
+                frames, fsegs = self._outer_decode(buf, segs)
+            values = zstd.multi_decode(frames, fsegs, self.raw_nbytes)
+        except ValueError:
+            return None
+        joined = b"".join(values)
+        if len(joined) != len(segs) * self.raw_nbytes:
+            return None
+        flat = np.frombuffer(joined, dtype=self.stored_dtype)
+        return flat.reshape(len(segs), *self.stored_shape)
+
     def _outer_decode(self, buf: Any, segs: np.ndarray) -> tuple[bytes, np.ndarray]:
         """Undo the codecs after zstd for each chunk; the zstd frames joined, and their segments."""
         mv = memoryview(buf)

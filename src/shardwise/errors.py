@@ -7,7 +7,9 @@ __all__ = [
     "CorruptShardError",
     "LeaseHeldError",
     "NotAnArrayError",
+    "OutputError",
     "PlanError",
+    "SelectionError",
     "ShardConflictError",
     "ShardwiseError",
     "UnsupportedCodecError",
@@ -62,6 +64,14 @@ class NotAnArrayError(ShardwiseError, ValueError):
 
 class PlanError(ShardwiseError, ValueError):
     """A write was refused before anything was written (bad arguments, misaligned region, ...)."""
+
+
+class SelectionError(ShardwiseError, IndexError):
+    """A read selection shardwise cannot take: not basic indexing, or out of bounds."""
+
+
+class OutputError(ShardwiseError, ValueError):
+    """The ``out=`` array of a read does not fit the selection (shape, dtype or not writeable)."""
 
 
 class LeaseHeldError(ShardwiseError, RuntimeError):

@@ -1,37 +1,42 @@
-"""Read sharded arrays: shard-aligned, range reads of only the inner chunks a selection needs.
+"""Read sharded arrays: only the inner chunks a selection needs, decoded into their place.
 
-``ShardReader`` is the engine under :func:`shardwise.open_array` and the xarray backend. For each
-shard a selection touches it reads
-
-* the whole object in one request when the selection needs every inner chunk of the shard;
-* otherwise the shard index with one request (a suffix request when the index is at the end; the
-  validated index is cached per reader), then the needed inner chunks as coalesced byte ranges.
-
-Inner chunks are decoded in parallel on the shared pool. Missing shards and missing inner chunks
-read as the fill value.
+``ShardReader`` is the engine under :func:`shardwise.read_array`, :func:`shardwise.open_array`
+and the xarray backend. For each shard a selection touches it reads the shard index once (a
+suffix request when the index is at the end; validated indexes are cached), then cuts the needed
+inner chunks into groups of at most ``GROUP_BYTES`` raw bytes; a pool thread fetches each
+group's chunks as coalesced byte ranges (local files: into a buffer the thread reuses) and
+decodes them straight into the output. Missing shards and missing inner chunks read as the fill
+value.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import store as store_module
+from . import _pool
 from ._pool import on_fork
-from .errors import CorruptShardError
+from .fetch import MAX_GAP as MAX_GAP
+from .fetch import MAX_RANGE as MAX_RANGE
+from .fetch import coalesce as coalesce
+from .fetch import local_fetch, prefetch, range_fetch
 from .layout import Coord, Region, intersect, shift
+from .memory import new_array
 from .metadata import ArrayInfo
-from .shard import MISSING, Fetch, decode_chunks, decode_into, index_slice, parse_index
+from .shard import MISSING, Fetch, decode_chunks, decode_into, parse_index
 from .store import ShardStore
 
-MAX_GAP = 64 * 1024
-MAX_RANGE = 32 * 1024 * 1024
+# raw bytes of the inner chunks one pool task fetches and decodes at a time (its buffers' size)
+GROUP_BYTES = 1024 * 1024
+# ... fetched at a time from stores other than local files (fewer requests; more memory per thread)
+REMOTE_FETCH_BYTES = 16 * 1024 * 1024
 
 # bumped in a child started with fork: a reader's lock from before the fork may be held by a
 # thread the child does not have, so a reader takes a new one (its cached indexes stay valid:
@@ -45,32 +50,6 @@ def _forked() -> None:
 
 
 on_fork(_forked)
-
-
-def coalesce(
-    ranges: Sequence[tuple[int, int]], max_gap: int = MAX_GAP, max_len: int = MAX_RANGE
-) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
-    """Merge nearby ``(offset, nbytes)`` ranges.
-
-    Returns the merged ranges and, for each input range, ``(merged index, start, stop)`` within it.
-
-    >>> coalesce([(0, 10), (12, 5), (1000000, 4)], max_gap=8)
-    ([(0, 17), (1000000, 4)], [(0, 0, 10), (0, 12, 17), (1, 0, 4)])
-    """
-    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
-    merged: list[list[int]] = []
-    where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(ranges)
-    for i in order:
-        o, n = ranges[i]
-        if merged:
-            mo, mn = merged[-1]
-            if o >= mo and o - (mo + mn) <= max_gap and o + n - mo <= max_len:
-                merged[-1][1] = max(mn, o + n - mo)
-                where[i] = (len(merged) - 1, o - mo, o - mo + n)
-                continue
-        merged.append([o, n])
-        where[i] = (len(merged) - 1, 0, n)
-    return [(o, n) for o, n in merged], where
 
 
 @dataclass
@@ -134,11 +113,128 @@ class ShardReader:
 
     def read(self, region: Region) -> np.ndarray:
         """The array values in ``region`` (slices with step 1)."""
-        lay = self.info.layout
-        out = np.empty(tuple(s.stop - s.start for s in region), dtype=self.dtype)
-        for shard in lay.shards_touching(region):
-            self.read_shard_into(shard, region, out)
+        out = new_array(tuple(s.stop - s.start for s in region), self.dtype)
+        self.read_into(region, out)
         return out
+
+    def read_into(
+        self, region: Region, out: np.ndarray, steps: Sequence[int] | None = None
+    ) -> None:
+        """Fill ``out`` with ``array[region]`` taken every ``steps`` (default 1) along each axis.
+
+        ``region`` holds step-1 slices inside the array starting at the first selected element;
+        ``out`` has one element per selected position. Every inner chunk is decoded into its place
+        in ``out`` (through a per-thread buffer when it is not a contiguous run of ``out``); the
+        work is cut into groups of whole inner chunks of at most ``GROUP_BYTES`` raw bytes, each
+        fetched and decoded by one pool thread into buffers it reuses, so memory beyond ``out``
+        does not grow with the shard size. Many shards run in parallel, one per pool task; a
+        few shards run one after another, their groups in parallel.
+        """
+        steps = None if steps is None or all(k == 1 for k in steps) else tuple(steps)
+        shards = list(self.info.layout.shards_touching(region))
+        size = _pool.pool_size() if self.threads is None else max(1, self.threads)
+        if len(shards) >= 2 * size > 2:
+
+            def run(batch: Sequence[Coord]) -> list[None]:
+                for shard in batch:
+                    self._fill_shard(shard, region, steps, out, threads=1)
+                return [None] * len(batch)
+
+            # one shard per batch: a thread slowed down holds up at most one shard
+            _pool.map_batches(run, shards, self.threads, batches=len(shards))
+            return
+        for shard in shards:
+            self._fill_shard(shard, region, steps, out, threads=self.threads)
+
+    def _fill_shard(
+        self,
+        shard: Coord,
+        region: Region,
+        steps: tuple[int, ...] | None,
+        out: np.ndarray,
+        threads: int | None,
+    ) -> None:
+        """The part of ``out`` that lies in ``shard``, group by group on the pool."""
+        lay, codec = self.info.layout, self.info.codec
+        sreg = lay.shard_region(shard)
+        part = intersect(sreg, region)
+        if part is None:
+            return
+        if steps is not None:
+            part = _selected(part, region, steps)
+            if part is None:
+                return
+        origin = [s.start for s in sreg]
+        local = shift(part, origin)
+        box = [
+            range(sl.start // c, -(-sl.stop // c))
+            for sl, c in zip(local, codec.chunk_shape, strict=True)
+        ]
+        raw = codec.inner.raw_nbytes
+        # other stores: fewer, larger requests (each fetched once, decoded group by group)
+        small_fetch = self.store.local_root is not None or steps is not None
+        fetch_bytes = GROUP_BYTES if small_fetch else REMOTE_FETCH_BYTES
+        groups = split_box(box, raw, fetch_bytes)
+        key = lay.shard_key(shard)
+        full_key = self.store.key(key)
+        with self._shard(key) as got:
+            if got is None:
+                out[_dest(part, region, steps)] = self.info.fill_value
+                return
+            index, fetch = got
+
+            def run(batch: Sequence[list[range]]) -> list[None]:
+                for fbox in batch:
+                    once = fetch if small_fetch else prefetch(codec, index, fbox, fetch)
+                    for gbox in split_box(fbox, raw, GROUP_BYTES):
+                        self._fill_group(
+                            gbox, origin, local, region, steps, out, index, once, full_key
+                        )
+                return [None] * len(batch)
+
+            _pool.map_batches(run, groups, threads)
+
+    def _fill_group(
+        self,
+        gbox: list[range],
+        origin: Sequence[int],
+        local: Region,
+        region: Region,
+        steps: tuple[int, ...] | None,
+        out: np.ndarray,
+        index: np.ndarray,
+        fetch: Fetch,
+        key: str,
+    ) -> None:
+        """Decode the inner chunks of ``gbox`` (a box of chunk coordinates of one shard) and
+        place the selected part of them into ``out``."""
+        codec = self.info.codec
+        cs = codec.chunk_shape
+        glocal = tuple(
+            slice(max(sl.start, r.start * c), min(sl.stop, r.stop * c))
+            for sl, r, c in zip(local, gbox, cs, strict=True)
+        )
+        part = tuple(slice(s.start + o, s.stop + o) for s, o in zip(glocal, origin, strict=True))
+        if steps is None:
+            target = out[_dest(part, region, None)] if part else out
+            decode_into(codec, index, gbox, glocal, fetch, key, target, threads=1)
+            return
+        tight = _selected(part, region, steps)
+        if tight is None:
+            return
+        # only the chunks holding selected positions (a step may skip whole chunks)
+        pos = [
+            np.arange(t.start - o, t.stop - o, k)
+            for t, o, k in zip(tight, origin, steps, strict=True)
+        ]
+        need = [np.unique(p // c) for p, c in zip(pos, cs, strict=True)]
+        coords = np.stack(np.meshgrid(*need, indexing="ij"), -1).reshape(-1, len(need))
+        stack = decode_chunks(codec, index, coords, fetch, key, threads=1, reuse=True)
+        block = codec.inner.unstack(stack, [len(u) for u in need])
+        mapped = [
+            np.searchsorted(u, p // c) * c + p % c for u, p, c in zip(need, pos, cs, strict=True)
+        ]
+        out[_dest(tight, region, steps)] = block[np.ix_(*mapped)]
 
     def _cached(self, key: str, version: Any) -> np.ndarray | bool | None:
         """The cached index of ``key`` if it was read from ``version``, else False."""
@@ -162,18 +258,18 @@ class ShardReader:
         )
 
     @contextlib.contextmanager
-    def _shard(
-        self, key: str
-    ) -> Iterator[tuple[np.ndarray, Callable[[list[tuple[int, int]]], list[bytes]]] | None]:
-        """The validated index of shard ``key`` and a range reader over the same version of it.
+    def _shard(self, key: str) -> Iterator[tuple[np.ndarray, Fetch] | None]:
+        """The validated index of shard ``key`` and a fetch over the same version of it.
 
         Local files: the index cache is checked against the open file's identity (inode, size,
-        mtime), so a shard rewritten since is read afresh, never with stale offsets. Other
-        stores: the index is fetched with the data unless ``cache_indexes`` is set (then the
-        array must not be rewritten while this reader is open).
+        mtime), so a shard rewritten since is read afresh, never with stale offsets; ranges are
+        read into the calling thread's reused buffer. Other stores: the index is fetched with the
+        data unless ``cache_indexes`` is set (then the array must not be rewritten while this
+        reader is open).
         """
         codec = self.info.codec
         n = codec.index_nbytes
+        full_key = self.store.key(key)
         handle = self.store.open_local(key) if self.store.local_root is not None else None
         if handle is not None:
             with handle:
@@ -183,7 +279,7 @@ class ShardReader:
                     index = self._parse(key, handle.read(start, min(n, handle.size)), handle.size)
                     self._remember(key, handle.version, index)
                 assert isinstance(index, np.ndarray)
-                yield index, handle.read_ranges
+                yield index, local_fetch(handle, full_key)
             return
         if self.store.local_root is not None:
             yield None
@@ -201,27 +297,7 @@ class ShardReader:
             yield None
             return
         assert isinstance(index, np.ndarray)
-        yield index, lambda ranges: self.store.get_ranges(key, ranges)
-
-    def _range_fetch(
-        self, get_ranges: Callable[[list[tuple[int, int]]], list[bytes]], key: str
-    ) -> Fetch:
-        """A fetch for :func:`decode_chunks`: coalesced range reads of the wanted entries."""
-
-        def fetch(entries: np.ndarray) -> tuple[Any, np.ndarray]:
-            ranges = [(int(o), int(n)) for o, n in entries.tolist()]
-            merged, where = coalesce(ranges)
-            blobs = get_ranges(merged)
-            for (o, n), blob in zip(merged, blobs, strict=True):
-                if len(blob) != n:
-                    raise CorruptShardError(
-                        key, f"range read at {o} returned {len(blob)} of {n} bytes"
-                    )
-            starts = np.cumsum([0, *(len(b) for b in blobs[:-1])])
-            segs = np.array([(starts[m] + a, b - a) for m, a, b in where], dtype=np.uint64)
-            return (blobs[0] if len(blobs) == 1 else b"".join(blobs)), segs.reshape(-1, 2)
-
-        return fetch
+        yield index, range_fetch(lambda ranges: self.store.get_ranges(key, ranges), full_key)
 
     def decode_chunks(self, shard: Coord, coords: np.ndarray) -> np.ndarray:
         """A stack of the inner chunks ``coords`` (``(n, ndim)``, relative to ``shard``).
@@ -237,68 +313,8 @@ class ShardReader:
                 stack = np.empty((len(coords), *inner.stored_shape), dtype=inner.stored_dtype)
                 stack[...] = inner.fill_value
                 return stack
-            index, get_ranges = got
-            fetch = self._range_fetch(get_ranges, self.store.key(name))
+            index, fetch = got
             return decode_chunks(codec, index, coords, fetch, self.store.key(name), self.threads)
-
-    def read_shard_into(self, shard: Coord, region: Region, out: np.ndarray) -> None:
-        """Fill the part of ``out`` (which holds ``region``) that lies in ``shard``."""
-        lay, codec = self.info.layout, self.info.codec
-        sreg = lay.shard_region(shard)
-        part = intersect(sreg, region)
-        if part is None:
-            return
-        origin = [s.start for s in sreg]
-        local = shift(part, origin)
-        box = [
-            range(sl.start // c, -(-sl.stop // c))
-            for sl, c in zip(local, codec.chunk_shape, strict=True)
-        ]
-        dest = shift(part, [s.start for s in region])
-        key = lay.shard_key(shard)
-        full_key = self.store.key(key)
-        whole = all(
-            len(b) == -(-(s.stop - s.start) // c)
-            for b, s, c in zip(box, sreg, codec.chunk_shape, strict=True)
-        )
-        target = out[dest] if dest else out
-        if not whole or self._large_local(key):
-            with self._shard(key) as got:
-                if got is None:
-                    target[...] = self.info.fill_value
-                    return
-                index, get_ranges = got
-                fetch = self._range_fetch(get_ranges, full_key)
-                decode_into(codec, index, box, local, fetch, full_key, target, self.threads)
-            return
-        with self._whole(key) as data:
-            if data is None:
-                target[...] = self.info.fill_value
-                return
-            mv = memoryview(data)
-            index = parse_index(codec, mv[index_slice(codec, len(mv))], len(mv), full_key)
-            decode_into(codec, index, box, local, lambda e: (mv, e), full_key, target, self.threads)
-
-    def _large_local(self, key: str) -> bool:
-        """A local object too large for the reused buffer: read by ranges on the pool instead."""
-        if self.store.local_root is None:
-            return False
-        size = self.store.size(key)
-        return size is not None and size > store_module.SCRATCH_MAX
-
-    @contextlib.contextmanager
-    def _whole(self, key: str) -> Iterator[bytes | memoryview | None]:
-        """The whole object ``key`` (None when missing); local files are read into a buffer the
-        calling thread reuses, valid inside the ``with`` block only."""
-        if self.store.local_root is None:
-            yield self.store.get(key)
-            return
-        handle = self.store.open_local(key)
-        if handle is None:
-            yield None
-            return
-        with handle:
-            yield handle.read_all()
 
     def stored_chunks(self, shard: Coord) -> np.ndarray | None:
         """Boolean grid of the inner chunks stored in ``shard`` (None when the shard is missing)."""
@@ -307,3 +323,49 @@ class ShardReader:
                 return None
             mask: np.ndarray = (got[0][:, 0] != MISSING).reshape(self.info.codec.grid)
             return mask
+
+
+def split_box(box: Sequence[range], chunk_nbytes: int, budget: int) -> list[list[range]]:
+    """Cut a box of inner-chunk coordinates into C-ordered boxes of at most ``budget`` raw
+    bytes (one chunk at least), splitting the leading axes first.
+
+    >>> [[(r.start, r.stop) for r in b] for b in split_box([range(0, 4), range(0, 2)], 10, 40)]
+    [[(0, 2), (0, 2)], [(2, 4), (0, 2)]]
+    >>> len(split_box([range(0, 2), range(0, 4)], 10, 20))
+    4
+    """
+    n = math.prod(len(r) for r in box)
+    if not box or n * chunk_nbytes <= budget:
+        return [list(box)]
+    row = (n // len(box[0])) * chunk_nbytes
+    if row <= budget:
+        k = max(1, budget // row)
+        first = box[0]
+        return [
+            [range(a, min(a + k, first.stop)), *box[1:]] for a in range(first.start, first.stop, k)
+        ]
+    return [
+        [range(a, a + 1), *sub] for a in box[0] for sub in split_box(box[1:], chunk_nbytes, budget)
+    ]
+
+
+def _selected(part: Region, region: Region, steps: Sequence[int]) -> Region | None:
+    """``part`` of ``region`` shrunk to the first and last positions the steps select in it."""
+    out = []
+    for p, r, k in zip(part, region, steps, strict=True):
+        j0 = -(-(p.start - r.start) // k)
+        j1 = -(-(p.stop - r.start) // k)
+        if j1 <= j0:
+            return None
+        out.append(slice(r.start + k * j0, r.start + k * (j1 - 1) + 1))
+    return tuple(out)
+
+
+def _dest(part: Region, region: Region, steps: Sequence[int] | None) -> tuple[slice, ...]:
+    """Where the selected positions of ``part`` land in the output of ``region``."""
+    if steps is None:
+        return shift(part, [s.start for s in region])
+    return tuple(
+        slice(-(-(p.start - r.start) // k), -(-(p.stop - r.start) // k))
+        for p, r, k in zip(part, region, steps, strict=True)
+    )

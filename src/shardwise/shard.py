@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -365,13 +366,15 @@ def decode_chunks(
     fetch: Fetch,
     key: str,
     threads: int | None = None,
+    reuse: bool = False,
 ) -> np.ndarray:
     """Decode the inner chunks at ``coords`` (an ``(n, ndim)`` array of chunk coordinates).
 
     ``fetch`` takes validated ``(offset, nbytes)`` index entries and returns ``(buffer,
     segments)``: a bytes-like object holding them and their ``(offset, nbytes)`` within it.
     Returns a stack of the chunks (see :meth:`ChunkCodec.stack`); empty chunks hold the fill
-    value.
+    value. ``reuse=True``: the stack is the calling thread's reused buffer (or a new read-only
+    one), valid until its next such call (for callers that copy it out at once).
     """
     inner = codec.inner
     if coords.shape[1]:
@@ -380,7 +383,19 @@ def decode_chunks(
         flat = np.zeros(len(coords), dtype=np.intp)
     entries = index[flat]
     present = np.flatnonzero(entries[:, 0] != MISSING)
-    stack = np.empty((len(flat), *inner.stored_shape), dtype=inner.stored_dtype)
+    shape = (len(flat), *inner.stored_shape)
+    if reuse and present.size == len(flat) and (threads == 1 or len(flat) < 2):
+        # every chunk stored: a small-chunk batch decodes into one new buffer used as the stack
+        buf, segs = fetch(entries)
+        stacked = inner.decode_batch(buf, segs)
+        if stacked is not None:
+            return stacked
+        fetch = _fetched(buf, segs)
+    stack = (
+        reused_array(shape, inner.stored_dtype, "stack")
+        if reuse
+        else np.empty(shape, inner.stored_dtype)
+    )
     if present.size < len(flat):
         stack[np.flatnonzero(entries[:, 0] == MISSING)] = inner.fill_value
     if present.size:
@@ -421,7 +436,7 @@ def decode_into(
         return
     size = _pool.pool_size() if threads is None else threads
     if not box or len(box[0]) < 2 or size < 2:
-        stack = decode_chunks(codec, index, box_coords(box), fetch, key, threads)
+        stack = decode_chunks(codec, index, box_coords(box), fetch, key, threads, reuse=True)
         scatter(codec, stack, box, local, out)
         return
     c0 = codec.chunk_shape[0]
@@ -433,7 +448,9 @@ def decode_into(
         for a, b in slabs:
             lo, hi = max(local[0].start, a * c0), min(local[0].stop, b * c0)
             sub_box = [range(a, b), *box[1:]]
-            stack = decode_chunks(codec, index, box_coords(sub_box), fetch, key, threads=1)
+            stack = decode_chunks(
+                codec, index, box_coords(sub_box), fetch, key, threads=1, reuse=True
+            )
             sub_local = (slice(lo, hi), *local[1:])
             o = local[0].start
             scatter(codec, stack, sub_box, sub_local, out[lo - o : hi - o])
@@ -487,7 +504,9 @@ def _decode_each_into(
             try:
                 if inner.decode_to(mv[o : o + n], out[dst]):
                     continue  # decoded in place: a whole chunk, contiguous in the output
-                value = inner.decode(mv[o : o + n])
+                value = reused_array(inner.stored_shape, inner.stored_dtype, "chunk")
+                if not inner.decode_to(mv[o : o + n], value):
+                    value = inner.decode(mv[o : o + n])
             except ValueError as e:
                 raise CorruptShardError(key, f"cannot decode: {e}", chunk=tuple(c)) from None
             if inv is not None:
@@ -496,6 +515,29 @@ def _decode_each_into(
         return [None] * len(js)
 
     _pool.map_batches(run, list(range(len(todo))), threads)
+
+
+def _fetched(buf: Any, segs: np.ndarray) -> Fetch:
+    """A fetch answering with what was fetched already."""
+    return lambda entries: (buf, segs)
+
+
+_local = threading.local()
+REUSED_MAX = 32 * 2**20  # larger buffers are allocated afresh (and freed) each time
+
+
+def reused_array(shape: tuple[int, ...], dtype: np.dtype[Any], name: str) -> np.ndarray:
+    """A per-thread buffer ``name`` as an array of ``shape`` (valid until the thread's next
+    call for ``name``): decoding shard after shard into it costs no fresh pages."""
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    if nbytes > REUSED_MAX or dtype.hasobject or not nbytes:
+        return np.empty(shape, dtype)
+    buf: bytearray | None = getattr(_local, name, None)
+    if buf is None or len(buf) < nbytes:
+        buf = bytearray(nbytes)
+        setattr(_local, name, buf)
+    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
 
 
 def scatter(
