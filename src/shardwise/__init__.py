@@ -1,7 +1,7 @@
 """shardwise: parallel, shard-safe writes and shard-aligned reads of Zarr v3 sharded arrays."""
 
 from . import batch
-from .api import open_array, write_array
+from .api import open_array, plan_write, write_array
 from .backend import open_dataset
 from .errors import (
     CorruptShardError,
@@ -11,6 +11,7 @@ from .errors import (
     UnsupportedCodecError,
     VerifyError,
 )
+from .job import WriteJob
 from .verify import VerifyReport, verify
 from .write import WriteReport
 from .xarray_write import to_zarr
@@ -25,10 +26,12 @@ __all__ = [
     "UnsupportedCodecError",
     "VerifyError",
     "VerifyReport",
+    "WriteJob",
     "WriteReport",
     "batch",
     "open_array",
     "open_dataset",
+    "plan_write",
     "to_zarr",
     "verify",
     "write_array",
