@@ -607,7 +607,7 @@ def build_staged(writer: StagedWriter, source: Any) -> list[Any]:
             b = int(np.searchsorted(e, sl.stop, side="left"))
             sel.append(slice(max(a, 0), b))
         deps = blocks[tuple(sel)].ravel().tolist()
-        name = f"shardwise-assemble-{token}-{'.'.join(map(str, shard))}"
+        name = f"shardwise-write-{token}-{'.'.join(map(str, shard))}"
         out.append(delayed(writer.assemble, pure=False, name=name)(shard, deps))
     return out
 
