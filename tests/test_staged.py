@@ -28,7 +28,15 @@ from zarr.core.buffer import Buffer
 from zarr.storage import MemoryStore, WrapperStore
 
 import shardwise
-from faultkit import BUCKET, files, forkserver, moto_s3, temp_files, torn_shards
+from faultkit import (
+    BUCKET,
+    files,
+    forkserver,
+    moto_s3,
+    record_figures,
+    temp_files,
+    torn_shards,
+)
 from shardwise import PlanError, WriteJob, verify
 from shardwise.job import STREAM_BUFFER
 from shardwise.staged import STAGED
@@ -276,6 +284,16 @@ def test_peak_memory_per_task_does_not_grow_with_the_shard(tmp_path: Path) -> No
             )
         )
     bound = 2 * (block + STREAM_BUFFER)
+    record_figures(
+        "staged-peak-memory",
+        {
+            "block_bytes": block,
+            "staged_peak_8MiB_shards": peaks[(16, 512, 512)],
+            "staged_peak_32MiB_shards": peaks[(64, 512, 512)],
+            "direct_peak_32MiB_shards": direct,
+            "bound": bound,
+        },
+    )
     assert max(peaks.values()) <= bound, (peaks, bound)
     # a 16x larger shard costs no more (staged), and the direct strategy holds several shards
     assert peaks[(64, 512, 512)] <= 1.25 * peaks[(16, 512, 512)], peaks
@@ -417,7 +435,7 @@ def small_workers() -> Iterator[Any]:
 def test_shards_larger_than_a_worker_on_memory_limited_workers(
     small_workers: Any, tmp_path: Path, read_tensorstore: Any
 ) -> None:
-    shape, chunks = (256, 1024, 1024), (16, 512, 1024)  # 512 MiB shard, 16 MiB blocks
+    shape, chunks = (256, 1024, 1024), (64, 128, 1024)  # 512 MiB shard, 16 MiB blocks
     root = tmp_path / "big.zarr"
     kw: dict[str, Any] = dict(chunks=(64, 64, 64), shards=shape, **ZSTD)
     src = generated(shape, chunks)
@@ -428,6 +446,16 @@ def test_shards_larger_than_a_worker_on_memory_limited_workers(
     rep = shardwise.write_array(src, root, **kw)
     assert rep.shards_written == 1
     peak_rss = small_workers.run(_max_rss_bytes)
+    record_figures(
+        "staged-small-workers",
+        {
+            "shard_raw_bytes": 2 * np.prod(shape),
+            "worker_memory_limit": 350 * 2**20,
+            "worker_peak_rss": sorted(peak_rss.values()),
+            "job": repr(job),
+            "seconds": round(rep.seconds, 2),
+        },
+    )
     assert max(peak_rss.values()) < 350 * 2**20
     for lo in range(0, shape[0], 64):
         sl = (slice(lo, lo + 64), slice(None), slice(None))

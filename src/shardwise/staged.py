@@ -149,7 +149,8 @@ class StagedWriter:
         ).astype(np.int64)
         sizes = index[present, 1].astype(np.int64)
         name = self.piece_name(shard, loc)
-        self.store.put(name, enc.parts[:-1])
+        # pieces need no fsync: a resume redoes them all, only the shard objects must last
+        replace(self.store, fsync=False).put(name, enc.parts[:-1])
         rep.chunks_stored = enc.chunks_stored
         rep.chunks_empty = enc.chunks_empty
         rep.seconds = time.perf_counter() - started
@@ -608,7 +609,7 @@ def build_staged(writer: StagedWriter, source: Any) -> list[Any]:
             sel.append(slice(max(a, 0), b))
         deps = blocks[tuple(sel)].ravel().tolist()
         name = f"shardwise-write-{token}-{'.'.join(map(str, shard))}"
-        out.append(delayed(writer.assemble, pure=False, name=name)(shard, deps))
+        out.append(delayed(writer.assemble, pure=False)(shard, deps, dask_key_name=name))
     return out
 
 
