@@ -96,6 +96,22 @@ def default_memory_limit() -> tuple[int, str]:
     On a dask worker, or with a distributed client whose workers run the graph: the smallest
     worker ``memory_limit / nthreads``. Else a share of the machine's available memory per core.
     """
+    import sys
+
+    # no worker and no client can exist in a process that has not imported distributed
+    if "distributed" in sys.modules:
+        found = _distributed_limit()
+        if found is not None:
+            return found
+    import psutil
+
+    from ._pool import cpu_count
+
+    avail = int(psutil.virtual_memory().available * MEMORY_FRACTION)
+    return avail // cpu_count(), f"{MEMORY_FRACTION:.0%} of available memory / cores"
+
+
+def _distributed_limit() -> tuple[int, str] | None:
     try:
         from distributed import get_worker
 
@@ -118,12 +134,7 @@ def default_memory_limit() -> tuple[int, str]:
             return min(shares), "dask workers' memory_limit / nthreads"
     except (ImportError, ValueError, AttributeError, KeyError):
         pass
-    import psutil
-
-    from ._pool import cpu_count
-
-    avail = int(psutil.virtual_memory().available * MEMORY_FRACTION)
-    return avail // cpu_count(), f"{MEMORY_FRACTION:.0%} of available memory / cores"
+    return None
 
 
 @dataclass(frozen=True)
