@@ -204,7 +204,7 @@ def write_array(
         keep, skipped = None, session.done_shards(plan, info.codec)
         if job.strategy == "staged":
             report = _run_staged(
-                job, info, sstore, options, session, data, skipped, compute, progress, resume
+                job, info, sstore, options, session, data, skipped, compute, progress
             )
             if not compute:
                 return report
@@ -266,14 +266,11 @@ def _run_staged(
     skipped: set[Any],
     compute: bool,
     progress: bool,
-    resume: bool,
 ) -> Any:
     from .staged import StagedWriter, remove_staged, run_staged
 
     assert session.marker is not None
     write_id = session.marker.id
-    if resume:  # pieces of the interrupted run are redone (each is cheap to encode again)
-        session.cleaned["staged_pieces"] = remove_staged(sstore, write_id)
     writer = StagedWriter(
         info,
         sstore,
