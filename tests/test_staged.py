@@ -243,6 +243,41 @@ def _keys(store: Store) -> list[str]:
     return sync(go())
 
 
+def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
+    """As when dask reruns a shard task whose worker died after the commit: the record of this
+    write matches the object, so the rerun returns the result without writing again."""
+    from shardwise.api import open_info
+    from shardwise.job import make_job
+    from shardwise.journal import Journal
+    from shardwise.plan import WritePlan
+    from shardwise.staged import StagedWriter
+    from shardwise.store import ShardStore
+    from shardwise.write import WriteOptions
+
+    counts: Counter[str] = Counter()
+    store = CountingStore(MemoryStore(), counts)
+    x = smooth_noise((64, 40))
+    shardwise.write_array(x, store, chunks=(8, 8), shards=(32, 40), fill_value=0)
+    info = open_info(store)
+    plan = WritePlan(info.layout, (slice(0, 64), slice(0, 40)))
+    job = make_job(plan, ((16,) * 4, (40,)), 2, strategy="staged", memory_limit=2**30)
+    sstore = ShardStore(store)
+    codec = info.codec
+    journal = Journal(sstore, "w1", codec.index_nbytes, codec.index_location == "end")
+    writer = StagedWriter(info, sstore, plan, WriteOptions(), job.blocks, "w1", journal)
+    new = x[::-1].copy()
+    receipts = [
+        writer.stage(new[16 * i : 16 * i + 16], {0: {"chunk-location": (i, 0)}}) for i in range(2)
+    ]
+    counts.clear()
+    first = writer.assemble((0, 0), receipts)
+    again = writer.assemble((0, 0), receipts)
+    assert counts["c/0/0"] == 1
+    assert first.shards_written == again.shards_written == 1
+    assert first.bytes_stored == again.bytes_stored
+    np.testing.assert_array_equal(zarr.open_array(store, mode="r")[:32], new[:32])
+
+
 # -- memory: one block plus a buffer, whatever the shard size ------------------------------------
 
 
@@ -443,9 +478,10 @@ def test_shards_larger_than_a_worker_on_memory_limited_workers(
         shardwise.plan_write(src, root, strategy="direct", **kw)
     job = shardwise.plan_write(src, root, **kw)
     assert job.strategy == "staged" and job.peak_per_task < 350 * 2**20 // 2
+    small_workers.run(_start_rss_sampler)
     rep = shardwise.write_array(src, root, **kw)
     assert rep.shards_written == 1
-    peak_rss = small_workers.run(_max_rss_bytes)
+    peak_rss = small_workers.run(_stop_rss_sampler)
     record_figures(
         "staged-small-workers",
         {
@@ -468,7 +504,27 @@ def test_shards_larger_than_a_worker_on_memory_limited_workers(
     assert verify(root).ok and temp_files(root) == []
 
 
-def _max_rss_bytes() -> int:
-    import resource
+def _start_rss_sampler(dask_worker: Any) -> None:
+    """Sample this worker's resident memory every 5 ms until stopped (``ru_maxrss`` would
+    include the peak of the process it was started from)."""
+    import threading
 
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    import psutil
+
+    proc, done = psutil.Process(), threading.Event()
+    peak = [int(proc.memory_info().rss)]
+
+    def loop() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], int(proc.memory_info().rss))
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    dask_worker._test_rss = (done, thread, peak)
+
+
+def _stop_rss_sampler(dask_worker: Any) -> int:
+    done, thread, peak = dask_worker._test_rss
+    done.set()
+    thread.join()
+    return int(peak[0])

@@ -267,6 +267,7 @@ def _run_staged(
     compute: bool,
     progress: bool,
 ) -> Any:
+    from .journal import abort_multipart_uploads
     from .staged import StagedWriter, remove_staged, run_staged
 
     assert session.marker is not None
@@ -287,6 +288,10 @@ def _run_staged(
         session.cleaned["staged_pieces"] = session.cleaned.get("staged_pieces", 0) + (
             remove_staged(sstore, write_id)
         )
+        if session.leased:  # every shard task is done: an upload still open was abandoned
+            session.cleaned["multipart_uploads"] = session.cleaned.get(
+                "multipart_uploads", 0
+            ) + len(abort_multipart_uploads(sstore, session.keys))
         return report
 
     if not compute:

@@ -32,7 +32,7 @@ import numpy as np
 
 from .codecs import crc32c
 from .errors import CorruptShardError
-from .job import PART_BYTES, STREAM_BUFFER, WriteJob
+from .job import PART_BYTES, STREAM_BUFFER
 from .journal import JOURNAL, RECORDS, TEMP, Journal, Record, _s3_client
 from .layout import Coord, Layout, Region, ceildiv, intersect
 from .metadata import ArrayInfo
@@ -239,6 +239,12 @@ class StagedWriter:
         for p in pieces:
             rep = rep + p.report
         rep.keys = []
+        if self._committed(key):
+            # a rerun (the worker died after the commit): the shard is this write's already
+            self._drop(pieces)
+            n = sum(len(p.ids) for p in pieces)
+            used = int(np.prod(lay.chunks_in_array(shard)))
+            return self._done_before(rep, key, used, n, started)
         # (flat id, source name, offset, nbytes) of every chunk the new shard holds
         entries: list[tuple[int, str, int, int]] = []
         for p in pieces:
@@ -283,9 +289,6 @@ class StagedWriter:
             return rep
         missing = [p.name for p in pieces if p.name is not None and self.store.size(p.name) is None]
         if missing:
-            # a rerun of a task that committed already: its pieces are gone, its record is there
-            if self.journal is not None and self.journal.matches(key):
-                return self._done_before(rep, key, used, len(entries), started)
             raise FileNotFoundError(
                 f"staged pieces {missing[:3]} of shard {key!r} are missing: rerun the write with "
                 "resume=True"
@@ -326,6 +329,15 @@ class StagedWriter:
         rep.keys = [key]
         rep.seconds = time.perf_counter() - started
         return rep
+
+    def _committed(self, key: str) -> bool:
+        """True when ``key`` holds the object this write recorded for it (one small get when
+        it does not: no record of this write)."""
+        if self.journal is None:
+            return False
+        raw = self.store.get(RECORDS + key)
+        rec = None if raw is None else Record.from_bytes(raw)
+        return rec is not None and rec.write == self.journal.write_id and self.journal.matches(key)
 
     def _touched(self, shard: Coord) -> np.ndarray:
         """Mask over the shard's chunk grid: chunks the write region touches (rewritten)."""
@@ -637,15 +649,3 @@ def run_staged(
         report = summary.compute()
     report.seconds = time.perf_counter() - started
     return report
-
-
-def job_writer(
-    job: WriteJob,
-    info: ArrayInfo,
-    store: ShardStore,
-    options: WriteOptions,
-    write_id: str,
-    journal: Journal | None,
-    skip: frozenset[Coord],
-) -> StagedWriter:
-    return StagedWriter(info, store, job.plan, options, job.blocks, write_id, journal, skip)
