@@ -3,6 +3,7 @@
 from . import batch
 from .api import open_array, plan_write, write_array
 from .backend import open_dataset
+from .convert import ArrayReport, ConvertReport, convert
 from .errors import (
     CorruptShardError,
     LeaseHeldError,
@@ -19,6 +20,8 @@ from .xarray_write import to_zarr
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArrayReport",
+    "ConvertReport",
     "CorruptShardError",
     "LeaseHeldError",
     "PlanError",
@@ -29,6 +32,7 @@ __all__ = [
     "WriteJob",
     "WriteReport",
     "batch",
+    "convert",
     "open_array",
     "open_dataset",
     "plan_write",

@@ -8,8 +8,9 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def progress_bar(desc: str = "shardwise") -> Iterator[None]:
-    """Show a tqdm bar over the dask tasks computed inside the block (local schedulers)."""
+def progress_bar(desc: str = "shardwise", unit: str = "task") -> Iterator[None]:
+    """Show a tqdm bar over the dask tasks computed inside the block (local schedulers); tasks
+    that return a report with ``bytes_stored`` (one per shard) add their bytes to the bar."""
     from dask.callbacks import Callback
     from tqdm.auto import tqdm
 
@@ -18,10 +19,15 @@ def progress_bar(desc: str = "shardwise") -> Iterator[None]:
             self._bar = tqdm(
                 total=sum(len(state[k]) for k in ("ready", "waiting", "running")),
                 desc=desc,
-                unit="task",
+                unit=unit,
             )
+            self._bytes = 0
 
         def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+            stored = getattr(result, "bytes_stored", None)
+            if isinstance(stored, int) and stored:
+                self._bytes += stored
+                self._bar.set_postfix_str(f"{self._bytes / 1e6:.1f} MB", refresh=False)
             self._bar.update(1)
 
         def _finish(self, dsk: Any, state: Any, errored: bool) -> None:

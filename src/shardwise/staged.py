@@ -361,15 +361,33 @@ class StagedWriter:
         tail: list[bytes],
     ) -> int:
         """Write the shard object atomically from ``head``, ``ranges`` and ``tail``; its crc32c."""
-        if self.store.local_root is not None:
-            return _commit_local(self.store, key, head, ranges, tail)
-        s3 = _s3_client(self.store.store) if total > PART_BYTES else None
-        if s3 is not None:
-            return _commit_multipart(self.store, s3, key, head, ranges, tail)
-        parts: list[Any] = []
-        crc = _stream(self.store, head, ranges, tail, parts.append)
-        self.store.put(key, parts)
-        return crc
+
+        def feed(sink: Callable[[Any], Any]) -> int:
+            return _stream(self.store, head, ranges, tail, sink)
+
+        return commit_shard(self.store, key, feed, total=total)
+
+
+Feed = Callable[[Callable[[Any], Any]], int]
+"""Gives an object's bytes, in order, to the sink it is called with; returns their crc32c."""
+
+
+def commit_shard(store: ShardStore, key: str, feed: Feed, *, total: int | None = None) -> int:
+    """Store the object ``feed`` produces under ``key`` in one atomic commit; its crc32c.
+
+    Local files: a temp file renamed into place. S3: one multipart upload completed once, when
+    the object is larger than one part or its size (``total``) is not known ahead. Elsewhere:
+    joined in memory, one put. Memory stays one buffer whatever the object's size.
+    """
+    if store.local_root is not None:
+        return _commit_local(store, key, feed)
+    s3 = _s3_client(store.store) if total is None or total > PART_BYTES else None
+    if s3 is not None:
+        return _commit_multipart(store, s3, key, feed)
+    parts: list[Any] = []
+    crc = feed(parts.append)
+    store.put(key, parts)
+    return crc
 
 
 def _chunk_span(lay: Layout, shard: Coord, region: Region) -> list[tuple[int, int]]:
@@ -475,13 +493,7 @@ def _buffer(n: int) -> memoryview:
     return memoryview(buf)[:n]
 
 
-def _commit_local(
-    store: ShardStore,
-    key: str,
-    head: list[bytes],
-    ranges: list[tuple[str, int, int]],
-    tail: list[bytes],
-) -> int:
+def _commit_local(store: ShardStore, key: str, feed: Feed) -> int:
     path = store._file(key)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -494,7 +506,7 @@ def _commit_local(
                 while view:
                     view = view[os.write(fd, view) :]
 
-            crc = _stream(store, head, ranges, tail, write)
+            crc = feed(write)
             if store.fsync:
                 os.fsync(fd)
         finally:
@@ -512,14 +524,7 @@ def _commit_local(
     return crc
 
 
-def _commit_multipart(
-    store: ShardStore,
-    s3: tuple[Any, str, str],
-    key: str,
-    head: list[bytes],
-    ranges: list[tuple[str, int, int]],
-    tail: list[bytes],
-) -> int:
+def _commit_multipart(store: ShardStore, s3: tuple[Any, str, str], key: str, feed: Feed) -> int:
     """One multipart upload for the shard, parts of ``PART_BYTES`` (the last may be shorter),
     completed once; aborted when anything fails, so no part of the shard ever becomes visible."""
     call, bucket, prefix = s3
@@ -542,7 +547,7 @@ def _commit_multipart(
             del buf[:PART_BYTES]
 
     try:
-        crc = _stream(store, head, ranges, tail, sink)
+        crc = feed(sink)
         if buf or not done:
             send(buf)
         call(

@@ -1,0 +1,579 @@
+"""Convert a zarr v2 or v3 array or group into sharded v3, copying encoded chunks when possible.
+
+``convert`` plans every array first (:mod:`shardwise.convert_plan`: shard shape, codecs,
+metadata, copy or re-encode), refuses before writing anything, then writes array by array:
+
+* **copy**: one dask task per target shard reads the source's encoded inner chunks (chunk
+  objects, or ranges of source shards after their index), a window at a time, and streams them
+  with the new index into the shard object through the staged path's commit (temp file + rename,
+  one multipart upload, or one put): memory is a window of chunks, whatever the shard size.
+  Missing source chunks stay empty; a shard with no chunk is not written.
+* **reencode**: the source read as a dask array and written by :func:`shardwise.write_array`
+  (its strategy keeps the memory bounded).
+
+Both run inside the write session of ``write_array`` (lease, marker, per-shard records), so an
+interrupted conversion resumes with ``resume=True`` and skips the shards already committed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .codecs import crc32c
+from .convert_plan import XARRAY_DIMS, ArrayPlan, Method, ShardSpec, SourceChunks, plan_array
+from .errors import PlanError
+from .journal import RECORDS, Journal, Record
+from .layout import Coord
+from .metadata import ArrayInfo
+from .shard import MISSING, encode_index, parse_index
+from .store import ShardStore, resolve_store
+from .write import WriteReport, sum_reports
+
+WINDOW = 16  # source chunks read ahead by one copy task (bounded memory, overlapped latency)
+
+
+@dataclass
+class ArrayReport:
+    """What happened to one array: the method and why, the shard shape, what was stored."""
+
+    path: str
+    method: Method
+    reason: str
+    shards: tuple[int, ...]
+    chunks: tuple[int, ...]
+    shards_written: int = 0
+    shards_skipped: int = 0
+    bytes_stored: int = 0
+    objects_before: int = 0
+    objects_after: int = 0
+    seconds: float = 0.0
+    verified: bool | None = None
+
+    def __str__(self) -> str:
+        check = {None: "", True: ", verified", False: ", VERIFY FAILED"}[self.verified]
+        return (
+            f"{self.path or '/'}: {self.method} ({self.reason}); shards {self.shards} of "
+            f"chunks {self.chunks}: {self.shards_written} shards written"
+            + (f", {self.shards_skipped} done before" if self.shards_skipped else "")
+            + f", {self.bytes_stored / 1e6:.1f} MB; objects {self.objects_before} -> "
+            f"{self.objects_after}; {self.seconds:.2f} s{check}"
+        )
+
+
+@dataclass
+class ConvertReport:
+    """The conversion's report: one :class:`ArrayReport` per array."""
+
+    src: str
+    dst: str
+    arrays: list[ArrayReport] = field(default_factory=list)
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(a.verified is not False for a in self.arrays)
+
+    @property
+    def objects_before(self) -> int:
+        return sum(a.objects_before for a in self.arrays)
+
+    @property
+    def objects_after(self) -> int:
+        return sum(a.objects_after for a in self.arrays)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"ok": self.ok}
+
+    def __str__(self) -> str:
+        head = (
+            f"converted {self.src} -> {self.dst}: {len(self.arrays)} arrays, objects "
+            f"{self.objects_before} -> {self.objects_after} in {self.seconds:.2f} s"
+        )
+        return "\n".join([head, *(f"  {a}" for a in self.arrays), *self.problems])
+
+
+# -- reading source chunks ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkReader:
+    """Reads a source array's encoded chunks in order; travels to the workers."""
+
+    store: ShardStore
+    source: SourceChunks
+
+    def read(self, chunks: Sequence[Coord]) -> Iterator[bytes | None]:
+        """The encoded bytes of each of ``chunks`` (None: missing), ``WINDOW`` at a time."""
+        with ThreadPoolExecutor(4) as pool:
+            for i in range(0, len(chunks), WINDOW):
+                window = chunks[i : i + WINDOW]
+                if self.source.shard_codec is None:
+                    keys = [self.source.key(c) for c in window]
+                    yield from pool.map(self.store.get, keys)
+                else:
+                    yield from self._from_shards(window)
+
+    def _from_shards(self, chunks: Sequence[Coord]) -> Iterator[bytes | None]:
+        codec = self.source.shard_codec
+        assert codec is not None
+        wanted: dict[str, list[int]] = {}
+        where = []
+        for c in chunks:
+            key, flat = self.source.locate(c)
+            wanted.setdefault(key, []).append(flat)
+            where.append((key, flat))
+        got: dict[tuple[str, int], bytes] = {}
+        for key, flats in wanted.items():
+            index = self._index(key)
+            if index is None:
+                continue
+            present = [f for f in flats if index[f, 0] != MISSING]
+            ranges = [(int(index[f, 0]), int(index[f, 1])) for f in present]
+            for f, b in zip(present, self.store.get_ranges(key, ranges), strict=True):
+                got[key, f] = b
+        for w in where:
+            yield got.get(w)
+
+    def _index(self, key: str) -> np.ndarray | None:
+        codec = self.source.shard_codec
+        assert codec is not None
+        n = codec.index_nbytes
+        found = (
+            self.store.get_suffix(key, n)
+            if codec.index_location == "end"
+            else self.store.get_prefix(key, n)
+        )
+        if found is None:
+            return None
+        raw, size = found
+        return parse_index(codec, raw, size, self.store.key(key))
+
+
+# -- the copy task --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardCopier:
+    """One task per target shard: stream the source's encoded chunks into it, commit once."""
+
+    info: ArrayInfo
+    store: ShardStore
+    reader: ChunkReader
+    journal: Journal | None = None
+
+    def chunk_list(self, shard: Coord) -> tuple[list[int], list[Coord]]:
+        """Flat positions in the target shard and array chunk coordinates of its chunks that
+        hold array elements, in C order (the order they are stored in)."""
+        lay, grid = self.info.layout, self.info.codec.grid
+        used = lay.chunks_in_array(shard)
+        flats, coords = [], []
+        for p in itertools.product(*(range(u) for u in used)):
+            flats.append(int(np.ravel_multi_index(p, grid)) if grid else 0)
+            coords.append(tuple(s * g + i for s, g, i in zip(shard, grid, p, strict=True)))
+        return flats, coords
+
+    def copy(self, shard: Coord) -> WriteReport:
+        from .staged import commit_shard
+
+        started = time.perf_counter()
+        lay, codec = self.info.layout, self.info.codec
+        key = lay.shard_key(shard)
+        flats, coords = self.chunk_list(shard)
+        rep = WriteReport(
+            raw_bytes=int(np.prod([s.stop - s.start for s in lay.shard_region(shard)]))
+            * self.info.dtype.itemsize
+        )
+        got = zip(flats, self.reader.read(coords), strict=True)
+        first = next(((f, b) for f, b in got if b is not None), None)
+        if first is None:  # every source chunk is missing: the shard stays empty
+            rep.shards_empty, rep.chunks_empty = 1, len(flats)
+            if self.store.size(key) is not None:
+                self.store.delete(key)
+                rep.shards_deleted = 1
+            if self.journal is not None:
+                self.journal.forget(key)
+            rep.seconds = time.perf_counter() - started
+            return rep
+        index = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
+        start = codec.index_nbytes if codec.index_location == "start" else 0
+        assert start == 0, "copied shards keep their index at the end"
+        tail: list[bytes] = []
+
+        def feed(sink: Callable[[Any], Any]) -> int:
+            import crc32c as _crc32c
+
+            crc, pos = 0, 0
+            for flat, b in itertools.chain([first], got):
+                if b is None:
+                    continue
+                index[flat] = (pos, len(b))
+                pos += len(b)
+                crc = _crc32c.crc32c(b, crc)
+                sink(b)
+            tail.append(encode_index(codec, index))
+            sink(tail[0])
+            return int(_crc32c.crc32c(tail[0], crc))
+
+        crc = commit_shard(self.store, key, feed)
+        total = int(index[index[:, 0] != MISSING, 1].sum()) + len(tail[0])
+        if self.journal is not None:
+            rec = Record(self.journal.write_id, total, crc, crc32c(tail[0]))
+            self.store.put(RECORDS + key, rec.to_bytes())
+        stored = int((index[:, 0] != MISSING).sum())
+        rep.shards_written, rep.bytes_stored, rep.keys = 1, total, [key]
+        rep.chunks_stored, rep.chunks_empty = stored, len(flats) - stored
+        rep.seconds = time.perf_counter() - started
+        return rep
+
+    def compare(self, shard: Coord) -> list[str]:
+        """Inner chunks of ``shard`` whose stored bytes differ from the source's encoded chunk
+        (byte equality of copied chunks: a sound check that decodes nothing)."""
+        lay, codec = self.info.layout, self.info.codec
+        key = lay.shard_key(shard)
+        flats, coords = self.chunk_list(shard)
+        target = ChunkReader(self.store, SourceChunks(codec.chunk_shape, "", "", codec))
+        found = target._index(key) if self.store.size(key) is not None else None
+        bad = []
+        for flat, coord, src in zip(flats, coords, self.reader.read(coords), strict=True):
+            if found is None or found[flat, 0] == MISSING:
+                dst = None
+            else:
+                o, n = int(found[flat, 0]), int(found[flat, 1])
+                dst = self.store.get_ranges(key, [(o, n)])[0]
+            if src != dst:
+                bad.append(f"{key} inner chunk {coord}: copied bytes differ from the source")
+        return bad
+
+
+# -- planning the nodes ---------------------------------------------------------------------------
+
+
+def _nodes(zsrc: Any, path: str) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """(root node, [(relative path, array)], [(relative path, group)]) under ``path``."""
+    import zarr
+
+    node = zarr.open(zsrc, path=path or "", mode="r")
+    if isinstance(node, zarr.Array):
+        return node, [("", node)], []
+    arrays: list[tuple[str, Any]] = []
+    groups: list[tuple[str, Any]] = []
+    for name, member in node.members(max_depth=None):
+        (arrays if isinstance(member, zarr.Array) else groups).append((name, member))
+    return node, sorted(arrays, key=lambda x: x[0]), sorted(groups, key=lambda x: x[0])
+
+
+def _join(*parts: str | None) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def _count(store: ShardStore, skip_journal: bool = True) -> int:
+    from .journal import JOURNAL
+
+    return sum(1 for n in store.list("") if not (skip_journal and n.startswith(JOURNAL)))
+
+
+def _shards_spec(shards: Any) -> ShardSpec:
+    if shards is None or isinstance(shards, Mapping):
+        return shards
+    return tuple(int(s) for s in shards)
+
+
+def convert(
+    src: Any,
+    dst: Any,
+    *,
+    path: str | None = None,
+    dst_path: str | None = None,
+    shards: Sequence[int] | Mapping[str, int] | None = None,
+    shard_bytes: int | str | None = None,
+    chunks: Sequence[int] | None = None,
+    compressors: Any = None,
+    mode: str = "w-",
+    resume: bool = False,
+    verify: bool = False,
+    progress: bool = False,
+    lease: bool = True,
+    break_lease: bool = False,
+    fsync: bool = False,
+    threads: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> ConvertReport:
+    """Convert the zarr v2 or v3 array or group at ``path`` in ``src`` into sharded Zarr v3 at
+    ``dst`` (``dst_path``, default: the same path), one dask task per target shard.
+
+    Every array of a group is converted (an xarray dataset store: data variables and
+    coordinates), with its attributes, dimension names (v2 ``_ARRAY_DIMENSIONS`` become v3
+    ``dimension_names``) and fill value carried over as xarray reads them, so ``xr.open_zarr``
+    gives an identical dataset. The source's chunks become the inner chunks; the shard shape is
+    ``shards`` (a shape, or ``{dimension name: size}``), else sized to ``shard_bytes`` (bytes or
+    a string like ``"64MiB"``; default 64 MiB). ``chunks``/``compressors`` replace the source's
+    (and make the arrays re-encode).
+
+    Arrays whose codec chain has an equivalent in v3 are copied as encoded chunks (no decode);
+    the others are decoded and re-encoded; the report says which and why, per array.
+    ``mode``: ``"w-"`` refuses an existing destination, ``"w"`` replaces it. ``resume=True``
+    continues an interrupted conversion, skipping committed shards. ``verify=True`` checks every
+    shard and compares the result with the source (copied chunks byte for byte, re-encoded
+    arrays by value). Everything is checked before the first byte is written.
+    """
+    import zarr
+
+    started = time.perf_counter()
+    if mode not in ("w", "w-"):
+        raise PlanError(f"mode must be 'w-' or 'w', got {mode!r}")
+    if isinstance(shard_bytes, str):
+        from dask.utils import parse_bytes
+
+        shard_bytes = int(parse_bytes(shard_bytes))
+    zsrc = resolve_store(src, mode="r", storage_options=storage_options)
+    zdst = resolve_store(dst, mode="w", storage_options=storage_options)
+    path = (path or "").strip("/")
+    dst_path = path if dst_path is None else dst_path.strip("/")
+    root, arrays, groups = _nodes(zsrc, path)
+    xarray_group = any(XARRAY_DIMS in a.attrs for _, a in arrays) or any(
+        getattr(a.metadata, "dimension_names", None) for _, a in arrays
+    )
+    spec = _shards_spec(shards)
+    plans = [
+        plan_array(
+            a,
+            _join(path, rel),
+            _join(dst_path, rel),
+            shards=spec,
+            shard_bytes=shard_bytes,
+            chunks=None if chunks is None else tuple(int(c) for c in chunks),
+            compressors=compressors,
+            xarray_group=xarray_group and not isinstance(root, zarr.Array),
+        )
+        for rel, a in arrays
+    ]
+    # build every target's metadata in memory: bad arguments fail before any byte is written
+    from zarr.storage import MemoryStore
+
+    for p in plans:
+        zarr.create_array(MemoryStore(), **p.create)
+    exists = _exists(zdst, dst_path)
+    if exists and mode == "w-" and not resume:
+        raise FileExistsError(
+            f"{dst!s} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
+            "it, or resume=True to finish an interrupted conversion"
+        )
+    report = ConvertReport(src=str(src), dst=str(dst))
+    if isinstance(root, zarr.Group):
+        if exists and mode == "w" and not resume:
+            zarr.open_group(zdst, path=dst_path, mode="w", zarr_format=3)
+        for rel, g in [("", root), *groups]:
+            zarr.open_group(
+                zdst,
+                path=_join(dst_path, rel),
+                mode="a",
+                zarr_format=3,
+                attributes=dict(g.attrs),
+            ).attrs.update(dict(g.attrs))
+    for p in plans:
+        rep = _convert_array(
+            p,
+            zsrc,
+            zdst,
+            mode=mode,
+            resume=resume,
+            progress=progress,
+            lease=lease,
+            break_lease=break_lease,
+            fsync=fsync,
+            threads=threads,
+        )
+        report.arrays.append(rep)
+    if isinstance(root, zarr.Group) and _consolidated(root):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+            zarr.consolidate_metadata(zdst, path=dst_path or None, zarr_format=3)
+    if verify:
+        from .convert_verify import verify_conversion
+
+        verify_conversion(report, plans, zsrc, zdst, threads=threads)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _consolidated(group: Any) -> bool:
+    return getattr(group.metadata, "consolidated_metadata", None) is not None
+
+
+def _exists(zstore: Any, path: str) -> bool:
+    import zarr
+
+    try:
+        zarr.open(zstore, path=path or "", mode="r")
+    except (FileNotFoundError, KeyError, ValueError):
+        return False
+    return True
+
+
+def _convert_array(
+    plan: ArrayPlan,
+    zsrc: Any,
+    zdst: Any,
+    *,
+    mode: str,
+    resume: bool,
+    progress: bool,
+    lease: bool,
+    break_lease: bool,
+    fsync: bool,
+    threads: int | None,
+) -> ArrayReport:
+    started = time.perf_counter()
+    out = ArrayReport(
+        path=plan.dst_path,
+        method=plan.method,
+        reason=plan.reason,
+        shards=plan.shards,
+        chunks=plan.chunks,
+    )
+    src_store = ShardStore(zsrc, plan.src_path)
+    out.objects_before = _count(src_store)
+    if plan.method == "copy":
+        wrote = _copy_array(plan, zsrc, zdst, mode, resume, progress, lease, break_lease, fsync)
+    else:
+        wrote = _reencode_array(
+            plan, zsrc, zdst, mode, resume, progress, lease, break_lease, fsync, threads
+        )
+    out.shards_written = wrote.shards_written
+    out.shards_skipped = wrote.shards_skipped
+    out.bytes_stored = wrote.bytes_stored
+    out.objects_after = _count(ShardStore(zdst, plan.dst_path))
+    out.seconds = time.perf_counter() - started
+    return out
+
+
+def _source_array(plan: ArrayPlan, zsrc: Any) -> Any:
+    import dask.array as da
+    import zarr
+
+    arr = zarr.open_array(zsrc, path=plan.src_path, mode="r")
+    if plan.source.shard_codec is not None:
+        from .api import open_array
+
+        return open_array(zsrc, path=plan.src_path)
+    return da.from_zarr(arr)
+
+
+def _reencode_array(
+    plan: ArrayPlan,
+    zsrc: Any,
+    zdst: Any,
+    mode: str,
+    resume: bool,
+    progress: bool,
+    lease: bool,
+    break_lease: bool,
+    fsync: bool,
+    threads: int | None,
+) -> WriteReport:
+    from .api import write_array
+
+    c = dict(plan.create)
+    for k in ("shape", "zarr_format"):
+        c.pop(k)
+    report: WriteReport = write_array(
+        _source_array(plan, zsrc),
+        zdst,
+        path=plan.dst_path or None,
+        mode="w" if mode == "w" and not resume else "w-",
+        resume=resume,
+        progress=progress,
+        lease=lease,
+        break_lease=break_lease,
+        fsync=fsync,
+        threads=threads,
+        **c,
+    )
+    return report
+
+
+def _copy_array(
+    plan: ArrayPlan,
+    zsrc: Any,
+    zdst: Any,
+    mode: str,
+    resume: bool,
+    progress: bool,
+    lease: bool,
+    break_lease: bool,
+    fsync: bool,
+) -> WriteReport:
+    """The copy path inside a write session (lease, marker, records: resumable)."""
+    import zarr
+    from dask.delayed import delayed
+
+    from .api import _exists as array_exists
+    from .api import _same_metadata, open_info
+    from .layout import normalize_region
+    from .plan import WritePlan
+    from .session import WriteSession, plan_keys
+
+    probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
+    info = open_info(probe.store)
+    dpath = plan.dst_path or None
+    exists = array_exists(zdst, dpath)
+    same = exists and _same_metadata(probe, zdst, dpath)
+    create = not same or (mode == "w" and not resume)
+    if exists and not same and mode == "w-":
+        raise FileExistsError(
+            f"an array with other metadata exists at {plan.dst_path or '/'!r}: nothing to resume "
+            "(use mode='w' to replace it)"
+        )
+    lay = info.layout
+    store = ShardStore(zdst, plan.dst_path, fsync=fsync)
+    region = normalize_region(tuple(slice(None) for _ in lay.shape), lay.shape)
+    wplan = WritePlan(lay, region)
+    session = WriteSession.begin(store, region, lay.shape, lease=lease, break_lease=break_lease)
+    try:
+        if create:
+            session.clear(everything=True)
+        session.start(resume=resume, keys=plan_keys(wplan), adopt_done=mode == "w-")
+        if create:
+            zarr.create_array(zdst, name=dpath, overwrite=False, **plan.create)
+        skipped = session.done_shards(wplan, info.codec)
+        copier = ShardCopier(
+            info,
+            store,
+            ChunkReader(ShardStore(zsrc, plan.src_path), plan.source),
+            session.journal(info.codec),
+        )
+        tasks = [
+            delayed(copier.copy, pure=False)(s, dask_key_name=f"shardwise-copy-{_tok()}-{i}")
+            for i, s in enumerate(lay.shards())
+            if s not in skipped
+        ]
+        summary = delayed(sum_reports, pure=False)(tasks)
+        if progress:
+            from .progress import progress_bar
+
+            with progress_bar(f"copy {plan.dst_path or '/'}", unit="shard"):
+                report: WriteReport = summary.compute()
+        else:
+            report = summary.compute()
+        report.shards_skipped = len(skipped)
+    except BaseException:
+        session.abort()
+        raise
+    result: WriteReport = session.finish(report)
+    return result
+
+
+def _tok() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:12]
