@@ -333,3 +333,27 @@ def test_convert_to_s3(tmp_path: Path) -> None:
         np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], x)
         assert s3.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
         assert len([k for k in s3.keys("conv") if k.startswith("c/")]) == 9
+
+
+# -- progress and a cluster -----------------------------------------------------------------------
+
+
+def test_progress_counts_shards_and_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, dst = tmp_path / "v2.zarr", tmp_path / "out.zarr"
+    make_v2(src, compressor=numcodecs.Zstd())
+    rep = shardwise.convert(src, dst, shards=(16, 20), progress=True)
+    err = capsys.readouterr().err
+    # 9 shards (no other task), and the bytes stored
+    assert "9/9" in err and "shard/s" in err
+    assert f"{rep.arrays[0].bytes_stored / 1e6:.1f} MB" in err
+
+
+def test_convert_on_a_cluster(tmp_path: Path, client: Any) -> None:
+    src, dst = tmp_path / "v2.zarr", tmp_path / "out.zarr"
+    x = make_v2(src, compressor=numcodecs.Zstd(), dtype=">u2")
+    with dask.config.set(scheduler=client):
+        rep = shardwise.convert(src, dst, shards=(16, 20), verify=True)
+    assert rep.ok and rep.arrays[0].method == "copy" and rep.arrays[0].shards_written == 9
+    np.testing.assert_array_equal(zarr.open_array(dst, mode="r")[...], x)

@@ -112,6 +112,10 @@ class ChunkReader:
 
     def read(self, chunks: Sequence[Coord]) -> Iterator[bytes | None]:
         """The encoded bytes of each of ``chunks`` (None: missing), ``WINDOW`` at a time."""
+        if self.source.shard_codec is None and self.store.local_root is not None:
+            # local files: plain reads in the task's thread (threads would only contend)
+            yield from map(self.store.get, map(self.source.key, chunks))
+            return
         with ThreadPoolExecutor(4) as pool:
             for i in range(0, len(chunks), WINDOW):
                 window = chunks[i : i + WINDOW]
@@ -557,20 +561,54 @@ def _copy_array(
             for i, s in enumerate(lay.shards())
             if s not in skipped
         ]
-        summary = delayed(sum_reports, pure=False)(tasks)
-        if progress:
-            from .progress import progress_bar
-
-            with progress_bar(f"copy {plan.dst_path or '/'}", unit="shard"):
-                report: WriteReport = summary.compute()
-        else:
-            report = summary.compute()
+        report = sum_reports(_run(tasks, progress, f"copy {plan.dst_path or '/'}"))
         report.shards_skipped = len(skipped)
     except BaseException:
         session.abort()
         raise
     result: WriteReport = session.finish(report)
     return result
+
+
+def _run(tasks: list[Any], progress: bool, desc: str) -> list[WriteReport]:
+    """Compute the shard tasks (no reduce task: a bar counts exactly the shards); on a
+    dask.distributed client its own progress bar, elsewhere the local one (shards and bytes)."""
+    from dask.base import compute
+
+    client = _client()
+    if client is not None:
+        futures = client.compute(tasks)
+        if progress:
+            from distributed import progress as show
+
+            show(futures)
+        return list(client.gather(futures))
+    if not progress:
+        return list(compute(*tasks))
+    from .progress import progress_bar
+
+    with progress_bar(desc, unit="shard"):
+        return list(compute(*tasks))
+
+
+def _client() -> Any:
+    """The default dask.distributed client when one is active (distributed imported)."""
+    import sys
+
+    if "distributed" not in sys.modules:
+        return None
+    import dask
+    from distributed import Client, default_client
+
+    scheduler = dask.config.get("scheduler", None)
+    if isinstance(scheduler, Client):
+        return scheduler
+    if scheduler not in (None, "dask.distributed"):
+        return None
+    try:
+        return default_client()
+    except ValueError:
+        return None
 
 
 def _tok() -> str:
