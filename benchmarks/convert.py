@@ -74,18 +74,19 @@ def tree(root: Path) -> tuple[int, int]:
     return n, size
 
 
-def timed(fn: Any) -> float:
+def timed_call(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
     t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - t, out
 
 
 def run(n: int, reps: int, base: Path) -> dict[str, Any]:
-    import shardwise
     from zarr.codecs import ZstdCodec
 
+    import shardwise
+
     src = base / "v2.zarr"
-    t = timed(lambda: make_source(src, n))
+    t, _ = timed_call(make_source, src, n)
     # first use pays for imports and thread pools: warm up on a small array, untimed
     make_source(base / "warm.zarr", 2 * INNER)
     for name, kw in (("w1", {}), ("w2", dict(compressors=[ZstdCodec(level=LEVEL)]))):
@@ -95,34 +96,24 @@ def run(n: int, reps: int, base: Path) -> dict[str, Any]:
         shape=[n] * 3, inner=INNER, shard=SHARD, zstd_level=LEVEL, make_s=round(t, 2)
     )
     cp, copy, reenc = [], [], []
-    after = 0
+    after = dst_bytes = reenc_bytes = 0
+    zstd = [ZstdCodec(level=LEVEL)]
     for _ in range(reps):
-        dst = base / "cp.zarr"
-        cp.append(timed(lambda: subprocess.run(["cp", "-r", str(src), str(dst)], check=True)))
-        shutil.rmtree(dst)
-        dst = base / "copy.zarr"
-        rep: Any = None
-
-        def convert_copy() -> None:
-            nonlocal rep
-            rep = shardwise.convert(src, dst, shards=(SHARD,) * 3)
-
-        copy.append(timed(convert_copy))
+        t, _ = timed_call(subprocess.run, ["cp", "-r", str(src), str(base / "cp.zarr")], check=True)
+        cp.append(t)
+        shutil.rmtree(base / "cp.zarr")
+        t, rep = timed_call(shardwise.convert, src, base / "copy.zarr", shards=(SHARD,) * 3)
+        copy.append(t)
         assert rep.arrays[0].method == "copy", rep
-        after, dst_bytes = tree(dst)
-        shutil.rmtree(dst)
-        dst = base / "reencode.zarr"
-
-        def convert_reencode() -> None:
-            nonlocal rep
-            rep = shardwise.convert(
-                src, dst, shards=(SHARD,) * 3, compressors=[ZstdCodec(level=LEVEL)]
-            )
-
-        reenc.append(timed(convert_reencode))
+        after, dst_bytes = tree(base / "copy.zarr")
+        shutil.rmtree(base / "copy.zarr")
+        t, rep = timed_call(
+            shardwise.convert, src, base / "re.zarr", shards=(SHARD,) * 3, compressors=zstd
+        )
+        reenc.append(t)
         assert rep.arrays[0].method == "reencode", rep
-        reenc_bytes = tree(dst)[1]
-        shutil.rmtree(dst)
+        reenc_bytes = tree(base / "re.zarr")[1]
+        shutil.rmtree(base / "re.zarr")
     med = {k: float(np.median(v)) for k, v in (("cp", cp), ("copy", copy), ("reenc", reenc))}
     out.update(
         objects_before=before,
