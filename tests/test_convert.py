@@ -200,6 +200,7 @@ def test_xarray_dataset_groups_are_identical(fmt: int, tmp_path: Path) -> None:
         {
             "t2m": (("time", "lat", "lon"), t2m, {"units": "K", "long_name": "2 m temperature"}),
             "count": (("time",), np.arange(20, dtype="i4")),
+            "level": ((), 850.0, {"units": "hPa"}),
         },
         coords={
             "time": pd.date_range("2000-01-01", periods=20),
@@ -211,7 +212,8 @@ def test_xarray_dataset_groups_are_identical(fmt: int, tmp_path: Path) -> None:
     src, dst = tmp_path / "ds.zarr", tmp_path / "out.zarr"
     ds.chunk({"time": 5, "lat": 3, "lon": 4}).to_zarr(src, zarr_format=fmt)
     rep = shardwise.convert(src, dst, shards={"time": 10}, verify=True)
-    assert rep.ok and {a.path for a in rep.arrays} == {"t2m", "count", "time", "lat", "lon"}
+    assert rep.ok
+    assert {a.path for a in rep.arrays} == {"t2m", "count", "level", "time", "lat", "lon"}
     assert all(a.method == "copy" for a in rep.arrays)
     a, b = xr.open_zarr(src), xr.open_zarr(dst)
     assert b.identical(a)
@@ -219,6 +221,47 @@ def test_xarray_dataset_groups_are_identical(fmt: int, tmp_path: Path) -> None:
     t = zarr.open_array(dst, path="t2m", mode="r")
     assert t.metadata.dimension_names == ("time", "lat", "lon")
     assert t.shards == (10, 9, 12) and "_ARRAY_DIMENSIONS" not in t.attrs
+
+
+def test_copy_memory_does_not_grow_with_the_shard(tmp_path: Path) -> None:
+    """Peak traced memory of the copy: one chunk at a time and the index, whatever the shard."""
+    import tracemalloc
+
+    src = tmp_path / "v2.zarr"
+    x = np.random.default_rng(0).integers(0, 2**16, (1024, 1024), dtype="uint16")
+    zarr.create_array(
+        src, shape=x.shape, chunks=(64, 64), dtype="uint16", zarr_format=2, compressors=None
+    )[...] = x
+    peaks = {}
+    shardwise.convert(src, tmp_path / "warm.zarr", shards=(128, 128))  # imports, pools
+    for shards in [(128, 128), (1024, 1024)]:  # 32 KiB chunks in 256 KiB or 2 MiB shards
+        with dask.config.set(scheduler="synchronous"):
+            tracemalloc.start()
+            try:
+                shardwise.convert(src, tmp_path / f"{shards[0]}.zarr", shards=shards)
+                peaks[shards[0]] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+        got = zarr.open_array(tmp_path / f"{shards[0]}.zarr", mode="r")[...]
+        np.testing.assert_array_equal(got, x)
+    # the whole-array shard is 2 MiB: a copy that held it would peak above that
+    assert peaks[1024] < 1.5 * 2**20, peaks
+    assert peaks[1024] < peaks[128] + 2**18, peaks
+
+
+def test_verify_compares_copied_chunks_with_the_source(tmp_path: Path) -> None:
+    src, dst = tmp_path / "v2.zarr", tmp_path / "out.zarr"
+    make_v2(src, compressor=None)
+    assert shardwise.convert(src, dst, shards=(16, 20), verify=True).ok
+    # the source changes after the conversion (same length): verify sees the copied chunk differ
+    chunk = src / "2.3"
+    raw = bytearray(chunk.read_bytes())
+    raw[0] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    rep = shardwise.convert(src, dst, shards=(16, 20), resume=True, verify=True)
+    assert rep.arrays[0].shards_written == 0 and rep.arrays[0].shards_skipped == 9
+    assert not rep.ok and rep.arrays[0].verified is False
+    assert any("(2, 3)" in p and "differ" in p for p in rep.problems), rep.problems
 
 
 # -- resume ---------------------------------------------------------------------------------------
@@ -333,6 +376,12 @@ def test_convert_to_s3(tmp_path: Path) -> None:
         np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], x)
         assert s3.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
         assert len([k for k in s3.keys("conv") if k.startswith("c/")]) == 9
+        # and back from S3: a sharded v3 source read by ranges after its index
+        back = tmp_path / "back.zarr"
+        rep = shardwise.convert(store, back, shards=(8, 50), verify=True)
+        assert rep.ok and rep.arrays[0].method == "copy"
+        np.testing.assert_array_equal(zarr.open_array(back, mode="r")[...], x)
+        assert target_chunks(back, (8, 50), CHUNKS) == v2_chunks(src, ".")
 
 
 # -- progress and a cluster -----------------------------------------------------------------------
