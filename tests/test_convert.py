@@ -264,6 +264,25 @@ def test_verify_compares_copied_chunks_with_the_source(tmp_path: Path) -> None:
     assert any("(2, 3)" in p and "differ" in p for p in rep.problems), rep.problems
 
 
+@pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_fixed_width_string_coordinates_are_copied(fmt: int, tmp_path: Path) -> None:
+    import xarray as xr
+
+    ds = xr.Dataset(
+        {"v": (("station",), np.arange(4.0))},
+        coords={
+            "station": ["a", "bb", "ccc", "d"],
+            "code": ("station", np.array([b"x", b"yy", b"z", b"w"])),
+        },
+    )
+    src, dst = tmp_path / "ds.zarr", tmp_path / "out.zarr"
+    ds.to_zarr(src, zarr_format=fmt)
+    rep = shardwise.convert(src, dst, verify=True)
+    assert rep.ok and all(a.method == "copy" for a in rep.arrays), rep
+    assert xr.open_zarr(dst).identical(xr.open_zarr(src))
+
+
 # -- resume ---------------------------------------------------------------------------------------
 
 
@@ -327,6 +346,25 @@ def test_refusals_leave_the_destination_byte_identical(tmp_path: Path) -> None:
     with pytest.raises(PlanError):
         shardwise.convert(src, fresh, shards=(7, 20))
     assert not fresh.exists() or not any(fresh.rglob("*"))
+
+
+def test_a_group_is_refused_whole_before_anything_is_written(tmp_path: Path) -> None:
+    src, dst = tmp_path / "g.zarr", tmp_path / "out.zarr"
+    g = zarr.open_group(src, mode="w", zarr_format=2)
+    g.create_array("a", shape=(10,), chunks=(5,), dtype="f4")[...] = np.arange(10.0)
+    g.create_array("names", shape=(3,), chunks=(3,), dtype=str)[...] = ["x", "yy", "z"]
+    with pytest.raises(PlanError, match="'names'"):
+        shardwise.convert(src, dst)
+    assert not dst.exists()
+    dst.mkdir()
+    (dst / "keep.txt").write_text("mine")
+    zarr.open_group(dst, mode="w", zarr_format=3)
+    before = files(dst, journal=True)
+    with pytest.raises(PlanError):
+        shardwise.convert(src, dst, mode="w")
+    with pytest.raises(FileExistsError):
+        shardwise.convert(src, dst, path="a", dst_path="")
+    assert files(dst, journal=True) == before
 
 
 # -- CLI, inspect, reshard ------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from .sizing import DEFAULT_SHARD_BYTES, default_shards
 Method = Literal["copy", "reencode"]
 ShardSpec = Sequence[int] | Mapping[str, int] | None
 XARRAY_DIMS = "_ARRAY_DIMENSIONS"
+FIXED_KINDS = "biufcmMSU"  # fixed-size dtypes: numbers, datetimes, fixed-width strings
 
 
 @dataclass(frozen=True)
@@ -162,12 +163,13 @@ def _v2_chain(meta: Any, dtype: np.dtype[Any]) -> tuple[list[Any], Any, list[Any
     if meta.filters:
         ids = [f.get_config().get("id") for f in meta.filters]
         return f"v2 filters {ids} have no equivalent v3 codec"
-    if dtype.kind not in "biufcmM":
-        return f"dtype {dtype} is not a fixed-size number"
+    if dtype.kind not in FIXED_KINDS:
+        return f"dtype {dtype} has no fixed size"
     comp = _v2_compressor(meta.compressor, dtype.itemsize)
     if isinstance(comp, str):
         return comp
-    endian: Any = None if dtype.itemsize == 1 else ("big" if dtype.byteorder == ">" else "little")
+    single = dtype.itemsize == 1 or dtype.kind == "S"
+    endian: Any = None if single else ("big" if dtype.byteorder == ">" else "little")
     filters: list[Any] = []
     if meta.order == "F" and len(meta.shape) > 1:
         # a v2 F-order chunk is the C-order bytes of the chunk transposed
@@ -277,10 +279,10 @@ def plan_array(
         method, reason = "reencode", f"inner chunks {inner} differ from the source's {src_chunks}"
     elif compressors is not None:
         method, reason = "reencode", "other compressors asked for"
-    if dtype.kind not in "biufcmM":
+    if dtype.kind not in FIXED_KINDS:
         raise PlanError(
             f"array {src_path or '/'!r} has dtype {dtype}: shardwise converts fixed-size numbers "
-            "only (convert the other arrays one by one with path=)"
+            "and strings only (convert the other arrays one by one with path=)"
         )
     dim_names = None if dims is None else tuple(dims)
     shard_shape = choose_shards(
