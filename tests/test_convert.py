@@ -367,6 +367,41 @@ def test_a_group_is_refused_whole_before_anything_is_written(tmp_path: Path) -> 
     assert files(dst, journal=True) == before
 
 
+def test_a_held_lease_refuses_the_group_before_any_byte(tmp_path: Path) -> None:
+    from shardwise.errors import LeaseHeldError
+    from shardwise.lease import Lease
+    from shardwise.store import ShardStore
+
+    src, dst = tmp_path / "g.zarr", tmp_path / "out.zarr"
+    g = zarr.open_group(src, mode="w", zarr_format=2)
+    for name in ("a", "b"):
+        g.create_array(name, shape=(10,), chunks=(5,), dtype="f4")[...] = np.arange(10.0)
+    (dst / "b").mkdir(parents=True)
+    with Lease.acquire(ShardStore(LocalStore(dst), "b"), purpose="a job that died"):
+        before = files(dst, journal=True)
+        with pytest.raises(LeaseHeldError, match=r"'b'.*break_lease"):
+            shardwise.convert(src, dst, resume=True)
+        assert files(dst, journal=True) == before
+    rep = shardwise.convert(src, dst, resume=True, verify=True)
+    assert rep.ok and [a.shards_written for a in rep.arrays] == [1, 1]
+
+
+def test_inspect_a_converted_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, dst = tmp_path / "g.zarr", tmp_path / "out.zarr"
+    g = zarr.open_group(src, mode="w", zarr_format=2)
+    g.create_array("a", shape=(40,), chunks=(5,), dtype="f4")[...] = np.arange(40.0)
+    g.create_array("b", shape=(6, 8), chunks=(2, 2), dtype="i2")[...] = 1
+    rep = shardwise.convert(src, dst, shards=(20,))  # 2-d "b": the default shape
+    assert [(a.objects_before, a.objects_after) for a in rep.arrays] == [(10, 3), (14, 2)]
+    assert rep.arrays[1].shards == (6, 8)
+    assert main(["inspect", str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "path 'a'" in out and "path 'b'" in out and "group: 2 arrays, 5 objects" in out
+    assert main(["inspect", str(dst), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [a["objects"] for a in d["arrays"]] == [3, 2]
+
+
 # -- CLI, inspect, reshard ------------------------------------------------------------------------
 
 

@@ -103,7 +103,8 @@ def inspect_array(store: str, path: str | None = None) -> dict[str, Any]:
     info = info_from_metadata(arr.metadata)
     lay = info.layout
     sstore = ShardStore(zstore, path or "")
-    stored = [n for n in sstore.list("") if parse_shard_key(lay, n) is not None]
+    names = sstore.list("")
+    stored = [n for n in names if parse_shard_key(lay, n) is not None]
     with ThreadPoolExecutor(8) as pool:
         sizes = [s or 0 for s in pool.map(sstore.size, stored)]
     markers = [m for m in read_markers(sstore).values() if m is not None]
@@ -124,6 +125,7 @@ def inspect_array(store: str, path: str | None = None) -> dict[str, Any]:
         "chunks_per_shard": lay.nchunks_per_shard,
         "codecs": meta["codecs"],
         "shards_stored": len(stored),
+        "objects": sum(not n.startswith(".shardwise/") for n in names),
         "bytes_stored": int(sum(sizes)),
         "raw_bytes": int(info.dtype.itemsize * _prod(lay.shape)),
         "shards_recorded": len(read_records(sstore)),
@@ -155,7 +157,8 @@ def _print_inspect(d: dict[str, Any]) -> None:
         f"{d['shards_total']} shards of {d['chunks_per_shard']} inner chunks "
         f"{tuple(d['chunk_shape'])}",
         f"  codecs   {chain}; index {index} at the {inner.get('index_location', 'end')}",
-        f"  stored   {d['shards_stored']} shards, {d['bytes_stored'] / 1e6:.2f} MB "
+        f"  stored   {d['shards_stored']} shards ({d['objects']} objects with the metadata), "
+        f"{d['bytes_stored'] / 1e6:.2f} MB "
         f"(ratio {ratio:.2f} to the full raw array)",
         f"  journal  {d['shards_recorded']} shard records, {d['writes_done']} writes done, "
         f"{len(d['writes_open'])} open" + (" (resume them)" if d["writes_open"] else ""),
@@ -183,11 +186,26 @@ def _scheduler(spec: str | None) -> Any:
 
 
 def _cmd_inspect(a: argparse.Namespace) -> int:
-    d = inspect_array(a.store, a.path)
+    from .store import resolve_store
+    from .verify import _group_arrays
+
+    arrays = _group_arrays(resolve_store(a.store, mode="r"), a.path)
+    if arrays is None:
+        d = inspect_array(a.store, a.path)
+        if a.json:
+            print(json.dumps(d, indent=2, default=str))
+        else:
+            _print_inspect(d)
+        return EXIT_OK
+    # a group (e.g. an xarray dataset): every array, and the objects of them all
+    found = [inspect_array(a.store, name) for name in arrays]
     if a.json:
-        print(json.dumps(d, indent=2, default=str))
-    else:
+        print(json.dumps({"arrays": found}, indent=2, default=str))
+        return EXIT_OK
+    for d in found:
         _print_inspect(d)
+    total = sum(d["objects"] for d in found)
+    print(f"group: {len(found)} arrays, {total} objects (shards and metadata of the arrays)")
     return EXIT_OK
 
 

@@ -116,6 +116,7 @@ class ChunkReader:
             # local files: plain reads in the task's thread (threads would only contend)
             yield from map(self.store.get, map(self.source.key, chunks))
             return
+        indexes: dict[str, np.ndarray | None] = {}
         with ThreadPoolExecutor(4) as pool:
             for i in range(0, len(chunks), WINDOW):
                 window = chunks[i : i + WINDOW]
@@ -123,9 +124,11 @@ class ChunkReader:
                     keys = [self.source.key(c) for c in window]
                     yield from pool.map(self.store.get, keys)
                 else:
-                    yield from self._from_shards(window)
+                    yield from self._from_shards(window, indexes)
 
-    def _from_shards(self, chunks: Sequence[Coord]) -> Iterator[bytes | None]:
+    def _from_shards(
+        self, chunks: Sequence[Coord], indexes: dict[str, np.ndarray | None]
+    ) -> Iterator[bytes | None]:
         codec = self.source.shard_codec
         assert codec is not None
         wanted: dict[str, list[int]] = {}
@@ -136,7 +139,11 @@ class ChunkReader:
             where.append((key, flat))
         got: dict[tuple[str, int], bytes] = {}
         for key, flats in wanted.items():
-            index = self._index(key)
+            if key not in indexes:
+                if len(indexes) >= WINDOW:  # the source shards of the last window or so
+                    indexes.clear()
+                indexes[key] = self.shard_index(key)
+            index = indexes[key]
             if index is None:
                 continue
             present = [f for f in flats if index[f, 0] != MISSING]
@@ -146,7 +153,7 @@ class ChunkReader:
         for w in where:
             yield got.get(w)
 
-    def _index(self, key: str) -> np.ndarray | None:
+    def shard_index(self, key: str) -> np.ndarray | None:
         codec = self.source.shard_codec
         assert codec is not None
         n = codec.index_nbytes
@@ -244,7 +251,7 @@ class ShardCopier:
         key = lay.shard_key(shard)
         flats, coords = self.chunk_list(shard)
         target = ChunkReader(self.store, SourceChunks(codec.chunk_shape, "", "", codec))
-        found = target._index(key) if self.store.size(key) is not None else None
+        found = target.shard_index(key) if self.store.size(key) is not None else None
         bad = []
         for flat, coord, src in zip(flats, coords, self.reader.read(coords), strict=True):
             if found is None or found[flat, 0] == MISSING:
@@ -364,6 +371,8 @@ def convert(
 
     for p in plans:
         zarr.create_array(MemoryStore(), **p.create)
+    if lease and not break_lease:
+        _refuse_held_leases(zdst, plans)
     exists = _exists(zdst, dst_path)
     if exists and mode == "w-" and not resume:
         raise FileExistsError(
@@ -408,6 +417,21 @@ def convert(
         verify_conversion(report, plans, zsrc, zdst, threads=threads)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _refuse_held_leases(zdst: Any, plans: Sequence[ArrayPlan]) -> None:
+    """Refuse before writing anything when another writer holds an array's lease (each array's
+    write takes its lease for real later; this only keeps a refused group untouched)."""
+    from .errors import LeaseHeldError
+    from .lease import read_lease
+
+    for p in plans:
+        held = read_lease(ShardStore(zdst, p.dst_path))
+        if held is not None:
+            raise LeaseHeldError(
+                f"array {p.dst_path or '/'!r} is leased to another writer ({held.describe()}): "
+                "wait for it, or pass break_lease=True (--break-lease) when it is known to be gone"
+            )
 
 
 def _consolidated(group: Any) -> bool:
