@@ -352,20 +352,24 @@ class FailingGets(WrapperStore[Store]):
         return await self._store.get(key, prototype, byte_range)
 
 
-def test_an_interrupted_conversion_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["copy", "reencode"])
+def test_an_interrupted_conversion_resumes(method: str, tmp_path: Path) -> None:
     src, dst, ref = tmp_path / "v2.zarr", tmp_path / "out.zarr", tmp_path / "ref.zarr"
-    x = make_v2(src, compressor=numcodecs.Zstd())
+    # a Delta filter has no v3 codec: that array is decoded and re-encoded (write_array)
+    filters = [numcodecs.Delta("<u2")] if method == "reencode" else None
+    x = make_v2(src, compressor=numcodecs.Zstd(), filters=filters)
     shardwise.convert(src, ref, shards=(8, 20))
-    flaky = FailingGets(LocalStore(src, read_only=True), allowed=5)
-    # one task at a time: the shards whose chunks came within the first 5 gets are committed
+    flaky = FailingGets(LocalStore(src, read_only=True), allowed=12)
+    # one task at a time: the shards whose chunks came within the first gets are committed
     with dask.config.set(scheduler="synchronous"), pytest.raises(OSError, match="went away"):
         shardwise.convert(flaky, dst, shards=(8, 20))
     done = [p for p in (dst / "c").rglob("*") if p.is_file()]
-    assert 2 <= len(done) <= 5 and not temp_files(dst)
+    assert 1 <= len(done) < 15 and not temp_files(dst)
     with pytest.raises(FileExistsError):
         shardwise.convert(src, dst, shards=(8, 20))
     rep = shardwise.convert(src, dst, shards=(8, 20), resume=True, verify=True)
     (arr,) = rep.arrays
+    assert arr.method == method
     assert (arr.shards_skipped, arr.shards_written) == (len(done), 15 - len(done))
     assert arr.verified
     np.testing.assert_array_equal(zarr.open_array(dst, mode="r")[...], x)

@@ -255,7 +255,13 @@ def plan_array(
         v2_keys = type(enc).__name__.startswith("V2")
         sep, prefix = enc.separator, "" if v2_keys else "c"
         codecs = tuple(meta.codecs)
-        outer = tuple(int(x) for x in meta.chunk_grid.chunk_shape)
+        grid = getattr(meta.chunk_grid, "chunk_shape", None)
+        if grid is None:
+            raise PlanError(
+                f"array {src_path or '/'!r} has a {type(meta.chunk_grid).__name__} chunk grid: "
+                "shardwise converts regular chunk grids only"
+            )
+        outer = tuple(int(x) for x in grid)
         if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
             sc = codecs[0]
             src_chunks = tuple(int(x) for x in sc.chunk_shape)
