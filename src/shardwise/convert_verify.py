@@ -39,7 +39,7 @@ def verify_conversion(
 
 def _compare_copied(plan: ArrayPlan, zsrc: Any, zdst: Any, threads: int | None) -> list[str]:
     from .api import open_info
-    from .convert import ChunkReader, ShardCopier
+    from .convert_copy import ChunkReader, ShardCopier
     from .store import ShardStore
 
     info = open_info(zdst, plan.dst_path or None)
