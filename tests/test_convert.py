@@ -267,6 +267,16 @@ def test_xarray_dataset_groups_are_identical(fmt: int, tmp_path: Path) -> None:
     t = zarr.open_array(dst, path="t2m", mode="r")
     assert t.metadata.dimension_names == ("time", "lat", "lon")
     assert t.shards == (10, 9, 12) and "_ARRAY_DIMENSIONS" not in t.attrs
+    # the metadata is what xarray itself writes in v3 (attributes with _FillValue, dimension
+    # names, fill value), apart from the layout and the codecs
+    native = tmp_path / "native.zarr"
+    ds.chunk({"time": 5, "lat": 3, "lon": 4}).to_zarr(native, zarr_format=3)
+    for name in ds.variables:
+        got = json.loads((dst / str(name) / "zarr.json").read_text())
+        want = json.loads((native / str(name) / "zarr.json").read_text())
+        for doc in (got, want):
+            del doc["codecs"], doc["chunk_grid"]
+        assert got == want, name
 
 
 def test_copy_memory_does_not_grow_with_the_shard(tmp_path: Path) -> None:
