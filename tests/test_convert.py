@@ -539,3 +539,24 @@ def test_convert_on_a_cluster(tmp_path: Path, client: Any) -> None:
         rep = shardwise.convert(src, dst, shards=(16, 20), verify=True)
     assert rep.ok and rep.arrays[0].method == "copy" and rep.arrays[0].shards_written == 9
     np.testing.assert_array_equal(zarr.open_array(dst, mode="r")[...], x)
+
+
+def test_index_at_the_start_into_a_memory_store(tmp_path: Path) -> None:
+    """A v3 source with its shard index first, copied into a store that is neither local nor S3
+    (the shard joined in memory, one put)."""
+    from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
+    from zarr.storage import MemoryStore
+
+    src = tmp_path / "s.zarr"
+    x = smooth().astype("i4")
+    sharding = ShardingCodec(
+        chunk_shape=CHUNKS, codecs=[BytesCodec(), ZstdCodec()], index_location="start"
+    )
+    z = zarr.create_array(
+        src, shape=SHAPE, chunks=(16, 20), dtype="i4", serializer=sharding, compressors=None
+    )
+    z[...] = x
+    dst = MemoryStore()
+    rep = shardwise.convert(src, dst, shards=(24, 50), verify=True)
+    assert rep.ok and rep.arrays[0].method == "copy"
+    np.testing.assert_array_equal(zarr.open_array(dst, mode="r")[...], x)
