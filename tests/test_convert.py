@@ -560,3 +560,22 @@ def test_index_at_the_start_into_a_memory_store(tmp_path: Path) -> None:
     rep = shardwise.convert(src, dst, shards=(24, 50), verify=True)
     assert rep.ok and rep.arrays[0].method == "copy"
     np.testing.assert_array_equal(zarr.open_array(dst, mode="r")[...], x)
+
+
+def test_nested_groups_keep_their_attributes(tmp_path: Path) -> None:
+    """An image pyramid with a labels subgroup (the OME-Zarr 0.4 layout): every array of every
+    group converted, group attributes carried over as they are."""
+    src, dst = tmp_path / "img.zarr", tmp_path / "out.zarr"
+    g = zarr.open_group(src, mode="w", zarr_format=2, attributes={"multiscales": [{"v": 1}]})
+    for level, n in (("0", 64), ("1", 32)):
+        g.create_array(level, shape=(n, n), chunks=(16, 16), dtype="u1", compressors=None)[...] = 1
+    labels = g.create_group("labels", attributes={"labels": ["cells"]})
+    labels.create_array("cells", shape=(8, 8), chunks=(4, 4), dtype="u4")[...] = 3
+    rep = shardwise.convert(src, dst, verify=True)
+    assert rep.ok and [a.path for a in rep.arrays] == ["0", "1", "labels/cells"]
+    assert (rep.objects_before, rep.objects_after) == (30, 6)
+    out = zarr.open_group(dst, mode="r")
+    assert out.metadata.zarr_format == 3
+    assert dict(out.attrs) == {"multiscales": [{"v": 1}]}
+    assert dict(out["labels"].attrs) == {"labels": ["cells"]}
+    assert int(out["labels/cells"][...].sum()) == 3 * 64 and out["0"].shards == (64, 64)
