@@ -150,8 +150,9 @@ def convert(
     coordinates), with its attributes, dimension names (v2 ``_ARRAY_DIMENSIONS`` become v3
     ``dimension_names``) and fill value carried over as xarray reads them, so ``xr.open_zarr``
     gives an identical dataset. The source's chunks become the inner chunks; the shard shape is
-    ``shards`` (a shape, or ``{dimension name: size}``), else sized to ``shard_bytes`` (bytes or
-    a string like ``"64MiB"``; default 64 MiB). ``chunks``/``compressors`` replace the source's
+    ``shards`` (a shape, applied to the arrays with as many dimensions, or ``{dimension name:
+    size}``, rounded up to whole chunks), else sized to ``shard_bytes`` (bytes or a string like
+    ``"64MiB"``; default 64 MiB). ``chunks``/``compressors`` replace the source's
     (and make the arrays re-encode).
 
     Arrays whose codec chain has an equivalent in v3 are copied as encoded chunks (no decode);
