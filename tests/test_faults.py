@@ -545,12 +545,9 @@ def _workers(client: Any) -> dict[str, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["direct", "staged"])
-def test_worker_deaths_during_writes(cluster: Any, tmp_path: Path, strategy: str) -> None:
+def test_worker_deaths_during_writes(cluster: Any, tmp_path: Path) -> None:
     """SIGKILL of a worker while shard tasks run, twice per write, on 3 workers (one always
-    lives: losing every worker at once is a test of dask's scheduler, not of shardwise).
-    Staged: block tasks and shard tasks die, are rerun, and each shard is still committed from
-    a complete set of pieces; the pieces are gone at the end."""
+    lives: losing every worker at once is a test of dask's scheduler, not of shardwise)."""
     x = cluster_data()
     ref = tmp_path / "ref.zarr"
     shardwise.write_array(x, ref, **CLUSTER_KW)
@@ -559,14 +556,10 @@ def test_worker_deaths_during_writes(cluster: Any, tmp_path: Path, strategy: str
     kills_per_run, seconds = [], []
     for run in range(10):
         root = tmp_path / f"run{run}.zarr"
-        cluster.wait_for_workers(3, timeout=300)  # the nannies restarted the killed ones
-        chunks = (64, 64) if strategy == "direct" else (32, 64)
-        src = da.from_array(x, chunks=chunks).map_blocks(slow_copy, meta=x[:0, :0])
+        src = da.from_array(x, chunks=(64, 64)).map_blocks(slow_copy, meta=x[:0, :0])
         t0 = time.perf_counter()
         fut = cluster.compute(
-            shardwise.write_array(
-                src, root, lease=True, compute=False, strategy=strategy, **CLUSTER_KW
-            )
+            shardwise.write_array(src, root, lease=True, compute=False, **CLUSTER_KW)
         )
         kills = 0
         while kills < 2 and not fut.done():
@@ -582,11 +575,10 @@ def test_worker_deaths_during_writes(cluster: Any, tmp_path: Path, strategy: str
         kills_per_run.append(kills)
         assert report.shards_written == 36
         assert torn_shards(root) == [] and temp_files(root) == []
-        assert not (root / ".shardwise" / "staged").exists()
         assert files(root) == reference, f"run {run}"
         assert verify(root).ok
     record_figures(
-        "worker-deaths" if strategy == "direct" else "worker-deaths-staged",
+        "worker-deaths",
         {
             "runs": 10,
             "kills_per_run": kills_per_run,
