@@ -4,8 +4,10 @@ from . import batch
 from .api import open_array, plan_write, write_array
 from .backend import open_dataset
 from .errors import (
+    ArrayNotFoundError,
     CorruptShardError,
     LeaseHeldError,
+    NotAnArrayError,
     PlanError,
     ShardwiseError,
     UnsupportedCodecError,
@@ -19,8 +21,10 @@ from .xarray_write import to_zarr
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArrayNotFoundError",
     "CorruptShardError",
     "LeaseHeldError",
+    "NotAnArrayError",
     "PlanError",
     "ShardwiseError",
     "UnsupportedCodecError",

@@ -637,15 +637,16 @@ def run_staged(
     from dask.delayed import delayed
 
     started = time.perf_counter()
-    summary = delayed(sum_reports, pure=False)(build_staged(writer, source))
+    parts = build_staged(writer, source)
+    if compute and progress:
+        from .progress import compute_with_progress
+
+        report = sum_reports(compute_with_progress(parts, len(parts)))
+        report.seconds = time.perf_counter() - started
+        return report
+    summary = delayed(sum_reports, pure=False)(parts)
     if not compute:
         return summary if finish is None else delayed(finish, pure=False)(summary)
-    if progress:
-        from .progress import progress_bar
-
-        with progress_bar():
-            report: WriteReport = summary.compute()
-    else:
-        report = summary.compute()
+    report = summary.compute()
     report.seconds = time.perf_counter() - started
     return report

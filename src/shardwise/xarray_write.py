@@ -95,6 +95,10 @@ def to_zarr(
       (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from the in-memory
       dtype). Inner chunks not given are chosen to divide the shard shape.
 
+    Inner chunks of the variables this call creates carry zstd's frame checksum (a damaged chunk
+    raises :class:`~shardwise.errors.CorruptShardError` on read) unless their encoding names
+    ``compressors`` (e.g. ``encoding={"v": {"compressors": zarr.codecs.ZstdCodec()}}`` for none).
+
     0-d variables are written without sharding.
 
     Appends and region writes may cut through shards: the one task that owns such a shard
@@ -472,13 +476,26 @@ def _compute(parts: list[tuple[str, Any]], progress: bool) -> WriteReport:
     from dask.delayed import delayed
 
     started = time.perf_counter()
-    summary = delayed(_total, pure=False)(parts)
     if progress:
-        from .progress import progress_bar
+        import dask.array as da
 
-        with progress_bar():
-            report: WriteReport = summary.compute()
+        from .progress import compute_with_progress
+
+        # one dask part per shard task (and per plain write), so the bar counts shards
+        flat: list[Any] = []
+        spans: list[tuple[str, int, int, bool]] = []
+        nshards = 0
+        for path, p in parts:
+            shard_tasks = isinstance(p, da.Array)
+            items = p.to_delayed().ravel().tolist() if shard_tasks else [p]
+            nshards += len(items) if shard_tasks else 0
+            spans.append((path, len(flat), len(flat) + len(items), shard_tasks))
+            flat.extend(items)
+        got = compute_with_progress(flat, nshards)
+        report = _total(
+            [(path, sum_reports(got[a:b]) if many else got[a]) for path, a, b, many in spans]
+        )
     else:
-        report = summary.compute()
+        report = delayed(_total, pure=False)(parts).compute()
     report.seconds = time.perf_counter() - started
     return report
