@@ -162,16 +162,26 @@ def to_zarr(
         # metadata last: a write that fails part-way (a worker lost, a source that raises)
         # leaves the old metadata, e.g. an append leaves the array at its old length
         overlay.commit_deletes(zstore)
-        report = _compute(_graph(zstore, writes, opts, fsync, jobs), progress)
+        staged: list[tuple[ShardStore, str]] = []
+        report = _compute(_graph(zstore, writes, opts, fsync, jobs, staged), progress)
+        _tidy(staged)
         overlay.commit_writes(zstore)
         return report
     overlay.commit(zstore)
     eager = [w for w in writes if not w.lazy]
     lazy = [w for w in writes if w.lazy]
-    done = _compute(_graph(zstore, eager, opts, fsync, jobs), progress) if eager else WriteReport()
+    staged = []
+    done = (
+        _compute(_graph(zstore, eager, opts, fsync, jobs, staged), progress)
+        if eager
+        else WriteReport()
+    )
+    _tidy(staged)
     from dask.delayed import delayed
 
-    return delayed(_add_report, pure=False)(done, _graph(zstore, lazy, opts, fsync, jobs))
+    later: list[tuple[ShardStore, str]] = []
+    parts = _graph(zstore, lazy, opts, fsync, jobs, later)
+    return delayed(_add_report, pure=False)(done, parts, later)
 
 
 # -- the xarray pass ------------------------------------------------------------------------------
@@ -371,12 +381,12 @@ def _jobs(
     return out
 
 
-def _tidy(report: WriteReport, store: ShardStore, write_id: str) -> WriteReport:
-    """After a staged variable write: remove pieces left by retried tasks."""
+def _tidy(staged: list[tuple[ShardStore, str]]) -> None:
+    """After the staged variable writes (store, write id): remove pieces left by retried tasks."""
     from .staged import remove_staged
 
-    remove_staged(store, write_id)
-    return report
+    for store, write_id in staged:
+        remove_staged(store, write_id)
 
 
 def _graph(
@@ -385,6 +395,7 @@ def _graph(
     opts: WriteOptions,
     fsync: bool,
     jobs: dict[int, WriteJob],
+    staged: list[tuple[ShardStore, str]],
 ) -> list[tuple[str, Any]]:
     """Dask collections (receipts or delayed reports) that write ``writes``, run together."""
     from dask.delayed import delayed
@@ -405,13 +416,13 @@ def _graph(
             if job is not None and job.strategy == "staged":
                 from .staged import StagedWriter, build_staged
 
-                staged = StagedWriter(
+                writer_s = StagedWriter(
                     w.info, sstore, job.plan, opts, job.blocks, journal.write_id, journal
                 )
-                summary = delayed(sum_reports, pure=False)(build_staged(staged, source))
-                parts.append(
-                    (w.path, delayed(_tidy, pure=False)(summary, sstore, journal.write_id))
-                )
+                # one receipt per shard task, as the direct path's; pieces that retried tasks
+                # leave are removed once the receipts are in (see _tidy)
+                parts.append((w.path, build_staged(writer_s, source)))
+                staged.append((sstore, journal.write_id))
                 continue
             writer = ShardWriter(
                 info=w.info,
@@ -466,7 +477,10 @@ def _total(parts: list[tuple[str, Any]]) -> WriteReport:
     return total
 
 
-def _add_report(done: WriteReport, parts: list[tuple[str, Any]]) -> WriteReport:
+def _add_report(
+    done: WriteReport, parts: list[tuple[str, Any]], staged: list[tuple[ShardStore, str]]
+) -> WriteReport:
+    _tidy(staged)
     return done + _total(parts)
 
 
