@@ -7,6 +7,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 venv="${SHARDWISE_VENV:-$here/.venv}"
 
+say() { echo "dev.sh: $*" >&2; }
+
 works() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; }
 
 find_python() {
@@ -26,15 +28,22 @@ find_python() {
 }
 
 setup() {
-    local stamp="$venv/.shardwise-installed"
+    local stamp="$venv/.shardwise-installed" py
     if [ ! -x "$venv/bin/python" ] || ! works "$venv/bin/python"; then
         rm -rf "$venv"
-        "$(find_python)" -m venv "$venv"
+        py="$(find_python)"
+        say "creating the virtual environment $venv with $py ($("$py" --version 2>&1))"
+        "$py" -m venv "$venv"
     fi
+    say "Python: $venv/bin/python ($("$venv/bin/python" --version 2>&1))"
     if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+        say "installing shardwise and its test dependencies into $venv (about 2 minutes)"
         "$venv/bin/python" -m pip install -q --upgrade pip
         "$venv/bin/python" -m pip install -q -e ".[test]"
         touch "$stamp"
+        say "installed; use it with $venv/bin/python (or: source $venv/bin/activate)"
+    else
+        say "shardwise is installed in $venv (pyproject.toml unchanged since)"
     fi
 }
 
@@ -42,12 +51,17 @@ cmd="${1:-}"; shift || true
 case "$cmd" in
     demo)
         setup
+        say "running examples/demo.py"
         exec "$venv/bin/python" examples/demo.py "$@" ;;
     test)
         setup
+        say "lint: ruff check"
         "$venv/bin/ruff" check src tests benchmarks
+        say "format: ruff format --check"
         "$venv/bin/ruff" format --check src tests benchmarks
+        say "types: mypy"
         "$venv/bin/mypy"
+        say "tests: pytest $*"
         exec "$venv/bin/python" -m pytest "$@" ;;
     *)
         echo "usage: bash dev.sh demo|test [args]" >&2; exit 2 ;;

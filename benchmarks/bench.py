@@ -1,30 +1,33 @@
 #!/usr/bin/env python
-"""shardwise benchmark, side by side with the shared anchor harness.
+"""shardwise benchmark, side by side with the anchors and the machine's limits.
 
-Reuses ``../shared/bench/anchors.py`` (imported as a module): its workload definitions (W1, W2, W3),
-seeded sources in /tmp/bench-src (``gen``), ``NpySource``/``dask_src``/``make_ds``, the ``Meter``
-(wall, CPU of the process tree, sampled peak RSS and anonymous-memory growth), the physical limits
-(``g-limits``), the anchor cases (xarray, zarr-python, tensorstore ...), ``prepare-read`` and the
-verification that compares every inner chunk with the source. It adds the shardwise cases and runs
-everything the harness way: each case in a fresh subprocess, repetitions interleaved, stores deleted
+Everything it needs is in this directory: ``workloads.py`` (W1, W2, W3: definitions, seeded
+sources generated into /tmp/bench-src on first use, the dask/xarray inputs) and
+``anchors_local.py`` (the ``Meter``: wall, CPU of the process tree, sampled peak RSS; the limits
+``g-limits``; the xarray, zarr-python and tensorstore cases; the read store and the verification
+that compares every inner chunk with the source). This file adds the shardwise cases and runs
+everything the same way: each case in a fresh subprocess, repetitions interleaved, stores deleted
 after each case.
 
-Subcommands:
+Subcommands (each takes ``--size full|small``; ``small`` runs the same cases on arrays of a few
+MB, a smoke run in seconds):
   run     [--workloads W3,W1] [--cases ...] [--reps 3] [--once ...] --out FILE.jsonl
   case    WL CASE [--rep N] [--out FILE]   one run of one case (shardwise or anchor), one JSON line
-  report  FILE.jsonl ...                   markdown: targets table + the harness tables
+  report  FILE.jsonl ...                   markdown: targets table + the per-workload tables
   profile WL CASE [--top 40]               one shardwise case under cProfile (all threads)
+  gen     WL ...                           generate the seeded sources
+  prepare-read WL                          write the store the read cases read
   list                                     workloads, case groups and cases
+  clean                                    remove the sources and stores
 
 Case groups for --cases: ``sw`` (all shardwise cases that apply to the workload), ``sw-write``,
 ``sw-read``, ``limits`` (g-limits), ``key`` (a-xr-threads, f2-ts-full-nosync, h-ts, h-xr-shards),
-``write``/``mis``/``read`` (the harness groups), or single case names.
+``write``/``mis``/``read`` (the anchor groups), or single case names.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -41,57 +44,16 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-ANCHORS_PATH = os.environ.get(
-    "BENCH_ANCHORS", os.path.normpath(os.path.join(REPO, "..", "shared", "bench", "anchors.py"))
-)
+# the benchmark modules next to this file, importable here and by dask workers (which unpickle
+# the workloads' NpySource)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p)
 
+import anchors_local as A  # noqa: E402
+import workloads as WL  # noqa: E402
 
-def _load_anchors() -> Any:
-    """Import the shared harness as the module ``anchors`` (also importable by dask workers)."""
-    d = os.path.dirname(ANCHORS_PATH)
-    if d not in sys.path:
-        sys.path.insert(0, d)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (d, os.environ.get("PYTHONPATH", "")) if p
-    )
-    if "anchors" in sys.modules:
-        return sys.modules["anchors"]
-    spec = importlib.util.spec_from_file_location("anchors", ANCHORS_PATH)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot import the bench harness at {ANCHORS_PATH} (set BENCH_ANCHORS)")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["anchors"] = mod
-    sys.dont_write_bytecode = True  # the harness directory is read-only
-    spec.loader.exec_module(mod)
-    return mod
-
-
-A = _load_anchors()
-WORKLOADS = A.WORKLOADS
-
-
-def _have(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
-
-
-HAVE_ZARRS = _have("zarrs")
-
-# The harness verifies some anchors with the zarrs pipeline as a second reader. Where zarrs is not
-# installed, zarr-python's default pipeline reads instead (still an implementation other than the
-# writer: only tensorstore anchors use zarrs as their *first* reader, and zarr-python is not them).
-_orig_open_reader = A.open_reader
-
-
-def _open_reader(kind: str, arr_path: str) -> Any:
-    if kind == "zarrs" and not HAVE_ZARRS:
-        kind = "zarr"
-    return _orig_open_reader(kind, arr_path)
-
-
-A.open_reader = _open_reader
-
-# misaligned chunkings that cross shard boundaries (the harness' "misaligned" ones divide shards)
-CROSS_CHUNKS = {"W1": (192, 192, 192), "W2": (200, 361, 720), "W3": (768, 768)}
+WORKLOADS = WL.WORKLOADS
 
 
 # ----------------------------------------------------------------------------------------------
@@ -136,14 +98,14 @@ def skip_note(case: str) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------
-# shardwise cases (each returns the harness' info dict: wall_s, cpu_s, peak_rss_mib, verify ...)
+# shardwise cases (each returns the anchors' info dict: wall_s, cpu_s, peak_rss_mib, verify ...)
 # ----------------------------------------------------------------------------------------------
 def _dask_chunks(wl: str, chunks: str) -> tuple[int, ...]:
     W = WORKLOADS[wl]
     return {
         "shard": W["shard"],
         "mis": W["misaligned"],
-        "cross": CROSS_CHUNKS[wl],
+        "cross": W["cross"],
         "inner": W["inner"],
     }[chunks]
 
@@ -151,7 +113,7 @@ def _dask_chunks(wl: str, chunks: str) -> tuple[int, ...]:
 def _zstd() -> Any:
     from zarr.codecs import ZstdCodec
 
-    return ZstdCodec(level=A.ZSTD_LEVEL)
+    return ZstdCodec(level=WL.ZSTD_LEVEL)
 
 
 def _report_dict(rep: Any) -> dict[str, Any]:
@@ -161,6 +123,7 @@ def _report_dict(rep: Any) -> dict[str, Any]:
         "shards_deleted",
         "bytes_stored",
         "raw_bytes",
+        "stored_raw_bytes",
         "chunks_stored",
         "chunks_empty",
         "seconds",
@@ -189,7 +152,7 @@ def _readers(rep: int) -> list[str]:
 
 
 def _start_cluster() -> tuple[Any, Any]:
-    return A._start_cluster()
+    return A.start_cluster()
 
 
 def case_sw_write(wl: str, rep: int, *, chunks: str = "shard", scheduler: str = "threads") -> dict:
@@ -199,7 +162,7 @@ def case_sw_write(wl: str, rep: int, *, chunks: str = "shard", scheduler: str = 
 
     W = WORKLOADS[wl]
     ch = _dask_chunks(wl, chunks)
-    data = A.dask_src(wl, ch)
+    data = WL.dask_src(wl, ch)
     path = A.store_path(wl, f"sw-{chunks}", rep)
     info: dict[str, Any] = dict(
         dask_chunks=list(ch), n_dask_chunks=int(np.prod(data.numblocks)), scheduler=scheduler
@@ -249,9 +212,9 @@ def case_sw_xr_write(wl: str, rep: int, *, chunks: str = "shard") -> dict:
     to_zarr = _sw_to_zarr()
     W = WORKLOADS[wl]
     ch = _dask_chunks(wl, chunks)
-    ds = A.make_ds(wl, ch)
+    ds = WL.make_ds(wl, ch)
     path = A.store_path(wl, f"swxr-{chunks}", rep)
-    enc = A._xr_encoding(W)  # chunks = inner, shards = shard, zstd-3: the same as the anchors
+    enc = A.xr_encoding(W)  # chunks = inner, shards = shard, zstd-3: the same as the anchors
     info: dict[str, Any] = dict(
         dask_chunks=list(ch),
         n_dask_chunks=int(np.prod(ds[W["var"]].data.numblocks)),
@@ -325,7 +288,7 @@ class AnonSampler:
 
 def case_sw_task_mem(wl: str, rep: int) -> dict:
     """Peak memory of one shard write task: one interior shard written as a region write from
-    a one-chunk dask array (the harness' NpySource, so the task loads its own input block).
+    a one-chunk dask array (the workloads' NpySource, so the task loads its own input block).
 
     After a warm-up write of another shard, measured twice: the growth of anonymous RSS sampled
     every 1 ms (the source's memmap pages are file-backed and not counted; the driver runs this
@@ -340,12 +303,12 @@ def case_sw_task_mem(wl: str, rep: int) -> dict:
     import shardwise
 
     W = WORKLOADS[wl]
-    slices = list(A.shard_slices(W))
+    slices = list(WL.shard_slices(W))
     warm, target = slices[0], slices[len(slices) // 2 + 1]
-    src = A.dask_src(wl, W["shard"])
+    src = WL.dask_src(wl, W["shard"])
     path = A.store_path(wl, "sw-taskmem", rep)
     shard_raw = int(np.prod([s.stop - s.start for s in target])) * np.dtype(W["dtype"]).itemsize
-    A._zarr_create(path, W)  # same metadata as every other case
+    A.zarr_create(path, W)  # same metadata as every other case
     info: dict[str, Any] = dict(
         shard=[[s.start, s.stop] for s in target],
         shard_raw_bytes=shard_raw,
@@ -377,7 +340,7 @@ def case_sw_task_mem(wl: str, rep: int) -> dict:
     import tensorstore as ts
 
     t = ts.open(A.ts_spec(path), open=True, read=True).result()
-    ok = bool(np.array_equal(t[target].read().result(), A.load_src(wl)[target]))
+    ok = bool(np.array_equal(t[target].read().result(), WL.load_src(wl)[target]))
     info["verify"] = dict(
         reader="tensorstore",
         ok=ok,
@@ -391,14 +354,14 @@ def case_sw_task_mem(wl: str, rep: int) -> dict:
 
 
 def case_sw_read(wl: str, rep: int, *, how: str) -> dict:
-    """Full read of the harness' read store (written by xarray, prepare-read) with shardwise."""
+    """Full read of the read store (written by xarray, prepare-read) with shardwise."""
     import dask
 
     W = WORKLOADS[wl]
     path = A.read_store_path(wl)
     arr_path = os.path.join(path, W["var"])
     if not os.path.exists(arr_path):
-        raise RuntimeError(f"read store missing: run `anchors.py prepare-read {wl}` first")
+        raise RuntimeError(f"read store missing: run `bench.py prepare-read {wl}` first")
     info: dict[str, Any] = dict(how=how)
     info["warm_imports_s"] = _warm_imports()
     with dask.config.set(scheduler="threads"), warnings.catch_warnings(record=True) as wlist:
@@ -423,7 +386,7 @@ def case_sw_read(wl: str, rep: int, *, how: str) -> dict:
             raise ValueError(how)
         info["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w in wlist})
     info.update(m.result())
-    info["read_ok"] = bool(np.array_equal(np.asarray(out), A.load_src(wl)))
+    info["read_ok"] = bool(np.array_equal(np.asarray(out), WL.load_src(wl)))
     return info
 
 
@@ -434,7 +397,7 @@ SW_CASES: dict[str, tuple[Any, str]] = {
     ),
     "s-w-mis": (
         lambda wl, r: case_sw_write(wl, r, chunks="mis"),
-        "shardwise.write_array(dask), the harness' sub-shard chunks (as b1/b3), threads",
+        "shardwise.write_array(dask), the anchors' sub-shard chunks (as b1/b3), threads",
     ),
     "s-w-cross": (
         lambda wl, r: case_sw_write(wl, r, chunks="cross"),
@@ -450,7 +413,7 @@ SW_CASES: dict[str, tuple[Any, str]] = {
     ),
     "s-xr-w-mis": (
         lambda wl, r: case_sw_xr_write(wl, r, chunks="mis"),
-        "shardwise.to_zarr(Dataset), the harness' sub-shard chunks, threads",
+        "shardwise.to_zarr(Dataset), the anchors' sub-shard chunks, threads",
     ),
     "s-task-mem": (
         lambda wl, r: case_sw_task_mem(wl, r),
@@ -467,24 +430,22 @@ SW_CASES: dict[str, tuple[Any, str]] = {
 }
 # environment per case (set by the driver for the case subprocess)
 CASE_ENV = {"s-task-mem": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
-# not timed writes: keep them out of the harness' write tables
+# not timed writes: keep them out of the write tables
 NOT_TIMED = {"s-task-mem"}
 
 
 def _register_cases() -> None:
-    """Insert the shardwise cases into the harness registry (writes after the harness writes,
+    """Insert the shardwise cases into the anchors' registry (writes after the anchor writes,
     reads after its reads) so that its report prints them in the right tables."""
     new: dict[str, Any] = {}
     writes = {k: v for k, v in SW_CASES.items() if k.startswith("s-") and k not in NOT_TIMED}
     reads = {k: v for k, v in SW_CASES.items() if k.startswith("h-")}
     items = list(A.CASES.items())
     first_read = next(i for i, (k, _v) in enumerate(items) if k.startswith("h-"))
-    first_lat = next(i for i, (k, _v) in enumerate(items) if k.startswith("i-"))
     new.update(items[:first_read])
     new.update(writes)
-    new.update(items[first_read:first_lat])
+    new.update(items[first_read:])
     new.update(reads)
-    new.update(items[first_lat:])
     A.CASES = new
 
 
@@ -536,7 +497,13 @@ def expand_cases(wl: str, spec: str) -> list[str]:
 # one case, in this process (called in a fresh subprocess by the driver)
 # ----------------------------------------------------------------------------------------------
 def _json_default(o: Any) -> Any:
-    return A._json_default(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    return str(o)
 
 
 def run_case(wl: str, case: str, rep: int, out: str | None) -> dict:
@@ -557,8 +524,6 @@ def run_case(wl: str, case: str, rep: int, out: str | None) -> dict:
             rec["status"] = "failed"
             rec["exception"] = f"{type(e).__name__}: {e}"
             rec["traceback"] = traceback.format_exc()[-3000:]
-    if case not in SW_CASES and not HAVE_ZARRS:
-        rec["zarrs_reader_replaced_by"] = "zarr-python"
     rec["elapsed_total_s"] = time.time() - t0
     line = json.dumps(rec, default=_json_default)
     if out:
@@ -619,7 +584,7 @@ def env_record(argv: list[str]) -> dict[str, Any]:
             v[p] = md.version(p)
         except Exception:
             v[p] = None
-    v["zarrs_installed"] = HAVE_ZARRS
+    v["size"] = WL.SIZE
     v["shardwise_to_zarr"] = _sw_to_zarr() is not None
     v["shardwise_engine"] = _engine_available()
     v.update(_git_state())
@@ -716,12 +681,12 @@ def driver(args: argparse.Namespace) -> None:
                 cases.append(c)
         skipped = {c: skip_note(c) for c in cases if c in SW_CASES and skip_note(c)}
         runnable = [c for c in cases if c not in skipped]
-        if runnable and not os.path.exists(A.src_path(wl)):
-            A.gen(wl)
+        if runnable and not os.path.exists(WL.src_path(wl)):
+            WL.gen(wl)
         needs_read = any(c.startswith(("h-", "i-")) for c in runnable)
         if needs_read:
             subprocess.run(
-                [sys.executable, ANCHORS_PATH, "prepare-read", wl],
+                [sys.executable, os.path.abspath(__file__), "prepare-read", wl],
                 check=True,
                 cwd=tempfile.gettempdir(),
             )
@@ -937,17 +902,13 @@ def targets_report(recs: list[dict]) -> str:
 
 def report(paths: list[str]) -> None:
     recs = _load(paths)
+    sizes = {r.get("size", "full") for r in recs if r["case"] == "env"}
+    if len(sizes) == 1:
+        WL.set_size(sizes.pop())  # the workload shapes the records were measured on
     print(targets_report(recs))
-    print("\n## Harness tables (anchors.py report, shardwise cases included)\n")
-    # the harness' report reads the same files; s-task-mem/env are not write cases
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as tmp:
-        for r in recs:
-            if r["case"] not in NOT_TIMED and r["case"] != "env":
-                tmp.write(json.dumps(r) + "\n")
-    try:
-        A.report([tmp.name])
-    finally:
-        os.unlink(tmp.name)
+    print("\n## Every case, per workload (anchors and shardwise)\n")
+    timed = [r for r in recs if r["case"] not in NOT_TIMED and r["case"] != "env"]
+    print(A.report(timed, list(A.CASES)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -968,7 +929,7 @@ def profile(wl: str, case: str, top: int, dump: str | None = None) -> None:
     meter = A.Meter
 
     class ProfiledMeter(meter):  # type: ignore[misc,valid-type]
-        """The harness' Meter, profiling exactly its timed part (not set-up or verification)."""
+        """The anchors' Meter, profiling exactly its timed part (not set-up or verification)."""
 
         def __enter__(self) -> Any:
             out = super().__enter__()
@@ -999,13 +960,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--size",
+        choices=sorted(WL.SIZES),
+        default=os.environ.get("BENCH_SIZE", "full"),
+        help="full: the published workloads (GBs); small: the same on a few MB (smoke run)",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("case")
+    c = sub.add_parser("case", parents=[common])
     c.add_argument("workload")
     c.add_argument("case")
     c.add_argument("--rep", type=int, default=0)
     c.add_argument("--out", default=None)
-    r = sub.add_parser("run")
+    r = sub.add_parser("run", parents=[common])
     r.add_argument("--workloads", default="W3,W1")
     r.add_argument("--cases", default="limits,sw,key")
     r.add_argument("--once", default="", help="cases to run at rep 0 only (e.g. h-xr-default)")
@@ -1022,15 +990,21 @@ def main() -> None:
     r.add_argument(
         "--quiet-wait", type=float, default=300.0, help="longest wait for --quiet, seconds"
     )
-    rp = sub.add_parser("report")
+    rp = sub.add_parser("report", parents=[common])
     rp.add_argument("paths", nargs="+")
-    pf = sub.add_parser("profile")
+    pf = sub.add_parser("profile", parents=[common])
     pf.add_argument("workload")
     pf.add_argument("case")
     pf.add_argument("--top", type=int, default=40)
     pf.add_argument("--dump", default=None, help="also save the pstats file here")
-    sub.add_parser("list")
+    g = sub.add_parser("gen", parents=[common])
+    g.add_argument("workloads", nargs="+")
+    pr = sub.add_parser("prepare-read", parents=[common])
+    pr.add_argument("workload")
+    sub.add_parser("list", parents=[common])
+    sub.add_parser("clean", parents=[common])
     args = ap.parse_args()
+    WL.set_size(args.size)
     if args.cmd == "case":
         run_case(args.workload, args.case, args.rep, args.out)
     elif args.cmd == "run":
@@ -1039,9 +1013,17 @@ def main() -> None:
         report(args.paths)
     elif args.cmd == "profile":
         profile(args.workload, args.case, args.top, args.dump)
+    elif args.cmd == "gen":
+        for wl in args.workloads:
+            WL.gen(wl)
+    elif args.cmd == "prepare-read":
+        A.prepare_read(args.workload)
+    elif args.cmd == "clean":
+        A.rmtree(WL.SRC_DIR)
+        A.rmtree(A.STORE_DIR)
     elif args.cmd == "list":
         for k, W in WORKLOADS.items():
-            print(k, W, "| cross-shard chunks:", CROSS_CHUNKS[k])
+            print(k, W)
         print("\ngroups: sw sw-write sw-read limits key write mis read")
         for k in WORKLOADS:
             print(f"  sw[{k}] = {SW_WRITE[k] + SW_READ[k]}")
@@ -1050,7 +1032,7 @@ def main() -> None:
             print(f"{k:28s} {'[shardwise] ' if k in SW_CASES else ''}{d}")
         print(f"{'s-task-mem':28s} [shardwise] {SW_CASES['s-task-mem'][1]}")
         print(
-            f"\nzarrs installed: {HAVE_ZARRS}; shardwise.to_zarr: {_sw_to_zarr() is not None}; "
+            f"\nsize: {WL.SIZE}; shardwise.to_zarr: {_sw_to_zarr() is not None}; "
             f"engine: {_engine_available()}"
         )
 

@@ -5,10 +5,16 @@ Hypothesis profiles (pick one with ``HYPOTHESIS_PROFILE=...``):
 * ``shardwise`` (default): no deadline (the first example pays for imports and thread pools),
   a moderate number of examples so the suite stays fast on two cores;
 * ``thorough``: ten times the examples, for a local soak.
+
+distributed's logs are kept at ERROR for the whole session (in this process and in every worker
+process it starts): the fault tests kill workers on purpose, and the warnings about it would
+bury the one line that matters when a test fails. pytest still shows what is logged at ERROR
+for a failing test.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +33,35 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("shardwise"), max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "shardwise"))
+
+
+# -- quiet clusters --------------------------------------------------------------------------------
+
+QUIET_LEVEL = logging.ERROR
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quiet_distributed() -> Iterator[None]:
+    """distributed's loggers at ERROR here and in the worker processes (which read the level from
+    the environment when they import distributed); restored at the end of the session."""
+    import distributed  # noqa: F401  (its import sets its loggers' levels: set ours after)
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DASK_LOGGING__DISTRIBUTED", logging.getLevelName(QUIET_LEVEL).lower())
+    names = ["distributed"] + [
+        n for n in list(logging.Logger.manager.loggerDict) if n.startswith("distributed.")
+    ]
+    old = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logger = logging.getLogger(n)
+        if n == "distributed" or (logger.level < QUIET_LEVEL and logger.level != logging.NOTSET):
+            logger.setLevel(QUIET_LEVEL)
+    try:
+        yield
+    finally:
+        for n, level in old.items():
+            logging.getLogger(n).setLevel(level)
+        mp.undo()
 
 
 # -- stores ----------------------------------------------------------------------------------------

@@ -319,21 +319,45 @@ def files(root: Path, *, journal: bool = False) -> dict[str, bytes]:
     return out
 
 
-def settle(root: Path, records: int, since: float = 0.0, timeout: float = 120.0) -> None:
-    """Wait until ``records`` shard records (written after ``since``) exist under ``root``."""
-    t0 = time.monotonic()
+def records(root: Path) -> dict[str, tuple[int, int]]:
+    """The shard records under ``root``: relative path -> (inode, mtime_ns)."""
     top = root / ".shardwise" / "shards"
-    n = 0
-    while time.monotonic() - t0 < timeout:
-        n = 0
-        for d, _, names in os.walk(top):
-            for f in names:
+    out = {}
+    for d, _, names in os.walk(top):
+        for f in names:
+            if not TEMP.search(f):
                 with suppress(FileNotFoundError):
-                    n += not TEMP.search(f) and (Path(d) / f).stat().st_mtime >= since
-        if n >= records:
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"only {n} of {records} shard records under {root}")
+                    st = (Path(d) / f).stat()
+                    out[str(Path(d, f).relative_to(top))] = (st.st_ino, st.st_mtime_ns)
+    return out
+
+
+def settle(
+    root: Path,
+    want: int,
+    before: dict[str, tuple[int, int]] | None = None,
+    timeout: float = 120.0,
+) -> None:
+    """Wait until ``want`` shard records exist under ``root`` that were not in ``before`` (a
+    :func:`records` snapshot: a rewritten record is a new file) -- the state, not a clock."""
+    before = before or {}
+
+    def count() -> int:
+        return sum(before.get(k) != v for k, v in records(root).items())
+
+    wait_until(lambda: count() >= want, f"{want} new shard records under {root}", timeout)
+
+
+def wait_until(cond: Any, what: str, timeout: float = 120.0, every: float = 0.02) -> None:
+    """Poll ``cond()`` until it is true; fail with ``what`` after a generous ``timeout``.
+
+    For waiting on a state (a file, a worker, a process) instead of sleeping a guessed time.
+    """
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(every)
 
 
 def stored_without(
@@ -402,29 +426,31 @@ def assert_same(a: np.ndarray, b: np.ndarray) -> None:
 
 
 class StallStore(WrapperStore[Store]):
-    """Wraps a (picklable) store; the first ``set`` of ``key`` anywhere writes ``<flag>.<pid>``
-    and sleeps ``seconds`` before storing, so a test can SIGSTOP that process mid-write."""
+    """Wraps a (picklable) store; the first ``set`` of ``key`` anywhere writes its pid to ``flag``
+    and holds until ``<flag>.go`` exists, so a test can SIGSTOP that process mid-write (and let
+    it go on later) whatever the machine's speed. ``<flag>.resumed`` marks that it went on."""
 
-    def __init__(self, store: Store, key: str, flag: str, seconds: float) -> None:
+    def __init__(self, store: Store, key: str, flag: str, timeout: float = 600.0) -> None:
         super().__init__(store)
-        self.key, self.flag, self.seconds = key, flag, seconds
+        self.key, self.flag, self.timeout = key, flag, timeout
 
     def __reduce__(self) -> Any:
-        return (StallStore, (self._store, self.key, self.flag, self.seconds))
+        return (StallStore, (self._store, self.key, self.flag, self.timeout))
 
     def _with_store(self, store: Store) -> StallStore:
-        return StallStore(store, self.key, self.flag, self.seconds)
+        return StallStore(store, self.key, self.flag, self.timeout)
 
     async def set(self, key: str, value: Any) -> None:
         if key == self.key:
+            tmp = f"{self.flag}.{os.getpid()}"
+            Path(tmp).write_text(str(os.getpid()))
             try:
-                fd = os.open(self.flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.link(tmp, self.flag)  # atomic, with the pid in it
             except FileExistsError:
                 pass
             else:
-                os.write(fd, str(os.getpid()).encode())
-                os.close(fd)
-                time.sleep(self.seconds)  # blocks this worker thread: the pause point
+                # blocks this worker thread: the pause point
+                wait_until(lambda: os.path.exists(f"{self.flag}.go"), "released", self.timeout)
                 Path(f"{self.flag}.resumed").write_text(str(os.getpid()))
         await self._store.set(key, value)
 
@@ -493,15 +519,31 @@ def kill_data(seed: int) -> np.ndarray:
     return x
 
 
-def kill_writer(root: str, seed: int, started: Any) -> None:
-    """The writer that gets SIGKILLed: a plain write of ``kill_data(seed)``."""
+def hold_block(block: Any, hold: Any, block_info: Any = None) -> Any:
+    """A source block function: block ``hold`` never comes (its task waits until killed)."""
+    import threading
+
+    if block_info is not None and tuple(block_info[0]["chunk-location"]) == tuple(hold):
+        threading.Event().wait(600)
+        raise RuntimeError("the writer was never killed")
+    return block
+
+
+def kill_writer(root: str, seed: int, started: Any, hold: Any = None) -> None:
+    """The writer that gets SIGKILLed: a plain write of ``kill_data(seed)``; with ``hold`` (a
+    source block) the write cannot finish, so the kill always comes mid-write."""
+    import dask
     import dask.array as da
 
     import shardwise
 
     src = da.from_array(kill_data(seed), chunks=(200, 300))
+    if hold is not None:
+        src = src.map_blocks(hold_block, hold, dtype=src.dtype, meta=src._meta)
     started.set()
-    shardwise.write_array(src, root, **KILL_KW)
+    # threads enough that the held task never stops the others, however many cores
+    with dask.config.set(scheduler="threads", num_workers=4):
+        shardwise.write_array(src, root, **KILL_KW)
 
 
 def forkserver() -> Any:

@@ -241,3 +241,46 @@ def test_a_part_resumes(tmp_path: Path) -> None:
     batch.write_part(data(), root, 1)
     assert batch.finalize(root).ok
     np.testing.assert_array_equal(shardwise.open_array(root).compute(), data())
+
+
+def test_parts_that_leave_a_gap_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    gap = [(slice(0, 20), slice(None)), (slice(30, 50), slice(None))]  # rows 20:30 in no part
+    root = tmp_path / "b.zarr"
+    with pytest.raises(PlanError, match=r"leave 4 of 20 shards in no part.*\[20:30, 0:12\]"):
+        batch.init(root, shape=SHAPE, dtype="uint8", parts=gap, **KW)
+    assert not root.exists()
+    # over an existing array (mode "w" would replace it): refused, the store byte-identical
+    shardwise.write_array(data(), root, **KW)
+    before = files(root, journal=True)
+    with pytest.raises(PlanError, match="in no part"):
+        batch.init(root, shape=SHAPE, dtype="uint8", parts=gap, mode="w", **KW)
+    assert files(root, journal=True) == before
+    # mode "r+" rewrites chosen regions of an existing array: a gap keeps the stored rows
+    plan = batch.init(root, shape=SHAPE, dtype="uint8", parts=gap, mode="r+", **KW)
+    for i in range(plan.nparts):
+        batch.write_part(data(1), root, i)
+    assert batch.finalize(root).ok
+    expect = data(1)
+    expect[20:30] = data()[20:30]
+    np.testing.assert_array_equal(shardwise.open_array(root).compute(), expect)
+
+
+def test_rerunning_a_finished_part_with_resume_skips_it(tmp_path: Path) -> None:
+    root = tmp_path / "b.zarr"
+    batch.init(root, shape=SHAPE, dtype="uint8", parts=2, **KW)
+    first = batch.write_part(data(), root, 0)
+    assert first.shards_written == 8
+    before = files(root)
+    records = {k: v for k, v in files(root, journal=True).items() if "/shards/" in k}
+    again = batch.write_part(data(), root, 0, resume=True)
+    assert (again.shards_skipped, again.shards_written) == (8, 0)
+    assert "8 done before (resumed)" in str(again)
+    assert files(root) == before
+    assert {k: v for k, v in files(root, journal=True).items() if "/shards/" in k} == records
+    # a shard lost since is written again, the others skipped
+    (root / "c/0/0").unlink()
+    third = batch.write_part(data(), root, 0, resume=True)
+    assert (third.shards_skipped, third.shards_written) == (7, 1)
+    assert files(root) == before
+    batch.write_part(data(), root, 1)
+    assert batch.finalize(root).ok

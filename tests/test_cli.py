@@ -56,8 +56,23 @@ def test_verify_exit_status_and_json(sharded: Path, capsys: pytest.CaptureFixtur
     (sharded / "c/1/1").write_bytes((sharded / "c/1/1").read_bytes()[:-1])
     assert main(["verify", str(sharded), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["ok"] is False and {p["kind"] for p in out["problems"]} == {"corrupt", "mismatch"}
+    assert out["ok"] is False and [p["kind"] for p in out["problems"]] == ["corrupt"]
+    assert [p["kind"] for p in out["changes"]] == ["mismatch"]
     assert main(["verify", str(sharded.parent / "nothing")]) == 3
+
+
+def test_verify_strict_on_a_shard_another_tool_rewrote(
+    sharded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    zarr.open_array(sharded, mode="r+")[0:10, 0:15] = 1.5  # a sound rewrite of shard c/0/0
+    assert main(["verify", str(sharded)]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and "note:" in out and "mismatch   c/0/0" in out
+    assert main(["verify", str(sharded), "--strict"]) == 1
+    assert "1 problem(s)" in capsys.readouterr().out
+    (sharded / "c/1/1").unlink()  # a deleted recorded shard is a problem without --strict
+    assert main(["verify", str(sharded)]) == 1
+    assert "missing" in capsys.readouterr().out
 
 
 def test_inspect(sharded: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,3 +210,47 @@ def test_a_job_array_of_parts_as_processes(sharded: Path, tmp_path: Path) -> Non
     (dst / "c/2/0").unlink()
     v = subprocess.run([*cmd, "verify", str(dst)], capture_output=True, text=True)
     assert v.returncode == 1 and "missing" in v.stdout
+
+
+def test_lease_of_a_part_reads_the_part_count_from_the_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardwise import batch
+    from shardwise.lease import part_lease
+
+    plain = tmp_path / "plain.zarr"
+    shardwise.write_array(data(), plain, chunks=(5, 5), shards=(10, 15))
+    assert main(["lease", str(plain), "--part", "1"]) == 2  # no batch: the count is unknown
+    assert "--nparts" in capsys.readouterr().err
+    root = tmp_path / "b.zarr"
+    batch.init(root, shape=SHAPE, dtype="float32", chunks=(5, 5), shards=(10, 15), parts=4)
+    st = ShardStore(zarr.storage.LocalStore(root))
+    with Lease.acquire(st, name=part_lease(1, 4), purpose="part 1 on node 7"):
+        assert main(["lease", str(root), "--part", "1"]) == 0
+        assert "held for" in (out := capsys.readouterr().out) and "node 7" in out
+        assert main(["lease", str(root), "--part", "1", "--nparts", "4"]) == 0
+        assert "node 7" in capsys.readouterr().out
+        assert main(["lease", str(root), "--part", "2"]) == 0
+        assert capsys.readouterr().out.strip() == "free"
+    assert main(["lease", str(root), "--part", "1"]) == 0
+    assert capsys.readouterr().out.strip() == "free"
+
+
+def test_batch_status_after_finalize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from shardwise import batch
+
+    root = tmp_path / "b.zarr"
+    assert main(["batch", "status", str(root)]) == 3  # nothing there: one line, exit 3
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    batch.init(root, shape=SHAPE, dtype="float32", chunks=(5, 5), shards=(10, 15), parts=2)
+    for i in range(2):
+        batch.write_part(data(), root, i)
+    assert main(["batch", "status", str(root)]) == 0
+    assert "done: 2 of 2; to do: []" in capsys.readouterr().out
+    assert main(["batch", "finalize", str(root)]) == 0
+    capsys.readouterr()
+    assert main(["batch", "status", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "finalized" in out and "2 parts" in out and "no batch open" in out
+    with pytest.raises(FileNotFoundError, match="was finalized"):
+        batch.open_batch(root)

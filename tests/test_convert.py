@@ -456,7 +456,8 @@ def test_inspect_a_converted_group(tmp_path: Path, capsys: pytest.CaptureFixture
     assert rep.arrays[1].shards == (6, 8)
     assert main(["inspect", str(dst)]) == 0
     out = capsys.readouterr().out
-    assert "path 'a'" in out and "path 'b'" in out and "group: 2 arrays, 5 objects" in out
+    assert "a group of 2 arrays, 5 objects" in out
+    assert "a  (40,) float32, shards (20,)" in out and "b  (6, 8) int16" in out
     assert main(["inspect", str(dst), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert [a["objects"] for a in d["arrays"]] == [3, 2]

@@ -427,3 +427,104 @@ def test_large_chunks_decoded_in_place(tmp_path: Path, compressors: Any) -> None
     with pytest.raises(CorruptShardError) as e:
         shardwise.open_array(str(tmp_path), path="big").compute()
     assert "big/c/0/0/0" in str(e.value) and "(1, 0, 0)" in str(e.value)
+
+
+# -- the default codecs: every inner chunk carries zstd's frame checksum ---------------------------
+
+
+def write_default(root: Path, writer: str, shape: tuple[int, int], inner: tuple[int, int]) -> Any:
+    """Random float32 data (zstd stores it as raw blocks, so a flipped byte still decompresses)
+    written at ``PATH`` with the default codecs; returns the data."""
+    data = np.random.default_rng(5).standard_normal(shape).astype("float32")
+    shards = (shape[0] // 2, shape[1] // 2)
+    if writer == "write_array":
+        shardwise.write_array(data, str(root), path=PATH, chunks=inner, shards=shards)
+    else:
+        import xarray as xr
+
+        ds = xr.Dataset({"arr": (("y", "x"), data)})
+        enc = {"arr": {"chunks": inner, "shards": shards}}
+        shardwise.to_zarr(ds, str(root), group="grp", encoding=enc)
+    return data
+
+
+def flip_payload(root: Path, chunk: int) -> None:
+    """Flip a byte in the middle of inner chunk ``chunk`` (flat) of shard c/1/1."""
+    f = shard_file(root, "c/1/1")
+    index_at = f.stat().st_size - INDEX_NBYTES
+    index = np.frombuffer(f.read_bytes()[index_at : index_at + 16 * NCHUNKS], "<u8").reshape(-1, 2)
+    offset, nbytes = (int(x) for x in index[chunk])
+    flip(f, offset + nbytes // 2, mask=0x01)
+
+
+GEOMETRIES = {"small-chunks": ((16, 16), (4, 4)), "large-chunks": ((512, 512), (128, 128))}
+
+
+@pytest.mark.parametrize("writer", ["write_array", "to_zarr"])
+@pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
+def test_default_codecs_detect_a_flipped_payload_byte(
+    tmp_path: Path, writer: str, geometry: str
+) -> None:
+    shape, inner = GEOMETRIES[geometry]
+    data = write_default(tmp_path, writer, shape, inner)
+    meta = json.loads((tmp_path / PATH / "zarr.json").read_text())
+    inner_codecs = meta["codecs"][0]["configuration"]["codecs"]
+    assert inner_codecs[-1] == {"name": "zstd", "configuration": {"level": 0, "checksum": True}}
+    # intact: shardwise, zarr-python and tensorstore read it back
+    reader = open_reader(str(tmp_path), path=PATH)
+    np.testing.assert_array_equal(reader[WHOLE], data)
+    np.testing.assert_array_equal(zarr.open_array(tmp_path, path=PATH, mode="r")[...], data)
+    np.testing.assert_array_equal(tensorstore_read(tmp_path / PATH), data)
+
+    flip_payload(tmp_path, 1)  # inner chunk (0, 1) of shard (1, 1)
+    h, w = shape[0] // 2, shape[1] // 2
+    window = (slice(h + 1, h + 3), slice(w + inner[1] + 1, w + inner[1] + 3))
+    for sel in (WHOLE, (slice(h, None), slice(w, None)), window):
+        expect_corrupt(tmp_path, sel, key="c/1/1", chunk=(0, 1), match="checksum")
+    lazy = shardwise.open_array(str(tmp_path), path=PATH)
+    with pytest.raises(CorruptShardError, match="checksum"):
+        lazy.compute(scheduler="threads")
+    np.testing.assert_array_equal(reader[:h], data[:h])  # the other shards still read
+    problems = shardwise.verify(str(tmp_path), path=PATH).problems
+    assert [(p.kind, p.key, p.chunk) for p in problems] == [("corrupt", f"{PATH}/c/1/1", (0, 1))]
+    # the independent readers refuse it too
+    with pytest.raises(RuntimeError, match="doesn't match checksum"):
+        zarr.open_array(tmp_path, path=PATH, mode="r")[...]
+    with pytest.raises(ValueError, match="doesn't match checksum"):
+        tensorstore_read(tmp_path / PATH)
+
+
+@pytest.mark.parametrize("writer", ["write_array", "to_zarr"])
+def test_without_checksums_a_flipped_payload_byte_reads_as_wrong_values(
+    tmp_path: Path, writer: str
+) -> None:
+    """Documents the trade-off of turning the checksum off (own ``compressors``): a flipped byte
+    inside a stored (incompressible) zstd block is not noticed by the decompressor."""
+    data = np.random.default_rng(5).standard_normal(SHAPE).astype("float32")
+    if writer == "write_array":
+        shardwise.write_array(
+            data, str(tmp_path), path=PATH, chunks=INNER, shards=SHARDS, compressors=zc.ZstdCodec()
+        )
+    else:
+        import xarray as xr
+
+        ds = xr.Dataset({"arr": (("y", "x"), data)})
+        enc = {"arr": {"chunks": INNER, "shards": SHARDS, "compressors": zc.ZstdCodec()}}
+        shardwise.to_zarr(ds, str(tmp_path), group="grp", encoding=enc)
+    meta = json.loads((tmp_path / PATH / "zarr.json").read_text())
+    assert meta["codecs"][0]["configuration"]["codecs"][-1]["configuration"]["checksum"] is False
+    flip_payload(tmp_path, 1)
+    got = open_reader(str(tmp_path), path=PATH)[WHOLE]  # no error ...
+    wrong = got != data
+    assert wrong.sum() == 1 and wrong[8:12, 12:16].any()  # ... one wrong value in chunk (0, 1)
+    # only the writer's record notices: a note, since the bytes decode
+    report = shardwise.verify(str(tmp_path), path=PATH)
+    assert report.ok and [p.kind for p in report.changes] == ["mismatch"]
+
+
+def tensorstore_read(root: Path) -> np.ndarray:
+    import tensorstore as ts
+
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(root)}}
+    out: np.ndarray = ts.open(spec, read=True).result().read().result()
+    return out

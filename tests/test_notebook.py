@@ -8,6 +8,7 @@ interpreter without shardwise) can never be picked up instead.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,25 @@ import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
 KERNEL = "shardwise-test-python"
+
+
+# shardwise's public API is what ``import shardwise`` exports: no submodule paths, no _names
+PRIVATE = re.compile(
+    r"\bshardwise\.[a-z_]+\.|\bfrom shardwise\.|\bshardwise\._|\bimport shardwise\."
+)
+
+
+def test_quickstart_notebook_uses_public_api_only() -> None:
+    import nbformat
+
+    import shardwise
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "import shardwise" in code
+    assert PRIVATE.findall(code) == []
+    used = set(re.findall(r"\bshardwise\.(\w+)", code))
+    assert used and used <= set(shardwise.__all__), used - set(shardwise.__all__)
 
 
 @pytest.mark.slow

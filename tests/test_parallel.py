@@ -252,7 +252,17 @@ def test_write_report_fields(tmp_path: Path) -> None:
     assert report.chunks_stored == stored_inner_chunks(data)
     n_inner = int(np.prod([-(-s // c) for s, c in zip(SHAPE, INNER, strict=True)]))
     assert report.chunks_stored + report.chunks_empty == n_inner
-    assert report.compression_ratio == pytest.approx(data.nbytes / report.bytes_stored)
+    # the ratio is over the shards stored (the all-fill shards are not among them)
+    held = (
+        sum(
+            np.prod([r.stop - r.start for r in LAYOUT.shard_region(s)])
+            for s in LAYOUT.shards()
+            if LAYOUT.shard_key(s) in want
+        )
+        * data.itemsize
+    )
+    assert report.stored_raw_bytes == held < data.nbytes
+    assert report.compression_ratio == pytest.approx(held / report.bytes_stored)
     assert report.seconds > 0
     text = str(report)
     assert f"{len(want)} shards written" in text
@@ -261,6 +271,29 @@ def test_write_report_fields(tmp_path: Path) -> None:
     total = report + report
     assert total.shards_written == 2 * report.shards_written
     assert total.bytes_stored == 2 * report.bytes_stored
+
+
+def test_region_write_report_counts_the_shards_it_stores(tmp_path: Path) -> None:
+    data = make_data()
+    write(data, str(tmp_path), mode="w")
+    region = (slice(20, 30), slice(14, 22), slice(2, 6))  # inside shard (1, 1, 0), in part
+    part = np.full((10, 8, 4), 3, dtype="int16")
+    report = write(part, str(tmp_path), mode="r+", region=region)
+    key = LAYOUT.shard_key((1, 1, 0))
+    assert report.keys == [key]
+    assert report.raw_bytes == part.nbytes
+    # the shard is stored whole: the ratio compares it with its own raw bytes
+    shard_raw = int(np.prod(SHARDS)) * data.itemsize
+    assert report.stored_raw_bytes == shard_raw > part.nbytes
+    assert report.bytes_stored == (tmp_path / key).stat().st_size
+    assert report.compression_ratio == pytest.approx(shard_raw / report.bytes_stored)
+    text = str(report)
+    assert f"{part.nbytes / 1e6:.1f} MB of data written" in text
+    assert f"the shards written hold {shard_raw / 1e6:.1f} MB raw, " in text
+    assert f"(ratio {shard_raw / report.bytes_stored:.2f})" in text
+    expect = data.copy()
+    expect[region] = part
+    assert mismatches(zarr_read(str(tmp_path)), expect) == 0
 
 
 def test_compute_false_returns_delayed(tmp_path: Path) -> None:

@@ -45,6 +45,10 @@ def kinds(root: Any, **kw: Any) -> list[tuple[str, str]]:
     return sorted((p.kind, p.key) for p in verify(root, **kw).problems)
 
 
+def changes(root: Any, **kw: Any) -> list[tuple[str, str]]:
+    return sorted((p.kind, p.key) for p in verify(root, **kw).changes)
+
+
 def flip(path: Path, at: int) -> None:
     b = bytearray(path.read_bytes())
     b[at] ^= 0x10
@@ -66,9 +70,10 @@ def test_a_clean_array_verifies(arr: Path) -> None:
 
 def test_corrupt_inner_chunk_names_the_chunk(arr: Path) -> None:
     flip(arr / "c/1/2", 3)  # inside the first stored inner chunk
-    problems = verify(arr).problems
-    assert {(p.kind, p.key) for p in problems} == {("mismatch", "c/1/2"), ("corrupt", "c/1/2")}
-    corrupt = next(p for p in problems if p.kind == "corrupt")
+    report = verify(arr)
+    assert [(p.kind, p.key) for p in report.problems] == [("corrupt", "c/1/2")]
+    assert [(p.kind, p.key) for p in report.changes] == [("mismatch", "c/1/2")]
+    corrupt = report.problems[0]
     assert corrupt.chunk == (0, 0) and "crc32c" in corrupt.message.lower()
 
 
@@ -84,7 +89,8 @@ def test_broken_index_is_reported(arr: Path, how: str) -> None:
         p.write_bytes(b"")
     else:
         p.write_bytes(raw + b"\x00" * 7)
-    assert kinds(arr) == [("corrupt", "c/2/2"), ("mismatch", "c/2/2")]
+    assert kinds(arr) == [("corrupt", "c/2/2")]
+    assert changes(arr) == [("mismatch", "c/2/2")]
 
 
 def test_a_deleted_shard_is_missing_not_fill(arr: Path) -> None:
@@ -94,13 +100,19 @@ def test_a_deleted_shard_is_missing_not_fill(arr: Path) -> None:
     assert "fill" in report.problems[0].message
     # a reader would silently see fill values there: that is why verify reports it
     assert (shardwise.open_array(arr)[24:30, 0:8].compute() == 0).all()
+    assert kinds(arr, strict=True) == [("missing", "c/3/0")]
 
 
 def test_valid_bytes_that_are_not_the_writers_are_a_mismatch(arr: Path, tmp_path: Path) -> None:
     other = tmp_path / "b.zarr"
     shardwise.write_array(data(1), other, **KW)
     (arr / "c/0/1").write_bytes((other / "c/0/1").read_bytes())
-    assert kinds(arr) == [("mismatch", "c/0/1")]
+    # sound bytes: a note, not a problem, unless strict
+    report = verify(arr)
+    assert report.ok and [(p.kind, p.key) for p in report.changes] == [("mismatch", "c/0/1")]
+    assert "OK" in str(report) and "mismatch   c/0/1" in str(report)
+    assert kinds(arr, strict=True) == [("mismatch", "c/0/1")]
+    assert not verify(arr, strict=True).ok and verify(arr, strict=True).changes == []
 
 
 def test_shards_the_writer_did_not_record(tmp_path: Path) -> None:
@@ -110,7 +122,8 @@ def test_shards_the_writer_did_not_record(tmp_path: Path) -> None:
     shardwise.write_array(x, root, **KW)
     assert not (root / "c/0/0").exists()
     zarr.open_array(root, mode="r+")[0:8, 0:8] = 5  # another tool writes a shard
-    assert kinds(root) == [("unrecorded", "c/0/0")]
+    assert kinds(root) == [] and changes(root) == [("unrecorded", "c/0/0")]
+    assert kinds(root, strict=True) == [("unrecorded", "c/0/0")]
 
 
 def test_temp_stray_and_unreadable_journal(arr: Path) -> None:
@@ -195,7 +208,8 @@ def test_index_at_start_in_a_memory_store() -> None:
     raw = bytearray(store._store_dict[key].to_bytes())
     raw[3] ^= 1  # inside the index, which is at the start
     store._store_dict[key] = store._store_dict[key].from_bytes(bytes(raw))
-    assert kinds(store, path="g/x") == [("corrupt", key), ("mismatch", key)]
+    assert kinds(store, path="g/x") == [("corrupt", key)]
+    assert changes(store, path="g/x") == [("mismatch", key)]
 
 
 def test_missing_metadata_is_a_problem_not_a_crash(tmp_path: Path) -> None:
@@ -232,7 +246,7 @@ def test_verify_on_s3(s3: MotoS3) -> None:
     s3.client.delete_object(Bucket=BUCKET, Key=f"{prefix}/c/1/1")
     body = s3.client.get_object(Bucket=BUCKET, Key=f"{prefix}/c/2/3")["Body"].read()
     s3.client.put_object(Bucket=BUCKET, Key=f"{prefix}/c/2/3", Body=body[:-3])
-    assert kinds(store) == [("corrupt", "c/2/3"), ("mismatch", "c/2/3"), ("missing", "c/1/1")]
+    assert kinds(store) == [("corrupt", "c/2/3"), ("missing", "c/1/1")]
 
 
 def test_verify_a_dataset_group_written_by_to_zarr(tmp_path: Path) -> None:
@@ -252,3 +266,49 @@ def test_verify_a_dataset_group_written_by_to_zarr(tmp_path: Path) -> None:
     report = shardwise.verify(path)
     assert not report.ok
     assert any("v/c/1/0" in p.key for p in report.problems)
+
+
+# -- stores another tool wrote to: sound shards are notes, not problems ----------------------------
+
+
+def test_a_plain_xarray_append_is_a_note(tmp_path: Path) -> None:
+    """``Dataset.to_zarr(append_dim=...)`` rewrites the last shard and adds new ones: all sound."""
+    import xarray as xr
+
+    path = tmp_path / "ds.zarr"
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset({"v": (("t", "x"), rng.random((100, 50)))})
+    shardwise.to_zarr(ds, path, shards={"t": 40}, encoding={"v": {"chunks": (10, 50)}})
+    more = xr.Dataset({"v": (("t", "x"), rng.random((30, 50)))})
+    more.to_zarr(path, append_dim="t", mode="a", zarr_format=3)
+    report = verify(path)
+    assert report.ok, str(report)
+    assert sorted((p.kind, p.key) for p in report.changes) == [
+        ("mismatch", "v/c/2/0"),  # the partial last shard, rewritten by the append
+        ("unrecorded", "v/c/3/0"),
+    ]
+    assert "note:" in str(report) and "v/c/3/0" in str(report)
+    assert json.loads(report.to_json())["changes"][0]["key"] == "v/c/2/0"
+    strict = verify(path, strict=True)
+    assert not strict.ok and {p.kind for p in strict.problems} == {"mismatch", "unrecorded"}
+    # integrity still counts: damage in a shard the other tool wrote is a problem
+    shard = path / "v" / "c" / "3" / "0"
+    shard.write_bytes(shard.read_bytes()[:-5])
+    assert [(p.kind, p.key) for p in verify(path).problems] == [("corrupt", "v/c/3/0")]
+
+
+def test_a_zarr_region_write_is_a_note(arr: Path) -> None:
+    """zarr-python rewrites recorded shards in place: they decode, so they are notes."""
+    z = zarr.open_array(arr, mode="r+")
+    z[8:16, 0:16] = 7
+    report = verify(arr)
+    assert report.ok, str(report)
+    assert sorted((p.kind, p.key) for p in report.changes) == [
+        ("mismatch", "c/1/0"),
+        ("mismatch", "c/1/1"),
+    ]
+    assert report.chunks_checked > 0
+    assert kinds(arr, strict=True) == [("mismatch", "c/1/0"), ("mismatch", "c/1/1")]
+    # a deleted recorded shard stays a problem, strict or not
+    (arr / "c/0/0").unlink()
+    assert kinds(arr) == [("missing", "c/0/0")]

@@ -88,14 +88,20 @@ def docs(store: MemoryStore) -> dict[str, Any]:
 
 
 def layout_encoding(store: Any, ds: xr.Dataset) -> dict[str, dict[str, Any]]:
-    """Each variable's own encoding plus the inner chunks and shards it has in ``store``: the
-    ``encoding=`` that makes xarray's ``to_zarr`` write the same layout."""
+    """Each variable's own encoding plus the inner chunks, shards and compressors it has in
+    ``store``: the ``encoding=`` that makes xarray's ``to_zarr`` write the same layout and codecs
+    (shardwise's default compressors carry zstd's checksum; xarray's do not)."""
     g = zarr.open_group(store, mode="r")
     out = {}
     for name, var in ds.variables.items():
         arr = g[name]
         if arr.ndim and arr.shards is not None:
-            out[name] = {**var.encoding, "chunks": arr.chunks, "shards": arr.shards}
+            out[name] = {
+                **var.encoding,
+                "chunks": arr.chunks,
+                "shards": arr.shards,
+                "compressors": arr.compressors,
+            }
     return out
 
 

@@ -5,8 +5,10 @@ from .api import open_array, plan_write, write_array
 from .backend import open_dataset
 from .convert import ArrayReport, ConvertReport, convert
 from .errors import (
+    ArrayNotFoundError,
     CorruptShardError,
     LeaseHeldError,
+    NotAnArrayError,
     PlanError,
     ShardwiseError,
     UnsupportedCodecError,
@@ -20,10 +22,12 @@ from .xarray_write import to_zarr
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArrayNotFoundError",
     "ArrayReport",
     "ConvertReport",
     "CorruptShardError",
     "LeaseHeldError",
+    "NotAnArrayError",
     "PlanError",
     "ShardwiseError",
     "UnsupportedCodecError",

@@ -3,20 +3,70 @@
 Every dask task in a process shares it, so however many dask threads run shard tasks at once, at
 most ``pool_size()`` threads compress at a time: no oversubscription of the cores. The codecs
 (zstd, blosc, zlib, crc32c) release the GIL, so the threads run in parallel.
+
+A child started with ``fork`` inherits the pool without its threads (and maybe a lock some other
+thread held): :func:`after_fork` gives the child a fresh, empty state, and other modules register
+their own per-process state with :func:`on_fork`.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _in_pool = threading.local()
+_fork_hooks: list[Callable[[], None]] = []
+
+
+def on_fork(hook: Callable[[], None]) -> None:
+    """Run ``hook`` in every child started with ``fork`` (after the pool's own reset)."""
+    _fork_hooks.append(hook)
+
+
+def after_fork() -> None:
+    """Reset this module's state in a forked child: the inherited pool has no threads."""
+    global _lock, _pool, _pool_size, _in_pool
+    _lock = threading.Lock()
+    _pool = None  # the parent's executor: never shut down here (its threads do not exist)
+    _pool_size = 0
+    _in_pool = threading.local()
+    _reset_dask_pools()
+    for hook in _fork_hooks:
+        hook()
+
+
+def _reset_dask_pools() -> None:
+    """Forget dask's threaded-scheduler pools in a forked child.
+
+    dask keeps them per process too and has no fork handler: the first ``compute()`` of a
+    child forked after one in the parent would queue its tasks to threads that do not exist.
+    Our writes and reads run on that scheduler by default, so the child gets new pools.
+    """
+    threaded: Any = sys.modules.get("dask.threaded")
+    if threaded is None:
+        return
+    from collections import defaultdict
+
+    fresh: dict[str, Callable[[], Any]] = {
+        "default_pool": lambda: None,
+        "pools": lambda: defaultdict(dict),
+        "pools_lock": threading.Lock,
+    }
+    for name, make in fresh.items():
+        if hasattr(threaded, name):
+            setattr(threaded, name, make())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=after_fork)
 
 
 def cpu_count() -> int:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from .errors import PlanError
+from .errors import ArrayNotFoundError, NotAnArrayError, PlanError, UnsupportedCodecError
 from .job import Strategy, WriteJob, make_job
 from .layout import Region, normalize_region
-from .metadata import ArrayInfo, info_from_metadata
+from .metadata import ArrayInfo, default_compressors, info_from_metadata
 from .plan import WritePlan
 from .read import ShardReader
 from .session import WriteSession, plan_keys, plan_shards
-from .store import ShardStore, resolve_store
+from .sizing import default_layout
+from .store import ShardStore, describe, resolve_store, retry_transient
 from .write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 
 _MODES = ("w", "w-", "a", "r+")
@@ -23,32 +26,124 @@ _MODES = ("w", "w-", "a", "r+")
 
 def open_info(store: Any, path: str | None = None) -> ArrayInfo:
     """Read and translate the metadata of the array at ``path`` in a zarr ``store``."""
-    arr = zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
-    return info_from_metadata(arr.metadata)
+    meta = open_zarr_array(store, path).metadata
+    try:
+        return info_from_metadata(meta)
+    except UnsupportedCodecError as e:
+        raise UnsupportedCodecError(f"{describe(store, path)}: {e}") from None
+
+
+def open_zarr_array(store: Any, path: str | None = None) -> Any:
+    """zarr-python's array at ``path`` (Zarr v3), or a shardwise error saying what is there
+    instead: :class:`NotAnArrayError` for a group (listing its arrays),
+    :class:`UnsupportedCodecError` for a Zarr v2 array, :class:`ArrayNotFoundError` for nothing."""
+    from zarr.errors import ContainsGroupError, NodeTypeValidationError
+
+    from .verify import _group_arrays
+
+    try:
+        return zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
+    except (NodeTypeValidationError, ContainsGroupError):
+        arrays = _group_arrays(store, path) or []
+        listed = ", ".join(repr(a) for a in arrays[:20]) + (" ..." if len(arrays) > 20 else "")
+        raise NotAnArrayError(
+            f"{describe(store, path, 'group')} is a group, not an array: "
+            + (
+                f"pass path= (CLI: --path) with one of its arrays: {listed}"
+                if arrays
+                else "it has no arrays"
+            ),
+            arrays,
+        ) from None
+    except FileNotFoundError:  # zarr's NodeNotFoundError: maybe a Zarr v2 node
+        pass
+    kind = _v2_node(store, path)
+    if kind is None:
+        raise ArrayNotFoundError(f"no array at {describe(store, path, 'path')}")
+    raise UnsupportedCodecError(_v2_message(store, path, kind))
+
+
+def _v2_node(store: Any, path: str | None) -> str | None:
+    """ "array" or "group" when a Zarr v2 node is at ``path``, else None."""
+    try:
+        node = zarr.open(store, path=path or "", mode="r", zarr_format=2)
+    except FileNotFoundError:
+        return None
+    return "array" if isinstance(node, zarr.Array) else "group"
+
+
+def _v2_message(store: Any, path: str | None, kind: str) -> str:
+    return (
+        f"{describe(store, path, kind)} is a Zarr v2 {kind}: shardwise reads and writes Zarr v3 "
+        "sharded arrays; read it with zarr-python (zarr.open_array, dask.array.from_zarr) or "
+        "convert it with `shardwise reshard SRC DST --shards ...`"
+    )
 
 
 def _exists(store: Any, path: str | None) -> bool:
+    from zarr.errors import ContainsGroupError, NodeTypeValidationError
+
     try:
         zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
-    except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
-        if "ArrayNotFound" in type(e).__name__ or isinstance(e, FileNotFoundError | KeyError):
+    except FileNotFoundError:  # zarr's NodeNotFoundError too
+        kind = _v2_node(store, path)
+        if kind is None:
             return False
-        if "NodeTypeValidationError" in type(e).__name__ or "ContainsGroup" in type(e).__name__:
-            raise PlanError(f"a group, not an array, exists at path {path!r}") from e
-        raise
+        raise PlanError(f"{_v2_message(store, path, kind)}; mode='w' replaces it") from None
+    except (NodeTypeValidationError, ContainsGroupError) as e:
+        raise PlanError(
+            f"{describe(store, path, 'path')} is a group, not an array: pass path= to write "
+            "an array inside it, or mode='w' to replace the group"
+        ) from e
     return True
 
 
 def _create_kwargs(
     shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    if shards is None:
-        raise PlanError("shards= is required: the shard shape (each shard is one stored object)")
+    chunks, shards = _layout(shape, dtype, chunks, shards)
     out = dict(shape=shape, dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
     # None means "no codecs" for compressors/filters (as in zarr), "default" for the rest
     keep_none = ("compressors", "filters")
     out.update({k: v for k, v in kwargs.items() if v is not None or k in keep_none})
     return out
+
+
+def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tuple[Any, Any]:
+    """Inner chunks and shards for a new array: a missing shard shape or ``chunks="auto"`` is
+    completed by the same rule as :func:`shardwise.to_zarr` (inner chunks always divide the
+    shards); anything else goes to zarr as given."""
+    if isinstance(shards, dict):  # zarr's {"shape": ..., "index_location": ...}
+        shape_of = shards.get("shape")
+        if shape_of is None or chunks not in ("auto", None):
+            return chunks, shards
+        inner, _ = _layout(shape, dtype, chunks, tuple(shape_of))
+        return inner, shards
+    given_chunks = _shape_or_none(chunks, len(shape))
+    given_shards = _shape_or_none(shards, len(shape))
+    if (chunks not in ("auto", None) and given_chunks is None) or (
+        shards is not None and given_shards is None
+    ):
+        return chunks, shards  # other forms: zarr validates them
+    try:
+        itemsize = np.dtype(dtype).itemsize
+    except TypeError:  # a zarr data type object: its numpy form
+        itemsize = getattr(dtype, "to_native_dtype", lambda: np.dtype("V8"))().itemsize
+    return default_layout(shape, itemsize, given_chunks, given_shards)
+
+
+def _shape_or_none(value: Any, ndim: int) -> tuple[int, ...] | None:
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return (int(value),) * ndim
+    if isinstance(value, tuple | list) and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value
+    ):
+        return tuple(int(v) for v in value)
+    return None
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
 
 
 def write_array(
@@ -85,7 +180,9 @@ def write_array(
     """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
 
     ``chunks`` is the inner chunk shape and ``shards`` the shard shape, as in
-    ``zarr.create_array``; the dask chunking of ``data`` may be anything. Every non-empty shard
+    ``zarr.create_array``; the dask chunking of ``data`` may be anything. Left out, they follow
+    the rule of :func:`shardwise.to_zarr`: inner chunks of about 1 MiB in shards of up to
+    64 MiB; default inner chunks (``chunks="auto"``) always divide the shards. Every non-empty shard
     is written by exactly one task with one atomic store ``set``; shards whose values all equal
     the fill value are not stored (and removed if they were). ``mode``: ``"w-"`` create (fail if
     it exists), ``"w"`` create or replace, ``"a"`` write into an existing array (create when
@@ -93,6 +190,9 @@ def write_array(
     array; shards it covers in part are merged with what is stored. ``threads`` caps the threads
     that encode inner chunks (default: the cores, or the dask worker's threads).
     ``fsync=True`` makes each shard durable (file and directory fsync) on local filesystems.
+    ``compressors="auto"`` (the default) is zstd with its frame checksum, so a damaged inner chunk
+    raises :class:`CorruptShardError` on read; pass your own (e.g. ``ZstdCodec(level=0)``, or
+    None) to store inner chunks without it.
 
     ``resume=True`` continues an interrupted write of the same data and region: shards it already
     stored (and recorded) are skipped, temp files and abandoned multipart uploads removed. The
@@ -108,23 +208,36 @@ def write_array(
     ``memory_limit``: bytes one task may hold (default: the dask worker's memory limit per
     thread, else half the available memory per core); a job that would not fit is refused.
 
+    ``data`` may be a numpy or dask array or an ``xarray.DataArray`` (its ``.data`` is written).
+    datetime64/timedelta64 data is stored as zarr's ``numpy.datetime64``/``numpy.timedelta64``
+    types, strings (numpy ``StringDType``, or object arrays of Python ``str`` with ``dtype=str``
+    or no dtype) as zarr's variable-length UTF-8 ``string`` type, as zarr-python stores them.
+
     Returns a :class:`WriteReport`, or with ``compute=False`` a dask ``Delayed`` that computes it,
     or with ``dry_run=True`` the :class:`WriteJob` without writing anything (see
-    :func:`plan_write`). Every check runs before the first metadata or data byte is written.
+    :func:`plan_write`). Every check runs before the first metadata or data byte is written
+    (the values of a dask object array are checked to be strings as each shard is written).
     """
     if zarr_format != 3:
         raise PlanError(f"shardwise writes Zarr format 3 only (got zarr_format={zarr_format})")
     if mode not in _MODES:
         raise PlanError(f"mode must be one of {_MODES}, got {mode!r}")
-    if not hasattr(data, "shape") or not hasattr(data, "dtype"):
-        data = np.asarray(data)
+    data = _source(data)
+    if dtype is None and data.dtype == object:
+        dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
-    exists = (mode != "w" or resume) and _exists(zstore, path)
+    exists = (mode != "w" or resume) and retry_transient(lambda: _exists(zstore, path))
     if mode == "w-" and exists and not resume:
-        raise FileExistsError(f"an array already exists at path {path!r} (use mode='w' or 'a')")
+        raise FileExistsError(
+            f"{describe(zstore, path)} already exists (use mode='w' to replace it, 'a' or 'r+' "
+            "to write into it)"
+        )
     if mode == "r+" and not exists:
-        raise FileNotFoundError(f"no array at path {path!r} to write into (mode='r+')")
+        raise ArrayNotFoundError(
+            f"mode='r+' writes into an existing array, and there is none at "
+            f"{describe(zstore, path, 'path')} (use mode='a' or 'w-' to create it)"
+        )
 
     create = not exists
     if create or (resume and mode in ("w", "w-") and region is None):
@@ -137,7 +250,7 @@ def write_array(
             shards,
             dict(
                 fill_value=fill_value,
-                compressors=compressors,
+                compressors=default_compressors() if _is_auto(compressors) else compressors,
                 filters=filters,
                 serializer=serializer,
                 dimension_names=dimension_names,
@@ -153,11 +266,11 @@ def write_array(
         if exists and not _same_metadata(probe, zstore, path):
             if mode == "w-":
                 raise FileExistsError(
-                    f"an array with other metadata exists at path {path!r}: nothing to resume"
+                    f"{describe(zstore, path)} exists with other metadata: nothing to resume"
                 )
             create = True
     else:
-        info = open_info(zstore, path)
+        info = retry_transient(lambda: open_info(zstore, path))
 
     target: Region = normalize_region(
         region if region is not None else tuple(slice(None) for _ in info.layout.shape),
@@ -166,8 +279,7 @@ def write_array(
     want = tuple(s.stop - s.start for s in target)
     if want != shape:
         raise PlanError(f"data of shape {shape} does not fit the region {want} of the array")
-    if not np.can_cast(data.dtype, info.dtype, casting="same_kind"):
-        raise PlanError(f"cannot write {data.dtype} data into a {info.dtype} array without loss")
+    data = _cast_source(data, info.dtype)
 
     sstore = ShardStore(zstore, path or "", fsync=fsync)
     plan = WritePlan(info.layout, target)
@@ -195,11 +307,13 @@ def write_array(
         session.start(
             resume=resume,
             keys=plan_keys(plan),
-            adopt_done=mode == "w-",
+            # a finished write is adopted too (its shards skipped, as their records still match)
+            # unless mode "w" asks to replace the array
+            adopt_done=mode != "w",
             must_adopt=resume and mode == "w-" and exists and not create,
         )
         if create:
-            zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
+            _create_in_store(zstore, path, kwargs, probe)
         options = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
         keep, skipped = None, session.done_shards(plan, info.codec)
         if job.strategy == "staged":
@@ -250,10 +364,9 @@ def plan_write(data: Any, store: Any, **kwargs: Any) -> WriteJob:
 
 
 def _dask_chunks(data: Any) -> tuple[tuple[int, ...], ...] | None:
-    chunks = getattr(data, "chunks", None)
-    if chunks is None or not hasattr(data, "dask"):
+    if not _is_dask(data):
         return None
-    return tuple(tuple(int(n) for n in c) for c in chunks)
+    return tuple(tuple(int(n) for n in c) for c in data.chunks)
 
 
 def _run_staged(
@@ -301,6 +414,84 @@ def _run_staged(
 
         return run_staged(writer, data, compute=False, finish=finish_all)
     return finish(run_staged(writer, data, compute=True, progress=progress))
+
+
+def _source(data: Any) -> Any:
+    """``data`` as a numpy or dask array (or another array zarr can read), checked for what
+    cannot be written: every refusal here comes before the store is touched."""
+    xr = sys.modules.get("xarray")
+    if xr is not None and isinstance(data, xr.DataArray | xr.Variable):
+        data = data.data  # the dask or numpy array under it
+    if not hasattr(data, "shape") or not hasattr(data, "dtype"):
+        data = np.asarray(data)
+    if _is_dask(data) and any(math.isnan(c) for dim in data.chunks for c in dim):
+        raise PlanError(
+            f"the dask array has unknown chunk sizes (shape {data.shape}, e.g. after boolean "
+            "indexing): call data.compute_chunk_sizes() first, or write it with known chunks"
+        )
+    return data
+
+
+def _is_dask(data: Any) -> bool:
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(data, da.Array)
+
+
+def _object_dtype(data: Any) -> Any:
+    """The array dtype for object ``data`` when none is given: strings if numpy holds only str."""
+    if not _is_dask(data) and all(isinstance(v, str) for v in np.asarray(data).flat):
+        return str
+    raise PlanError(
+        "data of dtype object: pass dtype= (e.g. dtype=str for Python strings, stored as zarr "
+        "variable-length UTF-8 strings)"
+    )
+
+
+def _cast_source(data: Any, dtype: np.dtype[Any]) -> Any:
+    """``data`` in a form the encoder takes for an array of ``dtype``, or a PlanError."""
+    if dtype.kind == "T" and data.dtype.kind in "OUT":  # numpy StringDType: zarr's "string"
+        if data.dtype.kind != "O":
+            return data
+        if _is_dask(data):
+            return data.map_blocks(_to_strings, dtype=dtype)
+        return _to_strings(np.asarray(data), dtype)
+    if not np.can_cast(data.dtype, dtype, casting="same_kind"):
+        raise PlanError(
+            f"cannot write {data.dtype} data into a {dtype} array without loss: convert the "
+            f"data first (e.g. data.astype({str(dtype)!r}))"
+        )
+    return data
+
+
+def _to_strings(block: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """An object block of Python strings as numpy strings; a PlanError names a non-string."""
+    for v in block.flat:
+        if not isinstance(v, str):
+            raise PlanError(
+                f"a string array takes Python str values only, got {v!r} of type "
+                f"{type(v).__name__}: convert the values first"
+            )
+    return block.astype(np.dtypes.StringDType() if dtype is None else dtype)
+
+
+def _create_in_store(zstore: Any, path: str | None, kwargs: dict[str, Any], probe: Any) -> None:
+    """Store the new array's metadata, again after a transient store failure; a try whose
+    answer was lost may have stored it already, which then counts as done."""
+    from zarr.errors import ContainsArrayError
+
+    tried = False
+
+    def create() -> None:
+        nonlocal tried
+        try:
+            zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
+        except ContainsArrayError:
+            if not (tried and _same_metadata(probe, zstore, path)):
+                raise
+        finally:
+            tried = True
+
+    retry_transient(create)
 
 
 def _same_metadata(probe: Any, zstore: Any, path: str | None) -> bool:

@@ -39,15 +39,16 @@ import zarr
 from zarr.storage import MemoryStore
 
 from .errors import LeaseHeldError, PlanError, VerifyError
-from .journal import BATCH, PARTS, TEMP, clear_array, now
+from .journal import BATCH, JOURNAL, PARTS, TEMP, clear_array, now
 from .layout import Layout, Region, ceildiv, is_aligned, normalize_region
 from .lease import LEASE, Lease, part_lease, read_lease
-from .metadata import info_from_metadata
-from .store import ShardStore, resolve_store
+from .metadata import default_compressors, info_from_metadata
+from .store import ShardStore, describe, resolve_store
 from .verify import VerifyReport, verify_store
 from .write import WriteReport
 
 Box = list[tuple[int, int]]  # shard-index ranges per dimension
+FINALIZED = f"{JOURNAL}/batch-finalized.json"  # what finalize leaves: which batch, when
 
 
 def fmt(region: Sequence[slice]) -> str:
@@ -131,6 +132,28 @@ def check_parts(layout: Layout, regions: Sequence[Sequence[slice]]) -> list[Regi
     return out
 
 
+def check_coverage(layout: Layout, regions: Sequence[Region]) -> None:
+    """PlanError naming the rows no part covers (``regions`` from :func:`check_parts`, disjoint:
+    counting their shards suffices). A new array must be covered whole: rows in no part would
+    never be written, and finalize could not tell."""
+    boxes = [_shard_box(layout, r) for r in regions]
+    covered = sum(int(np.prod([hi - lo for lo, hi in b])) for b in boxes)
+    if covered == layout.nshards:
+        return
+    owned = np.zeros(layout.shard_grid, dtype=bool)
+    for b in boxes:
+        owned[tuple(slice(lo, hi) for lo, hi in b)] = True
+    gaps = np.argwhere(~owned)
+    first = tuple(int(c) for c in gaps[0])
+    region = _box_region(layout, [(c, c + 1) for c in first])
+    raise PlanError(
+        f"the parts leave {len(gaps)} of {layout.nshards} shards in no part, e.g. shard {first} "
+        f"= region {fmt(region)} of the array {layout.shape}: those rows would never be written; "
+        "add parts that cover them, give parts as a count, or (to rewrite only some regions of "
+        "an existing array) use mode='r+'"
+    )
+
+
 @dataclass(frozen=True)
 class BatchPlan:
     """The batch record: which region of the array each part writes."""
@@ -180,10 +203,30 @@ def open_batch(
     store: Any, *, path: str | None = None, storage_options: dict[str, Any] | None = None
 ) -> BatchPlan:
     """The batch record of the array (FileNotFoundError when no batch is open)."""
-    raw = _open(store, path, storage_options).get(BATCH)
+    sstore = _open(store, path, storage_options)
+    raw = sstore.get(BATCH)
     if raw is None:
-        raise FileNotFoundError(f"no open batch write at path {path!r} (run batch init first)")
+        done = read_finalized(sstore)
+        where = describe(sstore.store, path)
+        if done is not None:
+            raise FileNotFoundError(
+                f"no open batch write for {where}: batch {str(done.get('id'))[:8]} was finalized "
+                f"at {done.get('finalized')} (run batch init to start another)"
+            )
+        raise FileNotFoundError(f"no open batch write for {where} (run batch init first)")
     return BatchPlan.from_bytes(raw)
+
+
+def read_finalized(sstore: ShardStore) -> dict[str, Any] | None:
+    """What :func:`finalize` recorded about the last batch it closed (None: nothing closed)."""
+    raw = sstore.get(FINALIZED)
+    if raw is None:
+        return None
+    try:
+        done = json.loads(raw)
+    except ValueError:
+        return None
+    return done if isinstance(done, dict) else None
 
 
 def parts_done(sstore: ShardStore) -> list[int]:
@@ -211,8 +254,10 @@ def init(
 ) -> BatchPlan:
     """Create the array's metadata and the batch record splitting it into ``parts``.
 
-    ``parts`` is a count (slabs along the first axes) or a list of regions (shard-aligned and
-    disjoint). ``create`` takes ``zarr.create_array`` keywords (``fill_value``, ``compressors``,
+    ``parts`` is a count (slabs along the first axes) or a list of regions (shard-aligned,
+    disjoint and, unless ``mode="r+"`` rewrites regions of an existing array, covering the whole
+    array). ``create`` takes ``zarr.create_array`` keywords (``fill_value``, ``compressors``
+    (default: zstd with its frame checksum, as :func:`shardwise.write_array`),
     ``dimension_names``, ...). ``mode``: ``"w-"`` create (rerunning with the same arguments
     returns the open batch), ``"w"`` replace, ``"r+"`` keep an existing array's metadata.
     """
@@ -221,12 +266,19 @@ def init(
     sstore = _open(store, path, storage_options)
     kwargs = dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
     kwargs.update({k: v for k, v in create.items() if v is not None})
+    if (
+        isinstance(kwargs.get("compressors", "auto"), str)
+        and kwargs.get("compressors", "auto") == "auto"
+    ):
+        kwargs["compressors"] = default_compressors()  # checksummed inner chunks, as write_array
     if mode == "r+":
         probe: Any = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
     else:
         probe = zarr.create_array(MemoryStore(), **kwargs)
     layout = info_from_metadata(probe.metadata).layout
     regions = split_parts(layout, parts) if isinstance(parts, int) else check_parts(layout, parts)
+    if mode != "r+":
+        check_coverage(layout, regions)
     plan = BatchPlan(uuid.uuid4().hex, layout.shape, tuple(regions), now())
 
     held = Lease.acquire(sstore, purpose="batch init", break_stale=break_lease) if lease else None
@@ -236,7 +288,9 @@ def init(
         if mode == "w-" and sstore.size("zarr.json") is not None:
             if existing is not None and existing.regions == plan.regions:
                 return existing
-            raise FileExistsError(f"an array already exists at path {path!r} (use mode='w')")
+            raise FileExistsError(
+                f"{describe(sstore.store, path)} already exists (use mode='w' to replace it)"
+            )
         if mode != "r+":
             keep = {LEASE} if held is not None else set()
             clear_array(sstore, keep, journal_only=mode == "w-")
@@ -355,6 +409,8 @@ def finalize(
             )
         if not report.ok:
             raise VerifyError(report)
+        done = dict(id=plan.id, nparts=plan.nparts, shape=list(plan.shape), finalized=now())
+        sstore.put(FINALIZED, json.dumps(done).encode())
         sstore.delete(BATCH)
         for name in sstore.list(PARTS):
             sstore.delete(name)

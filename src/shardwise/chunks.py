@@ -24,6 +24,14 @@ Endian = Literal["little", "big"]
 SMALL_CHUNK = 64 * 1024  # raw bytes below which zstd chunks are (de)compressed in batches
 
 
+def raw_view(a: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array as a flat memoryview (writable when ``a`` is).
+
+    Through a uint8 view: the buffer protocol refuses some dtypes (datetime64, timedelta64).
+    """
+    return memoryview(a.reshape(-1).view(np.uint8))
+
+
 class ChunkDecodeError(ValueError):
     """An inner chunk failed to decode; ``pos`` is its position in the batch."""
 
@@ -264,7 +272,7 @@ class ChunkCodec:
         for row, value in zip(rows.tolist(), values, strict=True):
             if len(value) != raw:
                 raise ValueError(f"decoded to {len(value)} bytes, expected {raw}")
-            memoryview(stack[row]).cast("B")[:] = value
+            raw_view(stack[row])[:] = value
 
     # -- one chunk ------------------------------------------------------------------------------
 
@@ -278,7 +286,7 @@ class ChunkCodec:
             encoded = encode_shard(self.nested, item, write_empty_chunks=True, threads=1)
             data: bytes | memoryview = b"" if encoded is None else encoded.data
         else:
-            data = memoryview(item).cast("B")
+            data = raw_view(item)
         for codec in self.bytes_codecs:
             data = codec.encode(data)
         return bytes(data)
@@ -297,7 +305,7 @@ class ChunkCodec:
             or len(self.bytes_codecs) > 1
         ):
             return False
-        out = memoryview(dest).cast("B")
+        out = raw_view(dest)
         if not self.bytes_codecs:
             if len(data) != len(out):
                 raise ValueError(f"chunk holds {len(data)} bytes, expected {len(out)}")

@@ -1,7 +1,10 @@
 """The ``shardwise`` command: inspect, verify, convert (and reshard), batch (HPC parts), lease.
 
-Exit status: 0 success; 1 the array has problems (``verify``, ``batch finalize``); 2 bad usage;
-3 refused or failed (another writer holds the lease, no array there, bad plan, I/O error).
+Exit status: 0 success; 1 the array has problems (``verify``, ``batch finalize``); 2 bad usage
+(arguments); 3 refused or failed: no array there (or a group, or a Zarr v2 array), the store
+cannot be opened or read (e.g. missing credentials), bad plan or input, another writer holds the
+lease, any other error. A failure is one line on stderr; --traceback (or SHARDWISE_TRACEBACK=1)
+adds the full traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import ShardwiseError, VerifyError
 
@@ -59,16 +62,26 @@ def compressors(spec: str, crc32c: bool) -> Any:
     return out or None
 
 
-def open_source(src: str, path: str | None) -> tuple[Any, Any]:
+def open_source(
+    src: str, path: str | None, storage_options: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
     """(lazy dask array, zarr array) for any zarr array: sharded v3 read by shardwise."""
     import dask.array as da
     import zarr
+    from zarr.errors import ContainsGroupError, NodeTypeValidationError
 
-    from .api import open_array
-    from .store import resolve_store
+    from .api import open_array, open_zarr_array
+    from .errors import ArrayNotFoundError
+    from .store import describe, resolve_store
 
-    zstore = resolve_store(src, mode="r")
-    arr = zarr.open_array(zstore, path=path or "", mode="r")
+    zstore = resolve_store(src, mode="r", storage_options=storage_options)
+    try:
+        arr = zarr.open_array(zstore, path=path or "", mode="r")
+    except (NodeTypeValidationError, ContainsGroupError):
+        open_zarr_array(zstore, path)  # raises NotAnArrayError, listing the group's arrays
+        raise
+    except FileNotFoundError:
+        raise ArrayNotFoundError(f"no array at {describe(zstore, path, 'path')}") from None
     if arr.metadata.zarr_format == 3 and arr.shards is not None:
         try:
             return open_array(zstore, path=path), arr
@@ -88,18 +101,54 @@ def _like(arr: Any) -> dict[str, Any]:
     )
 
 
-def inspect_array(store: str, path: str | None = None) -> dict[str, Any]:
-    """A summary of the array: metadata, stored shards, and the writer's journal state."""
-    import zarr
+def inspect_array(
+    store: Any, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A summary of the array: metadata, stored shards, and the writer's journal state.
 
+    For a group: ``{"store", "path", "group": True, "arrays": [summary, ...]}`` with the summary of
+    each array below it (unsharded arrays: shape, dtype and chunks only).
+    """
+    from .api import open_zarr_array
+    from .errors import NotAnArrayError
+    from .store import resolve_store, store_name
+
+    zstore = resolve_store(store, mode="r", storage_options=storage_options)
+    try:
+        arr = open_zarr_array(zstore, path)
+    except NotAnArrayError as e:
+        members = [_inspect_member(zstore, name) for name in e.arrays]
+        return {"store": store_name(zstore), "path": path or "", "group": True, "arrays": members}
+    return _inspect_one(zstore, path, arr)
+
+
+def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
+    from .api import open_zarr_array
+    from .errors import UnsupportedCodecError
+    from .store import store_name
+
+    arr = open_zarr_array(zstore, name)
+    try:
+        return _inspect_one(zstore, name, arr)
+    except UnsupportedCodecError as e:
+        return {
+            "store": store_name(zstore),
+            "path": name,
+            "shape": list(arr.shape),
+            "dtype": str(arr.dtype),
+            "chunk_shape": list(arr.chunks),
+            "sharded": False,
+            "note": str(e),
+        }
+
+
+def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
     from .journal import BATCH, read_markers, read_records
     from .lease import read_lease
     from .metadata import info_from_metadata
-    from .store import ShardStore, resolve_store
+    from .store import ShardStore, store_name
     from .verify import parse_shard_key
 
-    zstore = resolve_store(store, mode="r")
-    arr = zarr.open_array(zstore, path=path or "", mode="r", zarr_format=3)
     info = info_from_metadata(arr.metadata)
     lay = info.layout
     sstore = ShardStore(zstore, path or "")
@@ -112,8 +161,9 @@ def inspect_array(store: str, path: str | None = None) -> dict[str, Any]:
     batch = sstore.get(BATCH)
     meta = arr.metadata.to_dict()
     return {
-        "store": str(zstore),
+        "store": store_name(zstore),
         "path": path or "",
+        "sharded": True,
         "shape": list(lay.shape),
         "dtype": str(info.dtype),
         "fill_value": meta.get("fill_value"),
@@ -144,6 +194,24 @@ def _prod(xs: Sequence[int]) -> int:
 
 
 def _print_inspect(d: dict[str, Any]) -> None:
+    if d.get("group"):
+        arrays = d["arrays"]
+        print(
+            f"{d['store']}" + (f" path {d['path']!r}" if d["path"] else "") + ": a group of "
+            f"{len(arrays)} arrays, {sum(m.get('objects', 0) for m in arrays)} objects of "
+            "sharded arrays (inspect one with --path NAME)"
+        )
+        for m in arrays:
+            head = f"  {m['path']}  {tuple(m['shape'])} {m['dtype']}"
+            if not m["sharded"]:
+                print(f"{head}, not sharded: chunks {tuple(m['chunk_shape'])}")
+                continue
+            print(
+                f"{head}, shards {tuple(m['shard_shape'])} of inner chunks "
+                f"{tuple(m['chunk_shape'])}; {m['shards_stored']} of {m['shards_total']} shards "
+                f"stored, {m['bytes_stored'] / 1e6:.2f} MB"
+            )
+        return
     inner = d["codecs"][0].get("configuration", {}) if d["codecs"] else {}
     chain = " -> ".join(c["name"] for c in inner.get("codecs", []))
     index = " + ".join(c["name"] for c in inner.get("index_codecs", []))
@@ -186,33 +254,25 @@ def _scheduler(spec: str | None) -> Any:
 
 
 def _cmd_inspect(a: argparse.Namespace) -> int:
-    from .store import resolve_store
-    from .verify import _group_arrays
-
-    arrays = _group_arrays(resolve_store(a.store, mode="r"), a.path)
-    if arrays is None:
-        d = inspect_array(a.store, a.path)
-        if a.json:
-            print(json.dumps(d, indent=2, default=str))
-        else:
-            _print_inspect(d)
-        return EXIT_OK
-    # a group (e.g. an xarray dataset): every array, and the objects of them all
-    found = [inspect_array(a.store, name) for name in arrays]
+    d = inspect_array(a.store, a.path, a.storage_options)
     if a.json:
-        print(json.dumps({"arrays": found}, indent=2, default=str))
-        return EXIT_OK
-    for d in found:
+        print(json.dumps(d, indent=2, default=str))
+    else:
         _print_inspect(d)
-    total = sum(d["objects"] for d in found)
-    print(f"group: {len(found)} arrays, {total} objects (shards and metadata of the arrays)")
     return EXIT_OK
 
 
 def _cmd_verify(a: argparse.Namespace) -> int:
     from .verify import verify
 
-    report = verify(a.store, path=a.path, threads=a.threads)
+    report = verify(
+        a.store,
+        path=a.path,
+        threads=a.threads,
+        strict=a.strict,
+        storage_options=a.storage_options,
+        progress=a.progress,
+    )
     print(report.to_json() if a.json else report)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -242,6 +302,7 @@ def _cmd_convert(a: argparse.Namespace) -> int:
             break_lease=a.break_lease,
             fsync=a.fsync,
             threads=a.threads,
+            storage_options=a.storage_options,
         )
     print(json.dumps(report.to_dict(), indent=2, default=str) if a.json else report)
     if a.verify:
@@ -283,7 +344,7 @@ def _cmd_batch(a: argparse.Namespace) -> int:
 
     if a.batch_cmd == "init":
         if a.source:
-            _, arr = open_source(a.source, a.source_path)
+            _, arr = open_source(a.source, a.source_path, a.storage_options)
             meta = dict(shape=arr.shape, **_like(arr))
             chunks = a.chunks or tuple(int(c) for c in arr.chunks)
         elif a.shape and a.dtype:
@@ -302,6 +363,7 @@ def _cmd_batch(a: argparse.Namespace) -> int:
             mode=a.mode,
             compressors=compressors(a.compressor or "auto", a.crc32c),
             break_lease=a.break_lease,
+            storage_options=a.storage_options,
             **meta,
         )
         print(plan)
@@ -313,7 +375,7 @@ def _cmd_batch(a: argparse.Namespace) -> int:
             if not found:
                 raise UsageError(f"give --part I (or set one of {', '.join(TASK_ID_VARS)})")
             part = int(found[0]) - a.index_base
-        data, _ = open_source(a.source, a.source_path)
+        data, _ = open_source(a.source, a.source_path, a.storage_options)
         with _scheduler(a.scheduler):
             report = batch.write_part(
                 data,
@@ -322,22 +384,36 @@ def _cmd_batch(a: argparse.Namespace) -> int:
                 path=a.path,
                 resume=a.resume,
                 break_lease=a.break_lease,
+                storage_options=a.storage_options,
                 **_write_options(a),
             )
         print(f"part {part}: {report}")
         return EXIT_OK
     if a.batch_cmd == "finalize":
         try:
-            checked = batch.finalize(a.store, path=a.path, threads=a.threads)
+            checked = batch.finalize(
+                a.store, path=a.path, threads=a.threads, storage_options=a.storage_options
+            )
         except VerifyError as e:
             print(e.report, file=sys.stderr)
             return EXIT_PROBLEMS
         print(checked)
         return EXIT_OK
-    plan = batch.open_batch(a.store, path=a.path)
+    from .journal import BATCH
     from .store import ShardStore, resolve_store
 
-    done = set(batch.parts_done(ShardStore(resolve_store(a.store, mode="r"), a.path or "")))
+    zstore = resolve_store(a.store, mode="r", storage_options=a.storage_options)
+    sstore = ShardStore(zstore, a.path or "")
+    closed = batch.read_finalized(sstore) if sstore.get(BATCH) is None else None
+    if closed is not None:
+        print(
+            f"batch {str(closed.get('id'))[:8]}: finalized at {closed.get('finalized')} "
+            f"({closed.get('nparts')} parts, array {tuple(closed.get('shape') or ())}); "
+            "no batch open"
+        )
+        return EXIT_OK
+    plan = batch.open_batch(a.store, path=a.path, storage_options=a.storage_options)
+    done = set(batch.parts_done(sstore))
     print(plan)
     print(f"done: {len(done)} of {plan.nparts}; to do: {sorted(set(range(plan.nparts)) - done)}")
     return EXIT_OK
@@ -347,8 +423,23 @@ def _cmd_lease(a: argparse.Namespace) -> int:
     from .lease import LEASE, break_lease, part_lease, read_lease
     from .store import ShardStore, resolve_store
 
-    sstore = ShardStore(resolve_store(a.store, mode="w" if a.break_ else "r"), a.path or "")
-    name = LEASE if a.part is None else part_lease(a.part, a.nparts)
+    zstore = resolve_store(
+        a.store, mode="w" if a.break_ else "r", storage_options=a.storage_options
+    )
+    sstore = ShardStore(zstore, a.path or "")
+    nparts = a.nparts
+    if a.part is not None and not nparts:
+        # a part's lease is named by its batch's part count: read it from the batch record
+        from .batch import BatchPlan
+        from .journal import BATCH
+
+        raw = sstore.get(BATCH)
+        if raw is None:
+            raise UsageError(
+                f"no open batch at {a.store} to read the part count from: give --nparts N"
+            )
+        nparts = BatchPlan.from_bytes(raw).nparts
+    name = LEASE if a.part is None else part_lease(a.part, nparts)
     held = break_lease(sstore, name) if a.break_ else read_lease(sstore, name)
     if held is None:
         print("free")
@@ -357,17 +448,49 @@ def _cmd_lease(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (exit 2), like every other failure."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="shardwise",
         description="Inspect, verify, reshard and batch-write Zarr v3 sharded arrays.",
         epilog=__doc__.split("\n\n")[1].replace("``", "") if __doc__ else None,
     )
     sub = p.add_subparsers(dest="cmd", required=True)
 
+    def common_args(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--storage-option",
+            dest="storage_option",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="an fsspec storage option for every store this command opens, e.g. "
+            "endpoint_url=http://host:9000 or anon=true (VALUE is read as JSON when it parses, "
+            "else as a string); repeat for more",
+        )
+        q.add_argument(
+            "--storage-options",
+            dest="storage_options_json",
+            default=None,
+            metavar="JSON",
+            help="fsspec storage options as one JSON object, e.g. '{\"anon\": true}'",
+        )
+        q.add_argument(
+            "--traceback",
+            action="store_true",
+            help="on failure, print the full traceback (also: SHARDWISE_TRACEBACK=1)",
+        )
+
     def store_args(q: argparse.ArgumentParser, name: str = "store") -> None:
         q.add_argument(name, help="array location: a local directory or a URL (s3://...)")
         q.add_argument("--path", default=None, help="the array's path inside the store")
+        common_args(q)
 
     def write_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("--resume", action="store_true", help="continue an interrupted write")
@@ -383,7 +506,15 @@ def parser() -> argparse.ArgumentParser:
             default=None,
             help="threads (default), processes, synchronous, or a scheduler address",
         )
-        q.add_argument("--progress", action="store_true", help="show a progress bar")
+        progress_arg(q)
+
+    def progress_arg(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--progress",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="a progress bar over the shards done and the bytes moved (default: on)",
+        )
 
     def codec_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("--shards", type=_shape, required=True, help="shard shape, e.g. 256,256,256")
@@ -396,8 +527,9 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument(
             "--compressor",
             default=None,
-            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto "
-            "(default: reshard keeps the source's codecs, batch init uses auto)",
+            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto (auto: zstd "
+            "with its frame checksum; default: reshard keeps the source's codecs, batch init "
+            "uses auto)",
         )
         q.add_argument("--crc32c", action="store_true", help="checksum every inner chunk")
 
@@ -409,7 +541,14 @@ def parser() -> argparse.ArgumentParser:
     q = sub.add_parser("verify", help="check every shard; exit 1 on any problem")
     store_args(q)
     q.add_argument("--threads", type=int, default=None, help="shards checked at a time")
+    q.add_argument(
+        "--strict",
+        action="store_true",
+        help="shards written or changed by another tool (sound, but not as shardwise recorded "
+        "them) are problems (exit 1), not notes",
+    )
     q.add_argument("--json", action="store_true")
+    progress_arg(q)
     q.set_defaults(func=_cmd_verify)
 
     q = sub.add_parser(
@@ -429,9 +568,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--shard-bytes", default=None, help="target shard size, e.g. 64MiB (default 64 MiB)"
     )
+    common_args(q)
     write_args(q)
-    q.set_defaults(progress=True)
-    q.add_argument("--no-progress", dest="progress", action="store_false")
     q.add_argument("--mode", default="w-", choices=["w-", "w"])
     q.add_argument("--no-lease", action="store_true", help="do not take the write lease")
     q.add_argument("--verify", action="store_true", help="check the result against the source")
@@ -443,6 +581,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("dst", help="destination")
     q.add_argument("--src-path", default=None)
     q.add_argument("--dst-path", default=None)
+    common_args(q)
     codec_args(q)
     write_args(q)
     q.add_argument("--mode", default="w-", choices=["w-", "w"])
@@ -491,20 +630,70 @@ def parser() -> argparse.ArgumentParser:
         help="remove the lease: only when its holder is known to be gone",
     )
     q.add_argument("--part", type=int, default=None, help="a batch part's lease instead")
-    q.add_argument("--nparts", type=int, default=0)
+    q.add_argument(
+        "--nparts",
+        type=int,
+        default=0,
+        help="the batch's part count (default: read from the open batch)",
+    )
     q.set_defaults(func=_cmd_lease)
     return p
 
 
+def storage_options(a: argparse.Namespace) -> dict[str, Any] | None:
+    """The storage options of ``--storage-options JSON`` and ``--storage-option K=V``."""
+    out: dict[str, Any] = {}
+    if a.storage_options_json:
+        try:
+            given = json.loads(a.storage_options_json)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"--storage-options is not valid JSON: {e}") from None
+        if not isinstance(given, dict):
+            raise UsageError(f"--storage-options must be a JSON object, got {given!r}")
+        out.update(given)
+    for item in a.storage_option:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--storage-option takes KEY=VALUE, got {item!r}")
+        try:
+            value: Any = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        out[key.strip()] = value
+    return out or None
+
+
+def _one_line(e: BaseException) -> str:
+    text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    return f"{type(e).__name__}: {text}".rstrip(": ")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    show = args.traceback or os.environ.get("SHARDWISE_TRACEBACK", "") not in ("", "0")
+    name = f"shardwise {args.cmd}" + (f" {args.batch_cmd}" if args.cmd == "batch" else "")
     try:
+        args.storage_options = storage_options(args)
         code: int = args.func(args)
     except (UsageError, argparse.ArgumentTypeError) as e:
-        print(f"shardwise {args.cmd}: {e}", file=sys.stderr)
+        print(f"{name}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (ShardwiseError, OSError, ValueError) as e:  # zarr's errors are ValueErrors
-        print(f"shardwise {args.cmd}: {type(e).__name__}: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # one line, whatever failed (the store, the input, a bug)
+        if show:
+            import traceback
+
+            traceback.print_exc()
+        where = getattr(args, "store", None) or getattr(args, "src", None)
+        hint = "" if show else " (--traceback for details)"
+        if isinstance(e, ShardwiseError):
+            print(f"{name}: {_one_line(e)}", file=sys.stderr)
+        elif where and not isinstance(e, ValueError | FileNotFoundError | FileExistsError):
+            print(f"{name}: cannot open store {where}: {_one_line(e)}{hint}", file=sys.stderr)
+        else:
+            print(f"{name}: {_one_line(e)}{hint}", file=sys.stderr)
         return EXIT_FAILED
     return code
 

@@ -258,44 +258,15 @@ def copy_array(
 
 
 def _run(tasks: list[Any], progress: bool, desc: str) -> list[WriteReport]:
-    """Compute the shard tasks (no reduce task: a bar counts exactly the shards); on a
-    dask.distributed client its own progress bar, elsewhere the local one (shards and bytes)."""
+    """Compute the shard tasks; ``progress``: the bar over shards and bytes (local schedulers
+    and dask.distributed clients alike)."""
+    if progress:
+        from .progress import compute_with_progress
+
+        return compute_with_progress(tasks, len(tasks), desc=desc)
     from dask.base import compute
 
-    client = _client()
-    if client is not None:
-        futures = client.compute(tasks)
-        if progress:
-            from distributed import progress as show
-
-            show(futures)
-        return list(client.gather(futures))
-    if not progress:
-        return list(compute(*tasks))
-    from .progress import progress_bar
-
-    with progress_bar(desc, unit="shard"):
-        return list(compute(*tasks))
-
-
-def _client() -> Any:
-    """The default dask.distributed client when one is active (distributed imported)."""
-    import sys
-
-    if "distributed" not in sys.modules:
-        return None
-    import dask
-    from distributed import Client, default_client
-
-    scheduler = dask.config.get("scheduler", None)
-    if isinstance(scheduler, Client):
-        return scheduler
-    if scheduler not in (None, "dask.distributed"):
-        return None
-    try:
-        return default_client()
-    except ValueError:
-        return None
+    return list(compute(*tasks))
 
 
 def _tok() -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 __all__ = [
+    "ArrayNotFoundError",
     "CorruptShardError",
     "LeaseHeldError",
+    "NotAnArrayError",
     "PlanError",
     "ShardwiseError",
     "UnsupportedCodecError",
@@ -40,6 +42,21 @@ def _rebuild_corrupt(key: str, problem: str, chunk: tuple[int, ...] | None) -> C
 
 class UnsupportedCodecError(ShardwiseError, NotImplementedError):
     """The array's codec chain contains something shardwise cannot encode or decode."""
+
+
+class ArrayNotFoundError(ShardwiseError, FileNotFoundError):
+    """No array (and no group) at the given store and path."""
+
+
+class NotAnArrayError(ShardwiseError, ValueError):
+    """The path names a group, not an array; ``arrays`` lists the array paths below it."""
+
+    def __init__(self, message: str, arrays: list[str]) -> None:
+        self.arrays = arrays
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (NotAnArrayError, (str(self), self.arrays))
 
 
 class PlanError(ShardwiseError, ValueError):

@@ -34,7 +34,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from .errors import LeaseHeldError
-from .store import ShardStore
+from .store import ShardStore, describe
 
 LEASE = ".shardwise/lease"
 
@@ -175,7 +175,8 @@ class Lease:
         if held is None or held.token != info.token:
             who = "an unknown writer (the lease vanished)" if held is None else held.describe()
             raise LeaseHeldError(
-                f"array {where or store.path or '/'!r} is being written by another job: lease "
+                f"{where or describe(store.store, store.path)} is being written by another job: "
+                "lease "
                 f"{store.key(name)!r} held for {who}. If that job is gone, break the lease on "
                 "purpose: break_lease=True (shardwise lease PATH --break), or turn leasing off "
                 "with lease=False."

@@ -6,13 +6,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from zarr.codecs import BytesCodec, ShardingCodec, TransposeCodec
+from zarr.codecs import BytesCodec, ShardingCodec, TransposeCodec, ZstdCodec
 
 from .chunks import ChunkCodec, ZarrChain
 from .codecs import bytes_codec_from_dict
 from .errors import UnsupportedCodecError
 from .layout import Layout
 from .shard import ShardCodec
+
+
+def default_compressors() -> list[Any]:
+    """What a new array gets when the caller does not choose ``compressors``: zstd (zarr's own
+    default) with its frame checksum, so a damaged inner chunk fails to decode instead of reading
+    back as wrong values. Every zstd decoder (zarr-python, tensorstore, ours) verifies it."""
+    return [ZstdCodec(level=0, checksum=True)]
 
 
 @dataclass(frozen=True)

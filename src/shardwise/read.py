@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import store as store_module
+from ._pool import on_fork
 from .errors import CorruptShardError
 from .layout import Coord, Region, intersect, shift
 from .metadata import ArrayInfo
@@ -31,6 +32,19 @@ from .store import ShardStore
 
 MAX_GAP = 64 * 1024
 MAX_RANGE = 32 * 1024 * 1024
+
+# bumped in a child started with fork: a reader's lock from before the fork may be held by a
+# thread the child does not have, so a reader takes a new one (its cached indexes stay valid:
+# each entry is checked against the object it was read from)
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+on_fork(_forked)
 
 
 def coalesce(
@@ -71,17 +85,29 @@ class ShardReader:
     _cache: OrderedDict[str, tuple[Any, np.ndarray | None]] = field(
         default_factory=OrderedDict, repr=False
     )
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock_: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock_forks: int = field(default=-1, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_cache"] = OrderedDict()
-        del state["_lock"]
+        del state["_lock_"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock_ = threading.Lock()
+        self._lock_forks = _forks
+
+    def __post_init__(self) -> None:
+        self._lock_forks = _forks
+
+    @property
+    def _lock(self) -> threading.Lock:
+        if self._lock_forks != _forks:  # first use in a forked child
+            self._lock_ = threading.Lock()
+            self._lock_forks = _forks
+        return self._lock_
 
     # array-like protocol for dask.array.from_array
     @property

@@ -42,7 +42,7 @@ from .lease import LEASE, Lease
 from .plan import WritePlan
 from .shard import ShardCodec
 from .staged import remove_staged
-from .store import ShardStore
+from .store import ShardStore, describe
 
 
 @dataclass
@@ -72,7 +72,7 @@ class WriteSession:
             if store.get(BATCH) is not None:
                 held.release()
                 raise LeaseHeldError(
-                    f"array {store.path or '/'!r} has a batch write in progress (see "
+                    f"{describe(store.store, store.path)} has a batch write in progress (see "
                     "shardwise.batch): finalize it first, or write with lease=False"
                 )
         return cls(store, region, shape, held)
@@ -97,7 +97,8 @@ class WriteSession:
         """Write (or on resume adopt) this write's marker; on resume clean up after the last try.
 
         Resume adopts the open marker of an interrupted write of the same region; a finished one
-        only with ``adopt_done`` (mode "w-": the array is complete and is never overwritten).
+        only with ``adopt_done`` (every mode but "w", which replaces the array): its shards whose
+        records still match are skipped.
         ``must_adopt``: raise FileExistsError when there is nothing to adopt.
         """
         found = read_marker(self.store, self.region) if resume else None

@@ -10,6 +10,7 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_SHARD_BYTES",
     "default_chunks",
+    "default_layout",
     "default_shards",
     "dividing_chunks",
 ]
@@ -56,6 +57,36 @@ def default_shards(
         i = k.index(max(k))
         k[i] = ceildiv(k[i], 2)
     return tuple(c * n for c, n in zip(chunks, k, strict=True))
+
+
+def default_layout(
+    shape: tuple[int, ...],
+    itemsize: int,
+    chunks: tuple[int, ...] | None = None,
+    shards: tuple[int, ...] | None = None,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(inner chunks, shards)`` completed from what is given: the one default rule of
+    ``write_array`` and ``to_zarr``.
+
+    Neither given: inner chunks of about 1 MiB (:func:`default_chunks`) in shards of whole
+    chunks up to ``shard_bytes`` (:func:`default_shards`). Chunks only: shards of whole chunks
+    around them. Shards only: inner chunks that divide them (:func:`dividing_chunks`). Both: as
+    given. Defaulted inner chunks always divide the shards.
+
+    >>> default_layout((2920, 361, 720), 4)
+    ((46, 46, 90), (184, 184, 360))
+    >>> default_layout((1000, 1000), 4, shards=(300, 300))
+    ((300, 300), (300, 300))
+    """
+    itemsize = max(1, itemsize)
+    inner_bytes = min(DEFAULT_CHUNK_BYTES, shard_bytes)
+    if shards is None:
+        chunks = chunks or default_chunks(shape, itemsize, inner_bytes)
+        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
+    if chunks is None:
+        return dividing_chunks(shards, itemsize, inner_bytes), shards
+    return chunks, shards
 
 
 def dividing_chunks(

@@ -39,7 +39,7 @@ from .metadata import ArrayInfo
 from .plan import WritePlan
 from .shard import MISSING, encode_index, encode_shard, parse_index
 from .store import PARTIAL_SUFFIX, ShardStore
-from .write import WriteOptions, WriteReport, sum_reports
+from .write import WriteOptions, WriteReport, run_graph
 
 STAGED = f"{JOURNAL}/staged/"
 
@@ -224,6 +224,12 @@ class StagedWriter:
 
     # -- phase 2 --------------------------------------------------------------------------------
 
+    def receipt(self, shard: Coord, receipts: Sequence[Any]) -> np.ndarray:
+        """The shard task as an element of the receipts array (like the direct path's)."""
+        out = np.empty((1,) * len(shard), dtype=object)
+        out.flat[0] = self.assemble(shard, receipts)
+        return out
+
     def assemble(self, shard: Coord, receipts: Sequence[Any]) -> WriteReport:
         """The shard task: stream the staged pieces of ``shard`` into its object, commit once."""
         started = time.perf_counter()
@@ -244,6 +250,7 @@ class StagedWriter:
             self._drop(pieces)
             n = sum(len(p.ids) for p in pieces)
             used = int(np.prod(lay.chunks_in_array(shard)))
+            rep.stored_raw_bytes = self._shard_raw_bytes(shard)
             return self._done_before(rep, key, used, n, started)
         # (flat id, source name, offset, nbytes) of every chunk the new shard holds
         entries: list[tuple[int, str, int, int]] = []
@@ -313,11 +320,16 @@ class StagedWriter:
         self._drop(pieces)
         rep.shards_written = 1
         rep.bytes_stored = total
+        rep.stored_raw_bytes = self._shard_raw_bytes(shard)
         rep.chunks_stored = len(entries)
         rep.chunks_empty = used - len(entries)
         rep.keys = [key]
         rep.seconds = time.perf_counter() - started
         return rep
+
+    def _shard_raw_bytes(self, shard: Coord) -> int:
+        extent = [s.stop - s.start for s in self.layout.shard_region(shard)]
+        return int(np.prod(extent)) * self.info.dtype.itemsize
 
     def _done_before(
         self, rep: WriteReport, key: str, used: int, n: int, started: float
@@ -590,44 +602,45 @@ def staged_leftovers(store: ShardStore) -> list[str]:
     return [n for n in store.list(STAGED.rstrip("/")) if not TEMP.match(n)]
 
 
-def build_staged(writer: StagedWriter, source: Any) -> list[Any]:
-    """One Delayed :class:`WriteReport` per shard to write (skipping ``writer.skip``)."""
+def build_staged(writer: StagedWriter, source: Any) -> Any:
+    """The dask array of receipts (one element per shard task, as the direct path's) for
+    ``source``: block tasks, then shard tasks that each depend on the blocks touching them."""
     import dask.array as da
-    from dask.delayed import delayed
+    from dask.highlevelgraph import HighLevelGraph
 
+    plan, lay = writer.plan, writer.layout
+    out_chunks = tuple((1,) * len(c) for c in plan.task_chunks)
+    meta = np.empty((0,) * len(plan.task_chunks), dtype=object)
     if not isinstance(source, da.Array):
         source = da.from_array(source, chunks=writer.blocks, asarray=True)
     elif source.chunks != writer.blocks:
         source = source.rechunk(writer.blocks)
     token = uuid.uuid4().hex
+    stage = f"shardwise-stage-{token}"
     receipts = source.map_blocks(
         writer.stage,
         dtype=object,
         chunks=tuple((1,) * len(c) for c in writer.blocks),
         meta=np.empty((0,) * source.ndim, dtype=object),
-        name=f"shardwise-stage-{token}",
+        name=stage,
     )
-    blocks = receipts.to_delayed(optimize_graph=False)
-    plan, lay = writer.plan, writer.layout
     edges = [
         list(itertools.accumulate(c, initial=sl.start))
         for c, sl in zip(writer.blocks, plan.region, strict=True)
     ]
-    out = []
+    name = f"shardwise-write-{token}"
+    dsk: dict[Any, Any] = {}
     for t in itertools.product(*(range(len(c)) for c in plan.task_chunks)):
         shard = plan.shard_of_task(t)
-        if shard in writer.skip:
-            continue
-        box = lay.shard_region(shard)
-        sel = []
-        for e, sl in zip(edges, box, strict=True):
-            a = int(np.searchsorted(e, sl.start, side="right")) - 1
-            b = int(np.searchsorted(e, sl.stop, side="left"))
-            sel.append(slice(max(a, 0), b))
-        deps = blocks[tuple(sel)].ravel().tolist()
-        name = f"shardwise-write-{token}-{'.'.join(map(str, shard))}"
-        out.append(delayed(writer.assemble, pure=False)(shard, deps, dask_key_name=name))
-    return out
+        ranges = []
+        for e, sl in zip(edges, lay.shard_region(shard), strict=True):
+            lo = int(np.searchsorted(e, sl.start, side="right")) - 1
+            hi = min(int(np.searchsorted(e, sl.stop, side="left")), len(e) - 1)
+            ranges.append(range(max(lo, 0), hi))
+        deps = [(stage, *i) for i in itertools.product(*ranges)]
+        dsk[(name, *t)] = (writer.receipt, shard, deps)
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[receipts])
+    return da.Array(graph, name, chunks=out_chunks, meta=meta)
 
 
 def run_staged(
@@ -638,19 +651,16 @@ def run_staged(
     progress: bool = False,
     finish: Callable[[WriteReport], WriteReport] | None = None,
 ) -> Any:
-    """Run (or with ``compute=False`` return a Delayed of) the staged write's report."""
-    from dask.delayed import delayed
+    """Run (or with ``compute=False`` return a Delayed of) the staged write's report; the shards
+    in ``writer.skip`` are left out (their tasks are not run)."""
+    import itertools as it
 
-    started = time.perf_counter()
-    summary = delayed(sum_reports, pure=False)(build_staged(writer, source))
-    if not compute:
-        return summary if finish is None else delayed(finish, pure=False)(summary)
-    if progress:
-        from .progress import progress_bar
-
-        with progress_bar():
-            report: WriteReport = summary.compute()
-    else:
-        report = summary.compute()
-    report.seconds = time.perf_counter() - started
-    return report
+    receipts = build_staged(writer, source)
+    keep = None
+    if writer.skip:
+        plan = writer.plan
+        grid = it.product(*(range(len(c)) for c in plan.task_chunks))
+        keep = np.array([plan.shard_of_task(t) not in writer.skip for t in grid]).reshape(
+            [len(c) for c in plan.task_chunks]
+        )
+    return run_graph(receipts, compute=compute, progress=progress, keep=keep, finish=finish)

@@ -68,6 +68,22 @@ def resolve_store(
     raise TypeError(f"cannot use {type(store).__name__} as a store: pass a zarr Store, path or URL")
 
 
+def describe(store: Any, path: str | None, node: str = "array") -> str:
+    """How messages name a node: ``array 'a/b' in STORE``, or ``the root array of STORE``."""
+    p = (path or "").strip("/")
+    where = store_name(store)
+    return f"{node} {p!r} in {where}" if p else f"the root {node} of {where}"
+
+
+def store_name(store: Any) -> str:
+    """A store as a user wrote it: ``s3://bucket/prefix``, ``file:///dir``, ``memory://...``."""
+    fs, root = getattr(store, "fs", None), getattr(store, "path", None)
+    if fs is not None and isinstance(root, str):  # an fsspec store: its protocol and path
+        proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        return f"{proto}://{root}"
+    return str(store)
+
+
 def join(*parts: str | None) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 
@@ -243,6 +259,31 @@ def _again[T](make: Callable[[], Coroutine[Any, Any, T]], tries: int = 4) -> T:
             raise
         except Exception:
             if attempt == tries - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def transient(e: BaseException) -> bool:
+    """A store failure worth another try: a dropped connection, a timeout, or obstore's generic
+    error (a response body cut short, which obstore itself does not retry)."""
+    if isinstance(e, ConnectionError | TimeoutError):
+        return True
+    try:
+        from obstore.exceptions import GenericError
+    except ImportError:  # pragma: no cover - obstore is optional
+        return False
+    return isinstance(e, GenericError)
+
+
+def retry_transient[T](call: Callable[[], T], tries: int = 4) -> T:
+    """``call()`` again after a :func:`transient` failure: for zarr-python's own metadata requests,
+    which do not go through :func:`_again`. ``call`` must be safe to repeat."""
+    for attempt in range(tries):
+        try:
+            return call()
+        except Exception as e:
+            if attempt == tries - 1 or not transient(e):
                 raise
             time.sleep(0.05 * 2**attempt)
     raise AssertionError("unreachable")

@@ -9,8 +9,12 @@ For every object under the array:
 * a temp file of an interrupted write, an open write marker, an unfinished batch, and objects that
   are neither metadata, journal nor a shard key of the grid are reported too.
 
-Arrays written by other tools have no records: their shards are checked for integrity only, and
-the report says so in its notes.
+Integrity (index, ranges, checksums, decoding) and a deleted recorded shard are *problems*. The
+writer's records are a second, weaker source: a shard another tool wrote or rewrote (a plain xarray
+append, a zarr-python region write) is sound but not what shardwise recorded, so it is reported as
+a *note* (``unrecorded`` or ``mismatch``) unless ``strict=True`` makes it a problem. Arrays written
+by other tools have no records at all: their shards are checked for integrity only, and the report
+says so in its notes.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from .lease import read_lease
 from .metadata import ArrayInfo
 from .shard import MISSING, index_slice, parse_index
 from .staged import STAGED, staged_leftovers
-from .store import ShardStore
+from .store import ShardStore, describe, store_name
 
 MAX_PER_SHARD = 8
 
@@ -51,7 +55,8 @@ class Problem:
     """One thing wrong with a stored array.
 
     ``kind`` is one of ``corrupt`` (index or inner chunk), ``missing`` (recorded, not stored),
-    ``mismatch`` (stored bytes differ from the record), ``unrecorded`` (stored, no record),
+    ``mismatch`` (stored bytes differ from the record), ``unrecorded`` (stored, no record) -- these
+    two are notes, not problems, unless verify is strict --
     ``temp`` (temp file left by an interrupted write), ``stray`` (not a key of this array),
     ``incomplete`` (a write that did not finish), ``batch`` (a batch not finalized),
     ``journal`` (an unreadable journal object), ``staged`` (encoded pieces of a staged write that
@@ -70,7 +75,13 @@ class Problem:
 
 @dataclass
 class VerifyReport:
-    """What :func:`verify` found. ``ok`` is True when there are no problems."""
+    """What :func:`verify` found. ``ok`` is True when there are no problems.
+
+    ``problems``: integrity failures (exit status 1 in the CLI). ``changes``: shards whose bytes
+    are sound but differ from the writer's records or have none (written or rewritten by another
+    tool); notes, unless ``strict`` (then they are in ``problems``). ``notes``: anything else
+    worth knowing (no records at all, a lease held).
+    """
 
     where: str
     shards_stored: int = 0
@@ -78,8 +89,14 @@ class VerifyReport:
     chunks_checked: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
+    strict: bool = False
     problems: list[Problem] = field(default_factory=list)
+    changes: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def add_change(self, change: Problem) -> None:
+        """A shard changed outside the writer's records: a problem when strict, else a note."""
+        (self.problems if self.strict else self.changes).append(change)
 
     @property
     def ok(self) -> bool:
@@ -107,6 +124,15 @@ class VerifyReport:
         lines = [head, *(f"  {p}" for p in self.problems[:50])]
         if len(self.problems) > 50:
             lines.append(f"  ... and {len(self.problems) - 50} more")
+        if self.changes:
+            lines.append(
+                f"  note: {len(self.changes)} shard(s) sound but not as the writer recorded them "
+                "(written or rewritten by another tool; --strict / strict=True makes these "
+                "problems):"
+            )
+            lines += [f"    {p}" for p in self.changes[:50]]
+            if len(self.changes) > 50:
+                lines.append(f"    ... and {len(self.changes) - 50} more")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -130,28 +156,29 @@ def parse_shard_key(layout: Layout, name: str) -> Coord | None:
 
 def check_shard(
     info: ArrayInfo, store: ShardStore, name: str, record: Record | None
-) -> tuple[list[Problem], int, int]:
-    """Problems of one stored shard, the inner chunks decoded and the bytes read."""
+) -> tuple[list[Problem], Problem | None, int, int]:
+    """Integrity problems of one stored shard, its difference from the writer's record (if
+    any), the inner chunks decoded and the bytes read."""
     key = store.key(name)
     data = store.get(name)
     if data is None:
-        return [Problem("missing", key, "listed but gone when read")], 0, 0
+        return [Problem("missing", key, "listed but gone when read")], None, 0, 0
     out: list[Problem] = []
+    change = None
     if record is not None and (record.size != len(data) or record.crc32c != crc32c(data)):
-        out.append(
-            Problem(
-                "mismatch",
-                key,
-                f"stored object ({len(data)} bytes, crc32c {crc32c(data):#010x}) differs from "
-                f"what the writer recorded ({record.size} bytes, crc32c {record.crc32c:#010x})",
-            )
+        change = Problem(
+            "mismatch",
+            key,
+            f"stored object ({len(data)} bytes, crc32c {crc32c(data):#010x}) differs from "
+            f"what the writer recorded ({record.size} bytes, crc32c {record.crc32c:#010x}): "
+            "rewritten by another tool, or damaged where no checksum covers it",
         )
     codec = info.codec
     mv = memoryview(data)
     try:
         index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), key)
     except CorruptShardError as e:
-        return [*out, Problem("corrupt", key, e.problem, e.chunk)], 0, len(data)
+        return [Problem("corrupt", key, e.problem, e.chunk)], change, 0, len(data)
     present = np.flatnonzero(index[:, 0] != MISSING)
     inner = codec.inner
     decoded = 0
@@ -166,7 +193,7 @@ def check_shard(
                 out.append(Problem("corrupt", key, f"inner chunk does not decode: {e}", chunk))
             continue
         decoded += 1
-    return out, decoded, len(data)
+    return out, change, decoded, len(data)
 
 
 def verify_store(
@@ -176,10 +203,12 @@ def verify_store(
     where: str = "",
     threads: int | None = None,
     check_batch: bool = True,
+    strict: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
     """:func:`verify` on an opened array (``info`` read from its metadata)."""
     started = time.perf_counter()
-    report = VerifyReport(where=where or store.path or "/")
+    report = VerifyReport(where=where or describe(store.store, store.path), strict=strict)
     lay = info.layout
     names = store.list("")
     shards: dict[str, Coord] = {}
@@ -228,19 +257,38 @@ def verify_store(
                 )
             )
 
-    def one(name: str) -> tuple[list[Problem], int, int]:
+    def one(name: str) -> tuple[list[Problem], Problem | None, int, int]:
         return check_shard(info, store, name, records.get(name))
 
     nthreads = max(1, threads or _pool.cpu_count())
-    with ThreadPoolExecutor(nthreads) as pool:
-        results = list(pool.map(one, sorted(shards)))
-    for name, (probs, decoded, nbytes) in zip(sorted(shards), results, strict=True):
+    bar = None
+    if progress:
+        from .progress import ShardBar
+
+        bar = ShardBar(len(shards), desc="verify", what="read")
+    results = []
+    try:
+        with ThreadPoolExecutor(nthreads) as pool:
+            for got in pool.map(one, sorted(shards)):
+                results.append(got)
+                if bar is not None:
+                    bar.step(1, got[3])
+    finally:
+        if bar is not None:
+            bar.close()
+    for name, (probs, change, decoded, nbytes) in zip(sorted(shards), results, strict=True):
         report.problems.extend(probs)
         report.chunks_checked += decoded
         report.bytes_read += nbytes
+        if change is not None:
+            report.add_change(change)
         if has_records and name not in records:
-            report.problems.append(
-                Problem("unrecorded", store.key(name), "stored, but the writer has no record of it")
+            report.add_change(
+                Problem(
+                    "unrecorded",
+                    store.key(name),
+                    "stored, but the writer has no record of it (written by another tool)",
+                )
             )
 
     _check_journal(store, report, check_batch)
@@ -300,27 +348,39 @@ def verify(
     path: str | None = None,
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    strict: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
     """Check every shard of the array at ``path`` in ``store``; see :class:`VerifyReport`.
 
     Reads every stored shard whole; ``threads`` shards are checked at a time (default: the
     cores). Never raises for what it finds: look at ``report.ok`` and ``report.problems``.
+    Shards that are sound but not as shardwise recorded them (another tool wrote them) are in
+    ``report.changes``, as notes; ``strict=True`` counts them as problems.
+    ``progress=True`` shows a bar over the shards checked (one per array of a group).
     """
     from .api import open_info
     from .store import resolve_store
 
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
-    where = f"{zstore}" + (f" path {path!r}" if path else "")
+    where = store_name(zstore) + (f" path {path!r}" if path else "")
     group = _group_arrays(zstore, path)
     if group is not None:
-        return _verify_group(zstore, path, where, group, threads)
+        return _verify_group(zstore, path, where, group, threads, strict, progress)
     try:
         info = open_info(zstore, path)
     except Exception as e:  # what zarr raises for a missing or broken zarr.json varies
-        rep = VerifyReport(where=where)
+        rep = VerifyReport(where=where, strict=strict)
         rep.problems.append(Problem("metadata", path or "zarr.json", f"{type(e).__name__}: {e}"))
         return rep
-    return verify_store(info, ShardStore(zstore, path or ""), where=where, threads=threads)
+    return verify_store(
+        info,
+        ShardStore(zstore, path or ""),
+        where=where,
+        threads=threads,
+        strict=strict,
+        progress=progress,
+    )
 
 
 def _group_arrays(zstore: Any, path: str | None) -> list[str] | None:
@@ -338,14 +398,20 @@ def _group_arrays(zstore: Any, path: str | None) -> list[str] | None:
 
 
 def _verify_group(
-    zstore: Any, path: str | None, where: str, arrays: list[str], threads: int | None
+    zstore: Any,
+    path: str | None,
+    where: str,
+    arrays: list[str],
+    threads: int | None,
+    strict: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
     """Verify every sharded array of a group (e.g. an xarray Dataset) into one report."""
     from .api import open_info
     from .errors import UnsupportedCodecError
 
     started = time.perf_counter()
-    total = VerifyReport(where=where)
+    total = VerifyReport(where=where, strict=strict)
     recorded = 0
     any_records = False
     for name in arrays:
@@ -354,11 +420,19 @@ def _verify_group(
         except UnsupportedCodecError:
             total.notes.append(f"{name}: not sharded, not checked")
             continue
-        rep = verify_store(info, ShardStore(zstore, name), where=name, threads=threads)
+        rep = verify_store(
+            info,
+            ShardStore(zstore, name),
+            where=name,
+            threads=threads,
+            strict=strict,
+            progress=progress,
+        )
         total.shards_stored += rep.shards_stored
         total.chunks_checked += rep.chunks_checked
         total.bytes_read += rep.bytes_read
         total.problems += rep.problems
+        total.changes += rep.changes
         total.notes += [f"{name}: {n}" for n in rep.notes]
         if rep.shards_recorded is not None:
             any_records = True

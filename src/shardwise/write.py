@@ -39,6 +39,11 @@ class WriteReport:
 
     ``seconds`` is the wall time of the write when :func:`shardwise.write_array` computes it, and
     the summed time of the shard tasks when a ``compute=False`` Delayed is computed.
+
+    ``raw_bytes`` counts the data handed to the write; ``bytes_stored`` the encoded shards put
+    and ``stored_raw_bytes`` the raw (decoded) bytes those shards hold: for a region write, a
+    shard it covers in part is stored whole, untouched chunks included.
+    ``compression_ratio`` compares these last two, so it means the same for every write.
     """
 
     shards_written: int = 0
@@ -46,6 +51,7 @@ class WriteReport:
     shards_deleted: int = 0
     bytes_stored: int = 0
     raw_bytes: int = 0
+    stored_raw_bytes: int = 0
     chunks_stored: int = 0
     chunks_empty: int = 0
     shards_skipped: int = 0
@@ -54,7 +60,7 @@ class WriteReport:
 
     @property
     def compression_ratio(self) -> float:
-        return self.raw_bytes / self.bytes_stored if self.bytes_stored else float("nan")
+        return self.stored_raw_bytes / self.bytes_stored if self.bytes_stored else float("nan")
 
     def __add__(self, other: WriteReport) -> WriteReport:
         out = WriteReport()
@@ -63,11 +69,18 @@ class WriteReport:
         return out
 
     def __str__(self) -> str:
+        mb = 1e6
+        if self.stored_raw_bytes == self.raw_bytes:
+            sizes = f"{self.bytes_stored / mb:.1f} MB stored for {self.raw_bytes / mb:.1f} MB raw"
+        else:  # empty shards not stored, or shards merged with what a region write left alone
+            sizes = (
+                f"{self.raw_bytes / mb:.1f} MB of data written; the shards written hold "
+                f"{self.stored_raw_bytes / mb:.1f} MB raw, {self.bytes_stored / mb:.1f} MB stored"
+            )
         return (
             f"{self.shards_written} shards written, {self.shards_empty} empty shards skipped "
             f"({self.shards_deleted} deleted), {self.chunks_stored} inner chunks stored, "
-            f"{self.chunks_empty} empty; {self.bytes_stored / 1e6:.1f} MB stored for "
-            f"{self.raw_bytes / 1e6:.1f} MB raw (ratio {self.compression_ratio:.2f}) "
+            f"{self.chunks_empty} empty; {sizes} (ratio {self.compression_ratio:.2f}) "
             f"in {self.seconds:.2f} s"
             + (f"; {self.shards_skipped} done before (resumed)" if self.shards_skipped else "")
         )
@@ -134,6 +147,7 @@ class ShardWriter:
             self.journal.record(key, data)
         rep.shards_written = 1
         rep.bytes_stored = enc.nbytes
+        rep.stored_raw_bytes = int(np.prod(valid)) * self.info.dtype.itemsize
         rep.chunks_stored = enc.chunks_stored
         rep.chunks_empty = enc.chunks_empty
         rep.keys = [key]
@@ -199,6 +213,14 @@ def run_graph(
     from dask.delayed import delayed
 
     started = time.perf_counter()
+    if compute and progress:
+        from .progress import compute_with_progress
+
+        blocks = receipts.to_delayed()
+        parts = (blocks if keep is None else blocks[keep]).ravel().tolist()
+        report = sum_reports(compute_with_progress(parts, len(parts)))
+        report.seconds = time.perf_counter() - started
+        return report
     if not compute or keep is not None:
         # one Delayed per shard task, without materializing/optimizing the graph here:
         # building stays O(#shards + #blocks) and fast even for huge arrays
@@ -208,12 +230,6 @@ def run_graph(
         if not compute:
             return summary if finish is None else delayed(finish, pure=False)(summary)
         receipts = summary
-    if progress:
-        from .progress import progress_bar
-
-        with progress_bar():
-            report = sum_reports(receipts.compute())
-    else:
-        report = sum_reports(receipts.compute())
+    report = sum_reports(receipts.compute())
     report.seconds = time.perf_counter() - started
     return report

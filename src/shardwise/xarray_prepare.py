@@ -13,16 +13,19 @@ import numpy as np
 from zarr.abc.store import Store
 
 from .errors import PlanError
+from .journal import JOURNAL
+from .metadata import default_compressors
 from .sizing import (
     DEFAULT_CHUNK_BYTES,
-    default_chunks,
-    default_shards,
+    default_layout,
     dividing_chunks,
 )
 
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 # xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
 _DATAARRAY_VARIABLE = "__xarray_dataarray_variable__"
+# names a variable cannot take: each is already a key (or a directory step) in the store
+_STORE_KEYS = frozenset({"zarr.json", JOURNAL, ".", ".."})
 _DATAARRAY_NAME = "__xarray_dataarray_name__"
 
 
@@ -65,6 +68,13 @@ def _check_names(ds: Any) -> None:
                     f"variable name {name!r} contains '/': zarr would store it as a nested "
                     f"group path; rename it (e.g. ds.rename({{{name!r}: "
                     f"{name.replace('/', '_')!r}}}))"
+                )
+            if name in _STORE_KEYS:
+                raise PlanError(
+                    f"variable name {name!r} is a key the store itself uses (zarr.json holds "
+                    f"the group's metadata, {JOURNAL} the writer's records, '.' and '..' are "
+                    f"directories): rename it (e.g. ds.rename({{{name!r}: "
+                    f"{name.strip('.').replace('.', '_') or 'var'!r}}}))"
                 )
             if name.startswith("__") and name != _DATAARRAY_VARIABLE:
                 raise PlanError(
@@ -235,14 +245,13 @@ def _layout_for(
         replace_chunks = False
 
     if shard is None:
-        chunks = chunks or default_chunks(shape, itemsize, inner_bytes)
-        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
+        return default_layout(shape, itemsize, chunks or None, None, shard_bytes)
     if chunks is None or (replace_chunks and not _divides(chunks, shard)):
-        return dividing_chunks(shard, itemsize, inner_bytes), shard
+        return default_layout(shape, itemsize, None, shard, shard_bytes)
     if not explicit and not _divides(chunks, shard) and "preferred_chunks" in enc:
         # read from a store, then given other chunks (overwrite_encoded_chunks=True): the
         # stored shards no longer fit; new shards are built around the chunks asked for
-        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
+        return default_layout(shape, itemsize, chunks, None, shard_bytes)
     if not _divides(chunks, shard):
         raise PlanError(
             f"variable {name!r}: the inner chunks {chunks} must divide the shard shape "
@@ -273,8 +282,11 @@ def _with_layout(
             continue
         enc = user_encoding[name] if explicit else var.encoding
         chunks, shard = _layout_for(name, var, enc, explicit, shards_kw, shard_bytes)
+        layout: dict[str, Any] = {"chunks": chunks, "shards": shard}
+        if "compressors" not in enc and "compressor" not in enc:
+            layout["compressors"] = default_compressors()  # checksummed inner chunks
         if explicit:
-            out[name] = {**enc, "chunks": chunks, "shards": shard}
+            out[name] = {**enc, **layout}
         else:
-            var.encoding = {**var.encoding, "chunks": chunks, "shards": shard}
+            var.encoding = {**var.encoding, **layout}
     return ds, out

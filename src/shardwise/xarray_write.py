@@ -95,6 +95,10 @@ def to_zarr(
       (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from the in-memory
       dtype). Inner chunks not given are chosen to divide the shard shape.
 
+    Inner chunks of the variables this call creates carry zstd's frame checksum (a damaged chunk
+    raises :class:`~shardwise.errors.CorruptShardError` on read) unless their encoding names
+    ``compressors`` (e.g. ``encoding={"v": {"compressors": zarr.codecs.ZstdCodec()}}`` for none).
+
     0-d variables are written without sharding.
 
     Appends and region writes may cut through shards: the one task that owns such a shard
@@ -158,16 +162,26 @@ def to_zarr(
         # metadata last: a write that fails part-way (a worker lost, a source that raises)
         # leaves the old metadata, e.g. an append leaves the array at its old length
         overlay.commit_deletes(zstore)
-        report = _compute(_graph(zstore, writes, opts, fsync, jobs), progress)
+        staged: list[tuple[ShardStore, str]] = []
+        report = _compute(_graph(zstore, writes, opts, fsync, jobs, staged), progress)
+        _tidy(staged)
         overlay.commit_writes(zstore)
         return report
     overlay.commit(zstore)
     eager = [w for w in writes if not w.lazy]
     lazy = [w for w in writes if w.lazy]
-    done = _compute(_graph(zstore, eager, opts, fsync, jobs), progress) if eager else WriteReport()
+    staged = []
+    done = (
+        _compute(_graph(zstore, eager, opts, fsync, jobs, staged), progress)
+        if eager
+        else WriteReport()
+    )
+    _tidy(staged)
     from dask.delayed import delayed
 
-    return delayed(_add_report, pure=False)(done, _graph(zstore, lazy, opts, fsync, jobs))
+    later: list[tuple[ShardStore, str]] = []
+    parts = _graph(zstore, lazy, opts, fsync, jobs, later)
+    return delayed(_add_report, pure=False)(done, parts, later)
 
 
 # -- the xarray pass ------------------------------------------------------------------------------
@@ -367,12 +381,12 @@ def _jobs(
     return out
 
 
-def _tidy(report: WriteReport, store: ShardStore, write_id: str) -> WriteReport:
-    """After a staged variable write: remove pieces left by retried tasks."""
+def _tidy(staged: list[tuple[ShardStore, str]]) -> None:
+    """After the staged variable writes (store, write id): remove pieces left by retried tasks."""
     from .staged import remove_staged
 
-    remove_staged(store, write_id)
-    return report
+    for store, write_id in staged:
+        remove_staged(store, write_id)
 
 
 def _graph(
@@ -381,6 +395,7 @@ def _graph(
     opts: WriteOptions,
     fsync: bool,
     jobs: dict[int, WriteJob],
+    staged: list[tuple[ShardStore, str]],
 ) -> list[tuple[str, Any]]:
     """Dask collections (receipts or delayed reports) that write ``writes``, run together."""
     from dask.delayed import delayed
@@ -401,13 +416,13 @@ def _graph(
             if job is not None and job.strategy == "staged":
                 from .staged import StagedWriter, build_staged
 
-                staged = StagedWriter(
+                writer_s = StagedWriter(
                     w.info, sstore, job.plan, opts, job.blocks, journal.write_id, journal
                 )
-                summary = delayed(sum_reports, pure=False)(build_staged(staged, source))
-                parts.append(
-                    (w.path, delayed(_tidy, pure=False)(summary, sstore, journal.write_id))
-                )
+                # one receipt per shard task, as the direct path's; pieces that retried tasks
+                # leave are removed once the receipts are in (see _tidy)
+                parts.append((w.path, build_staged(writer_s, source)))
+                staged.append((sstore, journal.write_id))
                 continue
             writer = ShardWriter(
                 info=w.info,
@@ -462,7 +477,10 @@ def _total(parts: list[tuple[str, Any]]) -> WriteReport:
     return total
 
 
-def _add_report(done: WriteReport, parts: list[tuple[str, Any]]) -> WriteReport:
+def _add_report(
+    done: WriteReport, parts: list[tuple[str, Any]], staged: list[tuple[ShardStore, str]]
+) -> WriteReport:
+    _tidy(staged)
     return done + _total(parts)
 
 
@@ -472,13 +490,26 @@ def _compute(parts: list[tuple[str, Any]], progress: bool) -> WriteReport:
     from dask.delayed import delayed
 
     started = time.perf_counter()
-    summary = delayed(_total, pure=False)(parts)
     if progress:
-        from .progress import progress_bar
+        import dask.array as da
 
-        with progress_bar():
-            report: WriteReport = summary.compute()
+        from .progress import compute_with_progress
+
+        # one dask part per shard task (and per plain write), so the bar counts shards
+        flat: list[Any] = []
+        spans: list[tuple[str, int, int, bool]] = []
+        nshards = 0
+        for path, p in parts:
+            shard_tasks = isinstance(p, da.Array)
+            items = p.to_delayed().ravel().tolist() if shard_tasks else [p]
+            nshards += len(items) if shard_tasks else 0
+            spans.append((path, len(flat), len(flat) + len(items), shard_tasks))
+            flat.extend(items)
+        got = compute_with_progress(flat, nshards)
+        report = _total(
+            [(path, sum_reports(got[a:b]) if many else got[a]) for path, a, b, many in spans]
+        )
     else:
-        report = summary.compute()
+        report = delayed(_total, pure=False)(parts).compute()
     report.seconds = time.perf_counter() - started
     return report

@@ -1,0 +1,79 @@
+"""benchmarks/ runs from the project alone: ``bench.py list`` and a small run (generation, a
+shardwise write and read, an anchor, the read store, the report) in fresh subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks" / "bench.py"
+
+
+def bench(tmp: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "BENCH_SRC": str(tmp / "src"),
+        "BENCH_STORES": str(tmp / "stores"),
+    }
+    env.pop("BENCH_SIZE", None)
+    out = subprocess.run(
+        [sys.executable, str(BENCH), *args],
+        cwd=tmp,  # any directory: nothing is looked up relative to it
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_bench_list(tmp_path: Path) -> None:
+    text = bench(tmp_path, "list")
+    for name in ("W1", "W2", "W3", "g-limits", "a-xr-threads", "f2-ts-full-nosync", "s-w-shards"):
+        assert name in text
+    assert "(8192, 8192)" in text  # the full workloads by default
+    assert "(1024, 1024)" in bench(tmp_path, "list", "--size", "small")
+
+
+@pytest.mark.slow
+def test_bench_small_run_and_report(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    bench(
+        tmp_path,
+        "run",
+        "--size",
+        "small",
+        "--workloads",
+        "W3",
+        "--cases",
+        "s-w-shards,f2-ts-full-nosync,h-sw-array",
+        "--reps",
+        "1",
+        "--out",
+        str(out),
+    )
+    recs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    env = [r for r in recs if r["case"] == "env"]
+    assert env and env[0]["size"] == "small"
+    cases = {r["case"]: r for r in recs if r["case"] != "env"}
+    assert set(cases) == {"s-w-shards", "f2-ts-full-nosync", "h-sw-array"}
+    for r in cases.values():
+        assert r["status"] == "ok", r
+        assert r["workload"] == "W3" and r["wall_s"] > 0
+    assert cases["s-w-shards"]["verify"]["ok"] and cases["f2-ts-full-nosync"]["verify"]["ok"]
+    assert cases["h-sw-array"]["read_ok"]
+    # every case's store is gone, the read store too; the small source stays for the next run
+    assert list((tmp_path / "stores").iterdir()) == []
+    assert (tmp_path / "src" / "W3-small.npy").exists()
+    text = bench(tmp_path, "report", str(out))
+    assert "| W3 | s-w-shards | 1 |" in text
+    assert "(1024, 1024)" in text  # the report uses the workloads the run measured

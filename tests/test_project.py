@@ -1,0 +1,65 @@
+"""The newcomer path: packaging metadata, the notebook extra, what dev.sh says it does and the
+README's set-up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_license_is_an_spdx_expression() -> None:
+    assert PYPROJECT["project"]["license"] == "MIT"
+    # SPDX license strings need setuptools >= 77
+    assert "setuptools>=77" in PYPROJECT["build-system"]["requires"]
+
+
+def test_notebook_extra_brings_jupyter_and_widgets() -> None:
+    extra = PYPROJECT["project"]["optional-dependencies"]["notebook"]
+    names = {d.split(">")[0].split("=")[0].split("[")[0] for d in extra}
+    assert {"jupyterlab", "ipywidgets", "ipykernel", "matplotlib"} <= names
+
+
+def test_readme_says_how_to_use_the_venv_and_open_the_notebook() -> None:
+    text = (ROOT / "README.md").read_text()
+    for s in (
+        ".venv/bin/python",
+        "source .venv/bin/activate",
+        ".venv/bin/shardwise",
+        "pip install -e '.[notebook]'",
+        ".venv/bin/jupyter lab notebooks/quickstart.ipynb",
+    ):
+        assert s in text, s
+
+
+def test_dev_sh_says_what_it_does(tmp_path: Path) -> None:
+    # an installed venv (stamp newer than pyproject.toml): dev.sh skips the install and says so
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    py = venv / "bin" / "python"
+    py.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    py.chmod(0o755)
+    (venv / ".shardwise-installed").touch()
+    stamp = venv / ".shardwise-installed"
+    mtime = (ROOT / "pyproject.toml").stat().st_mtime + 10
+    os.utime(stamp, (mtime, mtime))
+    env = {**os.environ, "SHARDWISE_VENV": str(venv), "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run(
+        ["bash", str(ROOT / "dev.sh"), "demo", str(tmp_path / "demo.zarr")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    said = [line for line in out.stderr.splitlines() if line.startswith("dev.sh: ")]
+    version = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    assert said[0].startswith(f"dev.sh: Python: {py} ({version}")
+    assert "is installed in" in said[1]
+    assert said[-1] == "dev.sh: running examples/demo.py"
+    assert out.stdout.rstrip().endswith("OK")
