@@ -533,12 +533,15 @@ def test_progress_counts_shards_and_bytes(
     assert f"{rep.arrays[0].bytes_stored / 1e6:.1f} MB" in err
 
 
-def test_convert_on_a_cluster(tmp_path: Path, client: Any) -> None:
+def test_convert_on_a_cluster(
+    tmp_path: Path, client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     src, dst = tmp_path / "v2.zarr", tmp_path / "out.zarr"
     x = make_v2(src, compressor=numcodecs.Zstd(), dtype=">u2")
     with dask.config.set(scheduler=client):
-        rep = shardwise.convert(src, dst, shards=(16, 20), verify=True)
+        rep = shardwise.convert(src, dst, shards=(16, 20), verify=True, progress=True)
     assert rep.ok and rep.arrays[0].method == "copy" and rep.arrays[0].shards_written == 9
+    assert "9/9" in capsys.readouterr().err  # the bar counts shards on the cluster too
     np.testing.assert_array_equal(zarr.open_array(dst, mode="r")[...], x)
 
 
