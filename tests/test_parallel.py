@@ -387,9 +387,23 @@ def test_graph_size_zep2_example(tmp_path: Path) -> None:
     assert (nblocks, nshards) == (49 * 36 * 12, 13 * 9 * 3)
     n_inner = int(np.prod([-(-s // c) for s, c in zip(shape, inner, strict=True)]))
     ntasks = _graph_size(delayed)
-    # source blocks + one merge and one write task per shard + the reduction
-    assert ntasks <= nblocks + 3 * nshards + 8
+    # 8 GiB shards from 128 MiB blocks: staged (shardwise.plan_write says so); source blocks +
+    # one stage task per block + one shard task per shard + the reduction
+    job = shardwise.plan_write(source, str(tmp_path / "b"), chunks=inner, shards=shards)
+    assert job.strategy == "staged" and job.tasks == nblocks + nshards
+    assert ntasks <= 2 * nblocks + nshards + 8
     assert ntasks < n_inner // 100
+    # the direct strategy: source blocks + one merge and one write task per shard + reduction
+    delayed = shardwise.write_array(
+        source,
+        str(tmp_path / "c"),
+        chunks=inner,
+        shards=shards,
+        compute=False,
+        strategy="direct",
+        memory_limit=2**40,
+    )
+    assert _graph_size(delayed) <= nblocks + 3 * nshards + 8
 
 
 def test_graph_size_misaligned_chunks(tmp_path: Path) -> None:
@@ -400,8 +414,20 @@ def test_graph_size_misaligned_chunks(tmp_path: Path) -> None:
     )
     nblocks, nshards = source.npartitions, Layout(shape, shards, inner).nshards
     ntasks = _graph_size(delayed)
-    # rechunking a misaligned source splits each block at most once per shard boundary
-    assert ntasks <= 4 * (nblocks + nshards) + 8
+    # staged: block edges move to inner-chunk boundaries, so a block takes pieces of at most 2
+    # source blocks per dimension (8 splits and a merge), then one stage task per block
+    assert ntasks <= (2**3 + 2) * nblocks + nshards + 8
+    # direct: rechunking a misaligned source splits each block at most once per shard boundary
+    delayed = shardwise.write_array(
+        source,
+        str(tmp_path / "d"),
+        chunks=inner,
+        shards=shards,
+        compute=False,
+        strategy="direct",
+        memory_limit=2**40,
+    )
+    assert _graph_size(delayed) <= 4 * (nblocks + nshards) + 8
     assert shard_files(tmp_path) == set()
 
 
@@ -416,6 +442,11 @@ def _run_on_cluster(client: Any, fn: Any) -> tuple[Any, list[dict[str, Any]]]:
     return result, ts.data
 
 
+def _key_name(key: Any) -> str:
+    """The name of a task key: tuple keys (array blocks) or plain string keys (delayed)."""
+    return str(key[0] if isinstance(key, tuple) else key)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("chunking", ["misaligned", "irregular", "inner", "smaller", "larger"])
 def test_any_chunking_on_cluster(client: Any, tmp_path: Path, chunking: str) -> None:
@@ -426,8 +457,8 @@ def test_any_chunking_on_cluster(client: Any, tmp_path: Path, chunking: str) -> 
     assert mismatches(zarr_read(str(tmp_path)), data) == 0
     assert report.keys == sorted(want)  # one receipt per written shard, no duplicates
     assert shard_files(tmp_path) == want  # no leftover temporary files
-    writes = [t for t in stream if str(t["key"][0]).startswith("shardwise-write")]
-    assert len(writes) == LAYOUT.nshards  # one write task per shard
+    writes = [t for t in stream if _key_name(t["key"]).startswith("shardwise-write")]
+    assert len(writes) == LAYOUT.nshards  # one write task per shard (direct or staged)
     assert len({t["key"] for t in writes}) == LAYOUT.nshards
     assert {t["worker"] for t in writes} <= set(client.scheduler_info()["workers"])
     # and read back on the cluster

@@ -90,6 +90,9 @@ def failing(
 def interrupted(
     root: Any, x: np.ndarray, chunks: Any = (8, 12), bad: Any = (4, 1), **kw: Any
 ) -> None:
+    # the failing block stops exactly the shard tasks it feeds (the direct strategy's shape;
+    # staged writes are interrupted in test_staged.py)
+    kw = {"strategy": "direct", **kw}
     with dask.config.set(scheduler="threads", num_workers=4), pytest.raises(RuntimeError):
         shardwise.write_array(failing(x, chunks, bad, root), root, **{**KW, **kw})
 
@@ -164,7 +167,11 @@ def test_resume_of_a_region_write_merges_once(tmp_path: Path) -> None:
 
     with dask.config.set(scheduler="threads", num_workers=4), pytest.raises(RuntimeError):
         shardwise.write_array(
-            failing(new, (8, 8), (3, 2), root, region), root, mode="r+", region=region
+            failing(new, (8, 8), (3, 2), root, region),
+            root,
+            mode="r+",
+            region=region,
+            strategy="direct",
         )
     report = shardwise.write_array(new, root, mode="r+", region=region, resume=True)
     assert report.shards_skipped > 0

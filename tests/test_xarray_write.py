@@ -262,6 +262,30 @@ def test_one_task_per_shard_whatever_the_dask_chunks(tmp_path: Path, read_tensor
     xr.testing.assert_identical(xr.open_zarr(tmp_path / "a.zarr").load(), ds.load())
 
 
+def _shards(path: Path) -> dict[str, str]:
+    """Digests of the variable's metadata and shards (the journal holds per-write ids)."""
+    return {k: v for k, v in snapshot(path / "temp").items() if not k.startswith(".shardwise")}
+
+
+@pytest.mark.parametrize("strategy", ["direct", "staged"])
+def test_staged_and_direct_variables_store_the_same_bytes(tmp_path: Path, strategy: str) -> None:
+    ds = sample(50, 7).chunk({"time": (3, 17, 1, 29), "x": (2, 5)})
+    enc = {"temp": {"chunks": (5, 7), "shards": (10, 7)}}
+    ref = tmp_path / "ref.zarr"
+    shardwise.to_zarr(ds.load(), ref, encoding=enc)  # numpy: direct
+    path = tmp_path / "a.zarr"
+    rep = shardwise.to_zarr(ds, path, encoding=enc, strategy=strategy)
+    assert rep.shards_written == 5 + 4
+    assert _shards(path) == _shards(ref)
+    # and an append that cuts a shard: the staged shard task copies the stored chunks it keeps
+    more = sample(56, 7).isel(time=slice(50, None)).chunk({"time": 4})
+    shardwise.to_zarr(more, path, append_dim="time", strategy=strategy)
+    shardwise.to_zarr(more.load(), ref, append_dim="time")
+    assert _shards(path) == _shards(ref)
+    assert not (path / "temp" / ".shardwise" / "staged").exists()
+    xr.testing.assert_identical(xr.open_zarr(path).load(), xr.open_zarr(ref).load())
+
+
 # -- appends ---------------------------------------------------------------------------------------
 
 
@@ -389,6 +413,12 @@ REFUSED: list[tuple[str, Any, dict[str, Any], str]] = [
         "non-pre-existing",
     ),
     ("mode w- on an existing store", lambda ds: ds, {"mode": "w-"}, "already contains data"),
+    (
+        "task over the memory limit",
+        lambda ds: ds,
+        {**APPEND, "strategy": "direct", "memory_limit": 64},
+        r"variable '\w+': a shard task .* memory_limit is 64 B",
+    ),
     (
         "encoding for an existing variable",
         lambda ds: ds,

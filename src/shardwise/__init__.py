@@ -3,7 +3,8 @@
 from typing import TYPE_CHECKING, Any
 
 from . import batch
-from .api import open_array, write_array
+from .api import open_array, plan_write, write_array
+from .convert import ArrayReport, ConvertReport, convert
 from .direct import read_array
 from .errors import (
     ArrayNotFoundError,
@@ -18,6 +19,7 @@ from .errors import (
     UnsupportedCodecError,
     VerifyError,
 )
+from .job import WriteJob
 from .verify import VerifyReport, verify
 from .write import WriteReport
 
@@ -29,6 +31,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArrayNotFoundError",
+    "ArrayReport",
+    "ConvertReport",
     "CorruptShardError",
     "LeaseHeldError",
     "NotAnArrayError",
@@ -40,10 +44,13 @@ __all__ = [
     "UnsupportedCodecError",
     "VerifyError",
     "VerifyReport",
+    "WriteJob",
     "WriteReport",
     "batch",
+    "convert",
     "open_array",
     "open_dataset",
+    "plan_write",
     "read_array",
     "to_zarr",
     "verify",

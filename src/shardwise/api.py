@@ -12,6 +12,7 @@ from zarr.storage import MemoryStore
 
 from .conditional import versions
 from .errors import ArrayNotFoundError, NotAnArrayError, PlanError, UnsupportedCodecError
+from .job import Strategy, WriteJob, make_job
 from .layout import Region, normalize_region
 from .metadata import ArrayInfo, default_compressors, info_from_metadata
 from .plan import WritePlan
@@ -173,6 +174,9 @@ def write_array(
     resume: bool = False,
     lease: bool | None = None,
     break_lease: bool = False,
+    strategy: Strategy = "auto",
+    memory_limit: int | None = None,
+    dry_run: bool = False,
 ) -> WriteReport | Any:
     """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
 
@@ -202,14 +206,23 @@ def write_array(
     take the exclusive lease. ``break_lease=True`` takes over the lease of a writer known to be
     gone.
 
+    ``strategy``: ``"direct"`` encodes each shard in one task from its raw data (the source is
+    rechunked to the shard pieces; a task holds about 3x one shard); ``"staged"`` encodes the inner
+    chunks where the dask blocks are and streams each shard from the encoded pieces (a task holds
+    one block plus a fixed buffer, whatever the shard size); ``"auto"`` (default) is direct when
+    the dask chunks already are the shard pieces and fit ``memory_limit``, else staged.
+    ``memory_limit``: bytes one task may hold (default: the dask worker's memory limit per
+    thread, else half the available memory per core); a job that would not fit is refused.
+
     ``data`` may be a numpy or dask array or an ``xarray.DataArray`` (its ``.data`` is written).
     datetime64/timedelta64 data is stored as zarr's ``numpy.datetime64``/``numpy.timedelta64``
     types, strings (numpy ``StringDType``, or object arrays of Python ``str`` with ``dtype=str``
     or no dtype) as zarr's variable-length UTF-8 ``string`` type, as zarr-python stores them.
 
-    Returns a :class:`WriteReport`, or with ``compute=False`` a dask ``Delayed`` that computes it.
-    Every check runs before the first metadata or data byte is written (the values of a dask
-    object array are checked to be strings as each shard is written).
+    Returns a :class:`WriteReport`, or with ``compute=False`` a dask ``Delayed`` that computes it,
+    or with ``dry_run=True`` the :class:`WriteJob` without writing anything (see
+    :func:`plan_write`). Every check runs before the first metadata or data byte is written
+    (the values of a dask object array are checked to be strings as each shard is written).
     """
     if zarr_format != 3:
         raise PlanError(f"shardwise writes Zarr format 3 only (got zarr_format={zarr_format})")
@@ -276,6 +289,16 @@ def write_array(
 
     sstore = ShardStore(zstore, path or "", fsync=fsync)
     plan = WritePlan(info.layout, target)
+    job = make_job(
+        plan,
+        _dask_chunks(data),
+        np.dtype(info.dtype).itemsize,
+        strategy=strategy,
+        memory_limit=memory_limit,
+    )
+    job.validate()
+    if dry_run:
+        return job
     session = WriteSession.begin(
         sstore,
         target,
@@ -300,14 +323,23 @@ def write_array(
         )
         if create:
             _create_in_store(zstore, path, kwargs, probe)
+        options = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
+        keep, skipped = None, session.done_shards(plan, info.codec)
+        if job.strategy == "staged":
+            report = _run_staged(
+                job, info, sstore, options, session, data, skipped, compute, progress
+            )
+            if not compute:
+                return report
+            report.shards_skipped = len(skipped)
+            return session.finish(report)
         writer = ShardWriter(
             info=info,
             store=session.store,  # tagged with this write's id
             plan=plan,
-            options=WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads),
+            options=options,
             journal=session.journal(info.codec),
         )
-        keep, skipped = None, session.done_shards(plan, info.codec)
         if skipped:
             keep = np.array([s not in skipped for s in plan_shards(plan)]).reshape(
                 [len(c) for c in plan.task_chunks]
@@ -326,6 +358,71 @@ def write_array(
         return report
     report.shards_skipped = len(skipped)
     return session.finish(report)
+
+
+def plan_write(data: Any, store: Any, **kwargs: Any) -> WriteJob:
+    """The :class:`WriteJob` that :func:`write_array` would run with these arguments.
+
+    Nothing is written (not even metadata); the job is validated (a job that would not fit
+    ``memory_limit`` raises :class:`PlanError`). Print it to see shards, tasks, strategy,
+    estimated peak memory per task and bytes to move.
+    """
+    job = write_array(data, store, dry_run=True, **kwargs)
+    assert isinstance(job, WriteJob)
+    return job
+
+
+def _dask_chunks(data: Any) -> tuple[tuple[int, ...], ...] | None:
+    if not _is_dask(data):
+        return None
+    return tuple(tuple(int(n) for n in c) for c in data.chunks)
+
+
+def _run_staged(
+    job: WriteJob,
+    info: ArrayInfo,
+    sstore: ShardStore,
+    options: WriteOptions,
+    session: WriteSession,
+    data: Any,
+    skipped: set[Any],
+    compute: bool,
+    progress: bool,
+) -> Any:
+    from .journal import abort_multipart_uploads
+    from .staged import StagedWriter, remove_staged, run_staged
+
+    assert session.marker is not None
+    write_id = session.marker.id
+    writer = StagedWriter(
+        info,
+        sstore,
+        job.plan,
+        options,
+        job.blocks,
+        write_id,
+        session.journal(info.codec),
+        frozenset(skipped),
+    )
+
+    def finish(report: WriteReport) -> WriteReport:
+        # pieces of tasks retried after their worker died, and any other leftovers
+        session.cleaned["staged_pieces"] = session.cleaned.get("staged_pieces", 0) + (
+            remove_staged(sstore, write_id)
+        )
+        if session.leased:  # every shard task is done: an upload still open was abandoned
+            session.cleaned["multipart_uploads"] = session.cleaned.get(
+                "multipart_uploads", 0
+            ) + len(abort_multipart_uploads(sstore, session.keys))
+        return report
+
+    if not compute:
+
+        def finish_all(report: WriteReport) -> Any:
+            return session.finish(finish(report))
+
+        return run_staged(writer, data, compute=False, finish=finish_all)
+    return finish(run_staged(writer, data, compute=True, progress=progress))
 
 
 def _source(data: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The ``shardwise`` command: inspect, verify, reshard, batch (HPC parts) and lease.
+"""The ``shardwise`` command: inspect, verify, convert (and reshard), batch (HPC parts), lease.
 
 Exit status: 0 success; 1 the array has problems (``verify``, ``batch finalize``); 2 bad usage
 (arguments); 3 refused or failed: no array there (or a group, or a Zarr v2 array), the store
@@ -152,7 +152,8 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
     info = info_from_metadata(arr.metadata)
     lay = info.layout
     sstore = ShardStore(zstore, path or "")
-    stored = [n for n in sstore.list("") if parse_shard_key(lay, n) is not None]
+    names = sstore.list("")
+    stored = [n for n in names if parse_shard_key(lay, n) is not None]
     with ThreadPoolExecutor(8) as pool:
         sizes = [s or 0 for s in pool.map(sstore.size, stored)]
     markers = [m for m in read_markers(sstore).values() if m is not None]
@@ -174,6 +175,7 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
         "chunks_per_shard": lay.nchunks_per_shard,
         "codecs": meta["codecs"],
         "shards_stored": len(stored),
+        "objects": sum(not n.startswith(".shardwise/") for n in names),
         "bytes_stored": int(sum(sizes)),
         "raw_bytes": int(info.dtype.itemsize * _prod(lay.shape)),
         "shards_recorded": len(read_records(sstore)),
@@ -196,7 +198,8 @@ def _print_inspect(d: dict[str, Any]) -> None:
         arrays = d["arrays"]
         print(
             f"{d['store']}" + (f" path {d['path']!r}" if d["path"] else "") + ": a group of "
-            f"{len(arrays)} arrays (inspect one with --path NAME)"
+            f"{len(arrays)} arrays, {sum(m.get('objects', 0) for m in arrays)} objects of "
+            "sharded arrays (inspect one with --path NAME)"
         )
         for m in arrays:
             head = f"  {m['path']}  {tuple(m['shape'])} {m['dtype']}"
@@ -222,7 +225,8 @@ def _print_inspect(d: dict[str, Any]) -> None:
         f"{d['shards_total']} shards of {d['chunks_per_shard']} inner chunks "
         f"{tuple(d['chunk_shape'])}",
         f"  codecs   {chain}; index {index} at the {inner.get('index_location', 'end')}",
-        f"  stored   {d['shards_stored']} shards, {d['bytes_stored'] / 1e6:.2f} MB "
+        f"  stored   {d['shards_stored']} shards ({d['objects']} objects with the metadata), "
+        f"{d['bytes_stored'] / 1e6:.2f} MB "
         f"(ratio {ratio:.2f} to the full raw array)",
         f"  journal  {d['shards_recorded']} shard records, {d['writes_done']} writes done, "
         f"{len(d['writes_open'])} open" + (" (resume them)" if d["writes_open"] else ""),
@@ -277,41 +281,62 @@ def _write_options(a: argparse.Namespace) -> dict[str, Any]:
     return dict(fsync=a.fsync, progress=a.progress, threads=a.threads)
 
 
-def _cmd_reshard(a: argparse.Namespace) -> int:
-    from .api import write_array
+def _cmd_convert(a: argparse.Namespace) -> int:
+    from .convert import convert
 
-    data, arr = open_source(a.src, a.src_path, a.storage_options)
-    chunks = a.chunks or tuple(int(c) for c in arr.chunks)
     with _scheduler(a.scheduler):
-        report = write_array(
-            data,
+        report = convert(
+            a.src,
             a.dst,
-            path=a.dst_path,
-            chunks=chunks,
+            path=a.src_path,
+            dst_path=a.dst_path,
             shards=a.shards,
+            shard_bytes=a.shard_bytes,
+            chunks=getattr(a, "chunks", None),
+            compressors=_compressors(a),
             mode=a.mode,
-            compressors=compressors(a.compressor, a.crc32c),
             resume=a.resume,
+            verify=a.verify,
+            progress=a.progress,
             lease=not a.no_lease,
             break_lease=a.break_lease,
+            fsync=a.fsync,
+            threads=a.threads,
             storage_options=a.storage_options,
-            **_like(arr),
-            **_write_options(a),
         )
-    print(report)
+    print(json.dumps(report.to_dict(), indent=2, default=str) if a.json else report)
     if a.verify:
-        return _cmd_verify(
-            argparse.Namespace(
-                store=a.dst,
-                path=a.dst_path,
-                threads=a.threads,
-                json=False,
-                strict=False,
-                storage_options=a.storage_options,
-                progress=a.progress,
-            )
-        )
-    return EXIT_OK
+        print("OK" if report.ok else "verification FAILED")
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _compressors(a: argparse.Namespace) -> Any:
+    """reshard's ``--compressor``/``--crc32c``: None keeps the source's codecs."""
+    spec = getattr(a, "compressor", None)
+    crc = getattr(a, "crc32c", False)
+    if spec is None and not crc:
+        return None
+    return compressors(spec or "auto", crc)
+
+
+def _shards_arg(text: str) -> Any:
+    """``256,256,64`` (a shape) or ``time=365,lat=90`` (sizes per dimension name)."""
+    if "=" not in text:
+        return _shape(text)
+    out = {}
+    for part in text.split(","):
+        name, _, size = part.partition("=")
+        try:
+            out[name.strip()] = int(size)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected name=size, got {part!r}") from None
+    return out
+
+
+def _cmd_reshard(a: argparse.Namespace) -> int:
+    """``reshard`` is ``convert`` with its older flags (they re-encode when they change codecs)."""
+    a.shard_bytes, a.json = None, False
+    return _cmd_convert(a)
 
 
 def _cmd_batch(a: argparse.Namespace) -> int:
@@ -336,7 +361,7 @@ def _cmd_batch(a: argparse.Namespace) -> int:
             shards=a.shards,
             parts=a.parts,
             mode=a.mode,
-            compressors=compressors(a.compressor, a.crc32c),
+            compressors=compressors(a.compressor or "auto", a.crc32c),
             break_lease=a.break_lease,
             storage_options=a.storage_options,
             **meta,
@@ -504,9 +529,10 @@ def parser() -> argparse.ArgumentParser:
         )
         q.add_argument(
             "--compressor",
-            default="auto",
-            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto (default: zstd "
-            "with its frame checksum)",
+            default=None,
+            help="zstd[:level], gzip[:level], blosc[:cname[:clevel]], none, auto (auto: zstd "
+            "with its frame checksum; default: reshard keeps the source's codecs, batch init "
+            "uses auto)",
         )
         q.add_argument("--crc32c", action="store_true", help="checksum every inner chunk")
 
@@ -528,7 +554,32 @@ def parser() -> argparse.ArgumentParser:
     progress_arg(q)
     q.set_defaults(func=_cmd_verify)
 
-    q = sub.add_parser("reshard", help="copy an array into a new sharded array")
+    q = sub.add_parser(
+        "convert",
+        help="convert a zarr v2/v3 array or group into sharded v3 (copies encoded chunks)",
+    )
+    q.add_argument("src", help="source zarr array or group (v2 or v3)")
+    q.add_argument("dst", help="destination")
+    q.add_argument("--src-path", "--path", dest="src_path", default=None)
+    q.add_argument("--dst-path", default=None)
+    q.add_argument(
+        "--shards",
+        type=_shards_arg,
+        default=None,
+        help="shard shape (256,256,256) or sizes per dimension name (time=365)",
+    )
+    q.add_argument(
+        "--shard-bytes", default=None, help="target shard size, e.g. 64MiB (default 64 MiB)"
+    )
+    common_args(q)
+    write_args(q)
+    q.add_argument("--mode", default="w-", choices=["w-", "w"])
+    q.add_argument("--no-lease", action="store_true", help="do not take the write lease")
+    q.add_argument("--verify", action="store_true", help="check the result against the source")
+    q.add_argument("--json", action="store_true", help="print the report as JSON")
+    q.set_defaults(func=_cmd_convert)
+
+    q = sub.add_parser("reshard", help="copy an array into a new sharded array (see convert)")
     q.add_argument("src", help="source zarr array (any zarr format and chunking)")
     q.add_argument("dst", help="destination")
     q.add_argument("--src-path", default=None)

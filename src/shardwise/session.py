@@ -7,7 +7,8 @@ rerun with ``resume=True`` can finish::
              or shared for writes into an existing array that run side by side
     clear    mode "w": delete the old array except the lease (zarr's overwrite would delete it)
     start    adopt the open marker of the same region (resume) or write a new one; on resume
-             remove temp files and abandoned multipart uploads aimed at this write's shards
+             remove temp files and abandoned multipart uploads aimed at this write's shards,
+             and the staged pieces of the adopted write
     ...      metadata, then the shard tasks (each stores its shard, then its record)
     finish   marker -> done, drop older done markers inside this region, release the lease
     abort    (on error) release the lease; the open marker stays for resume and verify
@@ -41,6 +42,7 @@ from .layout import Coord, Layout, Region
 from .lease import LEASE, Lease
 from .plan import WritePlan
 from .shard import ShardCodec
+from .staged import remove_staged
 from .store import ShardStore, describe
 
 TAG_DIGITS = 12
@@ -141,6 +143,8 @@ class WriteSession:
             self.cleaned["multipart_uploads"] = len(
                 abort_multipart_uploads(self.store, names, before=started)
             )
+            # pieces of an interrupted staged write: redone (whatever strategy resumes it)
+            self.cleaned["staged_pieces"] = remove_staged(self.store, self.marker.id)
         self.store.put(marker_name(self.region), self.marker.to_bytes())
 
     def _remove_temp_files(self) -> list[str]:

@@ -44,6 +44,7 @@ from .layout import Coord, Layout
 from .lease import read_lease
 from .metadata import ArrayInfo
 from .shard import MISSING, index_slice, parse_index
+from .staged import STAGED, staged_leftovers
 from .store import ShardStore, describe, store_name
 
 MAX_PER_SHARD = 8
@@ -58,7 +59,8 @@ class Problem:
     two are notes, not problems, unless verify is strict --
     ``temp`` (temp file left by an interrupted write), ``stray`` (not a key of this array),
     ``incomplete`` (a write that did not finish), ``batch`` (a batch not finalized),
-    ``journal`` (an unreadable journal object), ``metadata``.
+    ``journal`` (an unreadable journal object), ``staged`` (encoded pieces of a staged write that
+    did not finish), ``metadata``.
     """
 
     kind: str
@@ -308,6 +310,19 @@ def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -
                     "finish: rerun it with resume=True",
                 )
             )
+    staged: dict[str, int] = {}
+    for name in staged_leftovers(store):
+        write = name[len(STAGED) :].split("/", 1)[0]
+        staged[write] = staged.get(write, 0) + 1
+    for write, n in sorted(staged.items()):
+        report.problems.append(
+            Problem(
+                "staged",
+                store.key(STAGED + write),
+                f"{n} staged pieces of write {write[:8]} left behind: rerun the write with "
+                "resume=True to finish it (or delete them)",
+            )
+        )
     raw = store.get(BATCH)
     if raw is not None and check_batch:
         try:

@@ -24,6 +24,7 @@ from zarr.abc.store import Store
 
 from .conditional import versions
 from .errors import PlanError, UnsupportedCodecError
+from .job import Strategy, WriteJob, make_job
 from .journal import Journal
 from .layout import Layout, Region, ceildiv, normalize_region
 from .metadata import ArrayInfo, info_from_metadata
@@ -69,6 +70,8 @@ def to_zarr(
     threads: int | None = None,
     fsync: bool = False,
     progress: bool = False,
+    strategy: Strategy = "auto",
+    memory_limit: int | None = None,
 ) -> WriteReport | Any:
     """Write an ``xarray.Dataset`` or ``DataArray`` to a sharded Zarr v3 store.
 
@@ -108,13 +111,17 @@ def to_zarr(
     be committed conditionally (stores other than local files, memory, S3, GCS and Azure, and
     arrays without sharding, which zarr-python writes); ``False`` never refuses.
 
-    Every check (names, dimensions, encodings, dtypes, shapes, alignment, ``append_dim``) runs
-    before the first metadata or data byte is written; a refused call leaves the store as it
-    was. The metadata is written after the data, so a write that fails part-way leaves the old
-    metadata (an append can simply be run again). Returns a :class:`~shardwise.WriteReport`.
-    With ``compute=False`` the metadata and the variables not backed by dask are written at once
-    (as xarray does) and a dask ``Delayed`` is returned that writes the dask-backed ones and
-    computes the report.
+    ``strategy`` and ``memory_limit`` choose, per variable, how its shards are written, as in
+    :func:`shardwise.write_array` (``"staged"`` bounds each task's memory by one dask block
+    whatever the shard size).
+
+    Every check (names, dimensions, encodings, dtypes, shapes, alignment, ``append_dim``, the
+    memory each task needs) runs before the first metadata or data byte is written; a refused
+    call leaves the store as it was. The metadata is written after the data, so a write that
+    fails part-way leaves the old metadata (an append can simply be run again). Returns a
+    :class:`~shardwise.WriteReport`. With ``compute=False`` the metadata and the variables not
+    backed by dask are written at once (as xarray does) and a dask ``Delayed`` is returned that
+    writes the dask-backed ones and computes the report.
     """
     ds = _as_dataset(obj)
     _check_names(ds)
@@ -151,6 +158,7 @@ def to_zarr(
         encoding=user_encoding,
     )
     writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
+    jobs = _jobs(writes, strategy, memory_limit)
 
     # every check passed: from here on the store changes
     opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
@@ -158,16 +166,26 @@ def to_zarr(
         # metadata last: a write that fails part-way (a worker lost, a source that raises)
         # leaves the old metadata, e.g. an append leaves the array at its old length
         overlay.commit_deletes(zstore)
-        report = _compute(_graph(zstore, writes, opts, fsync), progress)
+        staged: list[tuple[ShardStore, str]] = []
+        report = _compute(_graph(zstore, writes, opts, fsync, jobs, staged), progress)
+        _tidy(staged)
         overlay.commit_writes(zstore)
         return report
     overlay.commit(zstore)
     eager = [w for w in writes if not w.lazy]
     lazy = [w for w in writes if w.lazy]
-    done = _compute(_graph(zstore, eager, opts, fsync), progress) if eager else WriteReport()
+    staged = []
+    done = (
+        _compute(_graph(zstore, eager, opts, fsync, jobs, staged), progress)
+        if eager
+        else WriteReport()
+    )
+    _tidy(staged)
     from dask.delayed import delayed
 
-    return delayed(_add_report, pure=False)(done, _graph(zstore, lazy, opts, fsync))
+    later: list[tuple[ShardStore, str]] = []
+    parts = _graph(zstore, lazy, opts, fsync, jobs, later)
+    return delayed(_add_report, pure=False)(done, parts, later)
 
 
 # -- the xarray pass ------------------------------------------------------------------------------
@@ -349,8 +367,45 @@ def _split_message(splits: list[tuple[str, str, slice, int, str]], writes: list[
 # -- running the data writes ----------------------------------------------------------------------
 
 
+def _jobs(
+    writes: list[_Write], strategy: Strategy, memory_limit: int | None
+) -> dict[int, WriteJob]:
+    """The validated job of every sharded variable write (by ``id`` of the write)."""
+    out = {}
+    for w in writes:
+        if w.info is None or w.size == 0:
+            continue
+        chunks = getattr(w.source, "chunks", None) if w.lazy else None
+        job = make_job(
+            WritePlan(w.info.layout, w.region),
+            None if chunks is None else tuple(tuple(int(n) for n in c) for c in chunks),
+            np.dtype(w.info.dtype).itemsize,
+            strategy=strategy,
+            memory_limit=memory_limit,
+        )
+        try:
+            job.validate()
+        except PlanError as e:
+            raise PlanError(f"variable {w.name!r}: {e}") from None
+        out[id(w)] = job
+    return out
+
+
+def _tidy(staged: list[tuple[ShardStore, str]]) -> None:
+    """After the staged variable writes (store, write id): remove pieces left by retried tasks."""
+    from .staged import remove_staged
+
+    for store, write_id in staged:
+        remove_staged(store, write_id)
+
+
 def _graph(
-    zstore: Store, writes: list[_Write], opts: WriteOptions, fsync: bool
+    zstore: Store,
+    writes: list[_Write],
+    opts: WriteOptions,
+    fsync: bool,
+    jobs: dict[int, WriteJob],
+    staged: list[tuple[ShardStore, str]],
 ) -> list[tuple[str, Any]]:
     """Dask collections (receipts or delayed reports) that write ``writes``, run together."""
     from dask.delayed import delayed
@@ -367,6 +422,18 @@ def _graph(
             journal = Journal(
                 sstore, uuid.uuid4().hex, codec.index_nbytes, codec.index_location == "end"
             )
+            job = jobs.get(id(w))
+            if job is not None and job.strategy == "staged":
+                from .staged import StagedWriter, build_staged
+
+                writer_s = StagedWriter(
+                    w.info, sstore, job.plan, opts, job.blocks, journal.write_id, journal
+                )
+                # one receipt per shard task, as the direct path's; pieces that retried tasks
+                # leave are removed once the receipts are in (see _tidy)
+                parts.append((w.path, build_staged(writer_s, source)))
+                staged.append((sstore, journal.write_id))
+                continue
             writer = ShardWriter(
                 info=w.info,
                 store=sstore,
@@ -420,7 +487,10 @@ def _total(parts: list[tuple[str, Any]]) -> WriteReport:
     return total
 
 
-def _add_report(done: WriteReport, parts: list[tuple[str, Any]]) -> WriteReport:
+def _add_report(
+    done: WriteReport, parts: list[tuple[str, Any]], staged: list[tuple[ShardStore, str]]
+) -> WriteReport:
+    _tidy(staged)
     return done + _total(parts)
 
 

@@ -1,0 +1,530 @@
+"""The staged write strategy: blocks encode their inner chunks, one task per shard streams them.
+
+Oracles: the direct strategy (same bytes), numpy, zarr-python and tensorstore. Memory is measured
+(tracemalloc in process; worker processes with a memory limit smaller than one shard).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import signal
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given
+from hypothesis import strategies as st
+from zarr.abc.store import Store
+from zarr.core.buffer import Buffer
+from zarr.storage import MemoryStore, WrapperStore
+
+import shardwise
+from faultkit import (
+    BUCKET,
+    files,
+    forkserver,
+    moto_s3,
+    record_figures,
+    temp_files,
+    torn_shards,
+)
+from shardwise import PlanError, WriteJob, verify
+from shardwise.job import STREAM_BUFFER
+from shardwise.staged import STAGED
+from strategies import assert_bit_equal, cases, dask_chunkings, examples, regions
+from test_roundtrip import write
+
+ZSTD: dict[str, Any] = dict(compressors=[zarr.codecs.ZstdCodec(level=1)])
+
+
+def smooth_noise(shape: tuple[int, ...], origin: tuple[int, ...] = (), seed: int = 0) -> np.ndarray:
+    """uint16 data: a smooth ramp plus noise, the same values for a block wherever it is made."""
+    origin = origin or (0,) * len(shape)
+    grids = np.ogrid[tuple(slice(o, o + n) for o, n in zip(origin, shape, strict=True))]
+    ramp = sum(((g * (7 + 3 * i)) % 2048).astype("uint16") for i, g in enumerate(grids))
+    rng = np.random.default_rng([seed, *origin])
+    return np.asarray(ramp + rng.integers(0, 64, shape, dtype="uint16"), dtype="uint16")
+
+
+def _gen(block_info: Any = None) -> np.ndarray:
+    info = block_info[None]
+    origin = tuple(lo for lo, _ in info["array-location"])
+    return smooth_noise(tuple(info["chunk-shape"]), origin)
+
+
+def generated(shape: tuple[int, ...], chunks: tuple[int, ...]) -> da.Array:
+    """A dask array of :func:`smooth_noise` made inside the tasks (never held whole)."""
+    return da.map_blocks(
+        _gen,
+        dtype="uint16",
+        chunks=da.core.normalize_chunks(chunks, shape),
+        meta=np.empty((0,) * len(shape), "uint16"),
+    )
+
+
+def expected(
+    shape: tuple[int, ...], chunks: tuple[int, ...], region: tuple[slice, ...]
+) -> np.ndarray:
+    return np.asarray(generated(shape, chunks)[region].compute(scheduler="sync"))
+
+
+# -- the job: a value you can look at ----------------------------------------------------------
+
+
+def test_plan_write_shows_the_job_and_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    kw: dict[str, Any] = dict(chunks=(16, 16), shards=(64, 64), memory_limit=2**30)
+    aligned = shardwise.plan_write(
+        da.zeros((256, 128), dtype="uint16", chunks=(64, 64)), root, **kw
+    )
+    assert isinstance(aligned, WriteJob)
+    assert (aligned.strategy, aligned.tasks, aligned.bytes_to_move) == ("direct", 8, 0)
+    small = shardwise.plan_write(da.zeros((256, 128), dtype="uint16", chunks=(30, 64)), root, **kw)
+    assert small.strategy == "staged"
+    # block edges moved to the nearest inner-chunk boundary: 30 -> 32, ..., 150 -> 144, ...
+    assert small.blocks == ((32, 32, 32, 32, 16, 32, 32, 32, 16), (64, 64))
+    assert small.tasks == 18 + 8
+    text = str(small)
+    for part in ("staged", "shards: 8", "tasks: 26", "peak memory per task", "bytes to move"):
+        assert part in text
+    assert "staged" in repr(small)
+    forced = shardwise.plan_write(
+        da.zeros((256, 128), dtype="uint16", chunks=(30, 64)), root, strategy="direct", **kw
+    )
+    assert forced.strategy == "direct" and forced.bytes_rechunked == 256 * 128 * 2
+    assert not root.exists()
+
+
+def test_a_job_over_the_memory_limit_is_refused_before_any_byte(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(np.ones((256, 256), "uint16"), root, chunks=(16, 16), shards=(128, 128))
+    before = files(root, journal=True)
+    src = da.ones((256, 256), dtype="uint16", chunks=(128, 128))
+    with pytest.raises(PlanError, match=r"memory_limit is 64\.0 KiB.*strategy='staged'"):
+        shardwise.write_array(src, root, mode="r+", strategy="direct", memory_limit=64 * 2**10)
+    with pytest.raises(PlanError, match="rechunk the source into smaller dask chunks"):
+        shardwise.write_array(src, root, mode="r+", strategy="staged", memory_limit=64 * 2**10)
+    with pytest.raises(PlanError, match="strategy must be one of"):
+        shardwise.write_array(src, root, mode="r+", strategy="fast")  # type: ignore[arg-type]
+    assert files(root, journal=True) == before
+
+
+def test_auto_keeps_shard_aligned_writes_direct(tmp_path: Path) -> None:
+    src = da.from_array(smooth_noise((128, 128)), chunks=(64, 64))
+    job = shardwise.plan_write(src, tmp_path / "a", chunks=(16, 16), shards=(64, 64))
+    assert job.strategy == "direct" and job.tasks == 4
+    # numpy data that fits: direct too
+    job = shardwise.plan_write(
+        smooth_noise((128, 128)), tmp_path / "a", chunks=(16, 16), shards=(64, 64)
+    )
+    assert job.strategy == "direct"
+    # numpy data whose shards do not fit the budget: staged, in blocks of whole inner chunks
+    job = shardwise.plan_write(
+        smooth_noise((2048, 2048)),  # one 8 MiB shard: a direct task needs ~24 MiB
+        tmp_path / "a",
+        chunks=(16, 16),
+        shards=(2048, 2048),
+        memory_limit=20 * 2**20,
+    )
+    assert job.strategy == "staged" and job.peak_per_task <= 20 * 2**20
+    assert all(c % 16 == 0 for dim in job.blocks for c in dim)
+
+
+# -- same result as the direct strategy, numpy and zarr-python ------------------------------------
+
+
+@examples(25)
+@given(data=st.data())
+def test_staged_and_direct_store_the_same_bytes(data: st.DataObject, fresh_dir: Any) -> None:
+    case = data.draw(cases(max_ndim=3, index_codecs=True), label="case")
+    chunks = data.draw(dask_chunkings(case.geometry), label="dask chunks")
+    roots = {s: fresh_dir() for s in ("direct", "staged")}
+    for s, root in roots.items():
+        write(case, str(root), chunks, strategy=s)
+    got = {s: files(root) for s, root in roots.items()}
+    assert got["direct"] == got["staged"]
+    assert_bit_equal(zarr.open_array(str(roots["staged"]), mode="r")[...], case.data)
+    # then a region write over it (partial shards, partial inner chunks)
+    region = data.draw(regions(case.geometry.shape, allow_empty=False), label="region")
+    new = np.flip(case.data[region]).copy() if case.data[region].size else case.data[region]
+    new_chunks = data.draw(
+        dask_chunkings(
+            type(case.geometry)(new.shape, case.geometry.chunk_shape, case.geometry.shard_shape)
+        ),
+        label="region chunks",
+    )
+    for s, root in roots.items():
+        shardwise.write_array(
+            da.from_array(new, chunks=new_chunks), str(root), mode="r+", region=region, strategy=s
+        )
+    got = {s: files(root) for s, root in roots.items()}
+    assert got["direct"] == got["staged"]
+    want = case.data.copy()
+    want[region] = new
+    assert_bit_equal(zarr.open_array(str(roots["staged"]), mode="r")[...], want)
+    assert verify(roots["staged"]).ok
+
+
+def test_region_write_merges_partial_inner_chunks(tmp_path: Path, read_tensorstore: Any) -> None:
+    base = smooth_noise((100, 90))
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(base, root, chunks=(8, 8), shards=(32, 32), fill_value=0, **ZSTD)
+    region = (slice(13, 77), slice(5, 89))  # cuts inner chunks and shards on every side
+    new = smooth_noise((64, 84), seed=5)
+    rep = shardwise.write_array(
+        da.from_array(new, chunks=(10, 13)), root, mode="r+", region=region, strategy="staged"
+    )
+    want = base.copy()
+    want[region] = new
+    np.testing.assert_array_equal(read_tensorstore(root), want)
+    assert rep.shards_written == 9
+    assert not (root / STAGED).exists()
+    assert verify(root).ok
+
+
+# -- one commit per shard ------------------------------------------------------------------------
+
+
+class CountingStore(WrapperStore[Store]):
+    """Counts ``set`` calls per key (a real MemoryStore underneath)."""
+
+    def __init__(self, store: Store, counts: Counter[str]) -> None:
+        super().__init__(store)
+        self.counts = counts
+
+    def _with_store(self, store: Store) -> CountingStore:
+        return CountingStore(store, self.counts)
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self.counts[key] += 1
+        await self._store.set(key, value)
+
+
+def test_one_commit_per_shard_key_and_no_staged_piece_left() -> None:
+    counts: Counter[str] = Counter()
+    store = CountingStore(MemoryStore(), counts)
+    x = smooth_noise((96, 80))
+    x[:32, :40] = 0  # one shard of fill: never stored
+    with dask.config.set(scheduler="threads", num_workers=4):
+        rep = shardwise.write_array(
+            da.from_array(x, chunks=(20, 24)),
+            store,
+            chunks=(8, 8),
+            shards=(32, 40),
+            fill_value=0,
+            strategy="staged",
+        )
+    shards = {k: n for k, n in counts.items() if k.startswith("c/")}
+    assert len(shards) == rep.shards_written == 5
+    assert set(shards.values()) == {1}
+    pieces = {k for k in counts if k.startswith(STAGED)}
+    assert pieces  # blocks staged their chunks through the store ...
+    assert all(n == 1 for k, n in counts.items() if k in pieces)
+    # ... and the shard tasks removed them
+    assert not [k for k in _keys(store) if k.startswith(STAGED)]
+    np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], x)
+
+
+def _keys(store: Store) -> list[str]:
+    from zarr.core.sync import sync
+
+    async def go() -> list[str]:
+        return [k async for k in store.list()]
+
+    return sync(go())
+
+
+def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
+    """As when dask reruns a shard task whose worker died after the commit: the record of this
+    write matches the object, so the rerun returns the result without writing again."""
+    from shardwise.api import open_info
+    from shardwise.job import make_job
+    from shardwise.journal import Journal
+    from shardwise.plan import WritePlan
+    from shardwise.staged import StagedWriter
+    from shardwise.store import ShardStore
+    from shardwise.write import WriteOptions
+
+    counts: Counter[str] = Counter()
+    store = CountingStore(MemoryStore(), counts)
+    x = smooth_noise((64, 40))
+    shardwise.write_array(x, store, chunks=(8, 8), shards=(32, 40), fill_value=0)
+    info = open_info(store)
+    plan = WritePlan(info.layout, (slice(0, 64), slice(0, 40)))
+    job = make_job(plan, ((16,) * 4, (40,)), 2, strategy="staged", memory_limit=2**30)
+    sstore = ShardStore(store)
+    codec = info.codec
+    journal = Journal(sstore, "w1", codec.index_nbytes, codec.index_location == "end")
+    writer = StagedWriter(info, sstore, plan, WriteOptions(), job.blocks, "w1", journal)
+    new = x[::-1].copy()
+    receipts = [
+        writer.stage(new[16 * i : 16 * i + 16], {0: {"chunk-location": (i, 0)}}) for i in range(2)
+    ]
+    counts.clear()
+    first = writer.assemble((0, 0), receipts)
+    again = writer.assemble((0, 0), receipts)
+    assert counts["c/0/0"] == 1
+    assert first.shards_written == again.shards_written == 1
+    assert first.bytes_stored == again.bytes_stored
+    np.testing.assert_array_equal(zarr.open_array(store, mode="r")[:32], new[:32])
+
+
+# -- memory: one block plus a buffer, whatever the shard size ------------------------------------
+
+
+def _peak(fn: Any) -> int:
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_peak_memory_per_task_does_not_grow_with_the_shard(tmp_path: Path) -> None:
+    """The writer's own allocations (the source is in memory before the count starts): one task
+    at a time, so the peak of the whole write is the peak of its largest task."""
+    shape, chunks = (64, 512, 512), (8, 512, 512)  # 32 MiB of uint16 in 4 MiB blocks
+    x = smooth_noise(shape)
+    block = 8 * 512 * 512 * 2
+    kw: dict[str, Any] = dict(chunks=(8, 64, 64), **ZSTD)
+    peaks = {}
+    with dask.config.set(scheduler="sync"):
+        # first use: lazy imports and this thread's streaming buffer (a fixed cost) outside
+        warm = da.from_array(x[:8, :64, :64], chunks=(8, 32, 64))
+        shardwise.write_array(warm, tmp_path / "warm", shards=(8, 64, 64), strategy="staged", **kw)
+        for shards in ((16, 512, 512), (64, 512, 512)):  # 8 MiB and 32 MiB shards
+            root = tmp_path / f"s{shards[0]}.zarr"
+            src = da.from_array(x, chunks=chunks)
+            peaks[shards] = _peak(
+                lambda src=src, root=root, shards=shards: shardwise.write_array(
+                    src, root, shards=shards, strategy="staged", **kw
+                )
+            )
+            np.testing.assert_array_equal(zarr.open_array(root, mode="r")[...], x)
+        src = da.from_array(x, chunks=chunks)
+        direct = _peak(
+            lambda: shardwise.write_array(
+                src, tmp_path / "d.zarr", shards=(64, 512, 512), strategy="direct", **kw
+            )
+        )
+    bound = 2 * (block + STREAM_BUFFER)
+    record_figures(
+        "staged-peak-memory",
+        {
+            "block_bytes": block,
+            "staged_peak_8MiB_shards": peaks[(16, 512, 512)],
+            "staged_peak_32MiB_shards": peaks[(64, 512, 512)],
+            "direct_peak_32MiB_shards": direct,
+            "bound": bound,
+        },
+    )
+    assert max(peaks.values()) <= bound, (peaks, bound)
+    # a 16x larger shard costs no more (staged), and the direct strategy holds several shards
+    assert peaks[(64, 512, 512)] <= 1.25 * peaks[(16, 512, 512)], peaks
+    assert direct > 2 * 32 * 2**20 > bound, (direct, peaks)
+
+
+# -- interrupted and resumed ---------------------------------------------------------------------
+
+
+def _fail_block(root: Path, block: np.ndarray, block_info: Any = None) -> np.ndarray:
+    """Block (3, 1) fails once block (2, 1) staged its piece of shard (2, 1), which then can
+    never be assembled: the write stops with staged pieces left behind."""
+    if tuple(block_info[0]["chunk-location"]) == (3, 1):
+        deadline = time.monotonic() + 120
+        while not list((root / STAGED).glob("*/c/2/1/b2.1")):
+            assert time.monotonic() < deadline, "block (2, 1) never staged its piece"
+            time.sleep(0.01)
+        raise RuntimeError("interrupted")
+    return block
+
+
+def test_interrupted_staged_write_is_reported_then_resumed(tmp_path: Path) -> None:
+    x = smooth_noise((96, 80))
+    kw: dict[str, Any] = dict(chunks=(8, 8), shards=(32, 40), fill_value=0, **ZSTD)
+    ref = tmp_path / "ref.zarr"
+    shardwise.write_array(x, ref, **kw)
+    root = tmp_path / "a.zarr"
+    fail = functools.partial(_fail_block, root)
+    src = da.from_array(x, chunks=(24, 40)).map_blocks(fail, meta=x[:0, :0])
+    with (
+        dask.config.set(scheduler="threads", num_workers=4),
+        pytest.raises(RuntimeError, match="interrupted"),
+    ):
+        shardwise.write_array(src, root, strategy="staged", **kw)
+    kinds = Counter(p.kind for p in verify(root).problems)
+    assert kinds["staged"] == 1 and kinds["incomplete"] == 1
+    rep = shardwise.write_array(
+        da.from_array(x, chunks=(24, 40)), root, resume=True, strategy="staged", **kw
+    )
+    assert rep.shards_written + rep.shards_skipped == 6
+    assert files(root) == files(ref)
+    assert not (root / STAGED).exists()
+    assert verify(root).ok
+
+
+KILL_KW: dict[str, Any] = dict(chunks=(16, 16), shards=(128, 128), fill_value=0, strategy="staged")
+
+
+def kill_writer(root: str, started: Any) -> None:
+    """The writer that gets SIGKILLed: a staged write from small dask blocks."""
+    src = da.from_array(smooth_noise((512, 512)), chunks=(40, 72))
+    started.set()
+    shardwise.write_array(src, root, **KILL_KW)
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_staged_writer_then_resume(tmp_path: Path) -> None:
+    ctx = forkserver()
+    ref = tmp_path / "ref.zarr"
+    shardwise.write_array(smooth_noise((512, 512)), ref, **{**KILL_KW, "strategy": "direct"})
+    reference = files(ref)
+    started = ctx.Event()
+    p = ctx.Process(target=kill_writer, args=(str(tmp_path / "timing.zarr"), started))
+    p.start()
+    started.wait(60)
+    t0 = time.perf_counter()
+    p.join(120)
+    span = time.perf_counter() - t0
+    rng = random.Random(11)
+    fig: Counter[str] = Counter()
+    for trial in range(8):
+        root = tmp_path / f"k{trial}.zarr"
+        started = ctx.Event()
+        p = ctx.Process(target=kill_writer, args=(str(root), started))
+        p.start()
+        started.wait(60)
+        time.sleep(rng.uniform(0, span))
+        p.kill()
+        p.join(30)
+        fig["killed"] += p.exitcode == -signal.SIGKILL
+        if (root / "zarr.json").exists():
+            assert torn_shards(root) == []
+        rep = shardwise.write_array(
+            da.from_array(smooth_noise((512, 512)), chunks=(40, 72)),
+            root,
+            resume=True,
+            break_lease=True,
+            **KILL_KW,
+        )
+        fig["skipped"] += rep.shards_skipped
+        assert files(root) == reference, f"trial {trial}"
+        assert temp_files(root) == [] and not (root / STAGED).exists()
+        assert verify(root).ok
+    assert fig["killed"] >= 4, fig
+
+
+# -- S3: one multipart upload per shard --------------------------------------------------------
+
+
+def test_staged_write_to_s3_goes_through_multipart() -> None:
+    with moto_s3() as s3:
+        store = s3.obstore("mp")
+        x = np.random.default_rng(1).integers(0, 2**16, (2048, 4096), dtype="uint16")
+        src = da.from_array(x, chunks=(256, 4096))  # 16 MiB shard, incompressible, 2 MiB blocks
+        rep = shardwise.write_array(
+            src, store, chunks=(256, 256), shards=(2048, 4096), compressors=None, strategy="staged"
+        )
+        assert rep.shards_written == 1
+        head = s3.client.head_object(Bucket=BUCKET, Key="mp/c/0/0")
+        # a multipart object's ETag ends in "-<parts>": 16 MiB in 8 MiB parts
+        assert head["ETag"].strip('"').endswith("-3"), head["ETag"]
+        assert s3.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+        assert not [k for k in s3.keys("mp") if k.startswith(STAGED)]
+        np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], x)
+        assert verify(store).ok
+
+
+# -- worker processes with less memory than one shard ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_workers() -> Iterator[Any]:
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit="350MiB",
+        ) as cluster,
+        Client(cluster) as c,  # the default client: shardwise reads the workers' limit
+    ):
+        yield c
+
+
+@pytest.mark.slow
+def test_shards_larger_than_a_worker_on_memory_limited_workers(
+    small_workers: Any, tmp_path: Path, read_tensorstore: Any
+) -> None:
+    shape, chunks = (256, 1024, 1024), (64, 128, 1024)  # 512 MiB shard, 16 MiB blocks
+    root = tmp_path / "big.zarr"
+    kw: dict[str, Any] = dict(chunks=(64, 64, 64), shards=shape, **ZSTD)
+    src = generated(shape, chunks)
+    with pytest.raises(PlanError, match="dask workers"):  # direct cannot run here
+        shardwise.plan_write(src, root, strategy="direct", **kw)
+    job = shardwise.plan_write(src, root, **kw)
+    assert job.strategy == "staged" and job.peak_per_task < 350 * 2**20 // 2
+    small_workers.run(_start_rss_sampler)
+    rep = shardwise.write_array(src, root, **kw)
+    assert rep.shards_written == 1
+    peak_rss = small_workers.run(_stop_rss_sampler)
+    record_figures(
+        "staged-small-workers",
+        {
+            "shard_raw_bytes": 2 * np.prod(shape),
+            "worker_memory_limit": 350 * 2**20,
+            "worker_peak_rss": sorted(peak_rss.values()),
+            "job": repr(job),
+            "seconds": round(rep.seconds, 2),
+        },
+    )
+    assert max(peak_rss.values()) < 350 * 2**20
+    for lo in range(0, shape[0], 64):
+        sl = (slice(lo, lo + 64), slice(None), slice(None))
+        want = expected(shape, chunks, sl)
+        np.testing.assert_array_equal(zarr.open_array(root, mode="r")[sl], want)
+    np.testing.assert_array_equal(
+        read_tensorstore(root)[::17, ::31, ::29],
+        expected(shape, chunks, (slice(None),) * 3)[::17, ::31, ::29],
+    )
+    assert verify(root).ok and temp_files(root) == []
+
+
+def _start_rss_sampler(dask_worker: Any) -> None:
+    """Sample this worker's resident memory every 5 ms until stopped (``ru_maxrss`` would
+    include the peak of the process it was started from)."""
+    import threading
+
+    import psutil
+
+    proc, done = psutil.Process(), threading.Event()
+    peak = [int(proc.memory_info().rss)]
+
+    def loop() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], int(proc.memory_info().rss))
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    dask_worker._test_rss = (done, thread, peak)
+
+
+def _stop_rss_sampler(dask_worker: Any) -> int:
+    done, thread, peak = dask_worker._test_rss
+    done.set()
+    thread.join()
+    return int(peak[0])
