@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import dask
+import dask.array as da
 import numpy as np
 import pytest
 from zarr.abc.store import Store
@@ -499,3 +500,28 @@ def test_to_zarr_region_splitting_shards_by_default(tmp_path: Path) -> None:
     wrapped = NoSpaceStore(LocalStore(path), budget=1 << 30)
     with pytest.raises(PlanError, match="nearest shard-aligned region"):
         shardwise.to_zarr(part, wrapped, region={"t": slice(64, 100)})
+
+
+def _write_rows_from_dask(store: Store, rows: slice, value: int) -> Any:
+    """As :func:`_write_rows`, from a dask array chunked off the shard grid (which a write into a
+    new array would stage)."""
+    data = da.full((rows.stop - rows.start, 6), value, dtype="int32", chunks=(7, 6))
+    return shardwise.write_array(data, store, region=(rows, slice(None)), mode="r+")
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_region_writes_from_any_dask_chunks_commit_shared_shards_conditionally(
+    make_store: Callable[[str], Store], kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store(kind)
+    shardwise.write_array(np.full((128, 6), 9, "int32"), store, **KW)
+    rows = (slice(64, 100), slice(None))
+    source = da.full((36, 6), 1, dtype="int32", chunks=(7, 6))
+    job = shardwise.plan_write(source, store, region=rows, mode="r+")
+    assert job.strategy == "direct"  # the shards it splits are committed conditionally
+    with pytest.raises(PlanError, match="only the direct strategy commits those conditionally"):
+        shardwise.write_array(source, store, region=rows, mode="r+", strategy="staged")
+    out = _race(store, monkeypatch, _write_rows_from_dask)
+    got = out["got"]
+    assert (got[:64] == 9).all() and (got[64:100] == 1).all() and (got[100:] == 2).all()
+    assert out["A"].conflicts_retried == 1

@@ -289,12 +289,16 @@ def write_array(
 
     sstore = ShardStore(zstore, path or "", fsync=fsync)
     plan = WritePlan(info.layout, target)
+    # into an existing array, side by side with other such writes: shards they share are
+    # committed conditionally (on stores that can; the others keep one writer per array)
+    shared = not create and mode in ("a", "r+") and versions(sstore) is not None
     job = make_job(
         plan,
         _dask_chunks(data),
         np.dtype(info.dtype).itemsize,
         strategy=strategy,
         memory_limit=memory_limit,
+        shared=shared,
     )
     job.validate()
     if dry_run:
@@ -304,9 +308,7 @@ def write_array(
         target,
         info.layout.shape,
         lease=compute if lease is None else lease,
-        # into an existing array, side by side with other such writes: shards they share are
-        # committed conditionally (on stores that can; the others keep one writer per array)
-        shared=not create and mode in ("a", "r+") and versions(sstore) is not None,
+        shared=shared,
         break_lease=break_lease,
     )
     try:

@@ -248,10 +248,24 @@ def make_job(
     *,
     strategy: Strategy = "auto",
     memory_limit: int | None = None,
+    shared: bool = False,
 ) -> WriteJob:
-    """The job for writing a source with ``source_chunks`` (None: a numpy array) by ``plan``."""
+    """The job for writing a source with ``source_chunks`` (None: a numpy array) by ``plan``.
+
+    ``shared``: other writers may write this array at the same time (region writes into an
+    existing array). The shards the plan covers only in part are then merged and committed
+    conditionally, which the direct strategy does (the staged one commits unconditionally): auto
+    picks direct for such a plan, and an explicit ``strategy="staged"`` is refused.
+    """
     if strategy not in STRATEGIES:
         raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    conditional = shared and plan.npartial > 0
+    if conditional and strategy == "staged":
+        raise PlanError(
+            f"strategy='staged' cannot merge shards other writers may share: the region covers "
+            f"{plan.npartial} shards in part, and only the direct strategy commits those "
+            "conditionally (use strategy='auto' or 'direct', or a region aligned to the shards)"
+        )
     if memory_limit is None:
         limit, limit_from = default_memory_limit()
     else:
@@ -265,7 +279,8 @@ def make_job(
     # nothing to stage in a 0-d array or an empty region: one trivial task either way
     trivial = plan.layout.ndim == 0 or plan.ntasks == 0
     if strategy == "auto":
-        chosen = "direct" if trivial or (aligned and direct_peak <= limit) else "staged"
+        direct = trivial or conditional or (aligned and direct_peak <= limit)
+        chosen = "direct" if direct else "staged"
     else:
         chosen = "direct" if trivial else strategy
     if chosen == "direct":

@@ -158,7 +158,9 @@ def to_zarr(
         encoding=user_encoding,
     )
     writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
-    jobs = _jobs(writes, strategy, memory_limit)
+    jobs = _jobs(
+        writes, strategy, memory_limit, shared=region is not None or append_dim is not None
+    )
 
     # every check passed: from here on the store changes
     opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
@@ -368,9 +370,10 @@ def _split_message(splits: list[tuple[str, str, slice, int, str]], writes: list[
 
 
 def _jobs(
-    writes: list[_Write], strategy: Strategy, memory_limit: int | None
+    writes: list[_Write], strategy: Strategy, memory_limit: int | None, *, shared: bool
 ) -> dict[int, WriteJob]:
-    """The validated job of every sharded variable write (by ``id`` of the write)."""
+    """The validated job of every sharded variable write (by ``id`` of the write); ``shared``:
+    region and append writes, which other processes may run beside this one."""
     out = {}
     for w in writes:
         if w.info is None or w.size == 0:
@@ -382,6 +385,7 @@ def _jobs(
             np.dtype(w.info.dtype).itemsize,
             strategy=strategy,
             memory_limit=memory_limit,
+            shared=shared,
         )
         try:
             job.validate()
