@@ -375,13 +375,21 @@ class StagedWriter:
         """Write the shard object atomically from ``head``, ``ranges`` and ``tail``; its crc32c."""
         if self.store.local_root is not None:
             return _commit_local(self.store, key, head, ranges, tail)
-        s3 = _s3_client(self.store.store) if total > PART_BYTES else None
+        s3 = _multipart_client(self.store) if total > PART_BYTES else None
         if s3 is not None:
             return _commit_multipart(self.store, s3, key, head, ranges, tail)
         parts: list[Any] = []
         crc = _stream(self.store, head, ranges, tail, parts.append)
         self.store.put(key, parts)
         return crc
+
+
+def _multipart_client(store: ShardStore) -> tuple[Any, str, str] | None:
+    """An S3 client for multipart uploads to ``store`` (obstore's S3 stores; s3fs stores are
+    written whole: their client runs on fsspec's own event loop, not from any thread)."""
+    if type(getattr(store.store, "store", None)).__name__ != "S3Store":
+        return None
+    return _s3_client(store.store)
 
 
 def _chunk_span(lay: Layout, shard: Coord, region: Region) -> list[tuple[int, int]]:
