@@ -510,7 +510,9 @@ def race_write(idx: int, root: str, barrier: Any, out: Any) -> None:
 
 
 KILL_SHAPE = (768, 768)
-KILL_KW: dict[str, Any] = dict(chunks=(32, 32), shards=(128, 128), fill_value=0)
+# direct: the held source block then holds back exactly the shards it touches (staged writes
+# are killed in test_staged.py)
+KILL_KW: dict[str, Any] = dict(chunks=(32, 32), shards=(128, 128), fill_value=0, strategy="direct")
 
 
 def kill_data(seed: int) -> np.ndarray:

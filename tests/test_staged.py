@@ -528,3 +528,24 @@ def _stop_rss_sampler(dask_worker: Any) -> int:
     done.set()
     thread.join()
     return int(peak[0])
+
+
+def test_job_doctests() -> None:
+    import doctest
+
+    import shardwise.job
+
+    result = doctest.testmod(shardwise.job)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_one_large_dask_chunk_is_split_into_blocks_that_fit(tmp_path: Path) -> None:
+    x = smooth_noise((2048, 2048))  # 8 MiB in one dask chunk, one shard
+    src = da.from_array(x, chunks=x.shape)
+    kw: dict[str, Any] = dict(chunks=(64, 64), shards=(2048, 2048), memory_limit=20 * 2**20)
+    job = shardwise.plan_write(src, tmp_path / "a", strategy="auto", **kw)
+    assert job.strategy == "staged" and job.block_tasks > 1
+    assert all(c % 64 == 0 for dim in job.blocks for c in dim)
+    assert job.peak_per_task <= 20 * 2**20
+    shardwise.write_array(src, tmp_path / "a", **kw)
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[...], x)

@@ -392,7 +392,7 @@ def _run_staged(
     progress: bool,
 ) -> Any:
     from .journal import abort_multipart_uploads
-    from .staged import StagedWriter, remove_staged, run_staged
+    from .staged import StagedWriter, _multipart_client, remove_staged, run_staged
 
     assert session.marker is not None
     write_id = session.marker.id
@@ -412,7 +412,8 @@ def _run_staged(
         session.cleaned["staged_pieces"] = session.cleaned.get("staged_pieces", 0) + (
             remove_staged(sstore, write_id)
         )
-        if session.leased:  # every shard task is done: an upload still open was abandoned
+        if session.leased and _multipart_client(sstore) is not None:
+            # every shard task is done: an upload still open was abandoned by a dead worker
             session.cleaned["multipart_uploads"] = session.cleaned.get(
                 "multipart_uploads", 0
             ) + len(abort_multipart_uploads(sstore, session.keys))

@@ -56,18 +56,34 @@ def inner_aligned(
 
     With dask ``source`` chunks: each chunk boundary falling inside an inner chunk moves to the
     nearest inner-chunk boundary (in array coordinates), so every inner chunk belongs to exactly one
-    block. Without (numpy data): the shard pieces, halved along their longest side (in inner
-    chunks) until a block holds at most ``target_bytes``.
+    block; blocks larger than ``target_bytes`` are then split at inner-chunk boundaries (a source
+    chunk that is a view, e.g. of a numpy array, then never exists whole in one task). Without
+    (numpy data): the shard pieces, halved along their longest side (in inner chunks) until a
+    block holds at most ``target_bytes``.
+
+    >>> from shardwise.layout import Layout
+    >>> from shardwise.plan import WritePlan
+    >>> plan = WritePlan(Layout((100,), (40,), (10,)), (slice(0, 100),))
+    >>> inner_aligned(plan, ((33, 33, 34),), 10**6, 1)  # 33 -> 30, 66 -> 70
+    ((30, 40, 30),)
+    >>> inner_aligned(plan, ((100,),), 40, 1)  # one 100-byte chunk, 40 bytes per block
+    ((30, 30, 30, 10),)
     """
     lay, region = plan.layout, plan.region
     out = []
     if source is not None:
-        for chunks, sl, c in zip(source, region, lay.chunk_shape, strict=True):
+        per = _blocks_per_side(lay.chunk_shape, _spans(source), target_bytes, itemsize)
+        for chunks, sl, c, p in zip(source, region, lay.chunk_shape, per, strict=True):
             cuts = {sl.start, sl.stop}
             for e in _edges(chunks, sl.start)[1:-1]:
                 snapped = (e + c // 2) // c * c
                 if sl.start < snapped < sl.stop:
                     cuts.add(snapped)
+            edges = sorted(cuts)
+            # split blocks longer than p inner chunks, at inner-chunk boundaries
+            for a, b in itertools.pairwise(list(edges)):
+                first = (a // c + p) * c
+                cuts.update(range(first, b, p * c))
             edges = sorted(cuts)
             out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
         return tuple(out)
@@ -84,6 +100,22 @@ def inner_aligned(
         edges = sorted(cuts)
         out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
     return tuple(out)
+
+
+def _spans(chunks: Chunks) -> tuple[int, ...]:
+    """The longest chunk along each dimension."""
+    return tuple(max(c, default=0) for c in chunks)
+
+
+def _blocks_per_side(
+    chunk_shape: tuple[int, ...], spans: tuple[int, ...], target_bytes: int, itemsize: int
+) -> list[int]:
+    """Inner chunks per block side so that a block of ``spans`` (cut to them) fits the target."""
+    per = [max(1, -(-n // c)) for n, c in zip(spans, chunk_shape, strict=True)]
+    while math.prod(per) * math.prod(chunk_shape) * itemsize > target_bytes and max(per) > 1:
+        i = max(range(len(per)), key=lambda d: per[d])
+        per[i] = -(-per[i] // 2)
+    return per
 
 
 def _largest(chunks: Chunks) -> int:
