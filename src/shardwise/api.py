@@ -308,7 +308,8 @@ def write_array(
         target,
         info.layout.shape,
         lease=compute if lease is None else lease,
-        shared=shared,
+        # a staged merge commits unconditionally: then this write keeps the others out
+        shared=shared and not job.merges_unconditionally,
         break_lease=break_lease,
     )
     try:

@@ -206,6 +206,12 @@ class WriteJob:
         return self.shards + self.block_tasks
 
     @property
+    def merges_unconditionally(self) -> bool:
+        """True for a staged job with shards it covers in part: it merges them without a
+        conditional commit, so no other writer may write the array meanwhile."""
+        return self.strategy == "staged" and self.plan.npartial > 0
+
+    @property
     def bytes_to_move(self) -> int:
         return self.bytes_rechunked + self.bytes_staged
 
@@ -287,17 +293,12 @@ def make_job(
     ``shared``: other writers may write this array at the same time (region writes into an
     existing array). The shards the plan covers only in part are then merged and committed
     conditionally, which the direct strategy does (the staged one commits unconditionally): auto
-    picks direct for such a plan, and an explicit ``strategy="staged"`` is refused.
+    picks direct for such a plan; an explicit ``strategy="staged"`` keeps it, and the caller
+    must then keep other writers out (see :attr:`WriteJob.merges_unconditionally`).
     """
     if strategy not in STRATEGIES:
         raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     conditional = shared and plan.npartial > 0
-    if conditional and strategy == "staged":
-        raise PlanError(
-            f"strategy='staged' cannot merge shards other writers may share: the region covers "
-            f"{plan.npartial} shards in part, and only the direct strategy commits those "
-            "conditionally (use strategy='auto' or 'direct', or a region aligned to the shards)"
-        )
     if memory_limit is None:
         limit, limit_from = default_memory_limit()
     else:

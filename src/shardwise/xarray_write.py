@@ -389,6 +389,12 @@ def _jobs(
         )
         try:
             job.validate()
+            if shared and job.merges_unconditionally:
+                raise PlanError(
+                    f"strategy='staged' would merge the {job.plan.npartial} shards the region "
+                    "covers in part without a conditional commit, and region and append writes "
+                    "may run beside others: use strategy='auto' or 'direct'"
+                )
         except PlanError as e:
             raise PlanError(f"variable {w.name!r}: {e}") from None
         out[id(w)] = job
