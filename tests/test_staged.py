@@ -11,6 +11,7 @@ import random
 import signal
 import time
 import tracemalloc
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -430,18 +431,22 @@ def test_sigkill_of_a_staged_writer_then_resume(tmp_path: Path) -> None:
 
 def test_staged_write_to_s3_goes_through_multipart() -> None:
     with moto_s3() as s3:
-        store = s3.obstore("mp")
+        prefix = uuid.uuid4().hex[:12]  # the server is shared with other tests
+        store = s3.obstore(prefix)
         x = np.random.default_rng(1).integers(0, 2**16, (2048, 4096), dtype="uint16")
         src = da.from_array(x, chunks=(256, 4096))  # 16 MiB shard, incompressible, 2 MiB blocks
         rep = shardwise.write_array(
             src, store, chunks=(256, 256), shards=(2048, 4096), compressors=None, strategy="staged"
         )
         assert rep.shards_written == 1
-        head = s3.client.head_object(Bucket=BUCKET, Key="mp/c/0/0")
+        head = s3.client.head_object(Bucket=BUCKET, Key=f"{prefix}/c/0/0")
         # a multipart object's ETag ends in "-<parts>": 16 MiB in 8 MiB parts
         assert head["ETag"].strip('"').endswith("-3"), head["ETag"]
-        assert s3.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
-        assert not [k for k in s3.keys("mp") if k.startswith(STAGED)]
+        assert (
+            s3.client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix + "/").get("Uploads", [])
+            == []
+        )
+        assert not [k for k in s3.keys(prefix) if k.startswith(STAGED)]
         np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], x)
         assert verify(store).ok
 
