@@ -594,6 +594,26 @@ def _workers(client: Any) -> dict[str, int]:
 DEATH_RUNS, KILLS_PER_RUN, NWORKERS = 6, 2, 3
 
 
+def _cluster_state(client: Any, fut: Any) -> str:
+    """What the scheduler holds, for a run that stalls: workers, their tasks, unfinished tasks."""
+
+    def state(dask_scheduler: Any) -> dict[str, Any]:
+        s = dask_scheduler
+        return {
+            "workers": {a: [t.key for t in w.processing] for a, w in s.workers.items()},
+            "tasks": {
+                str(k): t.state for k, t in s.tasks.items() if t.state not in ("memory", "released")
+            },
+            "queued": len(s.queued),
+            "unrunnable": len(s.unrunnable),
+        }
+
+    try:
+        return f"future={fut.status} {client.run_on_scheduler(state)}"
+    except Exception as e:  # a diagnostic must not hide the timeout
+        return f"future={fut.status}; no scheduler state: {e!r}"
+
+
 @pytest.mark.slow
 def test_worker_deaths_during_writes(
     cluster: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
@@ -628,15 +648,27 @@ def test_worker_deaths_during_writes(
         fut = cluster.compute(
             shardwise.write_array(src, root, lease=True, compute=False, **CLUSTER_KW)
         )
+        # kill whichever gated block is held first: a worker's queue may hold the other gated
+        # block behind the one it is held at, so waiting for them in a fixed order can deadlock
+        waiting = {flags / f"gate-{i}-{j}" for i, j in gated}
         kills = 0
-        for i, j in gated:
-            flag = flags / f"gate-{i}-{j}"
-            wait_until(flag.exists, f"run {run}: a worker at the gate of block {(i, j)}", 300)
-            assert not fut.done()  # the write cannot finish without the gated shards
-            pid = int(flag.read_text())
-            os.kill(pid, signal.SIGKILL)
-            killed.add(pid)
-            kills += 1
+        while waiting:
+            try:
+                # a write that failed instead of reaching a gate shows its own error
+                wait_until(
+                    lambda fut=fut, w=waiting: fut.done() or any(f.exists() for f in w),
+                    f"run {run}: a worker at a gate of {sorted(f.name for f in waiting)}",
+                    300,
+                )
+            except TimeoutError as e:
+                raise TimeoutError(f"{e}; cluster: {_cluster_state(cluster, fut)}") from None
+            assert not fut.done(), fut.result()  # the write cannot finish without gated shards
+            for flag in [f for f in waiting if f.exists()]:
+                pid = int(flag.read_text())
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+                kills += 1
+                waiting.discard(flag)
         report = fut.result(timeout=300)
         seconds.append(round(time.perf_counter() - t0, 1))
         kills_per_run.append(kills)
@@ -675,7 +707,7 @@ def test_a_paused_worker_finishing_late_changes_nothing(tmp_path: Path) -> None:
     key = "c/2/3"
     # the paused worker is declared dead after worker-ttl; long enough that a busy machine does
     # not lose the healthy one too (there is no nanny to bring it back)
-    conf = {"distributed.scheduler.worker-ttl": "10s", "distributed.scheduler.allowed-failures": 20}
+    conf = {"distributed.scheduler.worker-ttl": "30s", "distributed.scheduler.allowed-failures": 20}
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(

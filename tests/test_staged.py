@@ -31,12 +31,15 @@ from zarr.storage import MemoryStore, WrapperStore
 import shardwise
 from faultkit import (
     BUCKET,
+    TEMP,
     files,
     forkserver,
+    hold_block,
     moto_s3,
     record_figures,
     temp_files,
     torn_shards,
+    wait_until,
 )
 from shardwise import PlanError, WriteJob, verify
 from shardwise.job import STREAM_BUFFER
@@ -376,28 +379,34 @@ def test_interrupted_staged_write_is_reported_then_resumed(tmp_path: Path) -> No
 
 
 KILL_KW: dict[str, Any] = dict(chunks=(16, 16), shards=(128, 128), fill_value=0, strategy="staged")
+KILL_HOLD = (12, 7)  # the source block of the last shard, c/3/3: held until the writer is killed
 
 
 def kill_writer(root: str, started: Any) -> None:
-    """The writer that gets SIGKILLed: a staged write from small dask blocks."""
+    """The writer that gets SIGKILLed: a staged write from small dask blocks that cannot finish
+    (block ``KILL_HOLD`` waits until the kill), on threads enough that the held task stops no
+    other."""
     src = da.from_array(smooth_noise((512, 512)), chunks=(40, 72))
+    src = src.map_blocks(hold_block, KILL_HOLD, meta=src._meta)
     started.set()
-    shardwise.write_array(src, root, **KILL_KW)
+    with dask.config.set(scheduler="threads", num_workers=4):
+        shardwise.write_array(src, root, **KILL_KW)
+
+
+def _shards_stored(root: Path) -> int:
+    """Shard objects visible under ``root`` (names only: a writer is busy there)."""
+    return sum(p.is_file() and not TEMP.search(p.name) for p in (root / "c").rglob("*"))
 
 
 @pytest.mark.slow
 def test_sigkill_of_a_staged_writer_then_resume(tmp_path: Path) -> None:
+    """SIGKILL after a random number of stored shards (0 = during the first phase), never after
+    the end: the held block keeps the write from finishing, so every trial is a kill mid-write."""
     ctx = forkserver()
     ref = tmp_path / "ref.zarr"
     shardwise.write_array(smooth_noise((512, 512)), ref, **{**KILL_KW, "strategy": "direct"})
     reference = files(ref)
-    started = ctx.Event()
-    p = ctx.Process(target=kill_writer, args=(str(tmp_path / "timing.zarr"), started))
-    p.start()
-    started.wait(60)
-    t0 = time.perf_counter()
-    p.join(120)
-    span = time.perf_counter() - t0
+    free = 15  # the shards that do not wait for the held block
     rng = random.Random(11)
     fig: Counter[str] = Counter()
     for trial in range(8):
@@ -405,10 +414,13 @@ def test_sigkill_of_a_staged_writer_then_resume(tmp_path: Path) -> None:
         started = ctx.Event()
         p = ctx.Process(target=kill_writer, args=(str(root), started))
         p.start()
-        started.wait(60)
-        time.sleep(rng.uniform(0, span))
+        assert started.wait(120)
+        want = rng.randrange(free)
+        wait_until(
+            lambda r=root, n=want: _shards_stored(r) >= n, f"trial {trial}: {want} shards", 300
+        )
         p.kill()
-        p.join(30)
+        p.join(120)
         fig["killed"] += p.exitcode == -signal.SIGKILL
         if (root / "zarr.json").exists():
             assert torn_shards(root) == []
@@ -423,7 +435,8 @@ def test_sigkill_of_a_staged_writer_then_resume(tmp_path: Path) -> None:
         assert files(root) == reference, f"trial {trial}"
         assert temp_files(root) == [] and not (root / STAGED).exists()
         assert verify(root).ok
-    assert fig["killed"] >= 4, fig
+    assert fig["killed"] == 8, fig
+    assert fig["skipped"] > 0, fig
 
 
 # -- S3: one multipart upload per shard --------------------------------------------------------
