@@ -6,20 +6,23 @@ zarr's MemoryStore.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from zarr.storage import LocalStore, MemoryStore
+from zarr.abc.store import Store
+from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
-from faultkit import files
+from faultkit import files, wait_until
 from shardwise import LeaseHeldError
 from shardwise.lease import LEASE, Lease, LeaseInfo, break_lease, part_lease, read_lease
 from shardwise.store import ShardStore
@@ -173,6 +176,58 @@ def test_a_failed_write_releases_the_lease_and_stays_incomplete(tmp_path: Path) 
     assert read_lease(sstore(root)) is None
     report = verify(root)
     assert [p.kind for p in report.problems] == ["incomplete"]
+
+
+class HeldPut(WrapperStore[Store]):
+    """The first ``set`` of ``key`` announces itself in ``flag`` and waits for ``<flag>.go``
+    without blocking the store's event loop (other requests go on meanwhile)."""
+
+    def __init__(self, store: Store, key: str, flag: str) -> None:
+        super().__init__(store)
+        self.key, self.flag = key, flag
+
+    def _with_store(self, store: Store) -> HeldPut:
+        return HeldPut(store, self.key, self.flag)
+
+    async def set(self, key: str, value: Any) -> None:
+        if key == self.key and not os.path.exists(self.flag):
+            Path(self.flag).write_text("")
+            while not os.path.exists(f"{self.flag}.go"):
+                await asyncio.sleep(0.01)
+            await self._store.set(key, value)
+            Path(f"{self.flag}.resumed").write_text("")
+            return
+        await self._store.set(key, value)
+
+
+@pytest.mark.parametrize("strategy", ["direct", "staged"])
+def test_a_failed_write_returns_after_its_running_tasks(tmp_path: Path, strategy: str) -> None:
+    """A local dask scheduler raises the first error while other tasks still run; the write
+    waits for them, so nothing of it lands after the call returned and the lease is gone."""
+    root, flag = tmp_path / "a.zarr", str(tmp_path / "held")
+    # the put of shard c/0/0 is held until the failing block has let it go, just before it
+    # raises: that put finishes after the failure, and the write must wait for it
+    store = HeldPut(LocalStore(root), "c/0/0", flag)
+
+    def boom(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
+        assert block_info is not None
+        if block_info[0]["chunk-location"] == (2, 1):
+            wait_until(lambda: os.path.exists(flag), "the held put of c/0/0", 300)
+            Path(f"{flag}.go").write_text("")
+            raise RuntimeError("source failed")
+        return block
+
+    src = da.from_array(data(), chunks=(8, 8)).map_blocks(boom, dtype="int32")
+    with (
+        dask.config.set(scheduler="threads", num_workers=2),
+        pytest.raises(RuntimeError, match="source failed"),
+    ):
+        shardwise.write_array(src, store, strategy=strategy, **KW)
+    assert os.path.exists(f"{flag}.resumed")  # the held put went on before the call returned
+    assert (root / "c" / "0" / "0").exists()
+    assert read_lease(sstore(root)) is None
+    report = verify(root)
+    assert [p.kind for p in report.problems] == ["incomplete"] and not report.changes, report
 
 
 def test_compute_false_takes_no_lease_unless_asked(tmp_path: Path) -> None:

@@ -15,8 +15,10 @@ import itertools
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any
 
 _lock = threading.Lock()
@@ -24,6 +26,11 @@ _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _in_pool = threading.local()
 _fork_hooks: list[Callable[[], None]] = []
+# shard and block tasks of each write running in this process (by write id), and the writes
+# that failed: see running() and stop_write()
+_tasks = threading.Condition()
+_running: Counter[str] = Counter()
+_stopped: set[str] = set()
 
 
 def on_fork(hook: Callable[[], None]) -> None:
@@ -38,6 +45,7 @@ def after_fork() -> None:
     _pool = None  # the parent's executor: never shut down here (its threads do not exist)
     _pool_size = 0
     _in_pool = threading.local()
+    _reset_tasks()
     _reset_dask_pools()
     for hook in _fork_hooks:
         hook()
@@ -140,3 +148,49 @@ def map_batches[T, R](
         wait(futures)
         raise
     return out
+
+
+# -- the tasks of a write in this process -------------------------------------------------------
+# A local dask scheduler raises the first error of a graph while other tasks of it still run in
+# its threads; they would go on writing after the write has failed and its lease is released.
+
+
+@contextmanager
+def running(write_id: str) -> Iterator[None]:
+    """Around a task of write ``write_id``: counted while it runs; refused once the write has
+    failed in this process (a task started after the failure writes nothing)."""
+    from .errors import ShardwiseError
+
+    with _tasks:
+        if write_id in _stopped:
+            raise ShardwiseError(f"write {write_id} failed already: this task does nothing")
+        _running[write_id] += 1
+    try:
+        yield
+    finally:
+        with _tasks:
+            _running[write_id] -= 1
+            if _running[write_id] <= 0:
+                del _running[write_id]
+            _tasks.notify_all()
+
+
+def stop_write(write_id: str, timeout: float = 600.0) -> bool:
+    """After write ``write_id`` failed: refuse its tasks not started yet and wait (at most
+    ``timeout`` seconds) for those still running in this process. True when none is left."""
+    with _tasks:
+        _stopped.add(write_id)
+        return _tasks.wait_for(lambda: not _running.get(write_id), timeout)
+
+
+def start_write(write_id: str) -> None:
+    """Write ``write_id`` runs (again: a resumed write keeps its id): its tasks may run."""
+    with _tasks:
+        _stopped.discard(write_id)
+
+
+def _reset_tasks() -> None:
+    global _tasks, _running, _stopped
+    _tasks = threading.Condition()
+    _running = Counter()
+    _stopped = set()

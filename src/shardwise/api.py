@@ -10,6 +10,7 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
+from . import _pool
 from .conditional import versions
 from .errors import ArrayNotFoundError, NotAnArrayError, PlanError, UnsupportedCodecError
 from .job import Strategy, WriteJob, make_job
@@ -355,6 +356,9 @@ def write_array(
             finish=None if compute else session.finish,
         )
     except BaseException:
+        # tasks of this write still running in this process finish before the lease goes
+        if session.marker is not None:
+            _pool.stop_write(session.marker.id)
         session.abort()
         raise
     if not compute:

@@ -188,14 +188,37 @@ class Overlay(Store):
         self.commit_deletes(target)
         self.commit_writes(target)
 
-    def commit_deletes(self, target: Store) -> None:
-        """Apply the recorded deletes (prefixes, then keys not written again) to ``target``."""
+    def commit_deletes(self, target: Store, keep: Iterable[str] = ()) -> None:
+        """Apply the recorded deletes (prefixes, then keys not written again) to ``target``;
+        ``keep``: keys, or prefixes ending in "/", that stay (e.g. a lease the writer holds)."""
+        kept = tuple(keep)
+
+        def whole(k: str) -> bool:  # ``k`` (a key or a prefix) is kept as a whole
+            return any(k == q or (q.endswith("/") and f"{k}/".startswith(q)) for q in kept)
+
+        async def prune(d: str) -> None:
+            """Delete what is under prefix ``d`` except what is kept (directory by directory,
+            so that no empty directories stay behind on local files)."""
+            if not any(q.startswith(d) for q in kept):
+                await target.delete_dir(d.rstrip("/"))
+                return
+            children = {c.rstrip("/") async for c in target.list_dir(d)}
+            for c in sorted(children):
+                full = d + c
+                if whole(full):
+                    continue
+                if await target.exists(full):
+                    await target.delete(full)
+                else:
+                    await prune(full + "/")
 
         async def go() -> None:
             for p in self._deleted_dirs:
-                await target.delete_dir(p)
+                d = _dir(p)
+                if not any(d.startswith(q) for q in kept if q.endswith("/")):
+                    await prune(d)
             for k in sorted(self._deleted - set(self._written)):
-                if await target.exists(k):
+                if not whole(k) and await target.exists(k):
                     await target.delete(k)
 
         sync(go())

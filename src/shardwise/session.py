@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import _pool
 from .errors import LeaseHeldError
 from .journal import (
     BATCH,
@@ -59,6 +60,7 @@ class WriteSession:
     resumed: bool = False
     cleaned: dict[str, int] = field(default_factory=dict)
     shared: bool = False  # other writes may run beside this one (see begin)
+    skipped: int = 0  # shards a resumed write found done (set by the caller that skips them)
 
     @classmethod
     def begin(
@@ -132,6 +134,7 @@ class WriteSession:
                 status="open",
                 started=now(),
             )
+        _pool.start_write(self.marker.id)
         names = set(keys)
         self.keys = frozenset(names)
         # this write's temp files carry its id (kept on resume): clean-ups of a write that runs

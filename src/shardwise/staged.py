@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _pool
 from .codecs import crc32c
 from .errors import CorruptShardError
 from .job import PART_BYTES, STREAM_BUFFER
@@ -93,9 +94,10 @@ class StagedWriter:
         block = np.asarray(block)
         region = self.block_region(loc)
         pieces = []
-        for shard in self.layout.shards_touching(region):
-            if shard not in self.skip:
-                pieces.append(self.stage_shard(shard, loc, block, region))
+        with _pool.running(self.write_id):
+            for shard in self.layout.shards_touching(region):
+                if shard not in self.skip:
+                    pieces.append(self.stage_shard(shard, loc, block, region))
         out = np.empty((1,) * block.ndim, dtype=object)
         out.flat[0] = pieces
         return out
@@ -232,6 +234,10 @@ class StagedWriter:
 
     def assemble(self, shard: Coord, receipts: Sequence[Any]) -> WriteReport:
         """The shard task: stream the staged pieces of ``shard`` into its object, commit once."""
+        with _pool.running(self.write_id):
+            return self._assemble(shard, receipts)
+
+    def _assemble(self, shard: Coord, receipts: Sequence[Any]) -> WriteReport:
         started = time.perf_counter()
         lay, codec = self.layout, self.info.codec
         key = lay.shard_key(shard)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import _pool
 from .chunks import SMALL_CHUNK
 from .conditional import UNCHECKED, read_merge_commit
 from .journal import Journal
@@ -176,7 +177,11 @@ class ShardWriter:
         assert block_info is not None
         loc = block_info[0]["chunk-location"]
         started = time.perf_counter()
-        rep = self.write_piece(self.plan.shard_of_task(loc), block)
+        if self.journal is None:
+            rep = self.write_piece(self.plan.shard_of_task(loc), block)
+        else:
+            with _pool.running(self.journal.write_id):
+                rep = self.write_piece(self.plan.shard_of_task(loc), block)
         rep.seconds = time.perf_counter() - started
         out = np.empty((1,) * block.ndim, dtype=object)
         out.flat[0] = rep

@@ -14,22 +14,23 @@ leaves the array at its old length.
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 from zarr.abc.store import Store
 
+from . import _pool
 from .conditional import versions
 from .errors import PlanError, UnsupportedCodecError
 from .job import Strategy, WriteJob, make_job
-from .journal import Journal
+from .journal import read_marker
 from .layout import Layout, Region, ceildiv, normalize_region
 from .metadata import ArrayInfo, info_from_metadata
 from .overlay import Overlay, read_only
 from .plan import WritePlan
+from .session import WriteSession, plan_keys
 from .sizing import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_SHARD_BYTES,
@@ -72,6 +73,9 @@ def to_zarr(
     progress: bool = False,
     strategy: Strategy = "auto",
     memory_limit: int | None = None,
+    resume: bool = False,
+    lease: bool | None = None,
+    break_lease: bool = False,
 ) -> WriteReport | Any:
     """Write an ``xarray.Dataset`` or ``DataArray`` to a sharded Zarr v3 store.
 
@@ -115,6 +119,15 @@ def to_zarr(
     :func:`shardwise.write_array` (``"staged"`` bounds each task's memory by one dask block
     whatever the shard size).
 
+    Each sharded variable is written as :func:`shardwise.write_array` writes an array: under its
+    lease (``lease``, default: on when ``compute=True``; exclusive for a variable this call
+    creates or replaces, shared for region and append writes, which run side by side; another
+    writer is refused with :class:`~shardwise.errors.LeaseHeldError` before anything is
+    written; ``break_lease=True`` takes over the lease of a writer known to be gone), with a
+    write marker that verify reads, and with a record per shard. ``resume=True`` continues an
+    interrupted call with the same arguments: shards it already stored and recorded are skipped
+    (with ``mode="w"`` the variables being resumed are not deleted first).
+
     Every check (names, dimensions, encodings, dtypes, shapes, alignment, ``append_dim``, the
     memory each task needs) runs before the first metadata or data byte is written; a refused
     call leaves the store as it was. The metadata is written after the data, so a write that
@@ -150,7 +163,7 @@ def to_zarr(
         ds,
         overlay,
         capture,
-        mode=mode,
+        mode=_resumed_mode(base, group, mode) if resume else mode,
         group=group,
         consolidated=consolidated,
         append_dim=append_dim,
@@ -158,36 +171,62 @@ def to_zarr(
         encoding=user_encoding,
     )
     writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
-    jobs = _jobs(
-        writes, strategy, memory_limit, shared=region is not None or append_dim is not None
-    )
+    shared = region is not None or append_dim is not None
+    jobs = _jobs(writes, strategy, memory_limit, shared=shared)
 
-    # every check passed: from here on the store changes
-    opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
-    if compute:
-        # metadata last: a write that fails part-way (a worker lost, a source that raises)
-        # leaves the old metadata, e.g. an append leaves the array at its old length
-        overlay.commit_deletes(zstore)
-        staged: list[tuple[ShardStore, str]] = []
-        report = _compute(_graph(zstore, writes, opts, fsync, jobs, staged), progress)
-        _tidy(staged)
+    # every check passed: from here on the store changes (first the leases, which a refusal
+    # removes again)
+    sessions = _begin(
+        zstore,
+        writes,
+        jobs,
+        lease=compute if lease is None else lease,
+        shared=shared,
+        fsync=fsync,
+        break_lease=break_lease,
+    )
+    try:
+        # a resumed variable keeps what the interrupted call stored, even in mode "w"
+        keep = [f"{w.path}/" for w in writes if resume and _interrupted(sessions.get(id(w)))]
+        keep += [
+            f"{w.path}/{s.lease.name}" for w in writes if (s := sessions.get(id(w))) and s.lease
+        ]
+        opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
+        if compute:
+            # metadata last: a write that fails part-way (a worker lost, a source that raises)
+            # leaves the old metadata, e.g. an append leaves the array at its old length
+            overlay.commit_deletes(zstore, keep)
+            _start(sessions, writes, resume=resume, adopt_done=mode != "w")
+            staged: list[tuple[ShardStore, str]] = []
+            report = _compute(_graph(zstore, writes, opts, jobs, sessions, staged), progress)
+            _tidy(staged)
+            overlay.commit_writes(zstore)
+            return _finish(sessions, report)
+        overlay.commit_deletes(zstore, keep)
         overlay.commit_writes(zstore)
-        return report
-    overlay.commit(zstore)
-    eager = [w for w in writes if not w.lazy]
-    lazy = [w for w in writes if w.lazy]
-    staged = []
-    done = (
-        _compute(_graph(zstore, eager, opts, fsync, jobs, staged), progress)
-        if eager
-        else WriteReport()
-    )
-    _tidy(staged)
-    from dask.delayed import delayed
+        _start(sessions, writes, resume=resume, adopt_done=mode != "w")
+        eager = [w for w in writes if not w.lazy]
+        lazy = [w for w in writes if w.lazy]
+        staged = []
+        done = (
+            _compute(_graph(zstore, eager, opts, jobs, sessions, staged), progress)
+            if eager
+            else WriteReport()
+        )
+        _tidy(staged)
+        from dask.delayed import delayed
 
-    later: list[tuple[ShardStore, str]] = []
-    parts = _graph(zstore, lazy, opts, fsync, jobs, later)
-    return delayed(_add_report, pure=False)(done, parts, later)
+        later: list[tuple[ShardStore, str]] = []
+        parts = _graph(zstore, lazy, opts, jobs, sessions, later)
+        return delayed(_add_report, pure=False)(done, parts, later, sessions)
+    except BaseException:
+        # tasks still running in this process finish before the leases go
+        for s in sessions.values():
+            if s.marker is not None:
+                _pool.stop_write(s.marker.id)
+        for s in sessions.values():
+            s.abort()
+        raise
 
 
 # -- the xarray pass ------------------------------------------------------------------------------
@@ -401,6 +440,80 @@ def _jobs(
     return out
 
 
+def _resumed_mode(base: Store, group: str | None, mode: WriteMode) -> WriteMode:
+    """Mode "w-" finds the data of the interrupted call it resumes: while the group's metadata
+    (written last) is missing, that is no reason to refuse, so the xarray pass runs as "w"
+    (whose deletes spare the variables being resumed)."""
+    if mode != "w-":
+        return mode
+    from zarr.core.sync import sync
+
+    key = f"{group.strip('/')}/zarr.json" if group and group.strip("/") else "zarr.json"
+    return "w-" if sync(base.exists(key)) else "w"
+
+
+def _begin(
+    zstore: Store,
+    writes: list[_Write],
+    jobs: dict[int, WriteJob],
+    *,
+    lease: bool,
+    shared: bool,
+    fsync: bool,
+    break_lease: bool,
+) -> dict[int, WriteSession]:
+    """Take the lease of every sharded variable to write (by ``id`` of the write), or none: a
+    refused lease releases those already taken."""
+    out: dict[int, WriteSession] = {}
+    try:
+        for w in writes:
+            job = jobs.get(id(w))
+            if w.info is None or job is None:
+                continue
+            sstore = ShardStore(zstore, w.path, fsync=fsync)
+            out[id(w)] = WriteSession.begin(
+                sstore,
+                w.region,
+                w.shape,
+                lease=lease,
+                # side by side only where shared shards commit conditionally (as write_array)
+                shared=shared and versions(sstore) is not None and not job.merges_unconditionally,
+                break_lease=break_lease,
+            )
+    except BaseException:
+        for s in out.values():
+            s.abort()
+        raise
+    return out
+
+
+def _interrupted(session: WriteSession | None) -> bool:
+    """Whether an interrupted write of this session's region left its open marker."""
+    if session is None:
+        return False
+    found = read_marker(session.store, session.region)
+    return found is not None and found.status == "open" and list(found.shape) == list(session.shape)
+
+
+def _start(
+    sessions: dict[int, WriteSession], writes: list[_Write], *, resume: bool, adopt_done: bool
+) -> None:
+    """Write (on resume: adopt) the write marker of every session."""
+    for w in writes:
+        s = sessions.get(id(w))
+        if s is not None and w.info is not None:
+            keys = plan_keys(WritePlan(w.info.layout, w.region))
+            s.start(resume=resume, keys=keys, adopt_done=adopt_done)
+
+
+def _finish(sessions: dict[int, WriteSession], report: WriteReport) -> WriteReport:
+    """Mark every variable's write done and release the leases."""
+    for s in sessions.values():
+        s.finish(None)
+    report.shards_skipped = sum(s.skipped for s in sessions.values())
+    return report
+
+
 def _tidy(staged: list[tuple[ShardStore, str]]) -> None:
     """After the staged variable writes (store, write id): remove pieces left by retried tasks."""
     from .staged import remove_staged
@@ -413,11 +526,12 @@ def _graph(
     zstore: Store,
     writes: list[_Write],
     opts: WriteOptions,
-    fsync: bool,
     jobs: dict[int, WriteJob],
+    sessions: dict[int, WriteSession],
     staged: list[tuple[ShardStore, str]],
 ) -> list[tuple[str, Any]]:
-    """Dask collections (receipts or delayed reports) that write ``writes``, run together."""
+    """Dask collections (receipts, or delayed reports) that write ``writes``, run together;
+    shards a resumed session already stored are left out and counted as skipped."""
     from dask.delayed import delayed
 
     parts: list[tuple[str, Any]] = []
@@ -425,33 +539,42 @@ def _graph(
         if w.size == 0:
             continue
         source: Any = w.source if w.lazy else np.asarray(w.source)
-        if w.info is not None:
-            sstore = ShardStore(zstore, w.path, fsync=fsync)
-            codec = w.info.codec
+        session = sessions.get(id(w))
+        if w.info is not None and session is not None:
+            assert session.marker is not None
+            plan = WritePlan(w.info.layout, w.region)
+            skipped = session.done_shards(plan, w.info.codec)
+            session.skipped = len(skipped)
             # record each shard like write_array does, so verify and resume see these writes
-            journal = Journal(
-                sstore, uuid.uuid4().hex, codec.index_nbytes, codec.index_location == "end"
-            )
-            job = jobs.get(id(w))
-            if job is not None and job.strategy == "staged":
+            journal = session.journal(w.info.codec)
+            job = jobs[id(w)]
+            if job.strategy == "staged":
                 from .staged import StagedWriter, build_staged
 
                 writer_s = StagedWriter(
-                    w.info, sstore, job.plan, opts, job.blocks, journal.write_id, journal
+                    w.info,
+                    replace(session.store, tag=""),
+                    job.plan,
+                    opts,
+                    job.blocks,
+                    session.marker.id,
+                    journal,
+                    frozenset(skipped),
                 )
                 # one receipt per shard task, as the direct path's; pieces that retried tasks
                 # leave are removed once the receipts are in (see _tidy)
-                parts.append((w.path, build_staged(writer_s, source)))
-                staged.append((sstore, journal.write_id))
-                continue
-            writer = ShardWriter(
-                info=w.info,
-                store=sstore,
-                plan=WritePlan(w.info.layout, w.region),
-                options=opts,
-                journal=journal,
-            )
-            parts.append((w.path, build_graph(writer, source)))
+                receipts = build_staged(writer_s, source)
+                staged.append((writer_s.store, session.marker.id))
+            else:
+                writer = ShardWriter(
+                    info=w.info,
+                    store=session.store,  # tagged with this write's id
+                    plan=plan,
+                    options=opts,
+                    journal=journal,
+                )
+                receipts = build_graph(writer, source)
+            parts.append((w.path, _kept(receipts, plan, skipped)))
         elif not w.lazy or not w.chunks:
             part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, w.region, source)
             parts.append((w.path, part))
@@ -469,6 +592,20 @@ def _graph(
                 part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, region, block)
                 parts.append((w.path, part))
     return parts
+
+
+def _kept(receipts: Any, plan: WritePlan, skipped: set[Any]) -> Any:
+    """``receipts`` without the tasks of ``skipped`` shards: the dask array itself, or a list of
+    one Delayed per shard task to run."""
+    if not skipped:
+        return receipts
+    import itertools as it
+
+    grid = it.product(*(range(len(c)) for c in plan.task_chunks))
+    keep = np.array([plan.shard_of_task(t) not in skipped for t in grid]).reshape(
+        [len(c) for c in plan.task_chunks]
+    )
+    return receipts.to_delayed(optimize_graph=False)[keep].ravel().tolist()
 
 
 def _write_plain(
@@ -498,10 +635,13 @@ def _total(parts: list[tuple[str, Any]]) -> WriteReport:
 
 
 def _add_report(
-    done: WriteReport, parts: list[tuple[str, Any]], staged: list[tuple[ShardStore, str]]
+    done: WriteReport,
+    parts: list[tuple[str, Any]],
+    staged: list[tuple[ShardStore, str]],
+    sessions: dict[int, WriteSession],
 ) -> WriteReport:
     _tidy(staged)
-    return done + _total(parts)
+    return _finish(sessions, done + _total(parts))
 
 
 def _compute(parts: list[tuple[str, Any]], progress: bool) -> WriteReport:
@@ -520,8 +660,14 @@ def _compute(parts: list[tuple[str, Any]], progress: bool) -> WriteReport:
         spans: list[tuple[str, int, int, bool]] = []
         nshards = 0
         for path, p in parts:
-            shard_tasks = isinstance(p, da.Array)
-            items = p.to_delayed().ravel().tolist() if shard_tasks else [p]
+            shard_tasks = isinstance(p, da.Array | list)
+            items = (
+                p
+                if isinstance(p, list)
+                else p.to_delayed().ravel().tolist()
+                if shard_tasks
+                else [p]
+            )
             nshards += len(items) if shard_tasks else 0
             spans.append((path, len(flat), len(flat) + len(items), shard_tasks))
             flat.extend(items)
