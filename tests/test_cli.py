@@ -115,7 +115,7 @@ def test_reshard(
     if source == "v2":
         assert dict(z.attrs) == {"units": "K"}
     assert main(args) == 3  # mode w-: exists
-    assert "FileExistsError" in capsys.readouterr().err
+    assert "ArrayExistsError" in capsys.readouterr().err
     assert main([*args, "--mode", "w", "--compressor", "gzip:1"]) == 0
 
 

@@ -476,7 +476,7 @@ def test_cli_convert_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert got["ok"] and got["arrays"][0]["method"] == "copy"
     assert (got["arrays"][0]["objects_before"], got["arrays"][0]["objects_after"]) == (26, 10)
     assert main(args) == 3  # exists
-    assert "FileExistsError" in capsys.readouterr().err
+    assert "ArrayExistsError" in capsys.readouterr().err
     assert main(["inspect", str(dst), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["shards_stored"] == 9 and d["shards_recorded"] == 9

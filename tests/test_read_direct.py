@@ -524,8 +524,9 @@ def test_new_arrays_after_a_fork_while_another_thread_held_the_switch() -> None:
     import time
 
     import shardwise.memory as R
+    from shardwise.compat import hugepage_switch
 
-    switch = R._hugepage_switch()
+    switch = hugepage_switch()
     if switch is None:
         pytest.skip("this numpy has no huge-page switch")
     held, go = threading.Event(), threading.Event()

@@ -295,7 +295,7 @@ def test_cli_failures_are_one_line_with_the_documented_exit_code(
 ) -> None:
     cases = [
         (["inspect", str(v2_array)], "is a Zarr v2 array"),
-        (["inspect", str(tmp_path / "nothing")], "FileNotFoundError: no store at"),
+        (["inspect", str(tmp_path / "nothing")], "ArrayNotFoundError: no store at"),
         (
             ["reshard", str(dataset_store), str(tmp_path / "o"), "--shards", "4"],
             "must be whole multiples of its chunks",

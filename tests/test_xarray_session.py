@@ -211,3 +211,54 @@ def test_region_writes_take_shared_leases_and_run_side_by_side(tmp_path: Path) -
         got.isel(time=slice(13, None)), dataset(1).load().isel(time=slice(13, None))
     )
     assert shardwise.verify(path).ok
+
+
+def test_resume_with_mode_w_dash_refuses_what_is_not_its_own(tmp_path: Path) -> None:
+    """Resume runs mode "w-" as "w" only over the leftovers of an interrupted write of the same
+    variables; anything else in the store keeps "w-"'s refusal and stays untouched."""
+    path = tmp_path / "a.zarr"
+    path.mkdir()
+    (path / "notes.txt").write_text("precious")
+    shardwise.write_array(np.full(4, 7, "int32"), path, path="other")
+    before = snapshot(path)
+    ds = dataset(1)
+    with pytest.raises(FileExistsError):
+        shardwise.to_zarr(ds, path, shards={"time": SHARD_T}, resume=True)
+    assert snapshot(path) == before
+
+
+def test_resume_with_mode_w_replaces_an_older_array_with_its_own_open_write(
+    tmp_path: Path,
+) -> None:
+    """An older array whose own region write was interrupted is not this call's leftover:
+    mode "w" with resume replaces it instead of skipping its shards."""
+    path = tmp_path / "a.zarr"
+    shardwise.to_zarr(dataset(1), path, shards={"time": SHARD_T})
+    with (
+        dask.config.set(scheduler="threads", num_workers=2),
+        pytest.raises(RuntimeError, match="interrupted"),
+    ):
+        shardwise.to_zarr(
+            failing_first(dataset(2)).drop_vars("x"), path, region={"time": slice(0, NT)}
+        )
+    assert markers(path, "temp") == ["open"]  # the region write of the older array
+    ds = dataset(3)
+    rep = shardwise.to_zarr(ds, path, mode="w", shards={"time": SHARD_T}, resume=True)
+    assert rep.shards_skipped == 0
+    xr.testing.assert_identical(xr.open_zarr(path).load(), ds.load())
+    assert shardwise.verify(path).ok
+
+
+def test_mode_w_refuses_to_delete_a_variable_another_job_writes(tmp_path: Path) -> None:
+    from shardwise.lease import Lease
+
+    path = tmp_path / "a.zarr"
+    shardwise.to_zarr(dataset(1), path, shards={"time": SHARD_T})
+    other = Lease.acquire_shared(ShardStore(LocalStore(path), "count"))  # a region write of count
+    before = snapshot(path)
+    with pytest.raises(LeaseHeldError, match="count/.shardwise/leases"):
+        shardwise.to_zarr(dataset(2).drop_vars("count"), path, mode="w", shards={"time": 4})
+    assert snapshot(path) == before
+    other.release()
+    shardwise.to_zarr(dataset(2).drop_vars("count"), path, mode="w", shards={"time": 4})
+    assert not (path / "count").exists()

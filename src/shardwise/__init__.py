@@ -7,8 +7,12 @@ from .api import open_array, plan_write, write_array
 from .convert import ArrayReport, ConvertReport, convert
 from .direct import read_array
 from .errors import (
+    ArgumentTypeError,
+    ArrayExistsError,
     ArrayNotFoundError,
+    BatchNotFoundError,
     CorruptShardError,
+    DependencyError,
     LeaseHeldError,
     NotAnArrayError,
     OutputError,
@@ -30,10 +34,14 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentTypeError",
+    "ArrayExistsError",
     "ArrayNotFoundError",
     "ArrayReport",
+    "BatchNotFoundError",
     "ConvertReport",
     "CorruptShardError",
+    "DependencyError",
     "LeaseHeldError",
     "NotAnArrayError",
     "OutputError",

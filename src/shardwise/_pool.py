@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import Any
+
+from .compat import reset_dask_threaded_pools
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -46,31 +47,9 @@ def after_fork() -> None:
     _pool_size = 0
     _in_pool = threading.local()
     _reset_tasks()
-    _reset_dask_pools()
+    reset_dask_threaded_pools()
     for hook in _fork_hooks:
         hook()
-
-
-def _reset_dask_pools() -> None:
-    """Forget dask's threaded-scheduler pools in a forked child.
-
-    dask keeps them per process too and has no fork handler: the first ``compute()`` of a
-    child forked after one in the parent would queue its tasks to threads that do not exist.
-    Our writes and reads run on that scheduler by default, so the child gets new pools.
-    """
-    threaded: Any = sys.modules.get("dask.threaded")
-    if threaded is None:
-        return
-    from collections import defaultdict
-
-    fresh: dict[str, Callable[[], Any]] = {
-        "default_pool": lambda: None,
-        "pools": lambda: defaultdict(dict),
-        "pools_lock": threading.Lock,
-    }
-    for name, make in fresh.items():
-        if hasattr(threaded, name):
-            setattr(threaded, name, make())
 
 
 if hasattr(os, "register_at_fork"):

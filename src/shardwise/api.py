@@ -12,7 +12,13 @@ from zarr.storage import MemoryStore
 
 from . import _pool
 from .conditional import versions
-from .errors import ArrayNotFoundError, NotAnArrayError, PlanError, UnsupportedCodecError
+from .errors import (
+    ArrayExistsError,
+    ArrayNotFoundError,
+    NotAnArrayError,
+    PlanError,
+    UnsupportedCodecError,
+)
 from .job import Strategy, WriteJob, make_job
 from .layout import Region, normalize_region
 from .metadata import ArrayInfo, default_compressors, info_from_metadata
@@ -236,7 +242,7 @@ def write_array(
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
     exists = (mode != "w" or resume) and retry_transient(lambda: _exists(zstore, path))
     if mode == "w-" and exists and not resume:
-        raise FileExistsError(
+        raise ArrayExistsError(
             f"{describe(zstore, path)} already exists (use mode='w' to replace it, 'a' or 'r+' "
             "to write into it)"
         )
@@ -272,7 +278,7 @@ def write_array(
         info = open_info(probe.store)
         if exists and not _same_metadata(probe, zstore, path):
             if mode == "w-":
-                raise FileExistsError(
+                raise ArrayExistsError(
                     f"{describe(zstore, path)} exists with other metadata: nothing to resume"
                 )
             create = True

@@ -24,13 +24,14 @@ import numpy as np
 import zarr
 from xarray import Variable
 from xarray.backends import BackendArray, BackendEntrypoint
-from xarray.backends.common import AbstractDataStore, _normalize_path
+from xarray.backends.common import AbstractDataStore
 from xarray.backends.store import StoreBackendEntrypoint
 from xarray.backends.zarr import ZarrStore
 from xarray.core import indexing
 
+from .compat import normalize_path
 from .direct import read_selection
-from .errors import UnsupportedCodecError
+from .errors import PlanError, UnsupportedCodecError
 from .gather import read_outer, read_vectorized
 from .metadata import info_from_metadata
 from .read import ShardReader
@@ -252,12 +253,12 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         cache_indexes: bool = False,
     ) -> Any:
         if mode != "r":
-            raise ValueError(f"the shardwise engine opens stores read-only (mode='r'): {mode!r}")
+            raise PlanError(f"the shardwise engine opens stores read-only (mode='r'): {mode!r}")
         if isinstance(filename_or_obj, ShardwiseDataStore):
             store = filename_or_obj
         else:
             store = ShardwiseDataStore.open(
-                _normalize_path(filename_or_obj),
+                normalize_path(filename_or_obj),
                 group=group,
                 consolidated=consolidated,
                 storage_options=storage_options,

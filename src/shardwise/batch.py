@@ -38,7 +38,7 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from .errors import LeaseHeldError, PlanError, VerifyError
+from .errors import ArrayExistsError, BatchNotFoundError, LeaseHeldError, PlanError, VerifyError
 from .journal import BATCH, JOURNAL, PARTS, TEMP, clear_array, now
 from .layout import Layout, Region, ceildiv, is_aligned, normalize_region
 from .lease import LEASE, Lease, part_lease, read_lease
@@ -209,11 +209,11 @@ def open_batch(
         done = read_finalized(sstore)
         where = describe(sstore.store, path)
         if done is not None:
-            raise FileNotFoundError(
+            raise BatchNotFoundError(
                 f"no open batch write for {where}: batch {str(done.get('id'))[:8]} was finalized "
                 f"at {done.get('finalized')} (run batch init to start another)"
             )
-        raise FileNotFoundError(f"no open batch write for {where} (run batch init first)")
+        raise BatchNotFoundError(f"no open batch write for {where} (run batch init first)")
     return BatchPlan.from_bytes(raw)
 
 
@@ -288,7 +288,7 @@ def init(
         if mode == "w-" and sstore.size("zarr.json") is not None:
             if existing is not None and existing.regions == plan.regions:
                 return existing
-            raise FileExistsError(
+            raise ArrayExistsError(
                 f"{describe(sstore.store, path)} already exists (use mode='w' to replace it)"
             )
         if mode != "r+":

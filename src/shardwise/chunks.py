@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .codecs import BytesCodec, Zstd
+from .compat import decode_sync, encode_sync
 
 if TYPE_CHECKING:
     from .shard import ShardCodec
@@ -70,7 +71,7 @@ class ZarrChain:
         specs = self._specs(chunk.shape, fill_value)
         data: Any = default_buffer_prototype().nd_buffer.from_numpy_array(chunk)
         for c, spec in zip(self.codecs, specs, strict=True):
-            data = c._encode_sync(data, spec)
+            data = encode_sync(c, data, spec)
         return bytes(data.to_bytes())
 
     def decode(self, data: bytes, shape: tuple[int, ...], fill_value: Any) -> np.ndarray:
@@ -79,7 +80,7 @@ class ZarrChain:
         specs = self._specs(shape, fill_value)
         buf: Any = default_buffer_prototype().buffer.from_bytes(data)
         for c, spec in zip(reversed(self.codecs), reversed(specs), strict=True):
-            buf = c._decode_sync(buf, spec)
+            buf = decode_sync(c, buf, spec)
         out: np.ndarray = np.asarray(buf.as_numpy_array()).reshape(shape)
         return out
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from .convert_copy import copy_array
 from .convert_plan import XARRAY_DIMS, ArrayPlan, Method, ShardSpec, plan_array
-from .errors import PlanError
+from .errors import ArrayExistsError, PlanError
 from .store import ShardStore, resolve_store
 from .write import WriteReport
 
@@ -202,7 +202,7 @@ def convert(
         _refuse_held_leases(zdst, plans)
     exists = _exists(zdst, dst_path)
     if exists and mode == "w-" and not resume:
-        raise FileExistsError(
+        raise ArrayExistsError(
             f"{dst!s} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
             "it, or resume=True to finish an interrupted conversion"
         )

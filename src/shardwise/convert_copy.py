@@ -18,6 +18,7 @@ import numpy as np
 
 from .codecs import crc32c
 from .convert_plan import ArrayPlan, SourceChunks
+from .errors import ArrayExistsError
 from .journal import RECORDS, Journal, Record
 from .layout import Coord
 from .metadata import ArrayInfo
@@ -220,7 +221,7 @@ def copy_array(
     same = exists and _same_metadata(probe, zdst, dpath)
     create = not same or (mode == "w" and not resume)
     if exists and not same and mode == "w-":
-        raise FileExistsError(
+        raise ArrayExistsError(
             f"an array with other metadata exists at {plan.dst_path or '/'!r}: nothing to resume "
             "(use mode='w' to replace it)"
         )

@@ -51,6 +51,19 @@ class ArrayNotFoundError(ShardwiseError, FileNotFoundError):
     """No array (and no group) at the given store and path."""
 
 
+class ArrayExistsError(ShardwiseError, FileExistsError):
+    """An array (or a finished write, or a batch) is already there and the mode does not
+    replace it."""
+
+
+class BatchNotFoundError(ShardwiseError, FileNotFoundError):
+    """No batch write is open for the array."""
+
+
+class ArgumentTypeError(ShardwiseError, TypeError):
+    """An argument of a type shardwise cannot use (the message says what it takes)."""
+
+
 class NotAnArrayError(ShardwiseError, ValueError):
     """The path names a group, not an array; ``arrays`` lists the array paths below it."""
 
@@ -104,3 +117,8 @@ class VerifyError(ShardwiseError, ValueError):
     def __init__(self, report: object) -> None:
         self.report = report
         super().__init__(str(report))
+
+
+class DependencyError(ShardwiseError, RuntimeError):
+    """An installed dependency lacks something shardwise needs (see ``shardwise.compat``): its
+    version is outside the range shardwise supports."""

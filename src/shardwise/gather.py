@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import SelectionError
 from .read import ShardReader
 
 __all__ = ["gather_outer", "gather_points", "read_outer", "read_vectorized"]
@@ -28,7 +29,7 @@ def _positions(key: Any, size: int) -> np.ndarray:
         pos = pos.reshape(1)
     pos = np.where(pos < 0, pos + size, pos)
     if pos.size and (pos.min() < 0 or pos.max() >= size):
-        raise IndexError(f"index out of bounds for a dimension of size {size}")
+        raise SelectionError(f"index out of bounds for a dimension of size {size}")
     return pos
 
 

@@ -40,6 +40,7 @@ from typing import Any
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
+from .compat import pipe_file_async
 from .errors import LeaseHeldError
 from .store import ShardStore, describe
 
@@ -127,7 +128,7 @@ def _create_once(store: ShardStore, name: str, data: bytes) -> None:
         try:
             # zarr's fs is asynchronous (no loop of its own): run the coroutine on zarr's loop
             path = f"{zstore.path.rstrip('/')}/{key}"  # type: ignore[attr-defined]
-            sync(fs._pipe_file(path, data, mode="create"))
+            sync(pipe_file_async(fs, path, data, mode="create"))
         except (FileExistsError, OSError) as e:
             if "PreconditionFailed" not in repr(e) and not isinstance(e, FileExistsError):
                 raise

@@ -10,6 +10,7 @@ from zarr.codecs import BytesCodec, ShardingCodec, TransposeCodec, ZstdCodec
 
 from .chunks import ChunkCodec, ZarrChain
 from .codecs import bytes_codec_from_dict
+from .compat import has_sync_codec
 from .errors import UnsupportedCodecError
 from .layout import Layout
 from .shard import ShardCodec
@@ -73,7 +74,7 @@ def chunk_codec_from_zarr(
             break
     if fallback:
         for c in codecs:
-            if not hasattr(c, "_encode_sync") or not hasattr(c, "_decode_sync"):
+            if not has_sync_codec(c):
                 raise UnsupportedCodecError(
                     f"codec {c.to_dict()} has no synchronous implementation shardwise can call"
                 )

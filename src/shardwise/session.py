@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import _pool
-from .errors import LeaseHeldError
+from .errors import ArrayExistsError, LeaseHeldError
 from .journal import (
     BATCH,
     RECORDS,
@@ -119,7 +119,7 @@ class WriteSession:
         ):
             found = None
         if found is None and must_adopt:
-            raise FileExistsError(
+            raise ArrayExistsError(
                 f"an array exists at {self.store.path or '/'!r} without an interrupted write of "
                 "this region to resume (use mode='w' to replace it)"
             )

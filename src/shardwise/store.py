@@ -27,6 +27,8 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
+from .errors import ArgumentTypeError, ArrayNotFoundError
+
 PARTIAL_SUFFIX = ".partial"
 # objects up to this size are read into a per-thread buffer kept for reuse (so at most this
 # much memory per reading thread stays allocated between reads)
@@ -55,7 +57,7 @@ def resolve_store(
     if isinstance(store, os.PathLike) or (isinstance(store, str) and "://" not in store):
         path = Path(store)
         if mode == "r" and not path.exists():
-            raise FileNotFoundError(f"no store at {str(path)!r}")
+            raise ArrayNotFoundError(f"no store at {str(path)!r}")
         return LocalStore(path, read_only=mode == "r")
     if isinstance(store, str) and store.startswith("file://"):
         return resolve_store(store[len("file://") :], mode=mode)
@@ -65,7 +67,9 @@ def resolve_store(
         return FsspecStore.from_url(
             store, storage_options=storage_options or {}, read_only=mode == "r"
         )
-    raise TypeError(f"cannot use {type(store).__name__} as a store: pass a zarr Store, path or URL")
+    raise ArgumentTypeError(
+        f"cannot use {type(store).__name__} as a store: pass a zarr Store, path or URL"
+    )
 
 
 def describe(store: Any, path: str | None, node: str = "array") -> str:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from zarr.abc.store import Store
 
-from .errors import PlanError
+from .errors import ArgumentTypeError, PlanError
 from .journal import JOURNAL
 from .metadata import default_compressors
 from .sizing import (
@@ -46,7 +46,9 @@ def _as_dataset(obj: Any) -> Any:
             ds.attrs[_DATAARRAY_NAME] = obj.name
             return ds
         return obj.to_dataset()
-    raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, not {type(obj).__name__}")
+    raise ArgumentTypeError(
+        f"to_zarr writes an xarray Dataset or DataArray, not {type(obj).__name__}"
+    )
 
 
 def _check_names(ds: Any) -> None:
@@ -54,12 +56,12 @@ def _check_names(ds: Any) -> None:
     for name, var in ds.variables.items():
         if name is not None:  # None is xarray's own: stored as "__values__", read back as None
             if not isinstance(name, str):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"Invalid name {name!r} for DataArray or Dataset key: must be either a "
                     "string or None for serialization to zarr"
                 )
             if not name:
-                raise ValueError(
+                raise PlanError(
                     f"Invalid name {name!r} for DataArray or Dataset key: string must be "
                     "length 1 or greater for serialization to zarr"
                 )
@@ -97,7 +99,7 @@ def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
     try:
         return dict(value)
     except (TypeError, ValueError):
-        raise ValueError(
+        raise PlanError(
             f"encoding[{name!r}] must be castable to a dictionary of encoding keys, got {value!r}"
         ) from None
 
@@ -180,14 +182,14 @@ def _encoded_shape(value: Any, ndim: int, name: Any, key: str) -> tuple[int, ...
     if isinstance(value, int | np.integer) and not isinstance(value, bool):
         value = (int(value),) * ndim
     if not isinstance(value, tuple | list):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"encoding[{key!r}] of variable {name!r} must be an int or a tuple of ints, "
             f"got {value!r}"
         )
     if len(value) != ndim:
         return None
     if not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in value):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"zarr {key} sizes in encoding[{key!r}] must be an int or a tuple of ints; "
             f"variable {name!r} has {value!r}"
         )

@@ -22,10 +22,11 @@ import numpy as np
 from zarr.abc.store import Store
 
 from . import _pool
+from .compat import validate_region_and_encoding, zarr_store_writers
 from .conditional import versions
 from .errors import PlanError, UnsupportedCodecError
 from .job import Strategy, WriteJob, make_job
-from .journal import read_marker
+from .journal import read_marker, read_markers
 from .layout import Layout, Region, ceildiv, normalize_region
 from .metadata import ArrayInfo, info_from_metadata
 from .overlay import Overlay, read_only
@@ -120,8 +121,8 @@ def to_zarr(
     whatever the shard size).
 
     Each sharded variable is written as :func:`shardwise.write_array` writes an array: under its
-    lease (``lease``, default: on when ``compute=True``; exclusive for a variable this call
-    creates or replaces, shared for region and append writes, which run side by side; another
+    lease (``lease``, default: on when ``compute=True``; exclusive in modes "w", "w-" and "a"
+    without ``append_dim``, shared for region and append writes, which run side by side; another
     writer is refused with :class:`~shardwise.errors.LeaseHeldError` before anything is
     written; ``break_lease=True`` takes over the lease of a writer known to be gone), with a
     write marker that verify reads, and with a record per shard. ``resume=True`` continues an
@@ -163,7 +164,7 @@ def to_zarr(
         ds,
         overlay,
         capture,
-        mode=_resumed_mode(base, group, mode) if resume else mode,
+        mode=_resumed_mode(base, group, mode, set(map(str, ds.variables))) if resume else mode,
         group=group,
         consolidated=consolidated,
         append_dim=append_dim,
@@ -191,6 +192,7 @@ def to_zarr(
         keep += [
             f"{w.path}/{s.lease.name}" for w in writes if (s := sessions.get(id(w))) and s.lease
         ]
+        _refuse_foreign_leases(zstore, overlay, keep)
         opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
         if compute:
             # metadata last: a write that fails part-way (a worker lost, a source that raises)
@@ -218,7 +220,7 @@ def to_zarr(
 
         later: list[tuple[ShardStore, str]] = []
         parts = _graph(zstore, lazy, opts, jobs, sessions, later)
-        return delayed(_add_report, pure=False)(done, parts, later, sessions)
+        return delayed(_add_report, pure=False)(done, _summed(parts), later, sessions)
     except BaseException:
         # tasks still running in this process finish before the leases go
         for s in sessions.values():
@@ -255,13 +257,7 @@ def _run_xarray(
     encoding: Mapping[Hashable, Any],
 ) -> None:
     """xarray's ``to_zarr`` with our writer: metadata into ``store``, data into ``writer``."""
-    try:
-        from xarray.backends.writers import dump_to_store, get_writable_zarr_store
-    except ImportError:  # xarray before the writers module
-        from xarray.backends.api import (  # type: ignore[attr-defined,no-redef]
-            dump_to_store,
-            get_writable_zarr_store,
-        )
+    dump_to_store, get_writable_zarr_store = zarr_store_writers()
 
     for v in ds.variables.values():
         if v.size == 0:
@@ -281,8 +277,7 @@ def _run_xarray(
             raise PlanError(
                 "the store holds Zarr format 2 metadata; shardwise writes Zarr format 3 only"
             )
-        ds = zs._validate_and_autodetect_region(ds)
-        zs._validate_encoding(encoding)
+        ds = validate_region_and_encoding(zs, ds, encoding)
         dump_to_store(ds, zs, writer, encoding=encoding)
     finally:
         zs.close()
@@ -440,16 +435,35 @@ def _jobs(
     return out
 
 
-def _resumed_mode(base: Store, group: str | None, mode: WriteMode) -> WriteMode:
+def _resumed_mode(base: Store, group: str | None, mode: WriteMode, names: set[str]) -> WriteMode:
     """Mode "w-" finds the data of the interrupted call it resumes: while the group's metadata
-    (written last) is missing, that is no reason to refuse, so the xarray pass runs as "w"
-    (whose deletes spare the variables being resumed)."""
+    (written last) is missing and everything in the group is an interrupted write of one of
+    this dataset's variables, that is no reason to refuse, so the xarray pass runs as "w"
+    (whose deletes spare the variables being resumed). Anything else there keeps "w-", which
+    refuses the call."""
     if mode != "w-":
         return mode
     from zarr.core.sync import sync
 
-    key = f"{group.strip('/')}/zarr.json" if group and group.strip("/") else "zarr.json"
-    return "w-" if sync(base.exists(key)) else "w"
+    prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
+
+    async def children() -> list[str]:
+        return [c.rstrip("/") async for c in base.list_dir(prefix)]
+
+    if sync(base.exists(prefix + "zarr.json")):
+        return "w-"
+    found = sync(children())
+    if not found:
+        return "w-"  # nothing there: "w-" writes as it is
+    for name in found:
+        if name not in names or not _open_marker(ShardStore(base, prefix + name)):
+            return "w-"
+    return "w"
+
+
+def _open_marker(store: ShardStore) -> bool:
+    """Whether an interrupted write left its open marker in the array at ``store``."""
+    return any(m is not None and m.status == "open" for m in read_markers(store).values())
 
 
 def _begin(
@@ -488,11 +502,48 @@ def _begin(
 
 
 def _interrupted(session: WriteSession | None) -> bool:
-    """Whether an interrupted write of this session's region left its open marker."""
-    if session is None:
+    """Whether an interrupted create (or replace) of this variable left its data: its open
+    marker, and no metadata (a create writes it last, a replace deleted the old first; an older
+    array with an interrupted write of its own still has its metadata, and is replaced)."""
+    if session is None or session.store.get("zarr.json") is not None:
         return False
     found = read_marker(session.store, session.region)
     return found is not None and found.status == "open" and list(found.shape) == list(session.shape)
+
+
+def _refuse_foreign_leases(zstore: Store, overlay: Overlay, keep: list[str]) -> None:
+    """Before mode "w" deletes the group: a lease there that this call does not hold (another
+    job writing a variable this dataset drops, or a region of one) refuses the call."""
+    from zarr.core.sync import sync
+
+    from .errors import LeaseHeldError
+
+    dirs = overlay.changes[0]
+    if not dirs:
+        return
+
+    async def leases() -> list[str]:
+        out = []
+        for d in dirs:
+            prefix = f"{d.strip('/')}/" if d.strip("/") else ""
+            out += [k async for k in zstore.list_prefix(prefix) if _is_lease(k)]
+        return out
+
+    foreign = sorted(set(sync(leases())) - set(keep))
+    if foreign:
+        raise LeaseHeldError(
+            f"mode='w' would delete {foreign[0]!r}, the lease of another write in progress "
+            f"({len(foreign)} such leases): wait for it, or break it if that writer is gone "
+            "(shardwise lease --break)"
+        )
+
+
+def _is_lease(key: str) -> bool:
+    """An array's exclusive, batch part or shared lease object (under any array path)."""
+    from .lease import LEASE, SHARED
+
+    k = "/" + key
+    return k.endswith("/" + LEASE) or f"/{LEASE}.part-" in k or f"/{SHARED}" in k
 
 
 def _start(
@@ -634,6 +685,18 @@ def _total(parts: list[tuple[str, Any]]) -> WriteReport:
     return total
 
 
+def _summed(parts: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``parts`` with each variable's list of kept shard tasks (resume) as one Delayed report:
+    dask resolves lists of block keys nested in a Delayed's arguments unreliably (values of
+    other parts were seen in their places)."""
+    from dask.delayed import delayed
+
+    return [
+        (path, delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p)
+        for path, p in parts
+    ]
+
+
 def _add_report(
     done: WriteReport,
     parts: list[tuple[str, Any]],
@@ -676,6 +739,6 @@ def _compute(parts: list[tuple[str, Any]], progress: bool) -> WriteReport:
             [(path, sum_reports(got[a:b]) if many else got[a]) for path, a, b, many in spans]
         )
     else:
-        report = delayed(_total, pure=False)(parts).compute()
+        report = delayed(_total, pure=False)(_summed(parts)).compute()
     report.seconds = time.perf_counter() - started
     return report

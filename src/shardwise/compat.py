@@ -1,0 +1,159 @@
+"""Every call shardwise makes into another library's private API, in one place.
+
+Each function below names what it reaches into and why there is no public way; ``CHECKED``
+records the versions they were checked against (pyproject.toml bounds them from above). When a
+dependency drops one of them, the call fails here with :class:`~shardwise.errors.DependencyError`
+naming the library, its version and the supported range, not somewhere deep in a write.
+
+What is not here is public API: zarr's ``Store``/``Codec`` interfaces, xarray's backend
+entry points, the dask collection protocol (``__dask_postcompute__``, used by ``assemble.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from importlib.metadata import version
+from typing import Any
+
+from .errors import DependencyError
+
+# library -> (oldest, first unsupported) versions the private calls below were checked with
+CHECKED: Mapping[str, tuple[str, str]] = {
+    "zarr": ("3.2", "3.5"),
+    "xarray": ("2024.10", "2027"),
+    "dask": ("2024.8", "2027"),
+    "fsspec": ("2024.6", "2027"),
+}
+
+
+def _missing(lib: str, what: str) -> DependencyError:
+    lo, hi = CHECKED[lib]
+    return DependencyError(
+        f"{lib} {version(lib)} has no {what}, which shardwise uses (checked with {lib} >= {lo}, "
+        f"< {hi}): install a {lib} in that range"
+    )
+
+
+# -- zarr --------------------------------------------------------------------------------------
+# Codec chains shardwise does not implement itself run through zarr's codec objects one chunk at
+# a time; zarr's public codec API is asynchronous and batched, its synchronous per-chunk
+# methods are private. Needed only for such chains (the common ones are native).
+
+
+def has_sync_codec(codec: Any) -> bool:
+    return hasattr(codec, "_encode_sync") and hasattr(codec, "_decode_sync")
+
+
+def encode_sync(codec: Any, data: Any, spec: Any) -> Any:
+    try:
+        method = codec._encode_sync
+    except AttributeError:
+        raise _missing("zarr", f"synchronous encode on {type(codec).__name__}") from None
+    return method(data, spec)
+
+
+def decode_sync(codec: Any, data: Any, spec: Any) -> Any:
+    try:
+        method = codec._decode_sync
+    except AttributeError:
+        raise _missing("zarr", f"synchronous decode on {type(codec).__name__}") from None
+    return method(data, spec)
+
+
+# -- xarray ------------------------------------------------------------------------------------
+# The xarray writer runs xarray's own to_zarr machinery against an overlay store, so that
+# metadata and CF encoding are exactly xarray's; its entry points for that are not public.
+
+
+def normalize_path(path: Any) -> Any:
+    """xarray's path normalization for ``open_dataset`` (``~``, ``pathlib``, URLs)."""
+    try:
+        from xarray.backends.common import _normalize_path
+    except ImportError:
+        raise _missing("xarray", "xarray.backends.common._normalize_path") from None
+    return _normalize_path(path)
+
+
+def zarr_store_writers() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """xarray's ``(dump_to_store, get_writable_zarr_store)``."""
+    try:
+        from xarray.backends.writers import dump_to_store, get_writable_zarr_store
+    except ImportError:
+        try:  # xarray before its writers module
+            from xarray.backends.api import (  # type: ignore[attr-defined,no-redef]
+                dump_to_store,
+                get_writable_zarr_store,
+            )
+        except ImportError:
+            raise _missing("xarray", "dump_to_store / get_writable_zarr_store") from None
+    return dump_to_store, get_writable_zarr_store
+
+
+def validate_region_and_encoding(zs: Any, ds: Any, encoding: Mapping[Any, Any]) -> Any:
+    """xarray's checks of ``region`` (resolving ``"auto"``) and of the encoding, as its
+    ``to_zarr`` runs them; returns the dataset with the region resolved."""
+    try:
+        region, enc = zs._validate_and_autodetect_region, zs._validate_encoding
+    except AttributeError:
+        raise _missing("xarray", "ZarrStore region and encoding validation") from None
+    ds = region(ds)
+    enc(encoding)
+    return ds
+
+
+# -- fsspec ------------------------------------------------------------------------------------
+
+
+def pipe_file_async(fs: Any, path: str, data: bytes, **kwargs: Any) -> Any:
+    """The coroutine of ``fs.pipe_file``: zarr's fsspec filesystems are asynchronous and
+    have no loop of their own, so their sync wrappers cannot be called; run it on zarr's loop."""
+    try:
+        method = fs._pipe_file
+    except AttributeError:
+        raise _missing("fsspec", f"{type(fs).__name__}._pipe_file") from None
+    return method(path, data, **kwargs)
+
+
+# -- numpy -------------------------------------------------------------------------------------
+
+
+@functools.cache
+def hugepage_switch() -> Callable[[bool], bool] | None:
+    """numpy's switch of its huge-page advice for new arrays (see ``memory.new_array``), or
+    None when this numpy has none (then arrays are allocated as numpy does by default)."""
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        with contextlib.suppress(ImportError):
+            switch = getattr(importlib.import_module(name), "_set_madvise_hugepage", None)
+            if switch is not None:
+                return switch  # type: ignore[no-any-return]
+    return None
+
+
+# -- dask --------------------------------------------------------------------------------------
+
+
+def reset_dask_threaded_pools() -> None:
+    """Forget dask's threaded-scheduler pools in a forked child.
+
+    dask keeps them per process and has no fork handler: the first ``compute()`` of a child
+    forked after one in the parent would queue its tasks to threads that do not exist. Our
+    writes and reads run on that scheduler by default, so the child gets new pools.
+    """
+    threaded: Any = sys.modules.get("dask.threaded")
+    if threaded is None:
+        return
+    from collections import defaultdict
+
+    fresh: dict[str, Callable[[], Any]] = {
+        "default_pool": lambda: None,
+        "pools": lambda: defaultdict(dict),
+        "pools_lock": threading.Lock,
+    }
+    for name, make in fresh.items():
+        if hasattr(threaded, name):
+            setattr(threaded, name, make())

@@ -1,0 +1,90 @@
+"""The private calls into other libraries (``shardwise.compat``) and the exception tree."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+import shardwise
+import shardwise.errors as E
+from shardwise import compat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("lib", sorted(compat.CHECKED))
+def test_installed_versions_are_inside_the_checked_range(lib: str) -> None:
+    lo, hi = compat.CHECKED[lib]
+    assert Version(lo) <= Version(version(lib)) < Version(hi), (lib, version(lib))
+
+
+def test_pyproject_bounds_the_libraries_compat_reaches_into() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = project["dependencies"] + project["optional-dependencies"]["s3"]
+    for lib, (_, hi) in compat.CHECKED.items():
+        # fsspec comes with s3fs, which pins it to its own version
+        name = "s3fs" if lib == "fsspec" else lib
+        found = [r for r in reqs if re.match(rf"{name}(\[.*\])?[<>=]", r)]
+        assert found and all(f"<{hi}" in r for r in found), (lib, found)
+
+
+def test_no_private_calls_outside_compat() -> None:
+    """Other modules call into other libraries' private names only through compat."""
+    pattern = re.compile(
+        r"\._(encode_sync|decode_sync|pipe_file|normalize_path|validate_\w+|set_madvise\w*)\b"
+        r"|import _normalize_path|dask\.threaded"
+    )
+    src = ROOT / "src" / "shardwise"
+    hits = [
+        f"{p.name}:{i}"
+        for p in sorted(src.glob("*.py"))
+        if p.name != "compat.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert hits == []
+
+
+def test_a_missing_private_name_is_a_dependency_error_naming_the_library() -> None:
+    class Codec:  # a codec of a zarr that has no synchronous methods
+        pass
+
+    with pytest.raises(E.DependencyError, match=r"zarr 3\.\S+ has no synchronous encode"):
+        compat.encode_sync(Codec(), b"", None)
+    with pytest.raises(E.DependencyError, match="decode"):
+        compat.decode_sync(Codec(), b"", None)
+    with pytest.raises(E.DependencyError, match="xarray"):
+        compat.validate_region_and_encoding(object(), None, {})
+    with pytest.raises(E.DependencyError, match="fsspec"):
+        compat.pipe_file_async(object(), "k", b"")
+    assert issubclass(E.DependencyError, E.ShardwiseError)
+
+
+def test_every_shardwise_error_is_a_builtin_error_too() -> None:
+    """Callers can catch shardwise's errors as ShardwiseError or as the builtin kind they are
+    (a missing array is a FileNotFoundError, a corrupt shard a ValueError, ...)."""
+    errors = [
+        c
+        for _, c in inspect.getmembers(E, inspect.isclass)
+        if issubclass(c, E.ShardwiseError) and c is not E.ShardwiseError
+    ]
+    assert len(errors) >= 10
+    for c in errors:
+        builtin = [b for b in c.__mro__ if b.__module__ == "builtins" and b is not object]
+        assert builtin[0] is not Exception or c is E.ShardwiseError, c
+    assert issubclass(E.ArrayNotFoundError, FileNotFoundError)
+    assert issubclass(E.CorruptShardError, ValueError)
+    assert issubclass(E.PlanError, ValueError)
+    assert issubclass(E.LeaseHeldError, RuntimeError)
+    # the public ones are exported
+    assert issubclass(E.ArrayExistsError, FileExistsError)
+    assert issubclass(E.BatchNotFoundError, FileNotFoundError)
+    assert issubclass(E.ArgumentTypeError, TypeError)
+    for c in errors:  # every one is exported
+        assert getattr(shardwise, c.__name__) is c, c
