@@ -41,7 +41,8 @@ def _byte_slice(buf: Buffer, req: ByteRequest | None) -> Buffer:
         return buf[req.offset :]
     if isinstance(req, SuffixByteRequest):
         return buf[max(0, n - req.suffix) :]
-    raise TypeError(f"unexpected byte request {req!r}")
+    # the wording of zarr's own stores, so callers matching on it see the same error
+    raise TypeError(f"Unexpected byte_range, got {req!r}")
 
 
 class Overlay(Store):
@@ -51,8 +52,10 @@ class Overlay(Store):
     deepest keys first so a group's consolidated metadata lands last) to a writable store.
     """
 
-    def __init__(self, base: Store) -> None:
-        super().__init__(read_only=False)
+    def __init__(self, base: Store, *, read_only: bool = False) -> None:
+        # ``read_only`` as every zarr store takes it, so ``Overlay.open(base, read_only=True)``
+        # and :meth:`with_read_only` give a view that refuses writes
+        super().__init__(read_only=read_only)
         self._base = base
         self._written: dict[str, Buffer] = {}
         self._deleted: set[str] = set()
@@ -60,20 +63,33 @@ class Overlay(Store):
 
     def with_read_only(self, read_only: bool = False) -> Overlay:
         """A view of the same overlay (same recorded changes) with another read-only flag."""
-        view = Overlay(self._base)
+        view = Overlay(self._base, read_only=read_only)
         view._written, view._deleted, view._deleted_dirs = (
             self._written,
             self._deleted,
             self._deleted_dirs,
         )
-        view._read_only = read_only
         return view
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Overlay) and other._written is self._written
+        # equal when they show the same thing: the same base with the same recorded changes
+        # (as zarr's MemoryStore compares its contents), so a pickled copy equals its original;
+        # mutable, so not hashable
+        return (
+            isinstance(other, Overlay)
+            and self.read_only == other.read_only
+            and self._base == other._base
+            and self._deleted_dirs == other._deleted_dirs
+            and self._deleted == other._deleted
+            and self._written.keys() == other._written.keys()
+            and all(v.to_bytes() == other._written[k].to_bytes() for k, v in self._written.items())
+        )
 
-    def __hash__(self) -> int:
-        return id(self._written)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        ro = ", read_only=True" if self.read_only else ""
+        return f"Overlay({self._base!r}{ro})"
 
     def _hidden(self, key: str) -> bool:
         if key in self._written:
@@ -129,14 +145,17 @@ class Overlay(Store):
         return bool(getattr(self._base, "supports_consolidated_metadata", True))
 
     async def set(self, key: str, value: Buffer) -> None:
+        self._check_writable()  # a read-only view records nothing
         self._written[key] = value
         self._deleted.discard(key)
 
     async def delete(self, key: str) -> None:
+        self._check_writable()
         self._written.pop(key, None)
         self._deleted.add(key)
 
     async def delete_dir(self, prefix: str) -> None:
+        self._check_writable()
         d = _dir(prefix)
         for k in [k for k in self._written if k.startswith(d)]:
             del self._written[k]
@@ -166,12 +185,7 @@ class Overlay(Store):
         seen: set[str] = set()
         try:
             async for child in self._base.list_dir(prefix):
-                key = d + child
-                gone = key in self._deleted or any(
-                    (key + "/").startswith(_dir(p)) or key.startswith(_dir(p))
-                    for p in self._deleted_dirs
-                )
-                if not gone and child not in seen:
+                if child not in seen and await self._visible_child(d + child):
                     seen.add(child)
                     yield child
         except FileNotFoundError:
@@ -183,6 +197,22 @@ class Overlay(Store):
                     seen.add(child)
                     yield child
 
+    async def _visible_child(self, key: str) -> bool:
+        """Whether the base's ``key`` (a key, a directory or both) still shows: a directory
+        whose keys are all deleted one by one is gone too. Only a child that recorded deletes
+        touch is looked into, so listing a large untouched base stays one listing."""
+        sub = key + "/"
+        touched = (
+            key in self._deleted
+            or any(k.startswith(sub) for k in self._deleted)
+            or any(sub.startswith(_dir(p)) or _dir(p).startswith(sub) for p in self._deleted_dirs)
+        )
+        if not touched or await self.exists(key):
+            return True
+        async for _ in self.list_prefix(sub):
+            return True
+        return False
+
     def commit(self, target: Store) -> None:
         """Apply the recorded deletes, then the recorded writes, to ``target``."""
         self.commit_deletes(target)
@@ -192,9 +222,11 @@ class Overlay(Store):
         """Apply the recorded deletes (prefixes, then keys not written again) to ``target``;
         ``keep``: keys, or prefixes ending in "/", that stay (e.g. a lease the writer holds)."""
         kept = tuple(keep)
+        exact = {q for q in kept if not q.endswith("/")}
+        prefixes = tuple(q for q in kept if q.endswith("/"))
 
-        def whole(k: str) -> bool:  # ``k`` (a key or a prefix) is kept as a whole
-            return any(k == q or (q.endswith("/") and f"{k}/".startswith(q)) for q in kept)
+        def under_prefix(k: str) -> bool:  # ``k``: a key, or a directory ending in "/"
+            return k.startswith(prefixes)
 
         async def prune(d: str) -> None:
             """Delete what is under prefix ``d`` except what is kept (directory by directory,
@@ -205,20 +237,24 @@ class Overlay(Store):
             children = {c.rstrip("/") async for c in target.list_dir(d)}
             for c in sorted(children):
                 full = d + c
-                if whole(full):
-                    continue
+                # an exact keep keeps a key only: a directory of that name is pruned as any
+                # other (a kept "a/c" is no reason to keep "a/c/0")
                 if await target.exists(full):
-                    await target.delete(full)
-                else:
+                    if full not in exact and not under_prefix(full):
+                        await target.delete(full)
+                elif not under_prefix(full + "/"):
                     await prune(full + "/")
+            async for _ in target.list_dir(d):
+                return
+            await target.delete_dir(d.rstrip("/"))  # emptied: no empty directory stays behind
 
         async def go() -> None:
             for p in self._deleted_dirs:
                 d = _dir(p)
-                if not any(d.startswith(q) for q in kept if q.endswith("/")):
+                if not under_prefix(d):
                     await prune(d)
             for k in sorted(self._deleted - set(self._written)):
-                if not whole(k) and await target.exists(k):
+                if k not in exact and not under_prefix(k) and await target.exists(k):
                     await target.delete(k)
 
         sync(go())
