@@ -256,7 +256,7 @@ def test_mode_w_refuses_to_delete_a_variable_another_job_writes(tmp_path: Path) 
     shardwise.to_zarr(dataset(1), path, shards={"time": SHARD_T})
     other = Lease.acquire_shared(ShardStore(LocalStore(path), "count"))  # a region write of count
     before = snapshot(path)
-    with pytest.raises(LeaseHeldError, match="count/.shardwise/leases"):
+    with pytest.raises(LeaseHeldError, match=r"count/\.shardwise/leases"):
         shardwise.to_zarr(dataset(2).drop_vars("count"), path, mode="w", shards={"time": 4})
     assert snapshot(path) == before
     other.release()

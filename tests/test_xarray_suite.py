@@ -58,8 +58,6 @@ SKIPPED: dict[str, str] = {
     "default inner chunks are not the dask chunks; xarray refuses or copies them",
     "test_shard_encoding_with_dask": _DESIGN
     + "dask chunks that split shards are written (one task per shard) instead of refused",
-    # the environment
-    "test_load_async": "pytest-asyncio is not installed (test_backend.py tests async loading)",
 }
 
 SKIPPED_SMALL_SHARDS: dict[str, str] = {
