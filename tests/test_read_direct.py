@@ -563,3 +563,16 @@ def test_new_arrays_after_a_fork_while_another_thread_held_the_switch() -> None:
             pytest.fail("the forked child is stuck on the lock it inherited")
         time.sleep(0.05)  # polling the child's state, with a generous deadline
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_same_array_opened_twice_shares_its_dask_keys(tmp_path: Path) -> None:
+    """Keys come from store, path and metadata (as dask.array.from_zarr's): two opens of one
+    array are one dask collection; another array, or other metadata, gets other keys."""
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    x = np.arange(64 * 48, dtype="float32").reshape(64, 48)
+    for p in (a, b):
+        shardwise.write_array(x, p, chunks=(8, 8), shards=(32, 24))
+    assert shardwise.open_array(a).name == shardwise.open_array(a).name
+    assert shardwise.open_array(a).name != shardwise.open_array(b).name
+    shardwise.write_array(x, a, chunks=(8, 8), shards=(16, 24), mode="w")
+    assert shardwise.open_array(a).name != shardwise.open_array(b).name

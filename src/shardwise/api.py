@@ -18,6 +18,7 @@ from .errors import (
     NotAnArrayError,
     PlanError,
     UnsupportedCodecError,
+    check_mode,
 )
 from .job import Strategy, WriteJob, make_job
 from .layout import Region, normalize_region
@@ -233,8 +234,7 @@ def write_array(
     """
     if zarr_format != 3:
         raise PlanError(f"shardwise writes Zarr format 3 only (got zarr_format={zarr_format})")
-    if mode not in _MODES:
-        raise PlanError(f"mode must be one of {_MODES}, got {mode!r}")
+    check_mode(mode, _MODES)
     data = _source(data)
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
@@ -593,6 +593,8 @@ def open_reader(
 
 
 def _token(reader: ShardReader) -> str:
-    import uuid
+    """Dask keys of an opened array from its store, path and metadata (the same array opened
+    twice shares its keys, as ``dask.array.from_zarr`` does; the data are not looked at)."""
+    from dask.base import tokenize
 
-    return uuid.uuid4().hex
+    return tokenize(describe(reader.store.store, reader.store.path), repr(reader.info))

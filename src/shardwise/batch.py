@@ -38,7 +38,14 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from .errors import ArrayExistsError, BatchNotFoundError, LeaseHeldError, PlanError, VerifyError
+from .errors import (
+    ArrayExistsError,
+    BatchNotFoundError,
+    LeaseHeldError,
+    PlanError,
+    VerifyError,
+    check_mode,
+)
 from .journal import BATCH, JOURNAL, PARTS, TEMP, clear_array, now
 from .layout import Layout, Region, ceildiv, is_aligned, normalize_region
 from .lease import LEASE, Lease, part_lease, read_lease
@@ -261,8 +268,7 @@ def init(
     ``dimension_names``, ...). ``mode``: ``"w-"`` create (rerunning with the same arguments
     returns the open batch), ``"w"`` replace, ``"r+"`` keep an existing array's metadata.
     """
-    if mode not in ("w-", "w", "r+"):
-        raise PlanError(f"batch init mode must be 'w-', 'w' or 'r+', got {mode!r}")
+    check_mode(mode, ("w-", "w", "r+"), "batch init mode")
     sstore = _open(store, path, storage_options)
     kwargs = dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
     kwargs.update({k: v for k, v in create.items() if v is not None})

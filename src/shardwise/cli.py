@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -177,20 +178,13 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
         "shards_stored": len(stored),
         "objects": sum(not n.startswith(".shardwise/") for n in names),
         "bytes_stored": int(sum(sizes)),
-        "raw_bytes": int(info.dtype.itemsize * _prod(lay.shape)),
+        "raw_bytes": int(info.dtype.itemsize * math.prod(lay.shape)),
         "shards_recorded": len(read_records(sstore)),
         "writes_open": [m.id for m in markers if m.status != "done"],
         "writes_done": sum(m.status == "done" for m in markers),
         "lease": None if lease is None else lease.describe(),
         "batch": None if batch is None else json.loads(batch),
     }
-
-
-def _prod(xs: Sequence[int]) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 def _print_inspect(d: dict[str, Any]) -> None:

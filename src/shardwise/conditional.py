@@ -44,6 +44,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import MemoryStore
 
+from . import _pool
 from .errors import ShardConflictError
 from .store import ShardStore, fsync_dirs, write_temp
 
@@ -293,7 +294,7 @@ class _Local:
 # -- memory ---------------------------------------------------------------------------------------
 
 _memory_lock = threading.Lock()
-os.register_at_fork(after_in_child=_after_fork)
+_pool.on_fork(_after_fork)
 
 
 class _Same:

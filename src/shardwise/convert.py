@@ -24,7 +24,7 @@ from typing import Any
 
 from .convert_copy import copy_array
 from .convert_plan import XARRAY_DIMS, ArrayPlan, Method, ShardSpec, plan_array
-from .errors import ArrayExistsError, PlanError
+from .errors import ArrayExistsError, check_mode
 from .store import ShardStore, resolve_store
 from .write import WriteReport
 
@@ -165,8 +165,7 @@ def convert(
     import zarr
 
     started = time.perf_counter()
-    if mode not in ("w", "w-"):
-        raise PlanError(f"mode must be 'w-' or 'w', got {mode!r}")
+    check_mode(mode, ("w-", "w"))
     if isinstance(shard_bytes, str):
         from dask.utils import parse_bytes
 

@@ -122,3 +122,10 @@ class VerifyError(ShardwiseError, ValueError):
 class DependencyError(ShardwiseError, RuntimeError):
     """An installed dependency lacks something shardwise needs (see ``shardwise.compat``): its
     version is outside the range shardwise supports."""
+
+
+def check_mode(mode: object, allowed: tuple[str, ...], what: str = "mode") -> None:
+    """The one check of a ``mode`` argument: :class:`PlanError` naming the allowed values."""
+    if mode not in allowed:
+        names = ", ".join(repr(m) for m in allowed)
+        raise PlanError(f"{what} must be one of {names}, got {mode!r}")

@@ -42,9 +42,9 @@ from zarr.core.sync import sync
 
 from .compat import pipe_file_async
 from .errors import LeaseHeldError
+from .journal import LEASE as LEASE  # the one definition (journal clears around it)
 from .store import ShardStore, describe
 
-LEASE = ".shardwise/lease"
 SHARED = ".shardwise/leases/"
 
 

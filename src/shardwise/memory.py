@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
+from . import _pool
 from .compat import hugepage_switch
 
 _advice_lock = threading.Lock()
@@ -49,5 +49,4 @@ def _after_fork_in_child() -> None:
     _advice_saved[0] = None
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_pool.on_fork(_after_fork_in_child)

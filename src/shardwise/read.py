@@ -30,7 +30,7 @@ from .fetch import local_fetch, prefetch, range_fetch
 from .layout import Coord, Region, intersect, shift
 from .memory import new_array
 from .metadata import ArrayInfo
-from .shard import MISSING, Fetch, decode_chunks, decode_into, parse_index
+from .shard import Fetch, decode_chunks, decode_into, parse_index
 from .store import ShardStore
 
 # raw bytes of the inner chunks one pool task fetches and decodes at a time (its buffers' size)
@@ -315,14 +315,6 @@ class ShardReader:
                 return stack
             index, fetch = got
             return decode_chunks(codec, index, coords, fetch, self.store.key(name), self.threads)
-
-    def stored_chunks(self, shard: Coord) -> np.ndarray | None:
-        """Boolean grid of the inner chunks stored in ``shard`` (None when the shard is missing)."""
-        with self._shard(self.info.layout.shard_key(shard)) as got:
-            if got is None:
-                return None
-            mask: np.ndarray = (got[0][:, 0] != MISSING).reshape(self.info.codec.grid)
-            return mask
 
 
 def split_box(box: Sequence[range], chunk_nbytes: int, budget: int) -> list[list[range]]:

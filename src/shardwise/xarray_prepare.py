@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from zarr.abc.store import Store
 
-from .errors import ArgumentTypeError, PlanError
+from .errors import ArgumentTypeError, PlanError, check_mode
 from .journal import JOURNAL
 from .metadata import default_compressors
 from .sizing import (
@@ -118,8 +118,7 @@ def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
 def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: Any) -> WriteMode:
     if mode is None:
         mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
-    if mode not in ("w", "w-", "a", "a-", "r+"):
-        raise PlanError(f"mode must be one of 'w', 'w-', 'a', 'a-', 'r+', got {mode!r}")
+    check_mode(mode, ("w", "w-", "a", "a-", "r+"))
     if append_dim is not None and mode not in ("a", "a-"):
         raise PlanError(f"append_dim needs mode='a' (or None), got mode={mode!r}")
     if region is not None and mode not in ("a", "a-", "r+"):
