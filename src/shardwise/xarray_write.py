@@ -137,6 +137,111 @@ def to_zarr(
     backed by dask are written at once (as xarray does) and a dask ``Delayed`` is returned that
     writes the dask-backed ones and computes the report.
     """
+    # 1. open and check: everything is validated, nothing is written
+    xw = _check(
+        obj,
+        store,
+        shards=shards,
+        encoding=encoding,
+        mode=mode,
+        append_dim=append_dim,
+        region=region,
+        group=group,
+        consolidated=consolidated,
+        storage_options=storage_options,
+        safe_shards=safe_shards,
+        shard_bytes=shard_bytes,
+        strategy=strategy,
+        memory_limit=memory_limit,
+        resume=resume,
+    )
+    # 2. leases (a refusal removes those taken): from here on the store changes
+    sessions = _begin(
+        xw.zstore,
+        xw.writes,
+        xw.jobs,
+        lease=compute if lease is None else lease,
+        shared=xw.shared,
+        fsync=fsync,
+        break_lease=break_lease,
+    )
+    try:
+        # 3. clear (mode "w": the old group, but not the leases held nor the variables being
+        # resumed) and the write markers
+        keep = _kept_keys(xw, sessions, resume)
+        _refuse_foreign_leases(xw.zstore, xw.overlay, keep)
+        xw.overlay.commit_deletes(xw.zstore, keep)
+        if not compute:  # as xarray: the metadata now, the dask-backed data later
+            xw.overlay.commit_writes(xw.zstore)
+        _start(sessions, xw.writes, resume=resume, adopt_done=xw.mode != "w")
+        # 4. data, 5. metadata (last: a write that fails part-way, a worker lost or a source that
+        # raises, leaves the old metadata, e.g. an append leaves the array at its old length),
+        # 6. markers done and leases released
+        opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
+        if compute:
+            staged: list[tuple[ShardStore, str]] = []
+            parts = _graph(xw.zstore, xw.writes, opts, xw.jobs, sessions, staged)
+            report = _compute(parts, progress)
+            _tidy(staged)
+            xw.overlay.commit_writes(xw.zstore)
+            return _finish(sessions, report)
+        eager = [w for w in xw.writes if not w.lazy]
+        lazy = [w for w in xw.writes if w.lazy]
+        staged = []
+        done = (
+            _compute(_graph(xw.zstore, eager, opts, xw.jobs, sessions, staged), progress)
+            if eager
+            else WriteReport()
+        )
+        _tidy(staged)
+        from dask.delayed import delayed
+
+        later: list[tuple[ShardStore, str]] = []
+        parts = _graph(xw.zstore, lazy, opts, xw.jobs, sessions, later)
+        return delayed(_add_report, pure=False)(done, _summed(parts), later, sessions)
+    except BaseException:
+        # tasks still running in this process finish before the leases go
+        for s in sessions.values():
+            if s.marker is not None:
+                _pool.stop_write(s.marker.id)
+        for s in sessions.values():
+            s.abort()
+        raise
+
+
+@dataclass(frozen=True)
+class _XarrayWrite:
+    """A checked ``to_zarr`` call: the metadata xarray would write (in ``overlay``, not yet in
+    the store), the data writes and their jobs."""
+
+    zstore: Store
+    overlay: Overlay
+    writes: list[_Write]
+    jobs: dict[int, WriteJob]
+    mode: WriteMode
+    shared: bool  # region and append writes: other processes may write beside this one
+
+
+def _check(
+    obj: Any,
+    store: Any,
+    *,
+    shards: Mapping[Hashable, int | None] | None,
+    encoding: Mapping[Hashable, Mapping[str, Any]] | None,
+    mode: WriteMode | None,
+    append_dim: Hashable | None,
+    region: Any,
+    group: str | None,
+    consolidated: bool | None,
+    storage_options: dict[str, Any] | None,
+    safe_shards: bool | None,
+    shard_bytes: int,
+    strategy: Strategy,
+    memory_limit: int | None,
+    resume: bool,
+) -> _XarrayWrite:
+    """Open the store and run every check; xarray's own metadata pass runs against an overlay,
+    so nothing is written."""
     ds = _as_dataset(obj)
     _check_names(ds)
     if shards is not None:
@@ -174,61 +279,17 @@ def to_zarr(
     writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
     jobs = _jobs(writes, strategy, memory_limit, shared=shared)
+    return _XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
 
-    # every check passed: from here on the store changes (first the leases, which a refusal
-    # removes again)
-    sessions = _begin(
-        zstore,
-        writes,
-        jobs,
-        lease=compute if lease is None else lease,
-        shared=shared,
-        fsync=fsync,
-        break_lease=break_lease,
-    )
-    try:
-        # a resumed variable keeps what the interrupted call stored, even in mode "w"
-        keep = [f"{w.path}/" for w in writes if resume and _interrupted(sessions.get(id(w)))]
-        keep += [
-            f"{w.path}/{s.lease.name}" for w in writes if (s := sessions.get(id(w))) and s.lease
-        ]
-        _refuse_foreign_leases(zstore, overlay, keep)
-        opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
-        if compute:
-            # metadata last: a write that fails part-way (a worker lost, a source that raises)
-            # leaves the old metadata, e.g. an append leaves the array at its old length
-            overlay.commit_deletes(zstore, keep)
-            _start(sessions, writes, resume=resume, adopt_done=mode != "w")
-            staged: list[tuple[ShardStore, str]] = []
-            report = _compute(_graph(zstore, writes, opts, jobs, sessions, staged), progress)
-            _tidy(staged)
-            overlay.commit_writes(zstore)
-            return _finish(sessions, report)
-        overlay.commit_deletes(zstore, keep)
-        overlay.commit_writes(zstore)
-        _start(sessions, writes, resume=resume, adopt_done=mode != "w")
-        eager = [w for w in writes if not w.lazy]
-        lazy = [w for w in writes if w.lazy]
-        staged = []
-        done = (
-            _compute(_graph(zstore, eager, opts, jobs, sessions, staged), progress)
-            if eager
-            else WriteReport()
-        )
-        _tidy(staged)
-        from dask.delayed import delayed
 
-        later: list[tuple[ShardStore, str]] = []
-        parts = _graph(zstore, lazy, opts, jobs, sessions, later)
-        return delayed(_add_report, pure=False)(done, _summed(parts), later, sessions)
-    except BaseException:
-        # tasks still running in this process finish before the leases go
-        for s in sessions.values():
-            if s.marker is not None:
-                _pool.stop_write(s.marker.id)
-        for s in sessions.values():
-            s.abort()
-        raise
+def _kept_keys(xw: _XarrayWrite, sessions: dict[int, WriteSession], resume: bool) -> list[str]:
+    """What mode "w"'s deletes spare: the leases this call holds, and on resume the variables
+    an interrupted call of this dataset left."""
+    keep = [f"{w.path}/" for w in xw.writes if resume and _interrupted(sessions.get(id(w)))]
+    keep += [
+        f"{w.path}/{s.lease.name}" for w in xw.writes if (s := sessions.get(id(w))) and s.lease
+    ]
+    return keep
 
 
 # -- the xarray pass ------------------------------------------------------------------------------
