@@ -62,7 +62,7 @@ case "$cmd" in
         say "types: mypy"
         "$venv/bin/mypy"
         say "tests: pytest $*"
-        exec "$venv/bin/python" -m pytest "$@" ;;
+        exec "$venv/bin/python" -m pytest --durations=30 "$@" ;;
     *)
         echo "usage: bash dev.sh demo|test [args]" >&2; exit 2 ;;
 esac
