@@ -11,15 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from .codecs import BytesCodec, Zstd
 from .compat import decode_sync, encode_sync
-
-if TYPE_CHECKING:
-    from .shard import ShardCodec
 
 Endian = Literal["little", "big"]
 SMALL_CHUNK = 64 * 1024  # raw bytes below which zstd chunks are (de)compressed in batches
@@ -31,6 +28,27 @@ def raw_view(a: np.ndarray) -> memoryview:
     Through a uint8 view: the buffer protocol refuses some dtypes (datetime64, timedelta64).
     """
     return memoryview(a.reshape(-1).view(np.uint8))
+
+
+class Serializer(Protocol):
+    """A serializer given from outside the chain (a nested ``sharding_indexed`` codec): it turns
+    one stored chunk into bytes and back. The chain runs its bytes codecs around it."""
+
+    def encode_chunk(self, item: np.ndarray) -> bytes:
+        """The bytes of one stored chunk."""
+        ...
+
+    def decode_chunk(self, data: bytes) -> np.ndarray:
+        """One stored chunk from its bytes; raises ``ValueError`` when they are bad."""
+        ...
+
+    def max_encoded_nbytes(self, raw_nbytes: int) -> int:
+        """The most bytes :meth:`encode_chunk` gives for a chunk of ``raw_nbytes`` raw bytes."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """The serializer's entry in the chain's zarr.json codecs."""
+        ...
 
 
 class ChunkDecodeError(ValueError):
@@ -90,8 +108,9 @@ class ChunkCodec:
     """Inner chunk shape, dtype, fill value and the codec chain applied to every inner chunk.
 
     ``order`` is the composed permutation of the ``transpose`` codecs (None: identity); the
-    serializer is ``bytes`` with ``endian`` (None for 1-byte types), or a nested sharding codec
-    (``nested``), or, when ``zarr_chain`` is set, the whole chain is zarr-python's.
+    serializer is ``bytes`` with ``endian`` (None for 1-byte types), or one given from outside
+    (``nested``: a nested sharding codec, see :class:`Serializer`), or, when ``zarr_chain`` is
+    set, the whole chain is zarr-python's.
     """
 
     chunk_shape: tuple[int, ...]
@@ -100,7 +119,7 @@ class ChunkCodec:
     order: tuple[int, ...] | None = None
     endian: Endian | None = "little"
     bytes_codecs: tuple[BytesCodec, ...] = ()
-    nested: ShardCodec | None = None
+    nested: Serializer | None = None
     zarr_chain: ZarrChain | None = None
 
     @property
@@ -301,13 +320,9 @@ class ChunkCodec:
         """Encode one stacked chunk (an element of :meth:`stack`)."""
         if self.zarr_chain is not None:
             return self.zarr_chain.encode(item, self.fill_value)
-        if self.nested is not None:
-            from .shard import encode_shard
-
-            encoded = encode_shard(self.nested, item, write_empty_chunks=True, threads=1)
-            data: bytes | memoryview = b"" if encoded is None else encoded.data
-        else:
-            data = raw_view(item)
+        data: bytes | memoryview = (
+            raw_view(item) if self.nested is None else self.nested.encode_chunk(item)
+        )
         for codec in self.bytes_codecs:
             data = codec.encode(data)
         return bytes(data)
@@ -347,18 +362,16 @@ class ChunkCodec:
                 raise ValueError(f"{type(e).__name__}: {e}") from None
         raw = self.raw_nbytes
         # the most bytes any stage may produce: exactly ``raw`` for the serializer's input; a
-        # nested shard may be larger than raw (incompressible chunks plus their index), and
-        # intermediate stages of a chain may expand a little
-        size = raw if self.nested is None else 2 * raw + self.nested.index_nbytes + 4096
+        # nested serializer's output may be larger than raw, and intermediate stages of a chain
+        # may expand a little
+        size = raw if self.nested is None else self.nested.max_encoded_nbytes(raw)
         bound = 2 * size + 4096
         buf: bytes | bytearray | memoryview = data
         for i, codec in enumerate(reversed(self.bytes_codecs)):
             last = i == len(self.bytes_codecs) - 1
             buf = codec.decode(buf, size if last else bound)
         if self.nested is not None:
-            from .shard import decode_shard_bytes
-
-            return decode_shard_bytes(self.nested, bytes(buf), key="<nested>")
+            return self.nested.decode_chunk(bytes(buf))
         if len(buf) != raw:
             raise ValueError(f"decoded to {len(buf)} bytes, expected {raw}")
         return np.frombuffer(buf, dtype=self.stored_dtype).reshape(self.stored_shape)

@@ -19,10 +19,11 @@ import numpy as np
 from .codecs import crc32c
 from .convert_plan import ArrayPlan, SourceChunks
 from .errors import ArrayExistsError
+from .fetch import read_index
 from .journal import RECORDS, Journal, Record
 from .layout import Coord
 from .metadata import ArrayInfo
-from .shard import MISSING, encode_index, parse_index
+from .shard import MISSING, ShardIndex
 from .store import ShardStore
 from .write import WriteReport, sum_reports
 
@@ -45,7 +46,7 @@ class ChunkReader:
             # local files: plain reads in the task's thread (threads would only contend)
             yield from map(self.store.get, map(self.source.key, chunks))
             return
-        indexes: dict[str, np.ndarray | None] = {}
+        indexes: dict[str, ShardIndex | None] = {}
         with ThreadPoolExecutor(4) as pool:
             for i in range(0, len(chunks), WINDOW):
                 window = chunks[i : i + WINDOW]
@@ -56,7 +57,7 @@ class ChunkReader:
                     yield from self._from_shards(window, indexes)
 
     def _from_shards(
-        self, chunks: Sequence[Coord], indexes: dict[str, np.ndarray | None]
+        self, chunks: Sequence[Coord], indexes: dict[str, ShardIndex | None]
     ) -> Iterator[bytes | None]:
         codec = self.source.shard_codec
         assert codec is not None
@@ -75,26 +76,18 @@ class ChunkReader:
             index = indexes[key]
             if index is None:
                 continue
-            present = [f for f in flats if index[f, 0] != MISSING]
-            ranges = [(int(index[f, 0]), int(index[f, 1])) for f in present]
+            present = [f for f in flats if not index.is_empty(f)]
+            ranges = [(int(o), int(n)) for o, n in index.ranges(present).tolist()]
             for f, b in zip(present, self.store.get_ranges(key, ranges), strict=True):
                 got[key, f] = b
         for w in where:
             yield got.get(w)
 
-    def shard_index(self, key: str) -> np.ndarray | None:
+    def shard_index(self, key: str) -> ShardIndex | None:
         codec = self.source.shard_codec
         assert codec is not None
-        n = codec.index_nbytes
-        found = (
-            self.store.get_suffix(key, n)
-            if codec.index_location == "end"
-            else self.store.get_prefix(key, n)
-        )
-        if found is None:
-            return None
-        raw, size = found
-        return parse_index(codec, raw, size, self.store.key(key))
+        found = read_index(self.store, codec, key)
+        return None if found is None else found[0]
 
 
 # -- the copy task --------------------------------------------------------------------------------
@@ -142,7 +135,7 @@ class ShardCopier:
                 self.journal.record(key, None)
             rep.seconds = time.perf_counter() - started
             return rep
-        index = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
+        entries = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
         start = codec.index_nbytes if codec.index_location == "start" else 0
         assert start == 0, "copied shards keep their index at the end"
         tail: list[bytes] = []
@@ -154,20 +147,21 @@ class ShardCopier:
             for flat, b in itertools.chain([first], got):
                 if b is None:
                     continue
-                index[flat] = (pos, len(b))
+                entries[flat] = (pos, len(b))
                 pos += len(b)
                 crc = _crc32c.crc32c(b, crc)
                 sink(b)
-            tail.append(encode_index(codec, index))
+            tail.append(ShardIndex(entries).to_bytes(codec))
             sink(tail[0])
             return int(_crc32c.crc32c(tail[0], crc))
 
         crc = commit_shard(self.store, key, feed)
-        total = int(index[index[:, 0] != MISSING, 1].sum()) + len(tail[0])
+        index = ShardIndex(entries)
+        total = index.nbytes_total + len(tail[0])
         if self.journal is not None:
             rec = Record(self.journal.write_id, total, crc, crc32c(tail[0]))
             self.store.put(RECORDS + key, rec.to_bytes())
-        stored = int((index[:, 0] != MISSING).sum())
+        stored = int(index.stored.sum())
         rep.shards_written, rep.bytes_stored, rep.keys = 1, total, [key]
         rep.chunks_stored, rep.chunks_empty = stored, len(flats) - stored
         rep.seconds = time.perf_counter() - started
@@ -183,10 +177,10 @@ class ShardCopier:
         found = target.shard_index(key) if self.store.size(key) is not None else None
         bad = []
         for flat, coord, src in zip(flats, coords, self.reader.read(coords), strict=True):
-            if found is None or found[flat, 0] == MISSING:
+            if found is None or found.is_empty(flat):
                 dst = None
             else:
-                o, n = int(found[flat, 0]), int(found[flat, 1])
+                o, n = (int(x) for x in found.entries[flat])
                 dst = self.store.get_ranges(key, [(o, n)])[0]
             if src != dst:
                 bad.append(f"{key} inner chunk {coord}: copied bytes differ from the source")

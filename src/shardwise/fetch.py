@@ -15,8 +15,8 @@ import numpy as np
 
 from . import store as store_module
 from .errors import CorruptShardError
-from .shard import MISSING, Fetch, ShardCodec, box_coords
-from .store import LocalObject
+from .shard import MISSING, Fetch, ShardCodec, ShardIndex, box_coords
+from .store import LocalObject, ShardStore
 
 MAX_GAP = 64 * 1024
 MAX_RANGE = 32 * 1024 * 1024
@@ -80,11 +80,22 @@ def range_fetch(get_ranges: Callable[[list[tuple[int, int]]], list[bytes]], key:
     return fetch
 
 
-def prefetch(codec: ShardCodec, index: np.ndarray, box: Sequence[range], fetch: Fetch) -> Fetch:
+def read_index(store: ShardStore, codec: ShardCodec, key: str) -> tuple[ShardIndex, int] | None:
+    """The validated index of the stored shard ``key`` (one suffix or prefix request) and the
+    shard's size; None when there is no such shard."""
+    n = codec.index_nbytes
+    found = store.get_suffix(key, n) if codec.index_location == "end" else store.get_prefix(key, n)
+    if found is None:
+        return None
+    raw, size = found
+    return ShardIndex.from_bytes(codec, raw, size, store.key(key)), size
+
+
+def prefetch(codec: ShardCodec, index: ShardIndex, box: Sequence[range], fetch: Fetch) -> Fetch:
     """Fetch the stored chunks of ``box`` now, in one go; the returned fetch serves any subset of
     them from that buffer."""
     coords = box_coords(box)
-    entries = index[np.ravel_multi_index(tuple(coords.T), codec.grid)] if box else index[:1]
+    entries = index.ranges(np.ravel_multi_index(tuple(coords.T), codec.grid) if box else [0])
     entries = entries[entries[:, 0] != MISSING]
     if not len(entries):
         return fetch

@@ -30,7 +30,7 @@ from .fetch import local_fetch, prefetch, range_fetch
 from .layout import Coord, Region, intersect, shift
 from .memory import new_array
 from .metadata import ArrayInfo
-from .shard import Fetch, decode_chunks, decode_into, parse_index
+from .shard import Fetch, ShardIndex, decode_chunks, decode_into
 from .store import ShardStore
 
 # raw bytes of the inner chunks one pool task fetches and decodes at a time (its buffers' size)
@@ -61,7 +61,7 @@ class ShardReader:
     threads: int | None = None
     cache_indexes: bool = False
     cache_size: int = 4096
-    _cache: OrderedDict[str, tuple[Any, np.ndarray | None]] = field(
+    _cache: OrderedDict[str, tuple[Any, ShardIndex | None]] = field(
         default_factory=OrderedDict, repr=False
     )
     _lock_: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -176,7 +176,6 @@ class ShardReader:
         fetch_bytes = GROUP_BYTES if small_fetch else REMOTE_FETCH_BYTES
         groups = split_box(box, raw, fetch_bytes)
         key = lay.shard_key(shard)
-        full_key = self.store.key(key)
         with self._shard(key) as got:
             if got is None:
                 out[_dest(part, region, steps)] = self.info.fill_value
@@ -187,9 +186,7 @@ class ShardReader:
                 for fbox in batch:
                     once = fetch if small_fetch else prefetch(codec, index, fbox, fetch)
                     for gbox in split_box(fbox, raw, GROUP_BYTES):
-                        self._fill_group(
-                            gbox, origin, local, region, steps, out, index, once, full_key
-                        )
+                        self._fill_group(gbox, origin, local, region, steps, out, index, once)
                 return [None] * len(batch)
 
             _pool.map_batches(run, groups, threads)
@@ -202,9 +199,8 @@ class ShardReader:
         region: Region,
         steps: tuple[int, ...] | None,
         out: np.ndarray,
-        index: np.ndarray,
+        index: ShardIndex,
         fetch: Fetch,
-        key: str,
     ) -> None:
         """Decode the inner chunks of ``gbox`` (a box of chunk coordinates of one shard) and
         place the selected part of them into ``out``."""
@@ -217,7 +213,7 @@ class ShardReader:
         part = tuple(slice(s.start + o, s.stop + o) for s, o in zip(glocal, origin, strict=True))
         if steps is None:
             target = out[_dest(part, region, None)] if part else out
-            decode_into(codec, index, gbox, glocal, fetch, key, target, threads=1)
+            decode_into(codec, index, gbox, glocal, fetch, target, threads=1)
             return
         tight = _selected(part, region, steps)
         if tight is None:
@@ -229,14 +225,14 @@ class ShardReader:
         ]
         need = [np.unique(p // c) for p, c in zip(pos, cs, strict=True)]
         coords = np.stack(np.meshgrid(*need, indexing="ij"), -1).reshape(-1, len(need))
-        stack = decode_chunks(codec, index, coords, fetch, key, threads=1, reuse=True)
+        stack = decode_chunks(codec, index, coords, fetch, threads=1, reuse=True)
         block = codec.inner.unstack(stack, [len(u) for u in need])
         mapped = [
             np.searchsorted(u, p // c) * c + p % c for u, p, c in zip(need, pos, cs, strict=True)
         ]
         out[_dest(tight, region, steps)] = block[np.ix_(*mapped)]
 
-    def _cached(self, key: str, version: Any) -> np.ndarray | bool | None:
+    def _cached(self, key: str, version: Any) -> ShardIndex | bool | None:
         """The cached index of ``key`` if it was read from ``version``, else False."""
         with self._lock:
             got = self._cache.get(key)
@@ -245,20 +241,20 @@ class ShardReader:
             self._cache.move_to_end(key)
             return got[1]
 
-    def _remember(self, key: str, version: Any, index: np.ndarray | None) -> None:
+    def _remember(self, key: str, version: Any, index: ShardIndex | None) -> None:
         with self._lock:
             self._cache[key] = (version, index)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
 
-    def _parse(self, key: str, raw: bytes, size: int) -> np.ndarray:
+    def _parse(self, key: str, raw: bytes, size: int) -> ShardIndex:
         n = self.info.codec.index_nbytes
-        return parse_index(
+        return ShardIndex.from_bytes(
             self.info.codec, raw[-n:] if len(raw) > n else raw, size, self.store.key(key)
         )
 
     @contextlib.contextmanager
-    def _shard(self, key: str) -> Iterator[tuple[np.ndarray, Fetch] | None]:
+    def _shard(self, key: str) -> Iterator[tuple[ShardIndex, Fetch] | None]:
         """The validated index of shard ``key`` and a fetch over the same version of it.
 
         Local files: the index cache is checked against the open file's identity (inode, size,
@@ -278,7 +274,7 @@ class ShardReader:
                     start = max(0, handle.size - n) if codec.index_location == "end" else 0
                     index = self._parse(key, handle.read(start, min(n, handle.size)), handle.size)
                     self._remember(key, handle.version, index)
-                assert isinstance(index, np.ndarray)
+                assert isinstance(index, ShardIndex)
                 yield index, local_fetch(handle, full_key)
             return
         if self.store.local_root is not None:
@@ -296,7 +292,7 @@ class ShardReader:
         if index is None:
             yield None
             return
-        assert isinstance(index, np.ndarray)
+        assert isinstance(index, ShardIndex)
         yield index, range_fetch(lambda ranges: self.store.get_ranges(key, ranges), full_key)
 
     def decode_chunks(self, shard: Coord, coords: np.ndarray) -> np.ndarray:
@@ -314,7 +310,7 @@ class ShardReader:
                 stack[...] = inner.fill_value
                 return stack
             index, fetch = got
-            return decode_chunks(codec, index, coords, fetch, self.store.key(name), self.threads)
+            return decode_chunks(codec, index, coords, fetch, self.threads)
 
 
 def split_box(box: Sequence[range], chunk_nbytes: int, budget: int) -> list[list[range]]:

@@ -53,6 +53,20 @@ class ShardCodec:
     def index_nbytes(self) -> int:
         return 16 * self.nchunks + (4 if self.index_crc else 0)
 
+    # -- as the serializer of an outer chain (nested sharding: chunks.Serializer) ----------------
+
+    def encode_chunk(self, item: np.ndarray) -> bytes:
+        """One outer chunk as a whole shard of this codec (every inner chunk stored)."""
+        encoded = encode_shard(self, item, write_empty_chunks=True, threads=1)
+        return b"" if encoded is None else encoded.data
+
+    def decode_chunk(self, data: bytes) -> np.ndarray:
+        return decode_shard_bytes(self, data, key="<nested>")
+
+    def max_encoded_nbytes(self, raw_nbytes: int) -> int:
+        # incompressible inner chunks may grow a little, plus the index
+        return 2 * raw_nbytes + self.index_nbytes + 4096
+
     def to_dict(self) -> dict[str, Any]:
         """The codec's zarr.json entry (the inner chain must be native)."""
         inner = self.inner
@@ -176,10 +190,7 @@ def _assemble(codec: ShardCodec, flat_ids: np.ndarray, pieces: Sequence[Any]) ->
     offsets[0] = start
     np.cumsum(sizes[:-1], out=offsets[1:])
     offsets[1:] += np.uint64(start)
-    index = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
-    index[flat_ids, 0] = offsets
-    index[flat_ids, 1] = sizes
-    index_bytes = encode_index(codec, index)
+    index_bytes = ShardIndex.build(codec.nchunks, flat_ids, offsets, sizes).to_bytes(codec)
     if codec.index_location == "start":
         return [index_bytes, *pieces]
     return [*pieces, index_bytes]
@@ -206,10 +217,7 @@ def merge_shard(
     cs = codec.chunk_shape
     used = tuple(-(-n // c) for n, c in zip(valid_shape, cs, strict=True))
     mv = memoryview(old) if old is not None else None
-    if mv is not None:
-        index = parse_index(codec, mv[index_slice(codec, len(mv))], len(mv), key)
-    else:
-        index = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
+    index = ShardIndex.empty(codec.nchunks) if mv is None else ShardIndex.of_shard(codec, mv, key)
     grid_ids = np.arange(math.prod(used))
     coords = np.stack(np.unravel_index(grid_ids, used), -1)
     lo = coords * np.asarray(cs)
@@ -223,7 +231,7 @@ def merge_shard(
     shape = tuple(u * c for u, c in zip(used, cs, strict=True))
     buf = np.full(shape, inner.fill_value, dtype=inner.dtype)
     for g in np.flatnonzero(touched & ~covered):
-        o, n = index[flat_ids[g]]
+        o, n = index.entries[flat_ids[g]]
         if o == MISSING or mv is None:
             continue
         chunk = tuple(int(x) for x in coords[g])
@@ -250,8 +258,8 @@ def merge_shard(
         if k in encoded:
             ids.append(flat_ids[k])
             pieces.append(encoded[k])
-        elif not touched[k] and mv is not None and index[flat_ids[k], 0] != MISSING:
-            start, size = (int(x) for x in index[flat_ids[k]])
+        elif not touched[k] and mv is not None and not index.is_empty(flat_ids[k]):
+            start, size = (int(x) for x in index.entries[flat_ids[k]])
             ids.append(flat_ids[k])
             pieces.append(mv[start : start + size])
     if not pieces:
@@ -267,7 +275,7 @@ def merge_shard(
 
 def empty_shard(codec: ShardCodec) -> list[bytes]:
     """A shard without inner chunks (its index only): every element reads as the fill value."""
-    return [encode_index(codec, np.full((codec.nchunks, 2), MISSING, dtype=np.uint64))]
+    return [ShardIndex.empty(codec.nchunks).to_bytes(codec)]
 
 
 def encode_index(codec: ShardCodec, index: np.ndarray) -> bytes:
@@ -278,12 +286,105 @@ def encode_index(codec: ShardCodec, index: np.ndarray) -> bytes:
     return raw
 
 
-# -- decode ---------------------------------------------------------------------------------------
+# -- the index ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ShardIndex:
+    """The validated index of one shard: an ``(nchunks, 2)`` read-only uint64 array of
+    ``(offset, nbytes)`` pairs in C order of the inner-chunk grid, ``MISSING`` in both fields for
+    an empty chunk; ``key`` names the shard it was read from (in errors), "" for a new one."""
+
+    entries: np.ndarray
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        entries = np.asarray(self.entries, dtype=np.uint64)
+        if entries.ndim != 2 or entries.shape[1] != 2:
+            raise ValueError(f"index entries have shape {entries.shape}, expected (n, 2)")
+        view = entries.view()
+        view.flags.writeable = False
+        object.__setattr__(self, "entries", view)
+
+    @classmethod
+    def empty(cls, nchunks: int) -> ShardIndex:
+        """An index of ``nchunks`` empty chunks."""
+        return cls(np.full((nchunks, 2), MISSING, dtype=np.uint64))
+
+    @classmethod
+    def build(
+        cls, nchunks: int, flat_ids: Any, offsets: Any, lengths: Any, key: str = ""
+    ) -> ShardIndex:
+        """``nchunks`` entries: the chunks at ``flat_ids`` stored at ``(offsets, lengths)``."""
+        entries = np.full((nchunks, 2), MISSING, dtype=np.uint64)
+        entries[flat_ids, 0] = offsets
+        entries[flat_ids, 1] = lengths
+        return cls(entries, key)
+
+    @classmethod
+    def from_bytes(
+        cls, codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str
+    ) -> ShardIndex:
+        """Validate and decode a stored index of ``codec.index_nbytes`` bytes; ``object_size``
+        is the size of the whole stored shard. Raises :class:`CorruptShardError` naming ``key``."""
+        return cls(_parse(codec, raw, object_size, key), key)
+
+    @classmethod
+    def of_shard(cls, codec: ShardCodec, data: bytes | memoryview, key: str) -> ShardIndex:
+        """The validated index of a whole shard held in memory."""
+        mv = memoryview(data)
+        return cls.from_bytes(codec, mv[index_slice(codec, len(mv))], len(mv), key)
+
+    def to_bytes(self, codec: ShardCodec) -> bytes:
+        """The stored form: ``bytes`` in the codec's byte order, then its crc32c if it has one."""
+        return encode_index(codec, self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShardIndex):
+            return NotImplemented
+        return bool(np.array_equal(self.entries, other.entries))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.entries[:, 0]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.entries[:, 1]
+
+    @property
+    def stored(self) -> np.ndarray:
+        """Boolean mask of the stored (non-empty) chunks."""
+        result: np.ndarray = self.entries[:, 0] != MISSING
+        return result
+
+    def is_empty(self, flat: int) -> bool:
+        return bool(self.entries[flat, 0] == MISSING)
+
+    def ranges(self, chunks: Any) -> np.ndarray:
+        """The ``(offset, nbytes)`` entries of the chunks at flat positions ``chunks``."""
+        result: np.ndarray = self.entries[chunks]
+        return result
+
+    @property
+    def nbytes_total(self) -> int:
+        """The bytes of all stored chunks (the index itself not counted)."""
+        return int(self.lengths[self.stored].sum())
 
 
 def parse_index(
     codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str
 ) -> np.ndarray:
+    """The entries of :meth:`ShardIndex.from_bytes` as a plain array."""
+    return ShardIndex.from_bytes(codec, raw, object_size, key).entries
+
+
+def _parse(codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str) -> np.ndarray:
     """Validate and decode a shard index of ``codec.index_nbytes`` bytes.
 
     ``object_size`` is the size of the whole stored shard. Returns an ``(nchunks, 2)`` uint64
@@ -361,10 +462,9 @@ def box_coords(box: Sequence[range]) -> np.ndarray:
 
 def decode_chunks(
     codec: ShardCodec,
-    index: np.ndarray,
+    index: ShardIndex,
     coords: np.ndarray,
     fetch: Fetch,
-    key: str,
     threads: int | None = None,
     reuse: bool = False,
 ) -> np.ndarray:
@@ -374,14 +474,15 @@ def decode_chunks(
     segments)``: a bytes-like object holding them and their ``(offset, nbytes)`` within it.
     Returns a stack of the chunks (see :meth:`ChunkCodec.stack`); empty chunks hold the fill
     value. ``reuse=True``: the stack is the calling thread's reused buffer (or a new read-only
-    one), valid until its next such call (for callers that copy it out at once).
+    one), valid until its next such call (for callers that copy it out at once). Errors name
+    ``index.key``.
     """
-    inner = codec.inner
+    inner, key = codec.inner, index.key
     if coords.shape[1]:
         flat = np.ravel_multi_index(tuple(coords.T), codec.grid)
     else:
         flat = np.zeros(len(coords), dtype=np.intp)
-    entries = index[flat]
+    entries = index.ranges(flat)
     present = np.flatnonzero(entries[:, 0] != MISSING)
     shape = (len(flat), *inner.stored_shape)
     if reuse and present.size == len(flat) and (threads == 1 or len(flat) < 2):
@@ -416,11 +517,10 @@ def decode_chunks(
 
 def decode_into(
     codec: ShardCodec,
-    index: np.ndarray,
+    index: ShardIndex,
     box: Sequence[range],
     local: Sequence[slice],
     fetch: Fetch,
-    key: str,
     out: np.ndarray,
     threads: int | None = None,
 ) -> None:
@@ -432,11 +532,11 @@ def decode_into(
     """
     inner = codec.inner
     if box and inner.raw_nbytes >= SMALL_CHUNK and inner.nested is None and not inner.zarr_chain:
-        _decode_each_into(codec, index, box, local, fetch, key, out, threads)
+        _decode_each_into(codec, index, box, local, fetch, out, threads)
         return
     size = _pool.pool_size() if threads is None else threads
     if not box or len(box[0]) < 2 or size < 2:
-        stack = decode_chunks(codec, index, box_coords(box), fetch, key, threads, reuse=True)
+        stack = decode_chunks(codec, index, box_coords(box), fetch, threads, reuse=True)
         scatter(codec, stack, box, local, out)
         return
     c0 = codec.chunk_shape[0]
@@ -448,9 +548,7 @@ def decode_into(
         for a, b in slabs:
             lo, hi = max(local[0].start, a * c0), min(local[0].stop, b * c0)
             sub_box = [range(a, b), *box[1:]]
-            stack = decode_chunks(
-                codec, index, box_coords(sub_box), fetch, key, threads=1, reuse=True
-            )
+            stack = decode_chunks(codec, index, box_coords(sub_box), fetch, threads=1, reuse=True)
             sub_local = (slice(lo, hi), *local[1:])
             o = local[0].start
             scatter(codec, stack, sub_box, sub_local, out[lo - o : hi - o])
@@ -461,19 +559,18 @@ def decode_into(
 
 def _decode_each_into(
     codec: ShardCodec,
-    index: np.ndarray,
+    index: ShardIndex,
     box: Sequence[range],
     local: Sequence[slice],
     fetch: Fetch,
-    key: str,
     out: np.ndarray,
     threads: int | None,
 ) -> None:
     """:func:`decode_into` for large chunks: each chunk is decoded and copied straight into
     ``out`` by a pool thread (no stack: one pass over the output's memory)."""
-    inner, cs = codec.inner, codec.chunk_shape
+    inner, cs, key = codec.inner, codec.chunk_shape, index.key
     coords = box_coords(box)
-    entries = index[np.ravel_multi_index(tuple(coords.T), codec.grid)]
+    entries = index.ranges(np.ravel_multi_index(tuple(coords.T), codec.grid))
     inv = None if inner.order is None else [int(i) for i in np.argsort(inner.order)]
 
     def place(c: Sequence[int]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
@@ -578,7 +675,7 @@ def decode_shard_bytes(
 ) -> np.ndarray:
     """Decode a whole shard held in memory into an array of ``codec.shard_shape``."""
     mv = memoryview(data)
-    index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), key)
+    index = ShardIndex.of_shard(codec, mv, key)
     coords = box_coords([range(g) for g in codec.grid])
-    stack = decode_chunks(codec, index, coords, lambda entries: (mv, entries), key, threads)
+    stack = decode_chunks(codec, index, coords, lambda entries: (mv, entries), threads)
     return codec.inner.unstack(stack, codec.grid)

@@ -33,12 +33,13 @@ import numpy as np
 from . import _pool
 from .codecs import crc32c
 from .errors import CorruptShardError
+from .fetch import read_index
 from .job import PART_BYTES, STREAM_BUFFER
 from .journal import JOURNAL, RECORDS, TEMP, Journal, Record, _s3_client
 from .layout import Coord, Layout, Region, ceildiv, intersect
 from .metadata import ArrayInfo
 from .plan import WritePlan
-from .shard import MISSING, encode_index, encode_shard, parse_index
+from .shard import MISSING, ShardIndex, encode_shard
 from .store import PARTIAL_SUFFIX, ShardStore
 from .write import WriteOptions, WriteReport, run_graph
 
@@ -187,7 +188,7 @@ class StagedWriter:
                 if covered == c_box:
                     continue
                 flat = int(np.ravel_multi_index(chunk, codec.grid)) if chunk else 0
-                o, n = index[flat]
+                o, n = index.entries[flat]
                 if o == MISSING:
                     continue
                 wanted.append((int(o), int(n)))
@@ -211,18 +212,8 @@ class StagedWriter:
         ] = data
         return buf
 
-    def _old_index(self, key: str) -> tuple[np.ndarray, int] | None:
-        codec = self.info.codec
-        n = codec.index_nbytes
-        got = (
-            self.store.get_suffix(key, n)
-            if codec.index_location == "end"
-            else self.store.get_prefix(key, n)
-        )
-        if got is None:
-            return None
-        raw, size = got
-        return parse_index(codec, raw, size, self.store.key(key)), size
+    def _old_index(self, key: str) -> tuple[ShardIndex, int] | None:
+        return read_index(self.store, self.info.codec, key)
 
     # -- phase 2 --------------------------------------------------------------------------------
 
@@ -277,12 +268,12 @@ class StagedWriter:
             if old is not None:
                 index, old_size = old
                 touched = self._touched(shard)
-                keep = np.flatnonzero((index[:, 0] != MISSING) & ~touched)
+                keep = np.flatnonzero(index.stored & ~touched)
                 entries += zip(
                     keep.tolist(),
                     itertools.repeat(key),
-                    index[keep, 0].astype(np.int64).tolist(),
-                    index[keep, 1].astype(np.int64).tolist(),
+                    index.offsets[keep].astype(np.int64).tolist(),
+                    index.lengths[keep].astype(np.int64).tolist(),
                     strict=False,
                 )
         else:
@@ -311,10 +302,7 @@ class StagedWriter:
         sizes = np.fromiter((e[3] for e in entries), dtype=np.uint64, count=len(entries))
         start = codec.index_nbytes if codec.index_location == "start" else 0
         offsets = np.cumsum(sizes) - sizes + np.uint64(start)
-        index = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
-        index[ids, 0] = offsets
-        index[ids, 1] = sizes
-        index_bytes = encode_index(codec, index)
+        index_bytes = ShardIndex.build(codec.nchunks, ids, offsets, sizes).to_bytes(codec)
         total = int(sizes.sum()) + len(index_bytes)
         ranges = _coalesce([(e[1], e[2], e[3]) for e in entries])
         head = [index_bytes] if codec.index_location == "start" else []

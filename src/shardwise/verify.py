@@ -43,7 +43,7 @@ from .journal import (
 from .layout import Coord, Layout
 from .lease import read_lease
 from .metadata import ArrayInfo
-from .shard import MISSING, index_slice, parse_index
+from .shard import ShardIndex
 from .staged import STAGED, staged_leftovers
 from .store import ShardStore, describe, store_name
 
@@ -176,14 +176,14 @@ def check_shard(
     codec = info.codec
     mv = memoryview(data)
     try:
-        index = parse_index(codec, mv[index_slice(codec, len(data))], len(data), key)
+        index = ShardIndex.of_shard(codec, mv, key)
     except CorruptShardError as e:
         return [Problem("corrupt", key, e.problem, e.chunk)], change, 0, len(data)
-    present = np.flatnonzero(index[:, 0] != MISSING)
+    present = np.flatnonzero(index.stored)
     inner = codec.inner
     decoded = 0
     for flat in present.tolist():
-        o, n = (int(v) for v in index[flat])
+        o, n = (int(v) for v in index.entries[flat])
         chunk = tuple(int(c) for c in np.unravel_index(flat, codec.grid))
         try:
             inner.decode(mv[o : o + n])
