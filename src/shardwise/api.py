@@ -25,9 +25,10 @@ from .layout import Region, normalize_region
 from .metadata import ArrayInfo, default_compressors, info_from_metadata
 from .plan import WritePlan
 from .read import ShardReader
+from .retry import retry_transient
 from .session import WriteSession, plan_keys, plan_shards
 from .sizing import default_layout
-from .store import ShardStore, describe, resolve_store, retry_transient
+from .store import ShardStore, describe, resolve_store
 from .write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 
 _MODES = ("w", "w-", "a", "r+")
