@@ -25,9 +25,10 @@ from .layout import Region, normalize_region
 from .metadata import ArrayInfo, default_compressors, info_from_metadata
 from .plan import WritePlan
 from .read import ShardReader
+from .retry import retry_transient
 from .session import WriteSession, plan_keys, plan_shards
 from .sizing import default_layout
-from .store import ShardStore, describe, resolve_store, retry_transient
+from .store import ShardStore, describe, resolve_store
 from .write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 
 _MODES = ("w", "w-", "a", "r+")
@@ -402,8 +403,8 @@ def _run_staged(
     compute: bool,
     progress: bool,
 ) -> Any:
-    from .journal import abort_multipart_uploads
-    from .staged import StagedWriter, _multipart_client, remove_staged, run_staged
+    from .s3 import abort_multipart_uploads, multipart_client
+    from .staged import StagedWriter, remove_staged, run_staged
 
     assert session.marker is not None
     write_id = session.marker.id
@@ -423,7 +424,7 @@ def _run_staged(
         session.cleaned["staged_pieces"] = session.cleaned.get("staged_pieces", 0) + (
             remove_staged(sstore, write_id)
         )
-        if session.leased and _multipart_client(sstore) is not None:
+        if session.leased and multipart_client(sstore) is not None:
             # every shard task is done: an upload still open was abandoned by a dead worker
             session.cleaned["multipart_uploads"] = session.cleaned.get(
                 "multipart_uploads", 0

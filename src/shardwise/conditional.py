@@ -30,9 +30,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import random
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,11 +39,11 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 from zarr.storage import MemoryStore
 
-from . import _pool
+from . import _pool, s3
 from .errors import ShardConflictError
+from .retry import RetryPolicy, any_error
 from .store import ShardStore, fsync_dirs, write_temp
 
 LOCKS = ".shardwise/locks/"
@@ -95,11 +93,11 @@ def versions(store: ShardStore) -> Versions | None:
     zstore = store.store
     if isinstance(zstore, MemoryStore) and isinstance(getattr(zstore, "_store_dict", None), dict):
         return _Memory(store)
-    inner = getattr(zstore, "store", None)
-    if type(inner).__name__ in ("S3Store", "GCSStore", "AzureStore"):
+    inner = s3.obstore_of(zstore)
+    if inner is not None:
         return _Obstore(store, inner)
-    fs = getattr(zstore, "fs", None)
-    if fs is not None and "s3" in (getattr(fs, "protocol", None) or ()):
+    fs = s3.s3fs_of(zstore)
+    if fs is not None:
         return _S3fs(store, fs)
     return None
 
@@ -155,7 +153,7 @@ def read_merge_commit[T](
         new = _retrying(partial(backend.commit, name, parts, gen))
         if new is not CONFLICT:
             return Committed(result, parts, gen is not None, new, attempt)
-        time.sleep(random.uniform(0, min(BACKOFF_MAX, BACKOFF * 2**attempt)))
+        RetryPolicy(backoff=BACKOFF, backoff_max=BACKOFF_MAX, jitter=1.0).pause(attempt)
     raise ShardConflictError(store.key(name), tries)
 
 
@@ -194,14 +192,7 @@ def _hook(name: str, attempt: int) -> None:
 def _retrying[T](call: Callable[[], T]) -> T:
     """``call()``, retried on store errors (transient: dropped connections, a temp file removed
     by another writer's clean-up)."""
-    for attempt in range(ERROR_TRIES):
-        try:
-            return call()
-        except Exception:
-            if attempt == ERROR_TRIES - 1:
-                raise
-            time.sleep(0.05 * 2**attempt)
-    raise AssertionError("unreachable")
+    return RetryPolicy(tries=ERROR_TRIES, retry_on=any_error).call(call)
 
 
 # -- local files ----------------------------------------------------------------------------------
@@ -350,51 +341,15 @@ class _Obstore:
         self.store, self.inner = store, inner
 
     def get(self, name: str) -> tuple[bytes | None, Any]:
-        import obstore
-        from obstore.exceptions import NotFoundError
-
-        try:
-            got = obstore.get(self.inner, self.store.key(name))
-        except (NotFoundError, FileNotFoundError):
-            return None, None
-        data = got.bytes().to_bytes()
-        return data, (got.meta["e_tag"], got.meta["version"])
+        return s3.obstore_get(self.inner, self.store.key(name))
 
     def head(self, name: str) -> Any:
-        import obstore
-        from obstore.exceptions import NotFoundError
-
-        try:
-            meta = obstore.head(self.inner, self.store.key(name))
-        except (NotFoundError, FileNotFoundError):
-            return None
-        return (meta["e_tag"], meta["version"])
+        return s3.obstore_head(self.inner, self.store.key(name))
 
     def commit(self, name: str, parts: Sequence[Any] | None, expected: Any) -> Any:
-        import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
-
         assert parts is not None
-        mode: Any = "create"
-        if expected is not None:
-            mode = {"e_tag": expected[0]}
-            if expected[1] is not None:
-                mode["version"] = expected[1]
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        try:
-            # one request: a multipart upload would not carry the precondition
-            key = self.store.key(name)
-            res = obstore.put(self.inner, key, data, mode=mode, use_multipart=False)
-        except (AlreadyExistsError, PreconditionError):
-            return CONFLICT
-        return (res["e_tag"], res["version"])
-
-
-def _precondition_failed(e: BaseException) -> bool:
-    seen = [e, e.__cause__, e.__context__]
-    return isinstance(e, FileExistsError) or any(
-        x is not None and ("PreconditionFailed" in repr(x) or "412" in str(x)) for x in seen
-    )
+        new = s3.obstore_put_if(self.inner, self.store.key(name), parts, expected)
+        return CONFLICT if new is None else new
 
 
 class _S3fs:
@@ -402,45 +357,18 @@ class _S3fs:
 
     def __init__(self, store: ShardStore, fs: Any) -> None:
         self.store, self.fs = store, fs
-        self.bucket, _, self.prefix = str(store.store.path).strip("/").partition("/")  # type: ignore[attr-defined]
+        self.bucket, self.prefix = s3.bucket_prefix(store.store)
 
     def _key(self, name: str) -> str:
         return "/".join(p for p in (self.prefix, self.store.key(name)) if p)
 
     def get(self, name: str) -> tuple[bytes | None, Any]:
-        async def go() -> tuple[bytes | None, Any]:
-            try:
-                resp = await self.fs._call_s3("get_object", Bucket=self.bucket, Key=self._key(name))
-            except FileNotFoundError:
-                return None, None
-            body = resp["Body"]
-            try:
-                data = await body.read()
-            finally:
-                body.close()
-            return bytes(data), (resp["ETag"], resp.get("VersionId"))
-
-        return sync(go())
+        return s3.s3fs_get(self.fs, self.bucket, self._key(name))
 
     def head(self, name: str) -> Any:
-        try:
-            resp = sync(self.fs._call_s3("head_object", Bucket=self.bucket, Key=self._key(name)))
-        except FileNotFoundError:
-            return None
-        return (resp["ETag"], resp.get("VersionId"))
+        return s3.s3fs_head(self.fs, self.bucket, self._key(name))
 
     def commit(self, name: str, parts: Sequence[Any] | None, expected: Any) -> Any:
         assert parts is not None
-        cond = {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected[0]}
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        try:
-            resp = sync(
-                self.fs._call_s3(
-                    "put_object", Bucket=self.bucket, Key=self._key(name), Body=bytes(data), **cond
-                )
-            )
-        except OSError as e:
-            if _precondition_failed(e):
-                return CONFLICT
-            raise
-        return (resp["ETag"], resp.get("VersionId"))
+        new = s3.s3fs_put_if(self.fs, self.bucket, self._key(name), parts, expected)
+        return CONFLICT if new is None else new

@@ -31,7 +31,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -282,70 +282,6 @@ def remove_temp_files(
             continue
         removed.append(name)
     return removed
-
-
-def _s3_client(zstore: Any) -> tuple[Any, str, str] | None:
-    """(call(method, **kw), bucket, key prefix) for an S3-backed zarr store, else None."""
-    inner: Any = getattr(zstore, "store", None)
-    if type(inner).__name__ == "S3Store":
-        import botocore.session
-
-        cfg = dict(inner.config)
-        opts = dict(inner.client_options or {})
-        endpoint = cfg.get("endpoint") or cfg.get("aws_endpoint")
-        if endpoint and not str(endpoint).startswith("http"):
-            endpoint = ("http://" if opts.get("allow_http") == "true" else "https://") + endpoint
-        client = botocore.session.get_session().create_client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name=cfg.get("region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-            aws_access_key_id=cfg.get("access_key_id"),
-            aws_secret_access_key=cfg.get("secret_access_key"),
-            aws_session_token=cfg.get("session_token") or cfg.get("token"),
-        )
-
-        def call(method: str, **kw: Any) -> Any:
-            return getattr(client, method)(**kw)
-
-        prefix = (inner.prefix or "").strip("/")
-        return call, str(cfg["bucket"]), prefix
-    fs = getattr(zstore, "fs", None)
-    if fs is not None and "s3" in (getattr(fs, "protocol", None) or ()):
-        bucket, _, prefix = str(zstore.path).strip("/").partition("/")
-        return fs.call_s3, bucket, prefix
-    return None
-
-
-def abort_multipart_uploads(
-    store: ShardStore, keys: Iterable[str], before: datetime.datetime | None = None
-) -> list[str]:
-    """Abort the unfinished multipart uploads of ``keys`` (S3 only) started before ``before``.
-
-    An upload abandoned by a killed writer is invisible but keeps its parts (and their cost)
-    until aborted. Returns the keys whose uploads were aborted.
-    """
-    target = _s3_client(store.store)
-    if target is None:
-        return []
-    call, bucket, prefix = target
-    full = {"/".join(p for p in (prefix, store.key(k)) if p): k for k in keys}
-    if not full:
-        return []
-    list_prefix = "/".join(p for p in (prefix, store.path) if p)
-    aborted = []
-    kw: dict[str, Any] = {"Bucket": bucket, "Prefix": list_prefix + "/" if list_prefix else ""}
-    while True:
-        page = call("list_multipart_uploads", **kw)
-        for up in page.get("Uploads", []):
-            started = up.get("Initiated")
-            if up["Key"] not in full or (before is not None and started and started >= before):
-                continue
-            call("abort_multipart_upload", Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
-            aborted.append(full[up["Key"]])
-        if not page.get("IsTruncated"):
-            return aborted
-        kw["KeyMarker"] = page.get("NextKeyMarker")
-        kw["UploadIdMarker"] = page.get("NextUploadIdMarker")
 
 
 def clear_array(store: ShardStore, keep: set[str], *, journal_only: bool = False) -> None:

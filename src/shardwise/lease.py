@@ -32,7 +32,6 @@ import getpass
 import json
 import os
 import socket
-import time
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,9 +39,10 @@ from typing import Any
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from .compat import pipe_file_async
+from . import s3
 from .errors import LeaseHeldError
 from .journal import LEASE as LEASE  # the one definition (journal clears around it)
+from .retry import RetryPolicy, any_error
 from .store import ShardStore, describe
 
 SHARED = ".shardwise/leases/"
@@ -109,29 +109,15 @@ def _create_exclusive(store: ShardStore, name: str, data: bytes, tries: int = 4)
     Transient failures are retried: the read-back that follows decides who holds the lease,
     so a create that did happen although its answer was lost is found out there.
     """
-    for attempt in range(tries):
-        try:
-            _create_once(store, name, data)
-            return
-        except Exception:
-            if attempt == tries - 1:
-                raise
-            time.sleep(0.05 * 2**attempt)
+    RetryPolicy(tries=tries, retry_on=any_error).call(lambda: _create_once(store, name, data))
 
 
 def _create_once(store: ShardStore, name: str, data: bytes) -> None:
     key = store.key(name)
     zstore = store.store
-    fs = getattr(zstore, "fs", None)
-    if fs is not None and "s3" in (getattr(fs, "protocol", None) or ()):
-        # zarr's FsspecStore checks then sets (not atomic); s3fs can send If-None-Match itself
-        try:
-            # zarr's fs is asynchronous (no loop of its own): run the coroutine on zarr's loop
-            path = f"{zstore.path.rstrip('/')}/{key}"  # type: ignore[attr-defined]
-            sync(pipe_file_async(fs, path, data, mode="create"))
-        except (FileExistsError, OSError) as e:
-            if "PreconditionFailed" not in repr(e) and not isinstance(e, FileExistsError):
-                raise
+    fs = s3.s3fs_of(zstore)
+    if fs is not None:  # zarr's FsspecStore checks then sets (not atomic)
+        s3.create_if_absent(zstore, fs, key, data)
         return
     buf = default_buffer_prototype().buffer.from_bytes(data)
     with contextlib.suppress(FileExistsError):

@@ -30,7 +30,6 @@ from .journal import (
     RECORDS,
     Journal,
     WriteMarker,
-    abort_multipart_uploads,
     clear_array,
     marker_name,
     now,
@@ -42,6 +41,7 @@ from .journal import (
 from .layout import Coord, Layout, Region
 from .lease import LEASE, Lease
 from .plan import WritePlan
+from .s3 import abort_multipart_uploads
 from .shard import ShardCodec
 from .staged import remove_staged
 from .store import ShardStore, describe

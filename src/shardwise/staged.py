@@ -35,10 +35,11 @@ from .codecs import crc32c
 from .errors import CorruptShardError
 from .fetch import read_index
 from .job import PART_BYTES, STREAM_BUFFER
-from .journal import JOURNAL, RECORDS, TEMP, Journal, Record, _s3_client
+from .journal import JOURNAL, RECORDS, TEMP, Journal, Record
 from .layout import Coord, Layout, Region, ceildiv, intersect
 from .metadata import ArrayInfo
 from .plan import WritePlan
+from .s3 import multipart_client
 from .shard import MISSING, ShardIndex, encode_shard
 from .store import PARTIAL_SUFFIX, ShardStore
 from .write import WriteOptions, WriteReport, run_graph
@@ -387,25 +388,13 @@ def commit_shard(store: ShardStore, key: str, feed: Feed, *, total: int | None =
     """
     if store.local_root is not None:
         return _commit_local(store, key, feed)
-    s3 = _multipart_client(store) if total is None or total > PART_BYTES else None
+    s3 = multipart_client(store) if total is None or total > PART_BYTES else None
     if s3 is not None:
         return _commit_multipart(store, s3, key, feed)
     parts: list[Any] = []
     crc = feed(parts.append)
     store.put(key, parts)
     return crc
-
-
-def _multipart_client(store: ShardStore) -> tuple[Any, str, str] | None:
-    """An S3 client for multipart uploads to ``store`` (obstore's S3 stores; s3fs stores are
-    written whole: their client runs on fsspec's own event loop, not from any thread)."""
-    try:
-        from obstore.store import S3Store
-    except ImportError:  # obstore is optional
-        return None
-    if not isinstance(getattr(store.store, "store", None), S3Store):
-        return None
-    return _s3_client(store.store)
 
 
 def _chunk_span(lay: Layout, shard: Coord, region: Region) -> list[tuple[int, int]]:

@@ -1,8 +1,10 @@
 """The I/O edge: whole-object get/put, byte ranges, delete and list over zarr stores.
 
-``ShardStore`` wraps a zarr ``Store`` plus the array's path inside it. Local directories take a
-direct path (``pread`` and write-to-temp-then-rename, optionally with fsync); every other store
-goes through zarr's async API on zarr's own event loop. A ``put`` is always atomic: a reader
+``ShardStore`` wraps a zarr ``Store`` plus the array's path inside it and delegates the I/O to
+one of two backends with one interface (:class:`Backend`): :class:`LocalFiles` for a local
+directory (``pread`` and write-to-temp-then-rename, optionally with fsync), and
+:class:`ZarrStoreBackend` for every other store (zarr's async API on zarr's own event loop,
+requests retried by :mod:`shardwise.retry`). A ``put`` is always atomic: a reader
 sees the old object or the new one, never a part.
 
 It holds configuration only (a zarr store pickles as its root or URL), so it travels to dask
@@ -15,12 +17,11 @@ import asyncio
 import contextlib
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from zarr.abc.store import RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
@@ -28,6 +29,7 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from .errors import ArgumentTypeError, ArrayNotFoundError
+from .retry import STORE_REQUESTS
 
 PARTIAL_SUFFIX = ".partial"
 # objects up to this size are read into a per-thread buffer kept for reuse (so at most this
@@ -94,21 +96,29 @@ def join(*parts: str | None) -> str:
 
 @dataclass(frozen=True)
 class ShardStore:
+    """The objects of one array: names relative to ``path`` inside ``store``.
+
+    The I/O runs through a :class:`Backend` picked at construction: :class:`LocalFiles` for a
+    local directory, :class:`ZarrStoreBackend` for any other zarr store.
+    """
+
     store: Store
     path: str = ""
     fsync: bool = False
     # hex digits that start the names of this writer's temp files: a clean-up after a write
     # removes its own leftovers, not the live temp files of writers running beside it
     tag: str = ""
+    backend: Backend = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", backend_for(self.store, fsync=self.fsync, tag=self.tag))
 
     def key(self, name: str) -> str:
         return join(self.path, name)
 
     @property
     def local_root(self) -> Path | None:
-        if isinstance(self.store, LocalStore):
-            return Path(self.store.root)
-        return None
+        return self.backend.root
 
     def _file(self, name: str) -> Path:
         root = self.local_root
@@ -118,62 +128,14 @@ class ShardStore:
     # -- reads ----------------------------------------------------------------------------------
 
     def get(self, name: str) -> bytes | None:
-        if self.local_root is not None:
-            try:
-                return self._file(name).read_bytes()
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-        buf = _again(lambda: self.store.get(self.key(name), default_buffer_prototype()))
-        return None if buf is None else buf.to_bytes()
+        return self.backend.get(self.key(name))
 
     def size(self, name: str) -> int | None:
-        if self.local_root is not None:
-            try:
-                return self._file(name).stat().st_size
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-        try:
-            return int(_again(lambda: self.store.getsize(self.key(name))))
-        except FileNotFoundError:
-            return None
+        return self.backend.size(self.key(name))
 
     def get_suffix(self, name: str, n: int) -> tuple[bytes, int] | None:
         """The last ``n`` bytes and the object size, or None when the object is missing."""
-        if self.local_root is not None:
-            try:
-                fd = os.open(self._file(name), os.O_RDONLY)
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            try:
-                size = os.fstat(fd).st_size
-                return os.pread(fd, min(n, size), max(0, size - n)), size
-            finally:
-                os.close(fd)
-        key = self.key(name)
-
-        async def go() -> tuple[Any, int] | None:
-            proto = default_buffer_prototype()
-            size, buf = await asyncio.gather(
-                self.store.getsize(key),
-                self.store.get(key, proto, SuffixByteRequest(n)),
-                return_exceptions=True,
-            )
-            for got in (size, buf):
-                if isinstance(got, FileNotFoundError):
-                    return None
-            if isinstance(size, BaseException):
-                raise size
-            if isinstance(buf, BaseException):
-                if size >= n:
-                    raise buf
-                # S3 via obstore refuses a suffix range on an empty object: fetch it whole
-                buf = await self.store.get(key, proto)
-            return (None, size) if buf is None else (buf, size)
-
-        got = _again(go)
-        if got is None or got[0] is None:
-            return None
-        return got[0].to_bytes(), int(got[1])
+        return self.backend.get_suffix(self.key(name), n)
 
     def get_prefix(self, name: str, n: int) -> tuple[bytes, int] | None:
         """The first ``n`` bytes and the object size, or None when the object is missing."""
@@ -185,21 +147,171 @@ class ShardStore:
 
     def open_local(self, name: str) -> LocalObject | None:
         """A handle on the current version of a local object (None when it is missing)."""
-        try:
-            fd = os.open(self._file(name), os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return LocalObject(fd)
+        return open_file(self._file(name))
 
     def get_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """``(offset, nbytes)`` ranges of one object; the caller validated them against its size."""
-        if self.local_root is not None:
-            fd = os.open(self._file(name), os.O_RDONLY)
-            try:
-                return [os.pread(fd, n, o) for o, n in ranges]
-            finally:
-                os.close(fd)
-        key = self.key(name)
+        return self.backend.get_ranges(self.key(name), ranges)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def put(self, name: str, data: bytes | Sequence[Any]) -> None:
+        """Store ``data`` (bytes, or a sequence of bytes-like parts) under ``name`` atomically."""
+        parts = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)
+        self.backend.put(self.key(name), parts)
+
+    def delete(self, name: str) -> None:
+        self.backend.delete(self.key(name))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Names (relative to the array path) under ``prefix``."""
+        strip = len(self.path) + 1 if self.path else 0
+        return [k[strip:] for k in self.backend.list(self.key(prefix))]
+
+
+class Backend(Protocol):
+    """Object I/O by full key (the array path joined in). Missing objects read as None; a put
+    is atomic (a reader sees the old object or the new one, never a part); deleting a missing
+    object is no error."""
+
+    @property
+    def root(self) -> Path | None:
+        """The directory of a local store (direct file access), else None."""
+        ...
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def size(self, key: str) -> int | None: ...
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        """The last ``n`` bytes and the object size."""
+        ...
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """``(offset, nbytes)`` ranges; a missing object raises FileNotFoundError."""
+        ...
+
+    def put(self, key: str, parts: Sequence[Any]) -> None:
+        """Store the concatenation of the bytes-like ``parts``."""
+        ...
+
+    def delete(self, key: str) -> None: ...
+
+    def list(self, prefix: str) -> list[str]:
+        """The keys under directory ``prefix`` ("" for all), sorted."""
+        ...
+
+
+def backend_for(store: Store, *, fsync: bool = False, tag: str = "") -> Backend:
+    """Direct file I/O for a local directory, zarr's Store API for any other store."""
+    if isinstance(store, LocalStore):
+        return LocalFiles(Path(store.root), fsync=fsync, tag=tag)
+    return ZarrStoreBackend(store)
+
+
+@dataclass(frozen=True)
+class LocalFiles:
+    """A local directory: ``pread`` for ranges, puts written to a temp file (named with ``tag``
+    first) and renamed into place, with ``fsync`` of the file and its directories if asked."""
+
+    root: Path
+    fsync: bool = False
+    tag: str = ""
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return (self.root / key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def size(self, key: str) -> int | None:
+        try:
+            return (self.root / key).stat().st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        try:
+            fd = os.open(self.root / key, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            return os.pread(fd, min(n, size), max(0, size - n)), size
+        finally:
+            os.close(fd)
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        fd = os.open(self.root / key, os.O_RDONLY)
+        try:
+            return [os.pread(fd, n, o) for o, n in ranges]
+        finally:
+            os.close(fd)
+
+    def open(self, key: str) -> LocalObject | None:
+        return open_file(self.root / key)
+
+    def put(self, key: str, parts: Sequence[Any]) -> None:
+        _atomic_write(self.root / key, parts, fsync=self.fsync, tag=self.tag)
+
+    def delete(self, key: str) -> None:
+        (self.root / key).unlink(missing_ok=True)
+
+    def list(self, prefix: str) -> list[str]:
+        top = self.root / prefix
+        if not top.is_dir():
+            return []
+        return sorted(
+            str((Path(d) / f).relative_to(self.root)) for d, _, files in os.walk(top) for f in files
+        )
+
+
+@dataclass(frozen=True)
+class ZarrStoreBackend:
+    """Any zarr store, through its async API on zarr's event loop; every request is retried
+    by :data:`~shardwise.retry.STORE_REQUESTS`."""
+
+    store: Store
+    root: None = None
+
+    def get(self, key: str) -> bytes | None:
+        buf = _again(lambda: self.store.get(key, default_buffer_prototype()))
+        return None if buf is None else buf.to_bytes()
+
+    def size(self, key: str) -> int | None:
+        try:
+            return int(_again(lambda: self.store.getsize(key)))
+        except FileNotFoundError:
+            return None
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        store = self.store
+
+        async def go() -> tuple[Any, int] | None:
+            proto = default_buffer_prototype()
+            size, buf = await asyncio.gather(
+                store.getsize(key),
+                store.get(key, proto, SuffixByteRequest(n)),
+                return_exceptions=True,
+            )
+            for got in (size, buf):
+                if isinstance(got, FileNotFoundError):
+                    return None
+            if isinstance(size, BaseException):
+                raise size
+            if isinstance(buf, BaseException):
+                if size >= n:
+                    raise buf
+                # S3 via obstore refuses a suffix range on an empty object: fetch it whole
+                buf = await store.get(key, proto)
+            return (None, size) if buf is None else (buf, size)
+
+        got = _again(go)
+        if got is None or got[0] is None:
+            return None
+        return got[0].to_bytes(), int(got[1])
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         proto = default_buffer_prototype()
 
         async def go() -> list[Any]:
@@ -214,86 +326,34 @@ class ShardStore:
             out.append(buf.to_bytes())
         return out
 
-    # -- writes ---------------------------------------------------------------------------------
-
-    def put(self, name: str, data: bytes | Sequence[Any]) -> None:
-        """Store ``data`` (bytes, or a sequence of bytes-like parts) under ``name`` atomically."""
-        parts = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)
-        if self.local_root is not None:
-            _atomic_write(self._file(name), parts, fsync=self.fsync, tag=self.tag)
-            return
+    def put(self, key: str, parts: Sequence[Any]) -> None:
         joined = parts[0] if len(parts) == 1 else b"".join(parts)
         buf = default_buffer_prototype().buffer.from_bytes(joined)
-        _again(lambda: self.store.set(self.key(name), buf))
+        _again(lambda: self.store.set(key, buf))
 
-    def delete(self, name: str) -> None:
-        if self.local_root is not None:
-            self._file(name).unlink(missing_ok=True)
-            return
+    def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            _again(lambda: self.store.delete(self.key(name)))
+            _again(lambda: self.store.delete(key))
 
-    def list(self, prefix: str = "") -> list[str]:
-        """Names (relative to the array path) under ``prefix``."""
-        base = self.key(prefix)
-        if self.local_root is not None:
-            top = self.local_root / base
-            if not top.is_dir():
-                return []
-            rel = self.local_root / self.path if self.path else self.local_root
-            return sorted(
-                str((Path(d) / f).relative_to(rel)) for d, _, files in os.walk(top) for f in files
-            )
-
+    def list(self, prefix: str) -> list[str]:
         async def go() -> list[str]:
-            return [k async for k in self.store.list_prefix(base + "/" if base else "")]
+            return [k async for k in self.store.list_prefix(prefix + "/" if prefix else "")]
 
-        strip = len(self.path) + 1 if self.path else 0
-        return sorted(k[strip:] for k in _again(go))
-
-
-def _again[T](make: Callable[[], Coroutine[Any, Any, T]], tries: int = 4) -> T:
-    """Run an idempotent store request, retrying failures other than "not found".
-
-    Client libraries retry most transient S3 errors themselves, but not all: obstore gives up
-    on a response body cut short (a dropped connection mid-answer). Every request here may be
-    repeated safely (gets, whole-object puts, deletes, listings).
-    """
-    for attempt in range(tries):
-        try:
-            return sync(make())
-        except FileNotFoundError:
-            raise
-        except Exception:
-            if attempt == tries - 1:
-                raise
-            time.sleep(0.05 * 2**attempt)
-    raise AssertionError("unreachable")
+        return sorted(_again(go))
 
 
-def transient(e: BaseException) -> bool:
-    """A store failure worth another try: a dropped connection, a timeout, or obstore's generic
-    error (a response body cut short, which obstore itself does not retry)."""
-    if isinstance(e, ConnectionError | TimeoutError):
-        return True
+def _again[T](make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run an idempotent store request on zarr's loop under :data:`STORE_REQUESTS`."""
+    return STORE_REQUESTS.call(lambda: sync(make()))
+
+
+def open_file(path: Path) -> LocalObject | None:
+    """A handle on the current version of a local file (None when it is missing)."""
     try:
-        from obstore.exceptions import GenericError
-    except ImportError:  # pragma: no cover - obstore is optional
-        return False
-    return isinstance(e, GenericError)
-
-
-def retry_transient[T](call: Callable[[], T], tries: int = 4) -> T:
-    """``call()`` again after a :func:`transient` failure: for zarr-python's own metadata requests,
-    which do not go through :func:`_again`. ``call`` must be safe to repeat."""
-    for attempt in range(tries):
-        try:
-            return call()
-        except Exception as e:
-            if attempt == tries - 1 or not transient(e):
-                raise
-            time.sleep(0.05 * 2**attempt)
-    raise AssertionError("unreachable")
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return LocalObject(fd)
 
 
 class LocalObject:
