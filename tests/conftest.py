@@ -125,3 +125,27 @@ def client() -> Iterator[Any]:
         Client(cluster, set_as_default=False) as c,
     ):
         yield c
+
+
+# -- the fast lane ---------------------------------------------------------------------------------
+# `pytest -m "not slow"` is the developer's lane (CI runs everything). Besides the tests marked
+# slow where they are defined, these are slow here: whole modules that start clusters, processes
+# or servers, or run xarray's own backend suite, and single tests that start worker processes,
+# the S3 server or Jupyter (picked from the durations `dev.sh test` prints).
+
+SLOW_MODULES = {
+    "test_faults.py",
+    "test_xarray_suite.py",
+    "test_notebook.py",
+    "test_demo.py",
+    "test_benchmarks.py",
+}
+SLOW_WORDS = ("cluster", "s3", "process", "zep2", "job_array", "cli_failures", "race", "moto")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = pytest.mark.slow
+    for item in items:
+        name = item.nodeid.lower()
+        if item.path.name in SLOW_MODULES or any(w in name for w in SLOW_WORDS):
+            item.add_marker(slow)
