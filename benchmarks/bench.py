@@ -65,7 +65,7 @@ def _sw_to_zarr() -> Any:
     fn = getattr(shardwise, "to_zarr", None)
     if fn is None:
         try:
-            from shardwise import xarray_write  # type: ignore[attr-defined]
+            from shardwise.xarray import writer as xarray_write
 
             fn = getattr(xarray_write, "to_zarr", None)
         except ImportError:
@@ -87,7 +87,7 @@ def skip_note(case: str) -> str | None:
     if case.startswith("s-xr-") and _sw_to_zarr() is None:
         return (
             "skipped: shardwise.to_zarr does not exist yet "
-            "(src/shardwise/xarray_write.py not written or not exported)"
+            "(src/shardwise/xarray/writer.py not written or not exported)"
         )
     if case == "h-sw-engine" and not _engine_available():
         return (

@@ -43,9 +43,9 @@ def writer(
     idx: int, root: str, args: dict[str, Any], conditional: bool, barrier: Any, out: Any
 ) -> None:
     import shardwise
-    import shardwise.conditional
+    import shardwise.storage.conditional
 
-    shardwise.conditional.ENABLED = conditional
+    shardwise.storage.conditional.ENABLED = conditional
     slab, width, rep = args["slab"], args["width"], args["rep"]
     rows = slice(idx * slab, (idx + 1) * slab)
     x = slab_data(rows, width, rep)

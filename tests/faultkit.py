@@ -365,7 +365,7 @@ def stored_without(
     x: np.ndarray, shards: tuple[int, ...], region: tuple[slice, ...], fill: Any = 0
 ) -> int:
     """Shards of ``x`` holding data other than ``fill`` that do not touch ``region``."""
-    from shardwise.layout import Layout
+    from shardwise.core.layout import Layout
 
     lay = Layout(x.shape, shards, shards)
     skip = set(lay.shards_touching(region))
@@ -379,8 +379,8 @@ def temp_files(root: Path) -> list[str]:
 def torn_shards(root: Path) -> list[str]:
     """Shards under ``root`` that do not decode completely (index and every inner chunk)."""
     from shardwise.api import open_info
+    from shardwise.codec.shard import decode_shard_bytes
     from shardwise.errors import CorruptShardError
-    from shardwise.shard import decode_shard_bytes
 
     if not (root / "zarr.json").exists():
         return [k for k in files(root) if not TEMP.search(k)]
@@ -463,9 +463,9 @@ def race_lease(
     idx: int, kind: str, base: str, trials: int, barrier: Any, out: Any, endpoint: str = ""
 ) -> None:
     """One of the racing writer jobs: every trial, wait for the others, then take the lease."""
+    from shardwise.durability.lease import Lease
     from shardwise.errors import LeaseHeldError
-    from shardwise.lease import Lease
-    from shardwise.store import ShardStore
+    from shardwise.storage.store import ShardStore
 
     for t in range(trials):
         if kind == "local":
@@ -593,9 +593,9 @@ def race_region(
     import dask
 
     import shardwise
-    import shardwise.conditional
+    import shardwise.storage.conditional
 
-    shardwise.conditional.ENABLED = conditional
+    shardwise.storage.conditional.ENABLED = conditional
 
     dask.config.set(scheduler="synchronous")  # the concurrency under test is between processes
     for t in range(trials):

@@ -27,8 +27,12 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
-from shardwise.backend import ShardwiseBackendArray, ShardwiseBackendEntrypoint, ShardwiseDataStore
 from shardwise.errors import CorruptShardError
+from shardwise.xarray.backend import (
+    ShardwiseBackendArray,
+    ShardwiseBackendEntrypoint,
+    ShardwiseDataStore,
+)
 
 # -- helpers --------------------------------------------------------------------------------------
 

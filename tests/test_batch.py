@@ -20,10 +20,10 @@ from zarr.storage import LocalStore
 import shardwise
 from faultkit import files, settle
 from shardwise import LeaseHeldError, PlanError, VerifyError, batch
-from shardwise.layout import Layout, is_aligned
-from shardwise.lease import Lease, part_lease
-from shardwise.store import ShardStore
-from shardwise.verify import verify
+from shardwise.core.layout import Layout, is_aligned
+from shardwise.durability.lease import Lease, part_lease
+from shardwise.durability.verify import verify
+from shardwise.storage.store import ShardStore
 
 SHAPE = (50, 44)
 KW: dict[str, Any] = dict(chunks=(5, 4), shards=(10, 12), fill_value=0)

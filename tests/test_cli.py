@@ -17,9 +17,9 @@ import zarr
 import shardwise
 from faultkit import files
 from shardwise.cli import main
-from shardwise.lease import Lease
-from shardwise.store import ShardStore
-from shardwise.verify import verify
+from shardwise.durability.lease import Lease
+from shardwise.durability.verify import verify
+from shardwise.storage.store import ShardStore
 
 SHAPE = (40, 30)
 
@@ -216,7 +216,7 @@ def test_lease_of_a_part_reads_the_part_count_from_the_batch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from shardwise import batch
-    from shardwise.lease import part_lease
+    from shardwise.durability.lease import part_lease
 
     plain = tmp_path / "plain.zarr"
     shardwise.write_array(data(), plain, chunks=(5, 5), shards=(10, 15))

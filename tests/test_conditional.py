@@ -27,7 +27,7 @@ from zarr.abc.store import Store
 from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
 import shardwise
-import shardwise.conditional as cond
+import shardwise.storage.conditional as cond
 from faultkit import (
     BUCKET,
     CREDS,
@@ -48,9 +48,9 @@ from faultkit import (
 )
 from shardwise import LeaseHeldError, PlanError, ShardConflictError
 from shardwise.cli import main
-from shardwise.conditional import CONFLICT, versions
-from shardwise.lease import Lease, shared_leases
-from shardwise.store import ShardStore
+from shardwise.durability.lease import Lease, shared_leases
+from shardwise.storage.conditional import CONFLICT, versions
+from shardwise.storage.store import ShardStore
 
 KINDS = ["local", "memory", "obstore", "s3fs"]
 KW = dict(chunks=(16, 6), shards=(64, 6), fill_value=0)

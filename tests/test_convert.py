@@ -428,9 +428,9 @@ def test_a_group_is_refused_whole_before_anything_is_written(tmp_path: Path) -> 
 
 
 def test_a_held_lease_refuses_the_group_before_any_byte(tmp_path: Path) -> None:
+    from shardwise.durability.lease import Lease
     from shardwise.errors import LeaseHeldError
-    from shardwise.lease import Lease
-    from shardwise.store import ShardStore
+    from shardwise.storage.store import ShardStore
 
     src, dst = tmp_path / "g.zarr", tmp_path / "out.zarr"
     g = zarr.open_group(src, mode="w", zarr_format=2)

@@ -21,7 +21,7 @@ import zarr.codecs as zc
 import shardwise
 from shardwise import CorruptShardError
 from shardwise.api import open_reader
-from shardwise.codecs import crc32c
+from shardwise.codec.codecs import crc32c
 
 PATH = "grp/arr"
 SHAPE = (16, 16)

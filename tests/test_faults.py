@@ -58,13 +58,13 @@ from faultkit import (
     wait_until,
 )
 from shardwise.api import open_info
+from shardwise.core.layout import normalize_region
+from shardwise.durability.journal import Record
+from shardwise.durability.lease import Lease, read_lease
+from shardwise.durability.verify import check_shard, verify
+from shardwise.engine.read import ShardReader
 from shardwise.errors import CorruptShardError
-from shardwise.journal import Record
-from shardwise.layout import normalize_region
-from shardwise.lease import Lease, read_lease
-from shardwise.read import ShardReader
-from shardwise.store import ShardStore
-from shardwise.verify import check_shard, verify
+from shardwise.storage.store import ShardStore
 
 # -- corruption fuzz ------------------------------------------------------------------------------
 

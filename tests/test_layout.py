@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardwise.errors import PlanError
-from shardwise.layout import (
+from shardwise.core.layout import (
     Layout,
     Region,
     intersect,
@@ -24,8 +23,9 @@ from shardwise.layout import (
     normalize_region,
     shift,
 )
-from shardwise.plan import WritePlan
-from shardwise.read import coalesce
+from shardwise.core.plan import WritePlan
+from shardwise.engine.read import coalesce
+from shardwise.errors import PlanError
 from strategies import Geometry, examples, geometries, regions
 
 

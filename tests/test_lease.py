@@ -24,9 +24,9 @@ from zarr.storage import LocalStore, MemoryStore, WrapperStore
 import shardwise
 from faultkit import files, wait_until
 from shardwise import LeaseHeldError
-from shardwise.lease import LEASE, Lease, LeaseInfo, break_lease, part_lease, read_lease
-from shardwise.store import ShardStore
-from shardwise.verify import verify
+from shardwise.durability.lease import LEASE, Lease, LeaseInfo, break_lease, part_lease, read_lease
+from shardwise.durability.verify import verify
+from shardwise.storage.store import ShardStore
 
 KW = dict(chunks=(4, 4), shards=(8, 8))
 

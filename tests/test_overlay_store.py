@@ -1,4 +1,4 @@
-"""The dry-run overlay (:class:`shardwise.overlay.Overlay`) as a zarr store.
+"""The dry-run overlay (:class:`shardwise.storage.overlay.Overlay`) as a zarr store.
 
 Two parts: zarr-python's own store conformance suite (``zarr.testing.store.StoreTests``) for an
 overlay over a MemoryStore and over a LocalStore, and the overlay's own semantics: writes and
@@ -23,7 +23,7 @@ from zarr.core.sync import _collect_aiterator, sync
 from zarr.storage import LocalStore, MemoryStore
 from zarr.testing.store import StoreTests
 
-from shardwise.overlay import Overlay
+from shardwise.storage.overlay import Overlay
 from strategies import examples
 
 PROTO = default_buffer_prototype()

@@ -25,7 +25,7 @@ from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
 from shardwise import PlanError, WriteReport
-from shardwise.layout import Layout
+from shardwise.core.layout import Layout
 
 SHAPE = (61, 47, 19)
 SHARDS = (16, 12, 8)

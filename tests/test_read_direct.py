@@ -28,8 +28,8 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import CorruptShardError, OutputError, SelectionError
-from shardwise.direct import parse_selection
-from shardwise.read import GROUP_BYTES, ShardReader
+from shardwise.engine.direct import parse_selection
+from shardwise.engine.read import GROUP_BYTES, ShardReader
 from strategies import assert_bit_equal, cases, examples, selections
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -132,10 +132,10 @@ def test_missing_shards_and_chunks_read_as_the_fill_value() -> None:
 def test_groups_of_a_few_chunks(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Shards cut into many groups (two inner chunks each), fetched four groups at a time from
     stores other than local files: every selection still reads back as written."""
-    import shardwise.read
+    import shardwise.engine.read
 
-    monkeypatch.setattr(shardwise.read, "GROUP_BYTES", 2 * 4 * 5 * 4)
-    monkeypatch.setattr(shardwise.read, "REMOTE_FETCH_BYTES", 8 * 4 * 5 * 4)
+    monkeypatch.setattr(shardwise.engine.read, "GROUP_BYTES", 2 * 4 * 5 * 4)
+    monkeypatch.setattr(shardwise.engine.read, "REMOTE_FETCH_BYTES", 8 * 4 * 5 * 4)
     store: Any = MemoryStore() if kind == "memory" else LocalStore(tmp_path)
     data = _small(store)
     for sel in [Ellipsis, (slice(3, 40), slice(7, 38)), (slice(None, None, -3), 17), (30,)]:
@@ -366,7 +366,7 @@ def test_open_array_compute_assembles_every_chunking(case: Any, data: st.DataObj
     import dask
     import dask.array as da
 
-    from shardwise.assemble import ShardArray
+    from shardwise.engine.assemble import ShardArray
     from strategies import dask_chunkings
 
     store = MemoryStore()
@@ -429,7 +429,7 @@ def test_first_read_does_not_import_the_cluster_machinery(tmp_path: Path) -> Non
 
 
 def test_pool_size_on_a_worker_is_its_thread_count(client: Any) -> None:
-    from shardwise._pool import pool_size
+    from shardwise.engine._pool import pool_size
 
     assert client.submit(pool_size, pure=False).result() == 1  # workers of one thread each
 
@@ -441,7 +441,7 @@ def test_a_failing_batch_waits_for_the_others_before_raising() -> None:
     import threading
     import time
 
-    from shardwise._pool import map_batches
+    from shardwise.engine._pool import map_batches
 
     started, release = threading.Event(), threading.Event()
     finished: list[str] = []
@@ -523,7 +523,7 @@ def test_new_arrays_after_a_fork_while_another_thread_held_the_switch() -> None:
     import threading
     import time
 
-    import shardwise.memory as R
+    import shardwise.engine.memory as R
     from shardwise.compat import hugepage_switch
 
     switch = hugepage_switch()

@@ -28,6 +28,8 @@ import zarr
 import shardwise
 from faultkit import BUCKET, CREDS, files, moto_s3
 from shardwise.cli import main
+from shardwise.codec.metadata import default_compressors
+from shardwise.durability.lease import Lease
 from shardwise.errors import (
     ArrayNotFoundError,
     LeaseHeldError,
@@ -35,9 +37,7 @@ from shardwise.errors import (
     PlanError,
     UnsupportedCodecError,
 )
-from shardwise.lease import Lease
-from shardwise.metadata import default_compressors
-from shardwise.store import ShardStore
+from shardwise.storage.store import ShardStore
 from test_cli import exe
 
 STRINGS = np.array(["a", "bé", "", "dddd", "ünïcode ✓", "x" * 40] * 7, dtype=object)

@@ -30,9 +30,9 @@ from faultkit import (
     unique,
     wait_until,
 )
-from shardwise.journal import RECORDS, read_records
-from shardwise.store import ShardStore
-from shardwise.verify import verify
+from shardwise.durability.journal import RECORDS, read_records
+from shardwise.durability.verify import verify
+from shardwise.storage.store import ShardStore
 
 SHAPE = (40, 36)
 KW: dict[str, Any] = dict(chunks=(4, 4), shards=(8, 12), fill_value=0)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from zarr.storage import MemoryStore
 
 import shardwise
-from shardwise.sizing import DEFAULT_CHUNK_BYTES, DEFAULT_SHARD_BYTES, default_layout
+from shardwise.core.sizing import DEFAULT_CHUNK_BYTES, DEFAULT_SHARD_BYTES, default_layout
 from strategies import examples
 
 DTYPES = ("bool", "uint8", "int16", "float32", "int64", "complex128")

@@ -42,8 +42,8 @@ from faultkit import (
     wait_until,
 )
 from shardwise import PlanError, WriteJob, verify
-from shardwise.job import STREAM_BUFFER
-from shardwise.staged import STAGED
+from shardwise.core.job import STREAM_BUFFER
+from shardwise.engine.staged import STAGED
 from strategies import assert_bit_equal, cases, dask_chunkings, examples, regions
 from test_roundtrip import write
 
@@ -251,12 +251,12 @@ def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
     """As when dask reruns a shard task whose worker died after the commit: the record of this
     write matches the object, so the rerun returns the result without writing again."""
     from shardwise.api import open_info
-    from shardwise.job import make_job
-    from shardwise.journal import Journal
-    from shardwise.plan import WritePlan
-    from shardwise.staged import StagedWriter
-    from shardwise.store import ShardStore
-    from shardwise.write import WriteOptions
+    from shardwise.core.job import make_job
+    from shardwise.core.plan import WritePlan
+    from shardwise.durability.journal import Journal
+    from shardwise.engine.staged import StagedWriter
+    from shardwise.engine.write import WriteOptions
+    from shardwise.storage.store import ShardStore
 
     counts: Counter[str] = Counter()
     store = CountingStore(MemoryStore(), counts)
@@ -551,9 +551,9 @@ def _stop_rss_sampler(dask_worker: Any) -> int:
 def test_job_doctests() -> None:
     import doctest
 
-    import shardwise.job
+    import shardwise.core.job
 
-    result = doctest.testmod(shardwise.job)
+    result = doctest.testmod(shardwise.core.job)
     assert result.attempted > 0 and result.failed == 0
 
 

@@ -309,9 +309,9 @@ def test_local_whole_shard_reads_with_and_without_the_reused_buffer(
     """Local shards are read by ranges (groups of inner chunks) into a per-thread buffer reused
     from group to group, or, when a fetch is larger than SCRATCH_MAX, into a fresh buffer; either
     way every shard reads back as written."""
-    import shardwise.store
+    import shardwise.storage.store
 
-    monkeypatch.setattr(shardwise.store, "SCRATCH_MAX", scratch_max)
+    monkeypatch.setattr(shardwise.storage.store, "SCRATCH_MAX", scratch_max)
     rng = np.random.default_rng(3)
     data = rng.integers(0, 1000, size=(40, 36), dtype="int32")
     shardwise.write_array(data, str(tmp_path), chunks=(4, 6), shards=(8, 12), fill_value=0)

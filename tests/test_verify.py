@@ -19,10 +19,10 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from faultkit import BUCKET, MotoS3, moto_s3, unique
-from shardwise.journal import RECORDS
-from shardwise.lease import Lease
-from shardwise.store import ShardStore
-from shardwise.verify import parse_shard_key, verify
+from shardwise.durability.journal import RECORDS
+from shardwise.durability.lease import Lease
+from shardwise.durability.verify import parse_shard_key, verify
+from shardwise.storage.store import ShardStore
 
 SHAPE = (30, 26)
 KW: dict[str, Any] = dict(
@@ -219,7 +219,7 @@ def test_missing_metadata_is_a_problem_not_a_crash(tmp_path: Path) -> None:
 
 
 def test_parse_shard_key() -> None:
-    from shardwise.layout import Layout
+    from shardwise.core.layout import Layout
 
     lay = Layout((10, 10), (4, 4), (2, 2))
     assert parse_shard_key(lay, "c/2/1") == (2, 1)

@@ -16,9 +16,9 @@ from zarr.storage import LocalStore
 
 import shardwise
 from faultkit import settle, wait_until
+from shardwise.durability.journal import read_markers
 from shardwise.errors import LeaseHeldError
-from shardwise.journal import read_markers
-from shardwise.store import ShardStore
+from shardwise.storage.store import ShardStore
 from test_xarray_write import snapshot
 
 NT, NX, SHARD_T = 40, 12, 4  # 10 shards per variable along time
@@ -250,7 +250,7 @@ def test_resume_with_mode_w_replaces_an_older_array_with_its_own_open_write(
 
 
 def test_mode_w_refuses_to_delete_a_variable_another_job_writes(tmp_path: Path) -> None:
-    from shardwise.lease import Lease
+    from shardwise.durability.lease import Lease
 
     path = tmp_path / "a.zarr"
     shardwise.to_zarr(dataset(1), path, shards={"time": SHARD_T})

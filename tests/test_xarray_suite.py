@@ -114,7 +114,7 @@ class TestShardwiseZarrSuite(ZarrBase):
     def test_hooks_write_shards_and_read_them_with_shardwise(self) -> None:
         from xarray.tests.test_dataset import create_test_data
 
-        from shardwise.backend import ShardwiseBackendArray
+        from shardwise.xarray.backend import ShardwiseBackendArray
 
         original = create_test_data()
         with self.roundtrip(original) as actual:

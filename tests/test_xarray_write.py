@@ -27,11 +27,11 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise.api import open_info
+from shardwise.codec.metadata import default_compressors
+from shardwise.codec.shard import MISSING, index_slice, parse_index
+from shardwise.core.sizing import default_chunks, default_shards, dividing_chunks
 from shardwise.errors import PlanError
-from shardwise.metadata import default_compressors
-from shardwise.overlay import Overlay
-from shardwise.shard import MISSING, index_slice, parse_index
-from shardwise.sizing import default_chunks, default_shards, dividing_chunks
+from shardwise.storage.overlay import Overlay
 
 # -- helpers ---------------------------------------------------------------------------------------
 
@@ -134,7 +134,7 @@ def test_default_shard_size_splits_large_variables(tmp_path: Path) -> None:
     info = open_info(LocalStore(tmp_path / "a.zarr"), "v")
     lay = info.layout
     assert np.prod(lay.shard_shape) * 8 <= 200_000
-    assert np.prod(lay.chunk_shape) * 8 <= shardwise.xarray_write.DEFAULT_CHUNK_BYTES
+    assert np.prod(lay.chunk_shape) * 8 <= shardwise.xarray.writer.DEFAULT_CHUNK_BYTES
     assert rep.shards_written == lay.nshards > 1
 
 
@@ -697,7 +697,7 @@ def test_overlay_delete_dir_hides_and_commits(tmp_path: Path) -> None:
 def test_sizing_doctests() -> None:
     import doctest
 
-    import shardwise.sizing
+    import shardwise.core.sizing
 
-    result = doctest.testmod(shardwise.sizing)
+    result = doctest.testmod(shardwise.core.sizing)
     assert result.attempted == 5 and result.failed == 0

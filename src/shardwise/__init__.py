@@ -2,10 +2,13 @@
 
 from typing import TYPE_CHECKING, Any
 
-from . import batch
 from .api import open_array, plan_write, write_array
-from .convert import ArrayReport, ConvertReport, convert
-from .direct import read_array
+from .conversion.convert import ArrayReport, ConvertReport, convert
+from .core.job import WriteJob
+from .durability import batch
+from .durability.verify import VerifyReport, verify
+from .engine.direct import read_array
+from .engine.write import WriteReport
 from .errors import (
     ArgumentTypeError,
     ArrayExistsError,
@@ -23,13 +26,10 @@ from .errors import (
     UnsupportedCodecError,
     VerifyError,
 )
-from .job import WriteJob
-from .verify import VerifyReport, verify
-from .write import WriteReport
 
 if TYPE_CHECKING:
-    from .backend import open_dataset
-    from .xarray_write import to_zarr
+    from .xarray.backend import open_dataset
+    from .xarray.writer import to_zarr
 
 __version__ = "0.1.0"
 
@@ -70,11 +70,11 @@ def __getattr__(name: str) -> Any:
     # the xarray parts load xarray and pandas: import them on first use, so that array reads
     # and writes do not pay for them
     if name == "open_dataset":
-        from .backend import open_dataset
+        from .xarray.backend import open_dataset
 
         return open_dataset
     if name == "to_zarr":
-        from .xarray_write import to_zarr
+        from .xarray.writer import to_zarr
 
         return to_zarr
     raise AttributeError(f"module 'shardwise' has no attribute {name!r}")

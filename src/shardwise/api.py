@@ -10,8 +10,15 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from . import _pool
-from .conditional import versions
+from .codec.metadata import ArrayInfo, default_compressors, info_from_metadata
+from .core.job import Strategy, WriteJob, make_job
+from .core.layout import Region, normalize_region
+from .core.plan import WritePlan
+from .core.sizing import default_layout
+from .durability.session import WriteSession, plan_keys, plan_shards
+from .engine import _pool
+from .engine.read import ShardReader
+from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 from .errors import (
     ArrayExistsError,
     ArrayNotFoundError,
@@ -20,16 +27,9 @@ from .errors import (
     UnsupportedCodecError,
     check_mode,
 )
-from .job import Strategy, WriteJob, make_job
-from .layout import Region, normalize_region
-from .metadata import ArrayInfo, default_compressors, info_from_metadata
-from .plan import WritePlan
-from .read import ShardReader
-from .retry import retry_transient
-from .session import WriteSession, plan_keys, plan_shards
-from .sizing import default_layout
-from .store import ShardStore, describe, resolve_store
-from .write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
+from .storage.conditional import versions
+from .storage.retry import retry_transient
+from .storage.store import ShardStore, describe, resolve_store
 
 _MODES = ("w", "w-", "a", "r+")
 
@@ -49,7 +49,7 @@ def open_zarr_array(store: Any, path: str | None = None) -> Any:
     :class:`UnsupportedCodecError` for a Zarr v2 array, :class:`ArrayNotFoundError` for nothing."""
     from zarr.errors import ContainsGroupError, NodeTypeValidationError
 
-    from .verify import _group_arrays
+    from .durability.verify import _group_arrays
 
     try:
         return zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
@@ -403,8 +403,8 @@ def _run_staged(
     compute: bool,
     progress: bool,
 ) -> Any:
-    from .s3 import abort_multipart_uploads, multipart_client
-    from .staged import StagedWriter, remove_staged, run_staged
+    from .engine.staged import StagedWriter, remove_staged, run_staged
+    from .storage.s3 import abort_multipart_uploads, multipart_client
 
     assert session.marker is not None
     write_id = session.marker.id
@@ -542,7 +542,8 @@ def open_array(
     """A lazy dask array over a sharded Zarr v3 array; chunks default to the shard shape.
 
     Its ``compute()`` assembles the blocks into one output on the pool (see
-    :mod:`shardwise.assemble`); for a full load into memory :func:`read_array` needs no blocks.
+    :mod:`shardwise.engine.assemble`); for a full load into memory :func:`read_array` needs no
+    blocks.
 
     Reads of part of a shard fetch its index, then only the inner chunks needed. On local files
     validated indexes are cached (checked against the file's identity, so rewrites are seen);
@@ -570,7 +571,7 @@ def open_array(
         fancy=False,
         meta=np.empty((0,) * lay.ndim, dtype=reader.dtype),
     )
-    from .assemble import as_shard_array
+    from .engine.assemble import as_shard_array
 
     return as_shard_array(arr)
 

@@ -73,7 +73,7 @@ def open_source(
 
     from .api import open_array, open_zarr_array
     from .errors import ArrayNotFoundError
-    from .store import describe, resolve_store
+    from .storage.store import describe, resolve_store
 
     zstore = resolve_store(src, mode="r", storage_options=storage_options)
     try:
@@ -112,7 +112,7 @@ def inspect_array(
     """
     from .api import open_zarr_array
     from .errors import NotAnArrayError
-    from .store import resolve_store, store_name
+    from .storage.store import resolve_store, store_name
 
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     try:
@@ -126,7 +126,7 @@ def inspect_array(
 def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
     from .api import open_zarr_array
     from .errors import UnsupportedCodecError
-    from .store import store_name
+    from .storage.store import store_name
 
     arr = open_zarr_array(zstore, name)
     try:
@@ -144,11 +144,11 @@ def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
 
 
 def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
-    from .journal import BATCH, read_markers, read_records
-    from .lease import read_lease
-    from .metadata import info_from_metadata
-    from .store import ShardStore, store_name
-    from .verify import parse_shard_key
+    from .codec.metadata import info_from_metadata
+    from .durability.journal import BATCH, read_markers, read_records
+    from .durability.lease import read_lease
+    from .durability.verify import parse_shard_key
+    from .storage.store import ShardStore, store_name
 
     info = info_from_metadata(arr.metadata)
     lay = info.layout
@@ -257,7 +257,7 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
 
 
 def _cmd_verify(a: argparse.Namespace) -> int:
-    from .verify import verify
+    from .durability.verify import verify
 
     report = verify(
         a.store,
@@ -276,7 +276,7 @@ def _write_options(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_convert(a: argparse.Namespace) -> int:
-    from .convert import convert
+    from .conversion.convert import convert
 
     with _scheduler(a.scheduler):
         report = convert(
@@ -334,7 +334,7 @@ def _cmd_reshard(a: argparse.Namespace) -> int:
 
 
 def _cmd_batch(a: argparse.Namespace) -> int:
-    from . import batch
+    from .durability import batch
 
     if a.batch_cmd == "init":
         if a.source:
@@ -393,8 +393,8 @@ def _cmd_batch(a: argparse.Namespace) -> int:
             return EXIT_PROBLEMS
         print(checked)
         return EXIT_OK
-    from .journal import BATCH
-    from .store import ShardStore, resolve_store
+    from .durability.journal import BATCH
+    from .storage.store import ShardStore, resolve_store
 
     zstore = resolve_store(a.store, mode="r", storage_options=a.storage_options)
     sstore = ShardStore(zstore, a.path or "")
@@ -414,8 +414,8 @@ def _cmd_batch(a: argparse.Namespace) -> int:
 
 
 def _cmd_lease(a: argparse.Namespace) -> int:
-    from .lease import LEASE, break_lease, part_lease, read_lease, shared_leases
-    from .store import ShardStore, resolve_store
+    from .durability.lease import LEASE, break_lease, part_lease, read_lease, shared_leases
+    from .storage.store import ShardStore, resolve_store
 
     zstore = resolve_store(
         a.store, mode="w" if a.break_ else "r", storage_options=a.storage_options
@@ -424,8 +424,8 @@ def _cmd_lease(a: argparse.Namespace) -> int:
     nparts = a.nparts
     if a.part is not None and not nparts:
         # a part's lease is named by its batch's part count: read it from the batch record
-        from .batch import BatchPlan
-        from .journal import BATCH
+        from .durability.batch import BatchPlan
+        from .durability.journal import BATCH
 
         raw = sstore.get(BATCH)
         if raw is None:

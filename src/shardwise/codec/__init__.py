@@ -1,0 +1,1 @@
+"""Bytes in, bytes out: native codecs, the inner chunk chain, shards, array metadata."""

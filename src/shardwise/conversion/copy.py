@@ -1,0 +1,270 @@
+"""The copy path of :func:`shardwise.convert`: one task per target shard streams the source's
+encoded inner chunks (chunk objects, or ranges of source shards after their index), a window at
+a time, and the new index into the shard object through ``staged.commit_shard``; inside the
+write session (lease, marker, per-shard records) so a rerun with ``resume=True`` skips the
+shards already committed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..codec.codecs import crc32c
+from ..codec.metadata import ArrayInfo
+from ..codec.shard import MISSING, ShardIndex
+from ..core.layout import Coord
+from ..durability.journal import RECORDS, Journal, Record
+from ..engine.fetch import read_index
+from ..engine.write import WriteReport, sum_reports
+from ..errors import ArrayExistsError
+from ..storage.store import ShardStore
+from .plan import ArrayPlan, SourceChunks
+
+WINDOW = 16  # source chunks read ahead by one copy task (bounded memory, overlapped latency)
+
+
+# -- reading source chunks ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkReader:
+    """Reads a source array's encoded chunks in order; travels to the workers."""
+
+    store: ShardStore
+    source: SourceChunks
+
+    def read(self, chunks: Sequence[Coord]) -> Iterator[bytes | None]:
+        """The encoded bytes of each of ``chunks`` (None: missing), ``WINDOW`` at a time."""
+        if self.source.shard_codec is None and self.store.local_root is not None:
+            # local files: plain reads in the task's thread (threads would only contend)
+            yield from map(self.store.get, map(self.source.key, chunks))
+            return
+        indexes: dict[str, ShardIndex | None] = {}
+        with ThreadPoolExecutor(4) as pool:
+            for i in range(0, len(chunks), WINDOW):
+                window = chunks[i : i + WINDOW]
+                if self.source.shard_codec is None:
+                    keys = [self.source.key(c) for c in window]
+                    yield from pool.map(self.store.get, keys)
+                else:
+                    yield from self._from_shards(window, indexes)
+
+    def _from_shards(
+        self, chunks: Sequence[Coord], indexes: dict[str, ShardIndex | None]
+    ) -> Iterator[bytes | None]:
+        codec = self.source.shard_codec
+        assert codec is not None
+        wanted: dict[str, list[int]] = {}
+        where = []
+        for c in chunks:
+            key, flat = self.source.locate(c)
+            wanted.setdefault(key, []).append(flat)
+            where.append((key, flat))
+        got: dict[tuple[str, int], bytes] = {}
+        for key, flats in wanted.items():
+            if key not in indexes:
+                if len(indexes) >= WINDOW:  # the source shards of the last window or so
+                    indexes.clear()
+                indexes[key] = self.shard_index(key)
+            index = indexes[key]
+            if index is None:
+                continue
+            present = [f for f in flats if not index.is_empty(f)]
+            ranges = [(int(o), int(n)) for o, n in index.ranges(present).tolist()]
+            for f, b in zip(present, self.store.get_ranges(key, ranges), strict=True):
+                got[key, f] = b
+        for w in where:
+            yield got.get(w)
+
+    def shard_index(self, key: str) -> ShardIndex | None:
+        codec = self.source.shard_codec
+        assert codec is not None
+        found = read_index(self.store, codec, key)
+        return None if found is None else found[0]
+
+
+# -- the copy task --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardCopier:
+    """One task per target shard: stream the source's encoded chunks into it, commit once."""
+
+    info: ArrayInfo
+    store: ShardStore
+    reader: ChunkReader
+    journal: Journal | None = None
+
+    def chunk_list(self, shard: Coord) -> tuple[list[int], list[Coord]]:
+        """Flat positions in the target shard and array chunk coordinates of its chunks that
+        hold array elements, in C order (the order they are stored in)."""
+        lay, grid = self.info.layout, self.info.codec.grid
+        used = lay.chunks_in_array(shard)
+        flats, coords = [], []
+        for p in itertools.product(*(range(u) for u in used)):
+            flats.append(int(np.ravel_multi_index(p, grid)) if grid else 0)
+            coords.append(tuple(s * g + i for s, g, i in zip(shard, grid, p, strict=True)))
+        return flats, coords
+
+    def copy(self, shard: Coord) -> WriteReport:
+        from ..engine.staged import commit_shard
+
+        started = time.perf_counter()
+        lay, codec = self.info.layout, self.info.codec
+        key = lay.shard_key(shard)
+        flats, coords = self.chunk_list(shard)
+        rep = WriteReport(
+            raw_bytes=int(np.prod([s.stop - s.start for s in lay.shard_region(shard)]))
+            * self.info.dtype.itemsize
+        )
+        got = zip(flats, self.reader.read(coords), strict=True)
+        first = next(((f, b) for f, b in got if b is not None), None)
+        if first is None:  # every source chunk is missing: the shard stays empty
+            rep.shards_empty, rep.chunks_empty = 1, len(flats)
+            if self.store.size(key) is not None:
+                self.store.delete(key)
+                rep.shards_deleted = 1
+            if self.journal is not None:
+                self.journal.record(key, None)
+            rep.seconds = time.perf_counter() - started
+            return rep
+        entries = np.full((codec.nchunks, 2), MISSING, dtype=np.uint64)
+        start = codec.index_nbytes if codec.index_location == "start" else 0
+        assert start == 0, "copied shards keep their index at the end"
+        tail: list[bytes] = []
+
+        def feed(sink: Callable[[Any], Any]) -> int:
+            import crc32c as _crc32c
+
+            crc, pos = 0, 0
+            for flat, b in itertools.chain([first], got):
+                if b is None:
+                    continue
+                entries[flat] = (pos, len(b))
+                pos += len(b)
+                crc = _crc32c.crc32c(b, crc)
+                sink(b)
+            tail.append(ShardIndex(entries).to_bytes(codec))
+            sink(tail[0])
+            return int(_crc32c.crc32c(tail[0], crc))
+
+        crc = commit_shard(self.store, key, feed)
+        index = ShardIndex(entries)
+        total = index.nbytes_total + len(tail[0])
+        if self.journal is not None:
+            rec = Record(self.journal.write_id, total, crc, crc32c(tail[0]))
+            self.store.put(RECORDS + key, rec.to_bytes())
+        stored = int(index.stored.sum())
+        rep.shards_written, rep.bytes_stored, rep.keys = 1, total, [key]
+        rep.chunks_stored, rep.chunks_empty = stored, len(flats) - stored
+        rep.seconds = time.perf_counter() - started
+        return rep
+
+    def compare(self, shard: Coord) -> list[str]:
+        """Inner chunks of ``shard`` whose stored bytes differ from the source's encoded chunk
+        (byte equality of copied chunks: a sound check that decodes nothing)."""
+        lay, codec = self.info.layout, self.info.codec
+        key = lay.shard_key(shard)
+        flats, coords = self.chunk_list(shard)
+        target = ChunkReader(self.store, SourceChunks(codec.chunk_shape, "", "", codec))
+        found = target.shard_index(key) if self.store.size(key) is not None else None
+        bad = []
+        for flat, coord, src in zip(flats, coords, self.reader.read(coords), strict=True):
+            if found is None or found.is_empty(flat):
+                dst = None
+            else:
+                o, n = (int(x) for x in found.entries[flat])
+                dst = self.store.get_ranges(key, [(o, n)])[0]
+            if src != dst:
+                bad.append(f"{key} inner chunk {coord}: copied bytes differ from the source")
+        return bad
+
+
+def copy_array(
+    plan: ArrayPlan,
+    zsrc: Any,
+    zdst: Any,
+    mode: str,
+    resume: bool,
+    progress: bool,
+    lease: bool,
+    break_lease: bool,
+    fsync: bool,
+) -> WriteReport:
+    """The copy path inside a write session (lease, marker, records: resumable)."""
+    import zarr
+    from dask.delayed import delayed
+
+    from ..api import _exists as array_exists
+    from ..api import _same_metadata, open_info
+    from ..core.layout import normalize_region
+    from ..core.plan import WritePlan
+    from ..durability.session import WriteSession, plan_keys
+
+    probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
+    info = open_info(probe.store)
+    dpath = plan.dst_path or None
+    exists = array_exists(zdst, dpath)
+    same = exists and _same_metadata(probe, zdst, dpath)
+    create = not same or (mode == "w" and not resume)
+    if exists and not same and mode == "w-":
+        raise ArrayExistsError(
+            f"an array with other metadata exists at {plan.dst_path or '/'!r}: nothing to resume "
+            "(use mode='w' to replace it)"
+        )
+    lay = info.layout
+    store = ShardStore(zdst, plan.dst_path, fsync=fsync)
+    region = normalize_region(tuple(slice(None) for _ in lay.shape), lay.shape)
+    wplan = WritePlan(lay, region)
+    session = WriteSession.begin(store, region, lay.shape, lease=lease, break_lease=break_lease)
+    try:
+        if create:
+            session.clear(everything=True)
+        session.start(resume=resume, keys=plan_keys(wplan), adopt_done=mode == "w-")
+        if create:
+            zarr.create_array(zdst, name=dpath, overwrite=False, **plan.create)
+        skipped = session.done_shards(wplan, info.codec)
+        copier = ShardCopier(
+            info,
+            store,
+            ChunkReader(ShardStore(zsrc, plan.src_path), plan.source),
+            session.journal(info.codec),
+        )
+        tok = _tok()
+        tasks = [
+            delayed(copier.copy, pure=False)(s, dask_key_name=f"shardwise-copy-{tok}-{i}")
+            for i, s in enumerate(lay.shards())
+            if s not in skipped
+        ]
+        report = sum_reports(_run(tasks, progress, f"copy {plan.dst_path or '/'}"))
+        report.shards_skipped = len(skipped)
+    except BaseException:
+        session.abort()
+        raise
+    result: WriteReport = session.finish(report)
+    return result
+
+
+def _run(tasks: list[Any], progress: bool, desc: str) -> list[WriteReport]:
+    """Compute the shard tasks; ``progress``: the bar over shards and bytes (local schedulers
+    and dask.distributed clients alike)."""
+    if progress:
+        from ..engine.progress import compute_with_progress
+
+        return compute_with_progress(tasks, len(tasks), desc=desc)
+    from dask.base import compute
+
+    return list(compute(*tasks))
+
+
+def _tok() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:12]

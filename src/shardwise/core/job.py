@@ -1,0 +1,355 @@
+"""The write job: a frozen value saying how a write will run, before it runs.
+
+A job is the write plan (which shards, which region) plus the strategy that executes it:
+
+``direct``
+    the source is rechunked to the pieces of the region cut at shard boundaries and one task per
+    shard encodes the whole raw shard (no extra copy; a task holds about 3x one shard's raw bytes).
+``staged``
+    the source keeps its chunks (moved at most to inner-chunk boundaries); one task per dask block
+    encodes the inner chunks inside the block and stores them as one staged piece per shard it
+    touches; one task per shard then streams the pieces into the shard object. A task holds one
+    dask block plus a fixed streaming buffer, whatever the shard size.
+
+``auto`` picks direct when the dask chunks already are the shard pieces and a shard's task fits
+the memory budget, staged otherwise. Everything here is pure: no store, no dask.
+
+>>> from shardwise.core.layout import Layout
+>>> from shardwise.core.plan import WritePlan
+>>> plan = WritePlan(Layout((512, 512), (256, 256), (64, 64)), (slice(0, 512), slice(0, 512)))
+>>> job = make_job(plan, ((128,) * 4, (512,)), 2, strategy="auto", memory_limit=2**30)
+>>> job.strategy, job.tasks, job.blocks
+('staged', 8, ((128, 128, 128, 128), (512,)))
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import PlanError
+from .plan import WritePlan
+
+Strategy = Literal["auto", "direct", "staged"]
+STRATEGIES = ("auto", "direct", "staged")
+Chunks = tuple[tuple[int, ...], ...]
+
+STREAM_BUFFER = 8 * 2**20  # bytes a shard task holds while it streams staged pieces
+PART_BYTES = 8 * 2**20  # multipart upload parts (object stores want >= 5 MiB but the last)
+DIRECT_FACTOR = 3  # a direct shard task holds about this many times the shard's raw bytes
+STAGED_FACTOR = 2  # a staged block task: the block plus its encoded chunks
+SLAB_BYTES = 32 * 2**20  # the encoder stacks at most this much raw data at a time
+MEMORY_FRACTION = 0.5  # of the machine's available memory, shared by the threads
+
+
+def _edges(chunks: Sequence[int], start: int) -> list[int]:
+    return list(itertools.accumulate(chunks, initial=start))
+
+
+def inner_aligned(
+    plan: WritePlan, source: Chunks | None, target_bytes: int, itemsize: int
+) -> Chunks:
+    """Block chunks for the staged strategy.
+
+    With dask ``source`` chunks: each chunk boundary falling inside an inner chunk moves to the
+    nearest inner-chunk boundary (in array coordinates), so every inner chunk belongs to exactly one
+    block; blocks larger than ``target_bytes`` are then split at inner-chunk boundaries (a source
+    chunk that is a view, e.g. of a numpy array, then never exists whole in one task). Without
+    (numpy data): the shard pieces, halved along their longest side (in inner chunks) until a
+    block holds at most ``target_bytes``.
+
+    >>> from shardwise.core.layout import Layout
+    >>> from shardwise.core.plan import WritePlan
+    >>> plan = WritePlan(Layout((100,), (40,), (10,)), (slice(0, 100),))
+    >>> inner_aligned(plan, ((33, 33, 34),), 10**6, 1)  # 33 -> 30, 66 -> 70
+    ((30, 40, 30),)
+    >>> inner_aligned(plan, ((100,),), 40, 1)  # one 100-byte chunk, 40 bytes per block
+    ((30, 30, 30, 10),)
+    """
+    lay, region = plan.layout, plan.region
+    out = []
+    if source is not None:
+        per = _blocks_per_side(lay.chunk_shape, _spans(source), target_bytes, itemsize)
+        for chunks, sl, c, p in zip(source, region, lay.chunk_shape, per, strict=True):
+            cuts = {sl.start, sl.stop}
+            for e in _edges(chunks, sl.start)[1:-1]:
+                snapped = (e + c // 2) // c * c
+                if sl.start < snapped < sl.stop:
+                    cuts.add(snapped)
+            edges = sorted(cuts)
+            # split blocks longer than p inner chunks, at inner-chunk boundaries
+            for a, b in itertools.pairwise(list(edges)):
+                first = (a // c + p) * c
+                cuts.update(range(first, b, p * c))
+            edges = sorted(cuts)
+            out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
+        return tuple(out)
+    # numpy: blocks of whole inner chunks inside each shard
+    per = list(lay.chunks_per_shard)
+    while math.prod(per) * math.prod(lay.chunk_shape) * itemsize > target_bytes and max(per) > 1:
+        i = max(range(len(per)), key=lambda d: per[d])
+        per[i] = -(-per[i] // 2)
+    for sl, s, c, p in zip(region, lay.shard_shape, lay.chunk_shape, per, strict=True):
+        step = c * p
+        cuts = {sl.start, sl.stop}
+        for shard0 in range(sl.start // s * s, sl.stop, s):
+            cuts.update(e for e in range(shard0, shard0 + s, step) if sl.start < e < sl.stop)
+        edges = sorted(cuts)
+        out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
+    return tuple(out)
+
+
+def _spans(chunks: Chunks) -> tuple[int, ...]:
+    """The longest chunk along each dimension."""
+    return tuple(max(c, default=0) for c in chunks)
+
+
+def _blocks_per_side(
+    chunk_shape: tuple[int, ...], spans: tuple[int, ...], target_bytes: int, itemsize: int
+) -> list[int]:
+    """Inner chunks per block side so that a block of ``spans`` (cut to them) fits the target."""
+    per = [max(1, -(-n // c)) for n, c in zip(spans, chunk_shape, strict=True)]
+    while math.prod(per) * math.prod(chunk_shape) * itemsize > target_bytes and max(per) > 1:
+        i = max(range(len(per)), key=lambda d: per[d])
+        per[i] = -(-per[i] // 2)
+    return per
+
+
+def _largest(chunks: Chunks) -> int:
+    return int(math.prod(max(c, default=0) for c in chunks))
+
+
+def default_memory_limit() -> tuple[int, str]:
+    """Bytes a task may hold, and where the figure came from.
+
+    On a dask worker, or with a distributed client whose workers run the graph: the smallest
+    worker ``memory_limit / nthreads``. Else a share of the machine's available memory per core.
+    """
+    import sys
+
+    # no worker and no client can exist in a process that has not imported distributed
+    if "distributed" in sys.modules:
+        found = _distributed_limit()
+        if found is not None:
+            return found
+    import psutil
+
+    from ..engine._pool import cpu_count
+
+    avail = int(psutil.virtual_memory().available * MEMORY_FRACTION)
+    return avail // cpu_count(), f"{MEMORY_FRACTION:.0%} of available memory / cores"
+
+
+def _distributed_limit() -> tuple[int, str] | None:
+    try:
+        from distributed import get_worker
+
+        w = get_worker()
+        limit = int(w.memory_manager.memory_limit or 0)
+        if limit:
+            return limit // max(1, int(w.state.nthreads)), "dask worker memory_limit / nthreads"
+    except (ImportError, ValueError, AttributeError):
+        pass
+    try:
+        from distributed import default_client
+
+        workers = default_client().scheduler_info()["workers"].values()
+        shares = [
+            int(w["memory_limit"]) // max(1, int(w["nthreads"]))
+            for w in workers
+            if w.get("memory_limit")
+        ]
+        if shares:
+            return min(shares), "dask workers' memory_limit / nthreads"
+    except (ImportError, ValueError, AttributeError, KeyError):
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """How one write runs: strategy, tasks, memory per task, bytes moved. Printable, pure.
+
+    ``blocks`` are the chunks the source is cut into for the tasks (the shard pieces for direct,
+    inner-chunk aligned dask blocks for staged). ``peak_per_task`` is the estimated peak memory of
+    the largest task; ``bytes_rechunked`` the raw bytes a rechunk moves between tasks, and
+    ``bytes_staged`` an upper bound of the encoded bytes that go through the staging area.
+    """
+
+    plan: WritePlan
+    strategy: Literal["direct", "staged"]
+    requested: Strategy
+    blocks: Chunks
+    source_chunks: Chunks | None
+    itemsize: int
+    memory_limit: int
+    memory_limit_from: str
+    peak_per_task: int
+    bytes_rechunked: int
+    bytes_staged: int
+
+    @property
+    def shards(self) -> int:
+        """Shard objects this write creates or replaces."""
+        return self.plan.ntasks
+
+    @property
+    def block_tasks(self) -> int:
+        return math.prod(len(c) for c in self.blocks) if self.strategy == "staged" else 0
+
+    @property
+    def tasks(self) -> int:
+        """Tasks in the graph: one per shard, plus one per block for staged."""
+        return self.shards + self.block_tasks
+
+    @property
+    def merges_unconditionally(self) -> bool:
+        """True for a staged job with shards it covers in part: it merges them without a
+        conditional commit, so no other writer may write the array meanwhile."""
+        return self.strategy == "staged" and self.plan.npartial > 0
+
+    @property
+    def bytes_to_move(self) -> int:
+        return self.bytes_rechunked + self.bytes_staged
+
+    @property
+    def raw_bytes(self) -> int:
+        return int(math.prod(s.stop - s.start for s in self.plan.region)) * self.itemsize
+
+    def validate(self) -> None:
+        """Raise :class:`PlanError` (with the figures) when a task would not fit the budget."""
+        if self.peak_per_task <= self.memory_limit:
+            return
+        lay = self.plan.layout
+        if self.strategy == "direct":
+            hint = (
+                "use strategy='staged' (memory bounded by one dask block, whatever the shard "
+                "size), smaller shards, or a larger memory_limit"
+            )
+            what = f"a shard task of shape {lay.shard_shape}"
+        else:
+            hint = (
+                "rechunk the source into smaller dask chunks (the staged strategy holds one "
+                "block per task), or raise memory_limit"
+            )
+            what = f"a block task of shape {tuple(max(c) for c in self.blocks)}"
+        raise PlanError(
+            f"{what} needs about {_size(self.peak_per_task)} but memory_limit is "
+            f"{_size(self.memory_limit)} per task ({self.memory_limit_from}): {hint}"
+        )
+
+    def __str__(self) -> str:
+        lay = self.plan.layout
+        lines = [
+            f"WriteJob ({self.strategy}"
+            + (f", chosen by {self.requested!r}" if self.requested == "auto" else "")
+            + ")",
+            f"  array {lay.shape}, shards {lay.shard_shape}, inner chunks {lay.chunk_shape}",
+            f"  region {[(s.start, s.stop) for s in self.plan.region]}, "
+            f"{_size(self.raw_bytes)} raw",
+            f"  shards: {self.shards} ({self.plan.npartial} merge with stored data)",
+            f"  tasks: {self.tasks}"
+            + (
+                f" ({self.block_tasks} block tasks + {self.shards} shard tasks)"
+                if self.strategy == "staged"
+                else " (one per shard)"
+            ),
+            f"  blocks: largest {tuple(max(c, default=0) for c in self.blocks)}",
+            f"  peak memory per task: ~{_size(self.peak_per_task)} "
+            f"(budget {_size(self.memory_limit)}: {self.memory_limit_from})",
+            f"  bytes to move: {_size(self.bytes_to_move)} (rechunk "
+            f"{_size(self.bytes_rechunked)}, staged <= {_size(self.bytes_staged)})",
+        ]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"<WriteJob {self.strategy}: {self.shards} shards, {self.tasks} tasks, peak "
+            f"~{_size(self.peak_per_task)}/task, {_size(self.bytes_to_move)} to move>"
+        )
+
+
+def _size(n: int) -> str:
+    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} B"
+
+
+def make_job(
+    plan: WritePlan,
+    source_chunks: Chunks | None,
+    itemsize: int,
+    *,
+    strategy: Strategy = "auto",
+    memory_limit: int | None = None,
+    shared: bool = False,
+) -> WriteJob:
+    """The job for writing a source with ``source_chunks`` (None: a numpy array) by ``plan``.
+
+    ``shared``: other writers may write this array at the same time (region writes into an
+    existing array). The shards the plan covers only in part are then merged and committed
+    conditionally, which the direct strategy does (the staged one commits unconditionally): auto
+    picks direct for such a plan; an explicit ``strategy="staged"`` keeps it, and the caller
+    must then keep other writers out (see :attr:`WriteJob.merges_unconditionally`).
+    """
+    if strategy not in STRATEGIES:
+        raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    conditional = shared and plan.npartial > 0
+    if memory_limit is None:
+        limit, limit_from = default_memory_limit()
+    else:
+        if int(memory_limit) <= 0:
+            raise PlanError(f"memory_limit must be a positive number of bytes, got {memory_limit}")
+        limit, limit_from = int(memory_limit), "memory_limit="
+    direct_blocks = plan.task_chunks
+    raw_total = math.prod(s.stop - s.start for s in plan.region) * itemsize
+    direct_peak = DIRECT_FACTOR * _largest(direct_blocks) * itemsize
+    aligned = source_chunks is None or tuple(source_chunks) == direct_blocks
+    # nothing to stage in a 0-d array or an empty region: one trivial task either way
+    trivial = plan.layout.ndim == 0 or plan.ntasks == 0
+    if strategy == "auto":
+        direct = trivial or conditional or (aligned and direct_peak <= limit)
+        chosen = "direct" if direct else "staged"
+    else:
+        chosen = "direct" if trivial else strategy
+    if chosen == "direct":
+        return WriteJob(
+            plan,
+            "direct",
+            strategy,
+            direct_blocks,
+            source_chunks,
+            itemsize,
+            limit,
+            limit_from,
+            direct_peak,
+            0 if aligned else raw_total,
+            0,
+        )
+    # a block task holds the block and its encoded chunks; the shard task a fixed buffer
+    target = max(1, limit // (STAGED_FACTOR + 1))
+    blocks = inner_aligned(plan, source_chunks, target, itemsize)
+    block_bytes = _largest(blocks) * itemsize
+    index = 16 * plan.layout.nchunks_per_shard
+    peak = max(
+        STAGED_FACTOR * block_bytes + min(block_bytes, SLAB_BYTES),
+        STREAM_BUFFER + PART_BYTES + 3 * index,
+    )
+    moved = 0 if source_chunks is None or tuple(source_chunks) == blocks else raw_total
+    return WriteJob(
+        plan,
+        "staged",
+        strategy,
+        blocks,
+        source_chunks,
+        itemsize,
+        limit,
+        limit_from,
+        peak,
+        moved,
+        raw_total,
+    )

@@ -1,0 +1,164 @@
+"""Pure shard-grid math: shapes, grids, edge clipping, keys and which shards a region touches.
+
+Everything here is numpy-free or numpy-only and needs no store, dask or xarray.
+
+>>> lay = Layout(shape=(10, 7), shard_shape=(4, 4), chunk_shape=(2, 2))
+>>> lay.shard_grid, lay.chunks_per_shard
+((3, 2), (2, 2))
+>>> lay.shard_region((2, 1))
+(slice(8, 10, None), slice(4, 7, None))
+>>> lay.shard_key((2, 1))
+'c/2/1'
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import PlanError
+
+Region = tuple[slice, ...]
+Coord = tuple[int, ...]
+
+
+def ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Geometry of one sharded array: the array shape, the shard shape and the inner chunk shape."""
+
+    shape: tuple[int, ...]
+    shard_shape: tuple[int, ...]
+    chunk_shape: tuple[int, ...]
+    separator: Literal["/", "."] = "/"
+    key_encoding: Literal["default", "v2"] = "default"
+
+    def __post_init__(self) -> None:
+        n = len(self.shape)
+        if len(self.shard_shape) != n or len(self.chunk_shape) != n:
+            raise PlanError(
+                f"shape {self.shape}, shards {self.shard_shape} and chunks {self.chunk_shape} "
+                "must have the same number of dimensions"
+            )
+        for s, c in zip(self.shard_shape, self.chunk_shape, strict=True):
+            if c < 1 or s < 1 or s % c:
+                raise PlanError(
+                    f"shard shape {self.shard_shape} must be a positive whole multiple of "
+                    f"the inner chunk shape {self.chunk_shape}"
+                )
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def shard_grid(self) -> tuple[int, ...]:
+        return tuple(ceildiv(n, s) for n, s in zip(self.shape, self.shard_shape, strict=True))
+
+    @property
+    def chunks_per_shard(self) -> tuple[int, ...]:
+        return tuple(s // c for s, c in zip(self.shard_shape, self.chunk_shape, strict=True))
+
+    @property
+    def nshards(self) -> int:
+        return math.prod(self.shard_grid)
+
+    @property
+    def nchunks_per_shard(self) -> int:
+        return math.prod(self.chunks_per_shard)
+
+    def shards(self) -> Iterator[Coord]:
+        """All shard coordinates in C order."""
+        return itertools.product(*(range(g) for g in self.shard_grid))
+
+    def shard_region(self, coord: Sequence[int]) -> Region:
+        """The region of the array covered by shard ``coord``, clipped to the array."""
+        return tuple(
+            slice(i * s, min((i + 1) * s, n))
+            for i, s, n in zip(coord, self.shard_shape, self.shape, strict=True)
+        )
+
+    def shard_key(self, coord: Sequence[int]) -> str:
+        if self.key_encoding == "v2":
+            return self.separator.join(map(str, coord)) if coord else "0"
+        return self.separator.join(["c", *map(str, coord)])
+
+    def chunk_region_in_shard(self, chunk: Sequence[int]) -> Region:
+        """The region of inner chunk ``chunk`` relative to the start of its shard (unclipped)."""
+        return tuple(
+            slice(i * c, (i + 1) * c) for i, c in zip(chunk, self.chunk_shape, strict=True)
+        )
+
+    def shards_touching(self, region: Region) -> Iterator[Coord]:
+        """Shard coordinates that intersect ``region`` (step-1 slices, clipped to the array)."""
+        ranges = []
+        for sl, s in zip(region, self.shard_shape, strict=True):
+            if sl.stop <= sl.start:
+                return iter(())
+            ranges.append(range(sl.start // s, ceildiv(sl.stop, s)))
+        return itertools.product(*ranges)
+
+    def chunks_touching(self, shard: Sequence[int], region: Region) -> Iterator[Coord]:
+        """Inner-chunk coordinates (within ``shard``) that intersect the array ``region``."""
+        ranges = []
+        for i, sl, s, c in zip(shard, region, self.shard_shape, self.chunk_shape, strict=True):
+            lo = max(sl.start - i * s, 0)
+            hi = min(sl.stop - i * s, s)
+            if hi <= lo:
+                return iter(())
+            ranges.append(range(lo // c, ceildiv(hi, c)))
+        return itertools.product(*ranges)
+
+    def chunks_in_array(self, shard: Sequence[int]) -> tuple[int, ...]:
+        """Inner chunks per dimension of ``shard`` that hold at least one array element."""
+        return tuple(
+            ceildiv(min(s, n - i * s), c)
+            for i, s, c, n in zip(
+                shard, self.shard_shape, self.chunk_shape, self.shape, strict=True
+            )
+        )
+
+
+def intersect(a: Region, b: Region) -> Region | None:
+    """Intersection of two regions, or None when they do not overlap."""
+    out = []
+    for x, y in zip(a, b, strict=True):
+        lo, hi = max(x.start, y.start), min(x.stop, y.stop)
+        if hi <= lo:
+            return None
+        out.append(slice(lo, hi))
+    return tuple(out)
+
+
+def shift(region: Region, origin: Sequence[int]) -> Region:
+    """``region`` expressed relative to ``origin``."""
+    return tuple(slice(s.start - o, s.stop - o) for s, o in zip(region, origin, strict=True))
+
+
+def normalize_region(region: Sequence[slice], shape: Sequence[int]) -> Region:
+    """Turn user slices into explicit start/stop slices with step 1, validated against ``shape``."""
+    if len(region) != len(shape):
+        raise PlanError(f"region has {len(region)} dimensions, the array has {len(shape)}")
+    out = []
+    for dim, (sl, n) in enumerate(zip(region, shape, strict=True)):
+        start, stop, step = sl.indices(n)
+        if step != 1:
+            raise PlanError(f"region slices must have step 1 (dimension {dim}: {sl})")
+        if sl.stop is not None and sl.stop > n:
+            raise PlanError(f"region {sl} is outside the array extent {n} on dimension {dim}")
+        out.append(slice(start, max(start, stop)))
+    return tuple(out)
+
+
+def is_aligned(region: Region, layout: Layout) -> bool:
+    """True when every edge of ``region`` falls on a shard boundary or the array end."""
+    for sl, s, n in zip(region, layout.shard_shape, layout.shape, strict=True):
+        if sl.start % s or (sl.stop % s and sl.stop != n):
+            return False
+    return True

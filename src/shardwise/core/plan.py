@@ -1,0 +1,89 @@
+"""The write plan: a pure, frozen value saying which task owns which shard.
+
+The source (a region of the target array) is cut at shard boundaries; every piece becomes exactly
+one task, and no two pieces share a shard. A shard the region covers only in part is merged with
+what is stored (see :func:`shardwise.codec.shard.merge_shard`) by its one owning task.
+
+>>> from shardwise.core.layout import Layout
+>>> plan = WritePlan(Layout((10, 10), (4, 4), (2, 2)), (slice(2, 10), slice(0, 10)))
+>>> plan.task_chunks
+((2, 4, 2), (4, 4, 2))
+>>> plan.ntasks, plan.npartial
+(9, 3)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .layout import Coord, Layout, Region, is_aligned
+
+
+def _cuts(start: int, stop: int, step: int) -> tuple[int, ...]:
+    """Lengths of the pieces of [start, stop) cut at multiples of ``step``."""
+    edges = [start, *range((start // step + 1) * step, stop, step), stop]
+    return tuple(b - a for a, b in itertools.pairwise(edges) if b > a)
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    layout: Layout
+    region: Region
+
+    @property
+    def task_chunks(self) -> tuple[tuple[int, ...], ...]:
+        """Chunks of the source after cutting it at shard boundaries (one chunk per task)."""
+        return tuple(
+            _cuts(sl.start, sl.stop, s)
+            for sl, s in zip(self.region, self.layout.shard_shape, strict=True)
+        )
+
+    @property
+    def ntasks(self) -> int:
+        return math.prod(len(c) for c in self.task_chunks)
+
+    @property
+    def first_shard(self) -> Coord:
+        return tuple(
+            sl.start // s for sl, s in zip(self.region, self.layout.shard_shape, strict=True)
+        )
+
+    def shard_of_task(self, task: Sequence[int]) -> Coord:
+        return tuple(f + i for f, i in zip(self.first_shard, task, strict=True))
+
+    def piece_in_shard(self, shard: Sequence[int]) -> Region:
+        """The part of ``shard`` this write covers, relative to the shard's origin."""
+        out = []
+        for i, sl, s in zip(shard, self.region, self.layout.shard_shape, strict=True):
+            lo, hi = max(sl.start, i * s), min(sl.stop, (i + 1) * s)
+            out.append(slice(lo - i * s, hi - i * s))
+        return tuple(out)
+
+    def covers(self, shard: Sequence[int]) -> bool:
+        """True when the write replaces all of ``shard`` (clipped to the array)."""
+        full = self.layout.shard_region(shard)
+        piece = self.piece_in_shard(shard)
+        return all(
+            p.start == 0 and p.stop == f.stop - f.start for p, f in zip(piece, full, strict=True)
+        )
+
+    @property
+    def aligned(self) -> bool:
+        return is_aligned(self.region, self.layout)
+
+    @property
+    def npartial(self) -> int:
+        """Tasks whose shard is covered only in part (these merge with the stored shard)."""
+        grids = [range(len(c)) for c in self.task_chunks]
+        return sum(not self.covers(self.shard_of_task(t)) for t in itertools.product(*grids))
+
+    def __str__(self) -> str:
+        lay = self.layout
+        return (
+            f"WritePlan: array {lay.shape}, shards {lay.shard_shape}, inner chunks "
+            f"{lay.chunk_shape}; region {[(s.start, s.stop) for s in self.region]}; "
+            f"{self.ntasks} shard tasks ({self.npartial} merge with stored data)"
+        )

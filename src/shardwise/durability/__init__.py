@@ -1,0 +1,1 @@
+"""What survives a crash, and its checks: journal, leases, sessions, verify, batch."""

@@ -1,0 +1,423 @@
+"""HPC batch writes: one array written by N independent jobs, each owning whole shards.
+
+Three steps, each safe to rerun:
+
+1. :func:`init` (once, e.g. before the job array): writes the metadata and the batch record
+   ``.shardwise/batch.json``, which splits the array into N shard-aligned, disjoint parts;
+2. :func:`write_part` (job-array task ``i``): writes part ``i`` only, holding the lease of that
+   part (a requeued copy of the same task is refused while the first runs); ``resume=True``
+   continues an interrupted part;
+3. :func:`finalize` (after all tasks): checks every part finished, runs :func:`shardwise.verify`
+   and closes the batch (raises :class:`~shardwise.errors.VerifyError` when anything is wrong).
+
+Parts never share a shard, so the jobs need no coordination. Regions given by hand are refused
+when two parts would share a shard, with the nearest aligned split in the message:
+
+>>> from shardwise.core.layout import Layout
+>>> lay = Layout((100, 64), (32, 32), (8, 8))
+>>> [[(s.start, s.stop) for s in r] for r in split_parts(lay, 3)]
+[[(0, 32), (0, 64)], [(32, 64), (0, 64)], [(64, 100), (0, 64)]]
+>>> check_parts(lay, [(slice(0, 40), slice(None)), (slice(40, 100), slice(None))])
+Traceback (most recent call last):
+...
+shardwise.errors.PlanError: part 0 region [0:40, 0:64] would share shards with another part: \
+edges must fall on multiples of the shard shape (32, 32) or the array end (100, 64); nearest \
+aligned split: [0:32, 0:64]
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.storage import MemoryStore
+
+from ..codec.metadata import default_compressors, info_from_metadata
+from ..core.layout import Layout, Region, ceildiv, is_aligned, normalize_region
+from ..engine.write import WriteReport
+from ..errors import (
+    ArrayExistsError,
+    BatchNotFoundError,
+    LeaseHeldError,
+    PlanError,
+    VerifyError,
+    check_mode,
+)
+from ..storage.store import ShardStore, describe, resolve_store
+from .journal import BATCH, JOURNAL, PARTS, TEMP, clear_array, now
+from .lease import LEASE, Lease, part_lease, read_lease
+from .verify import VerifyReport, verify_store
+
+Box = list[tuple[int, int]]  # shard-index ranges per dimension
+FINALIZED = f"{JOURNAL}/batch-finalized.json"  # what finalize leaves: which batch, when
+
+
+def fmt(region: Sequence[slice]) -> str:
+    return "[" + ", ".join(f"{s.start}:{s.stop}" for s in region) + "]"
+
+
+def _box_region(layout: Layout, box: Box) -> Region:
+    return tuple(
+        slice(lo * s, min(hi * s, n))
+        for (lo, hi), s, n in zip(box, layout.shard_shape, layout.shape, strict=True)
+    )
+
+
+def _split(box: Box, n: int, axis: int) -> list[Box]:
+    if n == 1:
+        return [box]
+    ax = next(a for a in range(axis, len(box)) if box[a][1] - box[a][0] > 1)
+    lo, hi = box[ax]
+    extent = hi - lo
+    if extent >= n:
+        cuts = [lo + extent * i // n for i in range(n + 1)]
+        return [[*box[:ax], (a, b), *box[ax + 1 :]] for a, b in itertools.pairwise(cuts)]
+    out = []
+    for i in range(extent):
+        count = n // extent + (i < n % extent)
+        out += _split([*box[:ax], (lo + i, lo + i + 1), *box[ax + 1 :]], count, ax + 1)
+    return out
+
+
+def split_parts(layout: Layout, n: int) -> list[Region]:
+    """``n`` disjoint, shard-aligned regions covering the array: slabs along the first axes."""
+    if n < 1:
+        raise PlanError(f"a batch needs at least 1 part, got {n}")
+    if n > layout.nshards:
+        raise PlanError(
+            f"{n} parts for {layout.nshards} shards: each part needs at least one whole shard "
+            f"(shard grid {layout.shard_grid}); use at most {layout.nshards} parts or smaller "
+            "shards"
+        )
+    if layout.ndim == 0:
+        return [()]
+    return [_box_region(layout, b) for b in _split([(0, g) for g in layout.shard_grid], n, 0)]
+
+
+def nearest_aligned(layout: Layout, region: Region) -> Region:
+    """``region`` with every edge moved to the nearest shard boundary (or the array end)."""
+    out = []
+    for sl, s, n in zip(region, layout.shard_shape, layout.shape, strict=True):
+        lo = min(int(np.floor(sl.start / s + 0.5)) * s, n)
+        hi = sl.stop if sl.stop == n else min(int(np.floor(sl.stop / s + 0.5)) * s, n)
+        if hi <= lo:
+            hi = min(lo + s, n)
+            lo = min(lo, max(hi - s, 0))
+        out.append(slice(lo, hi))
+    return tuple(out)
+
+
+def _shard_box(layout: Layout, region: Region) -> Box:
+    return [
+        (sl.start // s, ceildiv(sl.stop, s))
+        for sl, s in zip(region, layout.shard_shape, strict=True)
+    ]
+
+
+def check_parts(layout: Layout, regions: Sequence[Sequence[slice]]) -> list[Region]:
+    """Normalized ``regions``; PlanError if one is misaligned or two share a shard."""
+    out = [normalize_region(r, layout.shape) for r in regions]
+    for i, r in enumerate(out):
+        if any(s.stop <= s.start for s in r):
+            raise PlanError(f"part {i} region {fmt(r)} is empty")
+        if not is_aligned(r, layout):
+            raise PlanError(
+                f"part {i} region {fmt(r)} would share shards with another part: edges must fall "
+                f"on multiples of the shard shape {layout.shard_shape} or the array end "
+                f"{layout.shape}; nearest aligned split: {fmt(nearest_aligned(layout, r))}"
+            )
+    boxes = [_shard_box(layout, r) for r in out]
+    for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2):
+        if all(max(x[0], y[0]) < min(x[1], y[1]) for x, y in zip(a, b, strict=True)):
+            raise PlanError(f"parts {i} {fmt(out[i])} and {j} {fmt(out[j])} share shards")
+    return out
+
+
+def check_coverage(layout: Layout, regions: Sequence[Region]) -> None:
+    """PlanError naming the rows no part covers (``regions`` from :func:`check_parts`, disjoint:
+    counting their shards suffices). A new array must be covered whole: rows in no part would
+    never be written, and finalize could not tell."""
+    boxes = [_shard_box(layout, r) for r in regions]
+    covered = sum(int(np.prod([hi - lo for lo, hi in b])) for b in boxes)
+    if covered == layout.nshards:
+        return
+    owned = np.zeros(layout.shard_grid, dtype=bool)
+    for b in boxes:
+        owned[tuple(slice(lo, hi) for lo, hi in b)] = True
+    gaps = np.argwhere(~owned)
+    first = tuple(int(c) for c in gaps[0])
+    region = _box_region(layout, [(c, c + 1) for c in first])
+    raise PlanError(
+        f"the parts leave {len(gaps)} of {layout.nshards} shards in no part, e.g. shard {first} "
+        f"= region {fmt(region)} of the array {layout.shape}: those rows would never be written; "
+        "add parts that cover them, give parts as a count, or (to rewrite only some regions of "
+        "an existing array) use mode='r+'"
+    )
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The batch record: which region of the array each part writes."""
+
+    id: str
+    shape: tuple[int, ...]
+    regions: tuple[Region, ...]
+    created: str
+
+    @property
+    def nparts(self) -> int:
+        return len(self.regions)
+
+    def region(self, part: int) -> Region:
+        if not 0 <= part < self.nparts:
+            raise PlanError(f"part {part} does not exist: the parts are 0..{self.nparts - 1}")
+        return self.regions[part]
+
+    def to_bytes(self) -> bytes:
+        regions = [[[s.start, s.stop] for s in r] for r in self.regions]
+        d = dict(
+            id=self.id,
+            shape=list(self.shape),
+            nparts=self.nparts,
+            regions=regions,
+            created=self.created,
+        )
+        return json.dumps(d, indent=1).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> BatchPlan:
+        d = json.loads(data)
+        regions = tuple(tuple(slice(a, b) for a, b in r) for r in d["regions"])
+        return cls(str(d["id"]), tuple(d["shape"]), regions, str(d["created"]))
+
+    def __str__(self) -> str:
+        rows = [f"batch {self.id[:8]}: array {self.shape} in {self.nparts} parts"]
+        rows += [f"  part {i}: {fmt(r)}" for i, r in enumerate(self.regions)]
+        return "\n".join(rows)
+
+
+def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) -> ShardStore:
+    return ShardStore(resolve_store(store, mode="w", storage_options=storage_options), path or "")
+
+
+def open_batch(
+    store: Any, *, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> BatchPlan:
+    """The batch record of the array (FileNotFoundError when no batch is open)."""
+    sstore = _open(store, path, storage_options)
+    raw = sstore.get(BATCH)
+    if raw is None:
+        done = read_finalized(sstore)
+        where = describe(sstore.store, path)
+        if done is not None:
+            raise BatchNotFoundError(
+                f"no open batch write for {where}: batch {str(done.get('id'))[:8]} was finalized "
+                f"at {done.get('finalized')} (run batch init to start another)"
+            )
+        raise BatchNotFoundError(f"no open batch write for {where} (run batch init first)")
+    return BatchPlan.from_bytes(raw)
+
+
+def read_finalized(sstore: ShardStore) -> dict[str, Any] | None:
+    """What :func:`finalize` recorded about the last batch it closed (None: nothing closed)."""
+    raw = sstore.get(FINALIZED)
+    if raw is None:
+        return None
+    try:
+        done = json.loads(raw)
+    except ValueError:
+        return None
+    return done if isinstance(done, dict) else None
+
+
+def parts_done(sstore: ShardStore) -> list[int]:
+    out = []
+    for name in sstore.list(PARTS):
+        if not TEMP.match(name) and name.endswith(".json"):
+            out.append(int(name[len(PARTS) : -len(".json")]))
+    return sorted(out)
+
+
+def init(
+    store: Any,
+    *,
+    shape: Sequence[int],
+    dtype: Any,
+    chunks: Any,
+    shards: Any,
+    parts: int | Sequence[Sequence[slice]],
+    path: str | None = None,
+    mode: str = "w-",
+    lease: bool = True,
+    break_lease: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    **create: Any,
+) -> BatchPlan:
+    """Create the array's metadata and the batch record splitting it into ``parts``.
+
+    ``parts`` is a count (slabs along the first axes) or a list of regions (shard-aligned,
+    disjoint and, unless ``mode="r+"`` rewrites regions of an existing array, covering the whole
+    array). ``create`` takes ``zarr.create_array`` keywords (``fill_value``, ``compressors``
+    (default: zstd with its frame checksum, as :func:`shardwise.write_array`),
+    ``dimension_names``, ...). ``mode``: ``"w-"`` create (rerunning with the same arguments
+    returns the open batch), ``"w"`` replace, ``"r+"`` keep an existing array's metadata.
+    """
+    check_mode(mode, ("w-", "w", "r+"), "batch init mode")
+    sstore = _open(store, path, storage_options)
+    kwargs = dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
+    kwargs.update({k: v for k, v in create.items() if v is not None})
+    if (
+        isinstance(kwargs.get("compressors", "auto"), str)
+        and kwargs.get("compressors", "auto") == "auto"
+    ):
+        kwargs["compressors"] = default_compressors()  # checksummed inner chunks, as write_array
+    if mode == "r+":
+        probe: Any = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
+    else:
+        probe = zarr.create_array(MemoryStore(), **kwargs)
+    layout = info_from_metadata(probe.metadata).layout
+    regions = split_parts(layout, parts) if isinstance(parts, int) else check_parts(layout, parts)
+    if mode != "r+":
+        check_coverage(layout, regions)
+    plan = BatchPlan(uuid.uuid4().hex, layout.shape, tuple(regions), now())
+
+    held = Lease.acquire(sstore, purpose="batch init", break_stale=break_lease) if lease else None
+    try:
+        raw = sstore.get(BATCH)
+        existing = BatchPlan.from_bytes(raw) if raw is not None else None
+        if mode == "w-" and sstore.size("zarr.json") is not None:
+            if existing is not None and existing.regions == plan.regions:
+                return existing
+            raise ArrayExistsError(
+                f"{describe(sstore.store, path)} already exists (use mode='w' to replace it)"
+            )
+        if mode != "r+":
+            keep = {LEASE} if held is not None else set()
+            clear_array(sstore, keep, journal_only=mode == "w-")
+            zarr.create_array(sstore.store, name=path or None, overwrite=False, **kwargs)
+        elif existing is None:
+            # stale part records of an earlier batch would count as done
+            for name in sstore.list(PARTS):
+                sstore.delete(name)
+        sstore.put(BATCH, plan.to_bytes())
+    finally:
+        if held is not None:
+            held.release()
+    return plan
+
+
+def write_part(
+    data: Any,
+    store: Any,
+    part: int,
+    *,
+    path: str | None = None,
+    resume: bool = False,
+    lease: bool = True,
+    break_lease: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    **write: Any,
+) -> WriteReport:
+    """Write part ``part`` of an open batch; ``data`` is the whole array or just that part.
+
+    ``data`` may be lazy (dask): only the part's region is computed. ``write`` takes
+    :func:`shardwise.write_array` options (``threads``, ``fsync``, ``write_empty_chunks``,
+    ``progress``).
+    """
+    from ..api import write_array
+
+    sstore = _open(store, path, storage_options)
+    plan = open_batch(sstore.store, path=path)
+    region = plan.region(part)
+    shape = tuple(int(n) for n in data.shape)
+    if shape == plan.shape and shape != tuple(s.stop - s.start for s in region):
+        data = data[region]
+    held = None
+    if lease:
+        held = Lease.acquire(
+            sstore,
+            name=part_lease(part, plan.nparts),
+            purpose=f"batch part {part} of {plan.nparts}",
+            break_stale=break_lease,
+        )
+        whole = read_lease(sstore, LEASE)
+        if whole is not None:
+            held.release()
+            raise LeaseHeldError(f"the whole array is leased by {whole.describe()}")
+    try:
+        report: WriteReport = write_array(
+            data,
+            sstore.store,
+            path=path,
+            mode="r+",
+            region=region,
+            lease=False,
+            resume=resume,
+            **write,
+        )
+        done = dict(
+            part=part,
+            nparts=plan.nparts,
+            batch=plan.id,
+            finished=now(),
+            shards_written=report.shards_written,
+            bytes_stored=report.bytes_stored,
+        )
+        sstore.put(f"{PARTS}{part}.json", json.dumps(done).encode())
+    finally:
+        if held is not None:
+            held.release()
+    return report
+
+
+def finalize(
+    store: Any,
+    *,
+    path: str | None = None,
+    threads: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> VerifyReport:
+    """Check that every part finished and the array verifies; then close the batch.
+
+    Raises :class:`~shardwise.errors.VerifyError` (with ``.report``) when parts are missing or
+    anything fails verification; the batch stays open so the missing parts can be rerun.
+    """
+    from ..api import open_info
+
+    sstore = _open(store, path, storage_options)
+    plan = open_batch(sstore.store, path=path)
+    running = [n for n in sstore.list(".shardwise") if n.startswith(f"{LEASE}.part-")]
+    if running:
+        raise LeaseHeldError(f"parts still running (or died holding their lease): {running}")
+    with Lease.acquire(sstore, purpose="batch finalize"):
+        info = open_info(sstore.store, path)
+        report = verify_store(
+            info, sstore, where=f"{sstore.store}", threads=threads, check_batch=False
+        )
+        report.notes = [n for n in report.notes if "batch finalize" not in n]  # our own lease
+        missing = sorted(set(range(plan.nparts)) - set(parts_done(sstore)))
+        if missing:
+            from .verify import Problem
+
+            report.problems.insert(
+                0,
+                Problem(
+                    "batch",
+                    sstore.key(BATCH),
+                    f"{len(missing)} of {plan.nparts} parts not done: {missing}",
+                ),
+            )
+        if not report.ok:
+            raise VerifyError(report)
+        done = dict(id=plan.id, nparts=plan.nparts, shape=list(plan.shape), finalized=now())
+        sstore.put(FINALIZED, json.dumps(done).encode())
+        sstore.delete(BATCH)
+        for name in sstore.list(PARTS):
+            sstore.delete(name)
+    return report

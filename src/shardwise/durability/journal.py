@@ -1,0 +1,327 @@
+"""The writer's journal: what a write intends and what it stored, kept next to the array.
+
+Everything lives under ``.shardwise/`` inside the array (zarr-python and tensorstore ignore keys
+that are not metadata or chunk keys):
+
+``.shardwise/shards/<shard key>``
+    one record per stored shard, written by the task that stored it, right after the shard:
+    the id of the write, the object size, the crc32c of the whole object and of its index.
+    A task that finds its shard empty removes the record. The records are the expected shard
+    set that :func:`shardwise.verify` checks (a deleted shard is reported, not read as fill).
+``.shardwise/writes/<region digest>.json``
+    one marker per write region: ``open`` while the write runs, ``done`` when every shard task
+    finished. An open marker is an interrupted write; ``resume=True`` adopts its id and skips
+    the shards whose record carries that id and still matches the object.
+``.shardwise/lease``, ``.shardwise/leases/`` and ``.shardwise/batch.json``
+    see :mod:`shardwise.durability.lease` and :mod:`shardwise.durability.batch`.
+``.shardwise/locks/<shard key>``
+    local files: the lock files of shards committed conditionally
+    (:mod:`shardwise.storage.conditional`).
+
+A record follows its shard, so a writer killed between the two leaves a shard without a (current)
+record: it is rewritten on resume, and reported by verify until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import crc32c as _crc32c
+from zarr.core.sync import sync
+
+from ..codec.codecs import crc32c
+from ..core.layout import Region
+from ..storage.conditional import UNCHECKED, commit_beside
+from ..storage.store import ShardStore
+
+JOURNAL = ".shardwise"
+RECORDS = f"{JOURNAL}/shards/"
+WRITES = f"{JOURNAL}/writes/"
+BATCH = f"{JOURNAL}/batch.json"
+LEASE = f"{JOURNAL}/lease"  # and lease.part-I-of-N: see shardwise.durability.lease
+PARTS = f"{JOURNAL}/parts/"
+# temp names: ours are "<name>.<uuid hex>.partial", zarr's LocalStore "<stem>.<uuid hex>.partial"
+TEMP = re.compile(r"^(?P<base>.*)\.(?P<hex>[0-9a-f]{32})\.partial$")
+IO_THREADS = 8
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+# -- per-shard records ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the writer stored for one shard."""
+
+    write: str
+    size: int
+    crc32c: int
+    index_crc32c: int
+
+    @classmethod
+    def of(cls, write: str, parts: Sequence[Any], index_nbytes: int, index_at_end: bool) -> Record:
+        """The record of an object stored as ``parts`` (bytes-like, in order)."""
+        views = [memoryview(p).cast("B") for p in parts]
+        n = sum(len(v) for v in views)
+        crc = 0
+        for v in views:
+            crc = _crc32c.crc32c(v, crc)
+        return cls(
+            write,
+            n,
+            int(crc),
+            crc32c(_span(views, n - index_nbytes if index_at_end else 0, index_nbytes)),
+        )
+
+    def to_bytes(self) -> bytes:
+        return _json(asdict(self))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Record | None:
+        try:
+            d = json.loads(data)
+            return cls(str(d["write"]), int(d["size"]), int(d["crc32c"]), int(d["index_crc32c"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def _span(views: Sequence[memoryview], start: int, n: int) -> bytes:
+    """Bytes ``[start, start + n)`` of the concatenation of ``views``."""
+    out = bytearray()
+    pos = 0
+    for v in views:
+        lo, hi = max(start - pos, 0), min(start + n - pos, len(v))
+        if lo < hi:
+            out += v[lo:hi]
+        pos += len(v)
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class Journal:
+    """The part of the journal a shard task writes; travels to the workers with the writer."""
+
+    store: ShardStore
+    write_id: str
+    index_nbytes: int
+    index_at_end: bool
+
+    def record(self, key: str, parts: Sequence[Any] | None, generation: Any = UNCHECKED) -> None:
+        """Record the shard stored as ``parts`` (None: forget a removed or empty shard).
+
+        ``generation``: that of a conditional commit of a shard other writers may share. The
+        record is then written only while the shard is still that commit's, so the last commit's
+        record is the one that stays.
+        """
+        data = None
+        if parts is not None:
+            rec = Record.of(self.write_id, parts, self.index_nbytes, self.index_at_end)
+            data = rec.to_bytes()
+        commit_beside(self.store, RECORDS + key, data, owner=key, generation=generation)
+
+    def matches(self, key: str) -> bool:
+        """True when ``key`` holds exactly the object this write recorded for it.
+
+        Size and crc32c of the whole object: the index alone can coincide between two shards
+        whose inner chunks happen to compress to the same sizes.
+        """
+        raw = self.store.get(RECORDS + key)
+        rec = None if raw is None else Record.from_bytes(raw)
+        if rec is None or rec.write != self.write_id or self.store.size(key) != rec.size:
+            return False
+        return object_crc32c(self.store, key) == rec.crc32c
+
+
+def object_crc32c(store: ShardStore, name: str, block: int = 16 << 20) -> int | None:
+    """crc32c of a stored object (local files are read in blocks), None when it is missing."""
+    root = store.local_root
+    if root is None:
+        data = store.get(name)
+        return None if data is None else crc32c(data)
+    crc = 0
+    try:
+        with open(root / store.key(name), "rb") as f:
+            while chunk := f.read(block):
+                crc = _crc32c.crc32c(chunk, crc)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return int(crc)
+
+
+def read_records(store: ShardStore) -> dict[str, Record | None]:
+    """Every shard record (None for an unreadable one), by shard key."""
+    names = [n for n in store.list(RECORDS) if not TEMP.match(n)]
+
+    def load(name: str) -> Record | None:
+        raw = store.get(name)
+        return None if raw is None else Record.from_bytes(raw)
+
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        recs = list(pool.map(load, names))
+    return {n[len(RECORDS) :]: r for n, r in zip(names, recs, strict=True)}
+
+
+# -- write markers --------------------------------------------------------------------------------
+
+
+def region_list(region: Region) -> list[list[int]]:
+    return [[int(s.start), int(s.stop)] for s in region]
+
+
+def marker_name(region: Region) -> str:
+    digest = hashlib.sha1(_json(region_list(region))).hexdigest()[:16]
+    return f"{WRITES}{digest}.json"
+
+
+@dataclass(frozen=True)
+class WriteMarker:
+    """One write of one region: ``open`` while it runs, ``done`` once every shard task finished."""
+
+    id: str
+    region: list[list[int]]
+    shape: list[int]
+    status: str
+    started: str
+    finished: str | None = None
+
+    def to_bytes(self) -> bytes:
+        return _json(asdict(self))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> WriteMarker | None:
+        try:
+            d = json.loads(data)
+            return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        except (ValueError, TypeError):
+            return None
+
+    def inside(self, region: list[list[int]]) -> bool:
+        pairs = zip(self.region, region, strict=True)
+        return all(a >= lo and b <= hi for (a, b), (lo, hi) in pairs)
+
+
+def read_marker(store: ShardStore, region: Region) -> WriteMarker | None:
+    raw = store.get(marker_name(region))
+    return None if raw is None else WriteMarker.from_bytes(raw)
+
+
+def read_markers(store: ShardStore) -> dict[str, WriteMarker | None]:
+    out: dict[str, WriteMarker | None] = {}
+    for name in store.list(WRITES):
+        if TEMP.match(name):
+            continue
+        raw = store.get(name)
+        out[name] = None if raw is None else WriteMarker.from_bytes(raw)
+    return out
+
+
+# -- leftovers of interrupted writes --------------------------------------------------------------
+
+
+def temp_target(name: str) -> str | None:
+    """The key a temp file was going to become (zarr's stem form gives the stem), or None."""
+    m = TEMP.match(name)
+    return None if m is None else m.group("base")
+
+
+def _hex(name: str) -> str:
+    m = TEMP.match(name)
+    return "" if m is None else m.group("hex")
+
+
+def remove_temp_files(
+    store: ShardStore, keys: set[str] | None = None, *, tag: str = ""
+) -> list[str]:
+    """Delete the temp files of interrupted local writes (only those aimed at ``keys`` if given,
+    only those whose hex part starts with ``tag``: one writer's, see ``ShardStore.tag``).
+
+    With ``keys`` only their directories are listed. Returns the names removed. Other stores
+    write objects whole, so they have none.
+    """
+    root = store.local_root
+    if root is None:
+        return []
+    if keys is None:
+        names = store.list("")
+    else:
+        names = []
+        for d in {k.rpartition("/")[0] for k in keys}:
+            try:
+                entries = os.listdir(root / store.key(d) if d else root / store.path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            names += [f"{d}/{e}" if d else e for e in entries if TEMP.match(e)]
+    removed = []
+    for name in names:
+        base = temp_target(name)
+        if base is None or not _hex(name).startswith(tag):
+            continue
+        if keys is not None and base not in keys and f"{base}.json" not in keys:
+            continue
+        try:
+            os.unlink(root / store.key(name))
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
+
+
+def clear_array(store: ShardStore, keep: set[str], *, journal_only: bool = False) -> None:
+    """Delete what is stored under the array path except the names in ``keep`` and any lease.
+
+    ``journal_only`` limits this to the journal (stale records and markers before a create).
+    Used instead of zarr's ``overwrite=True``, which would also delete the leases.
+    """
+    root = store.local_root
+    if root is not None:
+        top = root / store.path if store.path else root
+        if not top.is_dir():
+            return
+        for entry in top.iterdir():
+            if entry.name == JOURNAL:
+                _clear_local(entry, {top / k for k in keep}, top / LEASE)
+            elif not journal_only:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink(missing_ok=True)
+        return
+    names = store.list(JOURNAL + "/" if journal_only else "")
+    doomed = [n for n in names if n not in keep and not n.startswith(LEASE)]
+    zstore = store.store
+
+    async def go() -> None:
+        await asyncio.gather(*(zstore.delete(store.key(n)) for n in doomed))
+
+    if doomed:
+        sync(go())
+
+
+def _clear_local(top: Path, keep: set[Path], lease: Path) -> None:
+    for d, dirs, files in os.walk(top, topdown=False):
+        for f in files:
+            p = Path(d) / f
+            if p not in keep and not str(p).startswith(str(lease)):
+                p.unlink(missing_ok=True)
+        for sub in dirs:
+            with contextlib.suppress(OSError):
+                (Path(d) / sub).rmdir()

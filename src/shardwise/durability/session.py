@@ -1,0 +1,218 @@
+"""One write from the client's side: lease, write marker, resume and clean-up around the graph.
+
+``write_array`` drives it in this order, so that a writer killed at any moment leaves a state a
+rerun with ``resume=True`` can finish::
+
+    begin    take the lease (refused: LeaseHeldError, before anything is written): exclusive,
+             or shared for writes into an existing array that run side by side
+    clear    mode "w": delete the old array except the lease (zarr's overwrite would delete it)
+    start    adopt the open marker of the same region (resume) or write a new one; on resume
+             remove temp files and abandoned multipart uploads aimed at this write's shards,
+             and the staged pieces of the adopted write
+    ...      metadata, then the shard tasks (each stores its shard, then its record)
+    finish   marker -> done, drop older done markers inside this region, release the lease
+    abort    (on error) release the lease; the open marker stays for resume and verify
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..codec.shard import ShardCodec
+from ..core.layout import Coord, Layout, Region
+from ..core.plan import WritePlan
+from ..engine import _pool
+from ..engine.staged import remove_staged
+from ..errors import ArrayExistsError, LeaseHeldError
+from ..storage.s3 import abort_multipart_uploads
+from ..storage.store import ShardStore, describe
+from .journal import (
+    BATCH,
+    RECORDS,
+    Journal,
+    WriteMarker,
+    clear_array,
+    marker_name,
+    now,
+    read_marker,
+    read_markers,
+    region_list,
+    remove_temp_files,
+)
+from .lease import LEASE, Lease
+
+TAG_DIGITS = 12
+
+
+@dataclass
+class WriteSession:
+    store: ShardStore
+    region: Region
+    shape: tuple[int, ...]
+    lease: Lease | None = None
+    marker: WriteMarker | None = None
+    keys: frozenset[str] = frozenset()
+    resumed: bool = False
+    cleaned: dict[str, int] = field(default_factory=dict)
+    shared: bool = False  # other writes may run beside this one (see begin)
+    skipped: int = 0  # shards a resumed write found done (set by the caller that skips them)
+
+    @classmethod
+    def begin(
+        cls,
+        store: ShardStore,
+        region: Region,
+        shape: tuple[int, ...],
+        *,
+        lease: bool,
+        shared: bool = False,
+        break_lease: bool = False,
+    ) -> WriteSession:
+        """``shared``: a write into an existing array whose shared shards commit conditionally
+        takes a shared lease (side by side with other such writes), any other the exclusive one.
+        """
+        held = None
+        if lease and shared:
+            held = Lease.acquire_shared(store, purpose="region write", break_stale=break_lease)
+        elif lease:
+            held = Lease.acquire(store, name=LEASE, purpose="write", break_stale=break_lease)
+        if held is not None and store.get(BATCH) is not None:
+            held.release()
+            raise LeaseHeldError(
+                f"{describe(store.store, store.path)} has a batch write in progress (see "
+                "shardwise.batch): finalize it first, or write with lease=False"
+            )
+        return cls(store, region, shape, held, shared=shared)
+
+    @property
+    def leased(self) -> bool:
+        return self.lease is not None
+
+    def clear(self, *, everything: bool) -> None:
+        """Before a create: drop the old array (``everything``) or just stale journal state."""
+        keep = {LEASE} if self.lease is not None else set()
+        clear_array(self.store, keep, journal_only=not everything)
+
+    def start(
+        self,
+        *,
+        resume: bool,
+        keys: Iterable[str] = (),
+        adopt_done: bool = False,
+        must_adopt: bool = False,
+    ) -> None:
+        """Write (or on resume adopt) this write's marker; on resume clean up after the last try.
+
+        Resume adopts the open marker of an interrupted write of the same region; a finished one
+        only with ``adopt_done`` (every mode but "w", which replaces the array): its shards whose
+        records still match are skipped.
+        ``must_adopt``: raise FileExistsError when there is nothing to adopt.
+        """
+        found = read_marker(self.store, self.region) if resume else None
+        if found is not None and (
+            list(found.shape) != list(self.shape) or (found.status == "done" and not adopt_done)
+        ):
+            found = None
+        if found is None and must_adopt:
+            raise ArrayExistsError(
+                f"an array exists at {self.store.path or '/'!r} without an interrupted write of "
+                "this region to resume (use mode='w' to replace it)"
+            )
+        if found is not None:
+            self.marker = replace(found, status="open", finished=None)
+            self.resumed = True
+        else:
+            self.marker = WriteMarker(
+                id=uuid.uuid4().hex,
+                region=region_list(self.region),
+                shape=list(self.shape),
+                status="open",
+                started=now(),
+            )
+        _pool.start_write(self.marker.id)
+        names = set(keys)
+        self.keys = frozenset(names)
+        # this write's temp files carry its id (kept on resume): clean-ups of a write that runs
+        # beside others remove its own leftovers only
+        self.store = replace(self.store, tag=self.marker.id[:TAG_DIGITS])
+        if resume:
+            started = datetime.datetime.now(datetime.UTC)
+            self.cleaned["temp_files"] = len(self._remove_temp_files())
+            self.cleaned["multipart_uploads"] = len(
+                abort_multipart_uploads(self.store, names, before=started)
+            )
+            # pieces of an interrupted staged write: redone (whatever strategy resumes it)
+            self.cleaned["staged_pieces"] = remove_staged(self.store, self.marker.id)
+        self.store.put(marker_name(self.region), self.marker.to_bytes())
+
+    def _remove_temp_files(self) -> list[str]:
+        return remove_temp_files(
+            self.store, self._targets(), tag=self.store.tag if self.shared else ""
+        )
+
+    def _targets(self) -> set[str]:
+        """Every key this write may put: its shards, their records, its marker, the metadata."""
+        keys = self.keys
+        extra = {marker_name(self.region), "zarr.json"}
+        if self.lease is not None and self.lease.name == LEASE:  # nobody else may create it now
+            extra.add(LEASE)
+        return {*keys, *(RECORDS + k for k in keys), *extra}
+
+    def journal(self, codec: ShardCodec) -> Journal:
+        assert self.marker is not None
+        return Journal(
+            self.store, self.marker.id, codec.index_nbytes, codec.index_location == "end"
+        )
+
+    def done_shards(self, plan: WritePlan, codec: ShardCodec) -> set[Coord]:
+        """Shards of ``plan`` this (resumed) write already stored and recorded."""
+        if not self.resumed:
+            return set()
+        journal = self.journal(codec)
+        shards = list(plan_shards(plan))
+        lay = plan.layout
+        with ThreadPoolExecutor(4) as pool:  # whole objects in memory on remote stores
+            ok = list(pool.map(lambda s: journal.matches(lay.shard_key(s)), shards))
+        return {s for s, good in zip(shards, ok, strict=True) if good}
+
+    def finish(self, report: Any) -> Any:
+        """Mark the write done, drop done markers it supersedes, release the lease."""
+        try:
+            assert self.marker is not None
+            # a task rerun after its worker died leaves the dead one's temp file behind
+            if self.keys:
+                self.cleaned["temp_files"] = self.cleaned.get("temp_files", 0) + len(
+                    self._remove_temp_files()
+                )
+            done = replace(self.marker, status="done", finished=now())
+            me = marker_name(self.region)
+            self.store.put(me, done.to_bytes())
+            for name, m in read_markers(self.store).items():
+                if name != me and m is not None and m.status == "done" and m.inside(done.region):
+                    self.store.delete(name)
+        finally:
+            self.abort()
+        return report
+
+    def abort(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+
+def plan_shards(plan: WritePlan) -> Iterable[Coord]:
+    """The shard of every task of ``plan`` (C order)."""
+    import itertools
+
+    grids = [range(len(c)) for c in plan.task_chunks]
+    for t in itertools.product(*grids):
+        yield plan.shard_of_task(t)
+
+
+def plan_keys(plan: WritePlan) -> list[str]:
+    lay: Layout = plan.layout
+    return [lay.shard_key(s) for s in plan_shards(plan)]

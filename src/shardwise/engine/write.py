@@ -1,0 +1,264 @@
+"""Write numpy or dask arrays into sharded Zarr v3 arrays: one task per shard, one put per shard.
+
+The source is rechunked (public dask API) so that its chunks are exactly the pieces of the write
+region cut at shard boundaries; ``map_blocks`` then runs one task per piece. Each task encodes its
+shard (merging with the stored shard when it covers it only in part), stores it with one atomic
+put, and returns a small receipt. Metadata is written once, on the client, before the graph runs.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import numpy as np
+
+from ..codec.chunks import SMALL_CHUNK
+from ..codec.metadata import ArrayInfo
+from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
+from ..core.layout import Layout
+from ..core.plan import WritePlan
+from ..durability.journal import Journal
+from ..storage.conditional import UNCHECKED, read_merge_commit
+from ..storage.store import ShardStore
+from . import _pool
+
+Mode = Literal["w", "w-", "a", "r+"]
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    write_empty_chunks: bool = False
+    threads: int | None = None
+
+
+@dataclass
+class WriteReport:
+    """What a write did. Reports add up (``a + b``).
+
+    ``seconds`` is the wall time of the write when :func:`shardwise.write_array` computes it, and
+    the summed time of the shard tasks when a ``compute=False`` Delayed is computed.
+
+    ``raw_bytes`` counts the data handed to the write; ``bytes_stored`` the encoded shards put
+    and ``stored_raw_bytes`` the raw (decoded) bytes those shards hold: for a region write, a
+    shard it covers in part is stored whole, untouched chunks included.
+    ``compression_ratio`` compares these last two, so it means the same for every write.
+    """
+
+    shards_written: int = 0
+    shards_empty: int = 0
+    shards_deleted: int = 0
+    bytes_stored: int = 0
+    raw_bytes: int = 0
+    stored_raw_bytes: int = 0
+    chunks_stored: int = 0
+    chunks_empty: int = 0
+    shards_skipped: int = 0
+    # merges of shared shards done again because another writer committed the shard first
+    conflicts_retried: int = 0
+    seconds: float = 0.0
+    keys: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def compression_ratio(self) -> float:
+        return self.stored_raw_bytes / self.bytes_stored if self.bytes_stored else float("nan")
+
+    def __add__(self, other: WriteReport) -> WriteReport:
+        out = WriteReport()
+        for f in fields(self):
+            setattr(out, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return out
+
+    def __str__(self) -> str:
+        mb = 1e6
+        if self.stored_raw_bytes == self.raw_bytes:
+            sizes = f"{self.bytes_stored / mb:.1f} MB stored for {self.raw_bytes / mb:.1f} MB raw"
+        else:  # empty shards not stored, or shards merged with what a region write left alone
+            sizes = (
+                f"{self.raw_bytes / mb:.1f} MB of data written; the shards written hold "
+                f"{self.stored_raw_bytes / mb:.1f} MB raw, {self.bytes_stored / mb:.1f} MB stored"
+            )
+        return (
+            f"{self.shards_written} shards written, {self.shards_empty} empty shards skipped "
+            f"({self.shards_deleted} deleted), {self.chunks_stored} inner chunks stored, "
+            f"{self.chunks_empty} empty; {sizes} (ratio {self.compression_ratio:.2f}) "
+            f"in {self.seconds:.2f} s"
+            + (f"; {self.shards_skipped} done before (resumed)" if self.shards_skipped else "")
+            + (
+                f"; {self.conflicts_retried} shard merges redone after another writer's commit"
+                if self.conflicts_retried
+                else ""
+            )
+        )
+
+
+@dataclass(frozen=True)
+class ShardWriter:
+    """Everything a shard task needs; travels to the workers (configuration only)."""
+
+    info: ArrayInfo
+    store: ShardStore
+    plan: WritePlan
+    options: WriteOptions
+    # records each stored shard (and forgets emptied ones) for verify and resume
+    journal: Journal | None = None
+
+    @property
+    def layout(self) -> Layout:
+        return self.info.layout
+
+    def write_piece(self, shard: Sequence[int], block: np.ndarray) -> WriteReport:
+        """Write ``block`` into ``shard``: the whole body of one shard task.
+
+        A shard the write covers whole is encoded and put as it is (nobody else writes it). A
+        shard covered in part may be shared with other writers: it is read, merged and committed
+        only if unchanged since the read (:func:`~shardwise.storage.conditional.read_merge_commit`).
+        """
+        lay, codec = self.layout, self.info.codec
+        key = lay.shard_key(shard)
+        valid = tuple(s.stop - s.start for s in lay.shard_region(shard))
+        opts = self.options
+        block = np.asarray(block)
+        rep = WriteReport(raw_bytes=block.nbytes)
+        if self.plan.covers(shard):
+            enc = encode_shard(
+                codec, block, write_empty_chunks=opts.write_empty_chunks, threads=opts.threads
+            )
+            stored: Sequence[Any] | None = None if enc is None else _parts(enc)
+            exists = False
+            if stored is not None:
+                self.store.put(key, stored)
+            elif self.store.size(key) is not None:
+                exists = True
+                self.store.delete(key)
+            generation: Any = UNCHECKED
+        else:
+            piece = self.plan.piece_in_shard(shard)
+
+            def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
+                enc = merge_shard(
+                    codec,
+                    old,
+                    block,
+                    piece,
+                    valid,
+                    self.store.key(key),
+                    write_empty_chunks=opts.write_empty_chunks,
+                    threads=opts.threads,
+                )
+                return enc, None if enc is None else _parts(enc)
+
+            done = read_merge_commit(self.store, key, merge, empty=empty_shard(codec))
+            enc, stored, exists = done.result, done.stored, done.existed
+            generation = done.generation
+            rep.conflicts_retried = done.conflicts
+        if self.journal is not None:
+            self.journal.record(key, stored, generation)
+        if enc is None:
+            rep.shards_empty = 1
+            # inner chunks inside the array only, as encode_shard/merge_shard count them
+            used = [-(-v // c) for v, c in zip(valid, codec.chunk_shape, strict=True)]
+            rep.chunks_empty = int(np.prod(used))
+            rep.shards_deleted = int(exists and stored is None)
+            return rep
+        rep.shards_written = 1
+        rep.bytes_stored = enc.nbytes
+        rep.stored_raw_bytes = int(np.prod(valid)) * self.info.dtype.itemsize
+        rep.chunks_stored = enc.chunks_stored
+        rep.chunks_empty = enc.chunks_empty
+        rep.keys = [key]
+        return rep
+
+    def task(self, block: np.ndarray, block_info: Mapping[Any, Any] | None = None) -> np.ndarray:
+        """The ``map_blocks`` function: one call per shard piece, returns a receipt."""
+        assert block_info is not None
+        loc = block_info[0]["chunk-location"]
+        started = time.perf_counter()
+        if self.journal is None:
+            rep = self.write_piece(self.plan.shard_of_task(loc), block)
+        else:
+            with _pool.running(self.journal.write_id):
+                rep = self.write_piece(self.plan.shard_of_task(loc), block)
+        rep.seconds = time.perf_counter() - started
+        out = np.empty((1,) * block.ndim, dtype=object)
+        out.flat[0] = rep
+        return out
+
+
+def _parts(enc: EncodedShard) -> list[Any]:
+    # many small parts are joined first (one memcpy beats a system call and a checksum call
+    # per part); large parts go out as they are (no extra pass over the shard's memory)
+    return [enc.data] if enc.nbytes < len(enc.parts) * SMALL_CHUNK else enc.parts
+
+
+def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteReport:
+    total = WriteReport()
+    for r in np.asarray(receipts, dtype=object).flat:
+        total = total + r
+    total.keys = sorted(total.keys)
+    if seconds_since is not None:
+        total.seconds = time.perf_counter() - seconds_since
+    return total
+
+
+def build_graph(writer: ShardWriter, source: Any) -> Any:
+    """The dask array of receipts (one element per shard task) for ``source``."""
+    import dask.array as da
+
+    plan = writer.plan
+    if plan.ntasks == 0:
+        # a zero-length dimension: no shard to write (and no shard-aligned chunking of it)
+        return da.empty((0,) * len(plan.task_chunks), dtype=object, chunks=1)
+    if not isinstance(source, da.Array):
+        source = da.from_array(source, chunks=plan.task_chunks, asarray=True)
+    elif source.chunks != plan.task_chunks:
+        source = source.rechunk(plan.task_chunks)
+    return source.map_blocks(
+        writer.task,
+        dtype=object,
+        chunks=tuple((1,) * len(c) for c in plan.task_chunks),
+        meta=np.empty((0,) * source.ndim, dtype=object),
+        # unique per call: two writes computed in one graph must not share task keys
+        name=f"shardwise-write-{uuid.uuid4().hex}",
+    )
+
+
+def run_graph(
+    receipts: Any,
+    *,
+    compute: bool,
+    progress: bool = False,
+    keep: np.ndarray | None = None,
+    finish: Callable[[WriteReport], WriteReport] | None = None,
+) -> Any:
+    """Compute the receipts into a :class:`WriteReport`, or return a Delayed that does.
+
+    ``keep`` (a boolean grid over the shard tasks) runs only those tasks (resume); ``finish``
+    runs on the report inside the returned Delayed (``compute=False`` only).
+    """
+    from dask.delayed import delayed
+
+    started = time.perf_counter()
+    if compute and progress:
+        from .progress import compute_with_progress
+
+        blocks = receipts.to_delayed()
+        parts = (blocks if keep is None else blocks[keep]).ravel().tolist()
+        report = sum_reports(compute_with_progress(parts, len(parts)))
+        report.seconds = time.perf_counter() - started
+        return report
+    if not compute or keep is not None:
+        # one Delayed per shard task, without materializing/optimizing the graph here:
+        # building stays O(#shards + #blocks) and fast even for huge arrays
+        blocks = receipts.to_delayed(optimize_graph=False)
+        parts = (blocks if keep is None else blocks[keep]).ravel().tolist()
+        summary = delayed(sum_reports, pure=False)(parts)
+        if not compute:
+            return summary if finish is None else delayed(finish, pure=False)(summary)
+        receipts = summary
+    report = sum_reports(receipts.compute())
+    report.seconds = time.perf_counter() - started
+    return report

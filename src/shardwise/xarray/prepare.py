@@ -1,0 +1,293 @@
+"""Checks and layout for an xarray write, all done before anything is written.
+
+Input checks (names, modes, append dimension against the stored arrays) and the inner chunk and
+shard shapes of new variables (from ``encoding``, ``shards=`` or the defaults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+from zarr.abc.store import Store
+
+from ..codec.metadata import default_compressors
+from ..core.sizing import (
+    DEFAULT_CHUNK_BYTES,
+    default_layout,
+    dividing_chunks,
+)
+from ..durability.journal import JOURNAL
+from ..errors import ArgumentTypeError, PlanError, check_mode
+
+WriteMode = Literal["w", "w-", "a", "a-", "r+"]
+# xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
+_DATAARRAY_VARIABLE = "__xarray_dataarray_variable__"
+# names a variable cannot take: each is already a key (or a directory step) in the store
+_STORE_KEYS = frozenset({"zarr.json", JOURNAL, ".", ".."})
+_DATAARRAY_NAME = "__xarray_dataarray_name__"
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+
+def _as_dataset(obj: Any) -> Any:
+    import xarray as xr
+
+    if isinstance(obj, xr.Dataset):
+        return obj
+    if isinstance(obj, xr.DataArray):
+        # as DataArray.to_zarr: xr.open_dataarray reads these conventions back
+        if obj.name is None:
+            return obj.to_dataset(name=_DATAARRAY_VARIABLE)
+        if obj.name in obj.coords or obj.name in obj.dims:
+            ds = obj.to_dataset(name=_DATAARRAY_VARIABLE)
+            ds.attrs[_DATAARRAY_NAME] = obj.name
+            return ds
+        return obj.to_dataset()
+    raise ArgumentTypeError(
+        f"to_zarr writes an xarray Dataset or DataArray, not {type(obj).__name__}"
+    )
+
+
+def _check_names(ds: Any) -> None:
+    """Refuse names zarr or xarray cannot store, before any I/O (xarray's messages for types)."""
+    for name, var in ds.variables.items():
+        if name is not None:  # None is xarray's own: stored as "__values__", read back as None
+            if not isinstance(name, str):
+                raise ArgumentTypeError(
+                    f"Invalid name {name!r} for DataArray or Dataset key: must be either a "
+                    "string or None for serialization to zarr"
+                )
+            if not name:
+                raise PlanError(
+                    f"Invalid name {name!r} for DataArray or Dataset key: string must be "
+                    "length 1 or greater for serialization to zarr"
+                )
+            if "/" in name:
+                raise PlanError(
+                    f"variable name {name!r} contains '/': zarr would store it as a nested "
+                    f"group path; rename it (e.g. ds.rename({{{name!r}: "
+                    f"{name.replace('/', '_')!r}}}))"
+                )
+            if name in _STORE_KEYS:
+                raise PlanError(
+                    f"variable name {name!r} is a key the store itself uses (zarr.json holds "
+                    f"the group's metadata, {JOURNAL} the writer's records, '.' and '..' are "
+                    f"directories): rename it (e.g. ds.rename({{{name!r}: "
+                    f"{name.strip('.').replace('.', '_') or 'var'!r}}}))"
+                )
+            if name.startswith("__") and name != _DATAARRAY_VARIABLE:
+                raise PlanError(
+                    f"variable name {name!r} starts with '__', which the zarr v3 specification "
+                    "reserves for internal use; rename it"
+                )
+        dims = tuple(var.dims)
+        if len(set(dims)) != len(dims):
+            dup = sorted({str(d) for d in dims if dims.count(d) > 1})
+            raise PlanError(
+                f"variable {name!r} has duplicate dimension names {dims} (repeated: {dup}); "
+                "zarr dimension names must be unique per array: rename one of them"
+            )
+        for d in dims:
+            if not isinstance(d, str):
+                raise PlanError(f"variable {name!r}: dimension names must be strings, got {d!r}")
+
+
+def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
+    try:
+        return dict(value)
+    except (TypeError, ValueError):
+        raise PlanError(
+            f"encoding[{name!r}] must be castable to a dictionary of encoding keys, got {value!r}"
+        ) from None
+
+
+def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
+    for dim, n in shards.items():
+        if dim not in ds.dims:
+            raise PlanError(
+                f"shards names dimension {dim!r}, which the data does not have "
+                f"(dimensions: {sorted(map(str, ds.dims))})"
+            )
+        if n is not None and (not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1):
+            raise PlanError(f"shards[{dim!r}] must be a positive int or None, got {n!r}")
+
+
+def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: Any) -> WriteMode:
+    if mode is None:
+        mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
+    check_mode(mode, ("w", "w-", "a", "a-", "r+"))
+    if append_dim is not None and mode not in ("a", "a-"):
+        raise PlanError(f"append_dim needs mode='a' (or None), got mode={mode!r}")
+    if region is not None and mode not in ("a", "a-", "r+"):
+        raise PlanError(f"region needs mode='r+' or 'a' (or None), got mode={mode!r}")
+    return mode
+
+
+def _open_group(store: Store, group: str | None) -> Any:
+    import zarr
+
+    try:
+        return zarr.open_group(store, path=group or "", mode="r", use_consolidated=False)
+    except (FileNotFoundError, KeyError):
+        return None
+    except Exception as e:  # zarr's GroupNotFoundError and friends
+        if "NotFound" in type(e).__name__:
+            return None
+        raise
+
+
+def _stored_dims(store: Store, group: str | None) -> dict[str, tuple[str, ...]] | None:
+    """The dimension names of every array in ``group`` (None when there is no group)."""
+    g = _open_group(store, group)
+    if g is None:
+        return None
+    out = {}
+    for name, arr in g.arrays():
+        names = getattr(arr.metadata, "dimension_names", None)
+        if names is None:  # zarr v2, as xarray writes it
+            names = arr.attrs.get("_ARRAY_DIMENSIONS") or ()
+        out[name] = tuple(str(n) for n in names if n is not None)
+    return out
+
+
+def _check_append_dim(
+    stored: dict[str, tuple[str, ...]] | None, group: str | None, append_dim: Hashable
+) -> None:
+    dims = {d for names in (stored or {}).values() for d in names}
+    if dims and append_dim not in dims:
+        where = f"group {group!r}" if group else "the store"
+        raise PlanError(
+            f"cannot append along {append_dim!r}: {where} has no such dimension "
+            f"(its dimensions are {sorted(dims)}); nothing was written"
+        )
+    # no arrays at all: xarray's own check below reports it
+
+
+# -- layout of new variables ----------------------------------------------------------------------
+
+
+def _encoded_shape(value: Any, ndim: int, name: Any, key: str) -> tuple[int, ...] | None:
+    """``encoding[key]`` as a shape of ``ndim`` positive ints.
+
+    None when absent, ``"auto"`` or of another length (as xarray, which drops chunks of another
+    dimensionality, e.g. after ``isel``); a TypeError, as xarray's, for entries that are not
+    ints.
+    """
+    if value is None or isinstance(value, str):
+        return None
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        value = (int(value),) * ndim
+    if not isinstance(value, tuple | list):
+        raise ArgumentTypeError(
+            f"encoding[{key!r}] of variable {name!r} must be an int or a tuple of ints, "
+            f"got {value!r}"
+        )
+    if len(value) != ndim:
+        return None
+    if not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in value):
+        raise ArgumentTypeError(
+            f"zarr {key} sizes in encoding[{key!r}] must be an int or a tuple of ints; "
+            f"variable {name!r} has {value!r}"
+        )
+    if not all(_positive_int(x) for x in value):
+        raise PlanError(f"encoding[{key!r}] of variable {name!r} must be positive: {value!r}")
+    return tuple(int(x) for x in value)
+
+
+def _positive_int(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool) and bool(x > 0)
+
+
+def _named_shard(value: int | None, length: int) -> int:
+    """A shard length from ``shards={dim: value}``: None (or a dimension not named) is whole."""
+    return max(1, length) if value is None else int(value)
+
+
+def _divides(chunks: tuple[int, ...], shards: tuple[int, ...]) -> bool:
+    return all(s % c == 0 for c, s in zip(chunks, shards, strict=True))
+
+
+def _layout_for(
+    name: Any,
+    var: Any,
+    enc: Mapping[str, Any],
+    explicit: bool,
+    shards_kw: Mapping[Hashable, int | None] | None,
+    shard_bytes: int,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(inner chunks, shards) of a new variable; see :func:`to_zarr` for the order of rules.
+
+    Inner chunks that do not divide the shards are an error when both come from the same
+    encoding (as in xarray), except for an encoding read from a store whose chunks were
+    changed since; kept chunks are replaced when ``shards=`` sets new shards.
+    """
+    shape, ndim = tuple(int(n) for n in var.shape), var.ndim
+    itemsize = max(1, var.dtype.itemsize)
+    inner_bytes = min(DEFAULT_CHUNK_BYTES, shard_bytes)
+    chunks = _encoded_shape(enc.get("chunks"), ndim, name, "chunks")
+    shard: tuple[int, ...] | None
+    if explicit and enc.get("shards") is not None:
+        shard = _encoded_shape(enc["shards"], ndim, name, "shards")
+        if shard is None:
+            raise PlanError(
+                f"encoding[{name!r}]['shards'] must be {ndim} positive ints, got {enc['shards']!r}"
+            )
+        replace_chunks = False
+    elif shards_kw:
+        shard = tuple(
+            _named_shard(shards_kw.get(d), n) for d, n in zip(var.dims, shape, strict=True)
+        )
+        replace_chunks = not explicit
+    else:
+        shard = None if explicit else _encoded_shape(enc.get("shards"), ndim, name, "shards")
+        replace_chunks = False
+
+    if shard is None:
+        return default_layout(shape, itemsize, chunks or None, None, shard_bytes)
+    if chunks is None or (replace_chunks and not _divides(chunks, shard)):
+        return default_layout(shape, itemsize, None, shard, shard_bytes)
+    if not explicit and not _divides(chunks, shard) and "preferred_chunks" in enc:
+        # read from a store, then given other chunks (overwrite_encoded_chunks=True): the
+        # stored shards no longer fit; new shards are built around the chunks asked for
+        return default_layout(shape, itemsize, chunks, None, shard_bytes)
+    if not _divides(chunks, shard):
+        raise PlanError(
+            f"variable {name!r}: the inner chunks {chunks} must divide the shard shape "
+            f"{shard} (e.g. chunks={dividing_chunks(shard, itemsize, inner_bytes)})"
+        )
+    return chunks, shard
+
+
+def _with_layout(
+    ds: Any,
+    user_encoding: dict[Hashable, dict[str, Any]],
+    existing: set[str],
+    shards_kw: Mapping[Hashable, int | None] | None,
+    shard_bytes: int,
+) -> tuple[Any, dict[Hashable, dict[str, Any]]]:
+    """Give every variable this call creates its inner chunks and shards (in its encoding)."""
+    ds = ds.copy(deep=False)
+    out = dict(user_encoding)
+    for name, var in ds.variables.items():
+        explicit = name in user_encoding
+        if name in existing:
+            continue  # existing arrays keep their layout
+        if var.ndim == 0:
+            if not explicit:  # scalars are not sharded (e.g. a coordinate after isel)
+                var.encoding = {
+                    k: v for k, v in var.encoding.items() if k not in ("chunks", "shards")
+                }
+            continue
+        enc = user_encoding[name] if explicit else var.encoding
+        chunks, shard = _layout_for(name, var, enc, explicit, shards_kw, shard_bytes)
+        layout: dict[str, Any] = {"chunks": chunks, "shards": shard}
+        if "compressors" not in enc and "compressor" not in enc:
+            layout["compressors"] = default_compressors()  # checksummed inner chunks
+        if explicit:
+            out[name] = {**enc, **layout}
+        else:
+            var.encoding = {**var.encoding, **layout}
+    return ds, out
