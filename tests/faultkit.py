@@ -12,11 +12,14 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import random
 import re
+import shutil
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -318,6 +321,22 @@ def files(root: Path, *, journal: bool = False) -> dict[str, bytes]:
             if journal or not rel.startswith(".shardwise/"):
                 out[rel] = p.read_bytes()
     return out
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (the store's complete state)."""
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = Path(d) / n
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def exe() -> list[str]:
+    """The ``shardwise`` command of this interpreter's environment (or ``python -m``)."""
+    found = shutil.which("shardwise", path=str(Path(sys.executable).parent))
+    return [found] if found else [sys.executable, "-m", "shardwise.cli"]
 
 
 def records(root: Path) -> dict[str, tuple[int, int]]:

@@ -3,8 +3,9 @@
     .venv/bin/python tests/golden/make_golden.py
 
 Each case is a small deterministic input written with fixed codecs. The stores (``zarr.json`` and
-the shard objects) are committed; ``tests/test_golden.py`` re-encodes the same input and compares
-the shard bytes exactly, and reads every store with zarr-python, tensorstore and shardwise.
+the shard objects) are committed; ``tests/integration/test_golden.py`` re-encodes the same input
+and compares the shard bytes exactly, and reads every store with zarr-python, tensorstore and
+shardwise.
 Regenerating changes the frozen byte format: only do it on purpose, and say why.
 
 Cases whose bytes depend on a compression library's version (zstd) are frozen for reading only

@@ -41,11 +41,11 @@ from faultkit import (
     torn_shards,
     wait_until,
 )
+from oracles import assert_bit_equal
 from shardwise import PlanError, WriteJob, verify
 from shardwise.core.job import STREAM_BUFFER
 from shardwise.engine.staged import STAGED
-from strategies import assert_bit_equal, cases, dask_chunkings, examples, regions
-from test_roundtrip import write
+from strategies import cases, dask_chunkings, examples, regions, write
 
 ZSTD: dict[str, Any] = dict(compressors=[zarr.codecs.ZstdCodec(level=1)])
 

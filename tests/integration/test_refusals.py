@@ -26,7 +26,7 @@ import xarray as xr
 import zarr
 
 import shardwise
-from faultkit import BUCKET, CREDS, files, moto_s3
+from faultkit import BUCKET, CREDS, exe, files, moto_s3
 from shardwise.cli import main
 from shardwise.codec.metadata import default_compressors
 from shardwise.durability.lease import Lease
@@ -38,7 +38,6 @@ from shardwise.errors import (
     UnsupportedCodecError,
 )
 from shardwise.storage.store import ShardStore
-from test_cli import exe
 
 STRINGS = np.array(["a", "bé", "", "dddd", "ünïcode ✓", "x" * 40] * 7, dtype=object)
 

@@ -9,7 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
@@ -73,3 +73,30 @@ def test_design_md_maps_every_module() -> None:
     modules = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.py"))
     missing = [m for m in modules if not m.endswith("__init__.py") and m not in mapped]
     assert missing == []
+
+
+def test_every_docstring_example_runs_as_a_doctest() -> None:
+    """pytest collects the doctests of every module whose docstrings have examples."""
+    options = PYPROJECT["tool"]["pytest"]["ini_options"]
+    assert "--doctest-modules" in options["addopts"].split()
+    src = ROOT / "src" / "shardwise"
+    with_examples = sorted(
+        p.relative_to(ROOT).as_posix() for p in src.rglob("*.py") if ">>> " in p.read_text()
+    )
+    assert with_examples, "the package has docstring examples"
+    listed = set(options["testpaths"])
+    assert [m for m in with_examples if m not in listed] == []
+
+
+def test_tests_mirror_the_package() -> None:
+    """Each test module sits in the folder of the package part it tests (or project/integration),
+    its basename unique (no __init__.py: tests/ is on sys.path), and tests/README.md maps it."""
+    tests, src = ROOT / "tests", ROOT / "src" / "shardwise"
+    rooms = {p.name for p in src.iterdir() if (p / "__init__.py").exists()}
+    modules = sorted(tests.rglob("test_*.py"))
+    assert modules
+    assert [p for p in modules if p.parent.name not in rooms | {"project", "integration"}] == []
+    assert len({p.name for p in modules}) == len(modules)
+    assert list(tests.rglob("__init__.py")) == []
+    mapping = (tests / "README.md").read_text()
+    assert [p for p in modules if p.relative_to(tests).as_posix() not in mapping] == []

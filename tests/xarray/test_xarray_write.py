@@ -7,9 +7,7 @@ tensorstore (raw array values).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
+from faultkit import snapshot
 from shardwise.api import open_info
 from shardwise.codec.metadata import default_compressors
 from shardwise.codec.shard import MISSING, index_slice, parse_index
@@ -34,16 +33,6 @@ from shardwise.errors import PlanError
 from shardwise.storage.overlay import Overlay
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` (the store's complete state)."""
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = Path(d) / f
-            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
 
 
 def metadata_docs(root: Path) -> dict[str, Any]:

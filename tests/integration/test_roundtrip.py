@@ -28,22 +28,21 @@ from zarr.storage import MemoryStore
 
 import shardwise
 from golden.make_golden import stored_objects
+from oracles import assert_bit_equal, expected_stored, parse_index
 from strategies import (
     FLOAT_DTYPES,
     Case,
     Chain,
     Geometry,
     arrays,
-    assert_bit_equal,
     cases,
     dask_chunkings,
     examples,
-    expected_stored,
     geometries,
     nan_with_payload,
-    parse_index,
     regions,
     selections,
+    write,
 )
 
 MISSING = np.uint64(2**64 - 1)
@@ -55,24 +54,6 @@ NESTED_WARNING = "ignore:Combining a `sharding_indexed` codec:UserWarning"
 
 def shard_key(coord: tuple[int, ...]) -> str:
     return "/".join(["c", *map(str, coord)])
-
-
-def write(case: Case, store: Any, chunks: Any, **options: Any) -> shardwise.WriteReport:
-    """Write ``case`` with shardwise from a dask array with ``chunks``.
-
-    Default index codecs: shardwise creates the array from the same keywords as
-    ``zarr.create_array``. Other index codecs can only be expressed as an unsharded array whose
-    serializer is a sharding codec, so zarr-python creates the metadata and shardwise writes the
-    data into it (``mode="r+"``).
-    """
-    source = da.from_array(case.data, chunks=chunks)
-    kwargs = case.chain.zarr_kwargs(case.geometry)
-    if case.chain.default_index:
-        return shardwise.write_array(source, store, fill_value=case.fill_value, **kwargs, **options)
-    zarr.create_array(
-        store, shape=case.geometry.shape, dtype=case.dtype, fill_value=case.fill_value, **kwargs
-    )
-    return shardwise.write_array(source, store, mode="r+", **options)
 
 
 def check_stored_chunks(

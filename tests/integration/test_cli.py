@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,18 +13,13 @@ import pytest
 import zarr
 
 import shardwise
-from faultkit import files
+from faultkit import exe, files
 from shardwise.cli import main
 from shardwise.durability.lease import Lease
 from shardwise.durability.verify import verify
 from shardwise.storage.store import ShardStore
 
 SHAPE = (40, 30)
-
-
-def exe() -> list[str]:
-    found = shutil.which("shardwise", path=str(Path(sys.executable).parent))
-    return [found] if found else [sys.executable, "-m", "shardwise.cli"]
 
 
 def data() -> np.ndarray:

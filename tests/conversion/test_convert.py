@@ -22,9 +22,10 @@ from zarr.storage import LocalStore, WrapperStore
 
 import shardwise
 from faultkit import BUCKET, files, moto_s3, temp_files
+from oracles import assert_bit_equal
 from shardwise.cli import main
 from shardwise.errors import PlanError
-from strategies import arrays, assert_bit_equal, dtypes, examples, geometries
+from strategies import arrays, dtypes, examples, geometries
 
 SHAPE = (37, 50)
 CHUNKS = (8, 10)

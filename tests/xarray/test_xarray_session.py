@@ -15,11 +15,10 @@ import xarray as xr
 from zarr.storage import LocalStore
 
 import shardwise
-from faultkit import settle, wait_until
+from faultkit import settle, snapshot, wait_until
 from shardwise.durability.journal import read_markers
 from shardwise.errors import LeaseHeldError
 from shardwise.storage.store import ShardStore
-from test_xarray_write import snapshot
 
 NT, NX, SHARD_T = 40, 12, 4  # 10 shards per variable along time
 

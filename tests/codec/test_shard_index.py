@@ -20,7 +20,7 @@ from shardwise.codec.shard import MISSING, ShardCodec, ShardIndex
 from strategies import examples
 
 KEY = "grp/arr/c/0"
-SRC = Path(__file__).resolve().parents[1] / "src" / "shardwise"
+SRC = Path(__file__).resolve().parents[2] / "src" / "shardwise"
 
 
 def codec_for(

@@ -27,12 +27,13 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
+from oracles import assert_bit_equal
 from shardwise import CorruptShardError, OutputError, SelectionError
 from shardwise.engine.direct import parse_selection
 from shardwise.engine.read import GROUP_BYTES, ShardReader
-from strategies import assert_bit_equal, cases, examples, selections
+from strategies import cases, examples, selections
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 @st.composite

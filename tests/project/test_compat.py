@@ -15,7 +15,7 @@ import shardwise
 import shardwise.errors as E
 from shardwise import compat
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("lib", sorted(compat.CHECKED))

@@ -710,8 +710,9 @@ def test_a_paused_worker_finishing_late_changes_nothing(tmp_path: Path) -> None:
     conf = {"distributed.scheduler.worker-ttl": "30s", "distributed.scheduler.allowed-failures": 20}
     env = {
         **os.environ,
+        # tests/, where faultkit is, so the worker processes can import it
         "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
         ),
     }
     with dask.config.set(conf):

@@ -21,7 +21,7 @@ import zarr
 
 import shardwise
 from golden.make_golden import CASES, HERE, stored_objects, write_case
-from strategies import assert_bit_equal
+from oracles import assert_bit_equal
 
 NESTED_WARNING = "ignore:Combining a `sharding_indexed` codec:UserWarning"
 METADATA_FIELDS = ("shape", "data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs")
