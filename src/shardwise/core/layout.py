@@ -89,12 +89,6 @@ class Layout:
             return self.separator.join(map(str, coord)) if coord else "0"
         return self.separator.join(["c", *map(str, coord)])
 
-    def chunk_region_in_shard(self, chunk: Sequence[int]) -> Region:
-        """The region of inner chunk ``chunk`` relative to the start of its shard (unclipped)."""
-        return tuple(
-            slice(i * c, (i + 1) * c) for i, c in zip(chunk, self.chunk_shape, strict=True)
-        )
-
     def shards_touching(self, region: Region) -> Iterator[Coord]:
         """Shard coordinates that intersect ``region`` (step-1 slices, clipped to the array)."""
         ranges = []
@@ -102,17 +96,6 @@ class Layout:
             if sl.stop <= sl.start:
                 return iter(())
             ranges.append(range(sl.start // s, ceildiv(sl.stop, s)))
-        return itertools.product(*ranges)
-
-    def chunks_touching(self, shard: Sequence[int], region: Region) -> Iterator[Coord]:
-        """Inner-chunk coordinates (within ``shard``) that intersect the array ``region``."""
-        ranges = []
-        for i, sl, s, c in zip(shard, region, self.shard_shape, self.chunk_shape, strict=True):
-            lo = max(sl.start - i * s, 0)
-            hi = min(sl.stop - i * s, s)
-            if hi <= lo:
-                return iter(())
-            ranges.append(range(lo // c, ceildiv(hi, c)))
         return itertools.product(*ranges)
 
     def chunks_in_array(self, shard: Sequence[int]) -> tuple[int, ...]:
