@@ -140,7 +140,17 @@ SLOW_MODULES = {
     "test_demo.py",
     "test_benchmarks.py",
 }
-SLOW_WORDS = ("cluster", "s3", "process", "zep2", "job_array", "cli_failures", "race", "moto")
+SLOW_WORDS = (
+    "cluster",
+    "workers",
+    "s3",
+    "process",
+    "zep2",
+    "job_array",
+    "cli_failures",
+    "race",
+    "moto",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
