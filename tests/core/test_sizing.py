@@ -58,6 +58,7 @@ def test_default_chunks_divide_shards_and_shards_stay_in_bounds(
         assert out == shards
 
 
+@pytest.mark.slow  # 15 writes and reads: about 12 s, the slowest test of the fast lane
 @given(
     shape=st.lists(st.integers(1, 70), min_size=1, max_size=3).map(tuple),
     dtype=st.sampled_from(DTYPES),
