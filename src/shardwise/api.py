@@ -15,7 +15,7 @@ from .core.job import Strategy, WriteJob, make_job
 from .core.layout import Region, normalize_region
 from .core.plan import WritePlan
 from .core.sizing import default_layout
-from .durability.session import WriteSession, plan_keys, plan_shards
+from .durability.session import WriteSession, plan_keys
 from .engine import _pool
 from .engine.read import ShardReader
 from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
@@ -335,7 +335,7 @@ def write_array(
         if create:
             _create_in_store(zstore, path, kwargs, probe)
         options = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
-        keep, skipped = None, session.done_shards(plan, info.codec)
+        skipped = session.done_shards(plan, info.codec)
         if job.strategy == "staged":
             report = _run_staged(
                 job, info, sstore, options, session, data, skipped, compute, progress
@@ -351,15 +351,11 @@ def write_array(
             options=options,
             journal=session.journal(info.codec),
         )
-        if skipped:
-            keep = np.array([s not in skipped for s in plan_shards(plan)]).reshape(
-                [len(c) for c in plan.task_chunks]
-            )
         report = run_graph(
             build_graph(writer, data),
             compute=compute,
             progress=progress,
-            keep=keep,
+            keep=plan.keep_mask(skipped),
             finish=None if compute else session.finish,
         )
     except BaseException:

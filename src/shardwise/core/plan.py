@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from .layout import Coord, Layout, Region, is_aligned
 
@@ -53,6 +55,15 @@ class WritePlan:
 
     def shard_of_task(self, task: Sequence[int]) -> Coord:
         return tuple(f + i for f, i in zip(self.first_shard, task, strict=True))
+
+    def keep_mask(self, skipped: Collection[Coord]) -> np.ndarray | None:
+        """The tasks to run when the shards ``skipped`` are done already (resume): a boolean
+        grid over the tasks, or None when every task runs."""
+        if not skipped:
+            return None
+        grid = itertools.product(*(range(len(c)) for c in self.task_chunks))
+        keep = [self.shard_of_task(t) not in skipped for t in grid]
+        return np.array(keep, dtype=bool).reshape([len(c) for c in self.task_chunks])
 
     def piece_in_shard(self, shard: Sequence[int]) -> Region:
         """The part of ``shard`` this write covers, relative to the shard's origin."""

@@ -648,14 +648,7 @@ def run_staged(
 ) -> Any:
     """Run (or with ``compute=False`` return a Delayed of) the staged write's report; the shards
     in ``writer.skip`` are left out (their tasks are not run)."""
-    import itertools as it
 
     receipts = build_staged(writer, source)
-    keep = None
-    if writer.skip:
-        plan = writer.plan
-        grid = it.product(*(range(len(c)) for c in plan.task_chunks))
-        keep = np.array([plan.shard_of_task(t) not in writer.skip for t in grid]).reshape(
-            [len(c) for c in plan.task_chunks]
-        )
+    keep = writer.plan.keep_mask(writer.skip)
     return run_graph(receipts, compute=compute, progress=progress, keep=keep, finish=finish)

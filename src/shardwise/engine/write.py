@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -177,11 +178,10 @@ class ShardWriter:
         assert block_info is not None
         loc = block_info[0]["chunk-location"]
         started = time.perf_counter()
-        if self.journal is None:
+        # counted as a running task of its write (see _pool.running); untracked without a journal
+        tracked = nullcontext() if self.journal is None else _pool.running(self.journal.write_id)
+        with tracked:
             rep = self.write_piece(self.plan.shard_of_task(loc), block)
-        else:
-            with _pool.running(self.journal.write_id):
-                rep = self.write_piece(self.plan.shard_of_task(loc), block)
         rep.seconds = time.perf_counter() - started
         out = np.empty((1,) * block.ndim, dtype=object)
         out.flat[0] = rep

@@ -709,14 +709,9 @@ def _graph(
 def _kept(receipts: Any, plan: WritePlan, skipped: set[Any]) -> Any:
     """``receipts`` without the tasks of ``skipped`` shards: the dask array itself, or a list of
     one Delayed per shard task to run."""
-    if not skipped:
+    keep = plan.keep_mask(skipped)
+    if keep is None:
         return receipts
-    import itertools as it
-
-    grid = it.product(*(range(len(c)) for c in plan.task_chunks))
-    keep = np.array([plan.shard_of_task(t) not in skipped for t in grid]).reshape(
-        [len(c) for c in plan.task_chunks]
-    )
     return receipts.to_delayed(optimize_graph=False)[keep].ravel().tolist()
 
 
