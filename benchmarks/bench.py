@@ -156,17 +156,23 @@ def _start_cluster() -> tuple[Any, Any]:
 
 
 def case_sw_write(wl: str, rep: int, *, chunks: str = "shard", scheduler: str = "threads") -> dict:
+    """``write_array`` of the workload: from the dask source (each task copies its block out
+    of the page-cached ``.npy``), or with ``chunks="numpy"`` from the whole array loaded into
+    memory before the timed part, the input tensorstore's write cases get."""
     import dask
 
     import shardwise
 
     W = WORKLOADS[wl]
-    ch = _dask_chunks(wl, chunks)
-    data = WL.dask_src(wl, ch)
+    info: dict[str, Any] = dict(scheduler=scheduler)
+    if chunks == "numpy":
+        data = np.ascontiguousarray(WL.load_src(wl, mmap=False))
+        info["source"] = "numpy in memory"
+    else:
+        ch = _dask_chunks(wl, chunks)
+        data = WL.dask_src(wl, ch)
+        info.update(dask_chunks=list(ch), n_dask_chunks=int(np.prod(data.numblocks)))
     path = A.store_path(wl, f"sw-{chunks}", rep)
-    info: dict[str, Any] = dict(
-        dask_chunks=list(ch), n_dask_chunks=int(np.prod(data.numblocks)), scheduler=scheduler
-    )
     info["warm_imports_s"] = _warm_imports()
     cluster = client = None
     if scheduler == "distributed":
@@ -395,6 +401,10 @@ SW_CASES: dict[str, tuple[Any, str]] = {
         lambda wl, r: case_sw_write(wl, r),
         "shardwise.write_array(dask), dask chunks = shards, threads",
     ),
+    "s-w-numpy": (
+        lambda wl, r: case_sw_write(wl, r, chunks="numpy"),
+        "shardwise.write_array(numpy array in memory: tensorstore's input), threads",
+    ),
     "s-w-mis": (
         lambda wl, r: case_sw_write(wl, r, chunks="mis"),
         "shardwise.write_array(dask), the anchors' sub-shard chunks (as b1/b3), threads",
@@ -453,9 +463,9 @@ _register_cases()
 
 KEY_ANCHORS = ["a-xr-threads", "f2-ts-full-nosync", "h-ts", "h-xr-shards"]
 SW_WRITE = {
-    "W1": ["s-w-shards", "s-w-mis", "s-w-cross", "s-task-mem"],
+    "W1": ["s-w-shards", "s-w-numpy", "s-w-mis", "s-w-cross", "s-task-mem"],
     "W2": ["s-xr-w", "s-task-mem"],
-    "W3": ["s-w-shards", "s-w-mis", "s-w-cross", "s-task-mem"],
+    "W3": ["s-w-shards", "s-w-numpy", "s-w-mis", "s-w-cross", "s-task-mem"],
 }
 SW_READ = {
     "W1": ["h-sw-array", "h-sw-engine"],
@@ -747,9 +757,11 @@ REF_RUN = {
 TARGETS = [
     # workload, case, kind, target (x limit), anchor cases to compare with
     ("W1", "s-w-shards", "write", 1.05, ["f2-ts-full-nosync", "a-xr-threads"]),
+    ("W1", "s-w-numpy", "write", None, ["f2-ts-full-nosync"]),
     ("W1", "s-w-mis", "write", None, ["b3-xr-mis-align-threads", "f2-ts-full-nosync"]),
     ("W1", "s-w-cross", "write", None, ["f2-ts-full-nosync"]),
     ("W3", "s-w-shards", "write", 1.15, ["f2-ts-full-nosync", "a-xr-threads"]),
+    ("W3", "s-w-numpy", "write", None, ["f2-ts-full-nosync"]),
     ("W3", "s-w-mis", "write", None, ["b3-xr-mis-align-threads", "f2-ts-full-nosync"]),
     ("W3", "s-w-cross", "write", None, ["f2-ts-full-nosync"]),
     ("W2", "s-xr-w", "write", 1.10, ["a-xr-threads", "f2-ts-full-nosync"]),

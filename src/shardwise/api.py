@@ -352,7 +352,7 @@ def write_array(
             journal=session.journal(info.codec),
         )
         report = run_graph(
-            build_graph(writer, data),
+            build_graph(writer, data, copy=not compute),
             compute=compute,
             progress=progress,
             keep=plan.keep_mask(skipped),
@@ -537,9 +537,9 @@ def open_array(
 ) -> Any:
     """A lazy dask array over a sharded Zarr v3 array; chunks default to the shard shape.
 
-    Its ``compute()`` assembles the blocks into one output on the pool (see
-    :mod:`shardwise.engine.assemble`); for a full load into memory :func:`read_array` needs no
-    blocks.
+    Its ``compute()`` on a local scheduler reads straight into one output, as
+    :func:`read_array` does; on other schedulers the blocks are assembled into one output on the
+    pool (see :mod:`shardwise.engine.assemble`). Slices and reductions of it run as dask graphs.
 
     Reads of part of a shard fetch its index, then only the inner chunks needed. On local files
     validated indexes are cached (checked against the file's identity, so rewrites are seen);
@@ -569,7 +569,7 @@ def open_array(
     )
     from .engine.assemble import as_shard_array
 
-    return as_shard_array(arr)
+    return as_shard_array(arr, reader)
 
 
 def open_reader(

@@ -137,6 +137,21 @@ def hugepage_switch() -> Callable[[bool], bool] | None:
 # -- dask --------------------------------------------------------------------------------------
 
 
+def runs_locally(collection: Any, scheduler: Any = None) -> bool:
+    """True when computing ``collection`` (with ``scheduler=``, None for the configured one)
+    runs on dask's threaded or synchronous scheduler in this process, with no local callbacks
+    (progress bars, profilers) active that expect to see its tasks."""
+    import dask.local
+    import dask.threaded
+    from dask.base import get_scheduler
+    from dask.callbacks import Callback
+
+    if Callback.active:
+        return False
+    get = get_scheduler(scheduler=scheduler, collections=[collection])
+    return get in (dask.threaded.get, dask.local.get_sync)
+
+
 def reset_dask_threaded_pools() -> None:
     """Forget dask's threaded-scheduler pools in a forked child.
 

@@ -399,6 +399,71 @@ def test_one_block_is_returned_without_a_copy(tmp_path: Path) -> None:
     assert peak <= 1.5 * data.nbytes, peak / data.nbytes  # dask's own finalize copies: 2x
 
 
+@pytest.mark.parametrize("how", ["default", "threads", "sync", "num_workers", "asarray"])
+def test_compute_of_the_opened_array_reads_directly(
+    how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compute() of open_array's result on a local scheduler is one direct read: no block task
+    runs (no block is read), and the result equals the graph's."""
+    import dask
+
+    data = np.random.default_rng(5).normal(size=(96, 80)).astype("float32")
+    shardwise.write_array(data, str(tmp_path), chunks=(8, 8), shards=(32, 40))
+    lazy = shardwise.open_array(str(tmp_path), chunks=(16, 20))
+    blocks: list[Any] = []
+    direct: list[Any] = []
+    real_getitem, real_read = ShardReader.__getitem__, ShardReader.read_into
+
+    def getitem(self: ShardReader, key: Any) -> Any:
+        blocks.append(key)
+        return real_getitem(self, key)
+
+    def read_into(self: ShardReader, region: Any, out: Any, *args: Any) -> Any:
+        direct.append((region, self.threads))
+        return real_read(self, region, out, *args)
+
+    monkeypatch.setattr(ShardReader, "__getitem__", getitem)
+    monkeypatch.setattr(ShardReader, "read_into", read_into)
+    if how == "default":
+        got = lazy.compute()
+    elif how == "asarray":
+        got = np.asarray(lazy)
+    elif how == "num_workers":
+        got = lazy.compute(scheduler="threads", num_workers=1)
+    else:
+        with dask.config.set(scheduler=how):
+            got = lazy.compute()
+    np.testing.assert_array_equal(got, data)
+    assert blocks == [], "no block task may run"
+    assert [r for r, _ in direct] == [(slice(0, 96), slice(0, 80))]
+    if how == "num_workers":
+        assert direct[0][1] == 1
+    # the graph, as dask.compute runs it, gives the same array block by block
+    (graph,) = dask.compute(lazy, scheduler="threads")
+    np.testing.assert_array_equal(graph, data)
+    assert len(blocks) == 6 * 4
+
+
+def test_compute_with_callbacks_or_derived_arrays_runs_the_graph(tmp_path: Path) -> None:
+    """Progress bars and other dask callbacks see the tasks they expect; a slice or a
+    reduction of the opened array is a plain dask graph."""
+    import dask.array as da
+    from dask.callbacks import Callback
+
+    data = np.random.default_rng(6).normal(size=(64, 64)).astype("float32")
+    shardwise.write_array(data, str(tmp_path), chunks=(8, 8), shards=(16, 16))
+    lazy = shardwise.open_array(str(tmp_path))
+    seen: list[Any] = []
+    with Callback(pretask=lambda key, dsk, state: seen.append(key)):
+        got = lazy.compute(scheduler="threads")
+    np.testing.assert_array_equal(got, data)
+    assert len(seen) >= 16, "every block task runs under the callback"
+    part = lazy[3:40, ::3]
+    assert type(part) is da.Array
+    np.testing.assert_array_equal(part.compute(scheduler="threads"), data[3:40, ::3])
+    assert float(lazy.sum().compute(scheduler="threads")) == pytest.approx(float(data.sum()))
+
+
 def test_assembly_on_a_cluster(client: Any, tmp_path: Path) -> None:
     data = np.random.default_rng(4).normal(size=(96, 80)).astype("float32")
     shardwise.write_array(data, str(tmp_path), chunks=(8, 8), shards=(32, 40))

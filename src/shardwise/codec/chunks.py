@@ -152,8 +152,12 @@ class ChunkCodec:
             and block.flags.c_contiguous
         )
 
-    def stack(self, block: np.ndarray, grid: Sequence[int]) -> np.ndarray:
-        """Cut ``block`` (shape ``grid * chunk_shape``) into a C-ordered stack of stored chunks."""
+    def stack(
+        self, block: np.ndarray, grid: Sequence[int], out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Cut ``block`` (shape ``grid * chunk_shape``) into a C-ordered stack of stored chunks:
+        a view when :meth:`stack_is_view`, else a copy into ``out`` (of the stack's shape and
+        stored dtype; a new array when None), cast to the stored dtype on the way."""
         nd = len(grid)
         if self.stack_is_view(block, grid):
             return block.reshape((grid[0], *self.chunk_shape))
@@ -163,7 +167,8 @@ class ChunkCodec:
             chunk_axes = [chunk_axes[i] for i in self.order]
         axes = [2 * i for i in range(nd)] + chunk_axes
         view = block.reshape(split).transpose(axes)
-        out = np.empty((math.prod(grid), *self.stored_shape), dtype=self.stored_dtype)
+        if out is None:
+            out = np.empty((math.prod(grid), *self.stored_shape), dtype=self.stored_dtype)
         out.reshape(view.shape)[...] = view
         return out
 

@@ -70,7 +70,11 @@ class Zstd:
         return d
 
     def encode(self, data: Buffer) -> bytes:
-        return self._cctx().compress(data)
+        out = self._cctx().compress(data)
+        # the bytes python-zstandard returns keep their whole allocation (the compression bound,
+        # a little over the raw size) whatever the compressed size: an encoded chunk would hold
+        # as much memory as its raw data. An exact copy is cheap beside the compression.
+        return bytes(memoryview(out)) if len(data) - len(out) > 4096 else out
 
     def decode(self, data: Buffer, max_size: int) -> Buffer:
         try:

@@ -22,8 +22,7 @@ from .chunks import SMALL_CHUNK, ChunkCodec, ChunkDecodeError, Endian
 from .codecs import crc32c
 
 MISSING = np.uint64(2**64 - 1)
-SLAB_BYTES = 32 * 2**20  # raw bytes stacked at a time while encoding a shard
-SLAB_CHUNKS = 16  # ... but at least this many inner chunks, to keep the threads busy
+UNIT_BYTES = 256 * 2**10  # raw bytes of small inner chunks one encode task stacks at a time
 IndexLocation = Literal["start", "end"]
 
 
@@ -114,13 +113,36 @@ class EncodedShard:
         return b"".join(self.parts)
 
 
-def _padded(codec: ShardCodec, block: np.ndarray, grid: Sequence[int]) -> np.ndarray:
-    """``block`` grown with the fill value to whole inner chunks (edge shards)."""
-    shape = tuple(g * c for g, c in zip(grid, codec.chunk_shape, strict=True))
-    if block.shape == shape:
-        return block
-    out = np.full(shape, codec.inner.fill_value, dtype=codec.inner.dtype)
-    out[tuple(slice(0, n) for n in block.shape)] = block
+def units(used: Sequence[int], raw_nbytes: int) -> list[tuple[tuple[int, int], ...]]:
+    """Boxes of the inner-chunk grid ``used`` (``(start, stop)`` per axis), in C order, each
+    one pool task's share of a shard: one chunk when chunks are large (each is compressed on its
+    own), else about :data:`UNIT_BYTES` of small chunks spanning the trailing grid axes, so the
+    chunks of a box are consecutive in C order and compressed in one batch.
+
+    >>> units((2, 4), 4096)[:2]  # 64 small chunks per unit: whole rows, all of them here
+    [((0, 2), (0, 4))]
+    >>> units((2, 2), 2**20)[:2]  # one large chunk per unit
+    [((0, 1), (0, 1)), ((0, 1), (1, 2))]
+    """
+    nd = len(used)
+    if nd == 0:
+        return [()]
+    k, span = nd - 1, raw_nbytes  # the axis the boxes split, and the bytes of one step along it
+    if raw_nbytes < SMALL_CHUNK:
+        while k > 0 and span * used[k] <= UNIT_BYTES:
+            span *= used[k]
+            k -= 1
+    step = max(1, UNIT_BYTES // span) if raw_nbytes < SMALL_CHUNK else 1
+    out = []
+    for head in itertools.product(*(range(n) for n in used[:k])):
+        for a in range(0, used[k], step):
+            out.append(
+                (
+                    *((i, i + 1) for i in head),
+                    (a, min(a + step, used[k])),
+                    *((0, n) for n in used[k + 1 :]),
+                )
+            )
     return out
 
 
@@ -135,38 +157,54 @@ def encode_shard(
 
     Inner chunks equal to the fill value bit for bit are not stored unless ``write_empty_chunks``.
     Returns None when no inner chunk is stored. The same input always gives the same bytes.
+
+    The pool tasks take :func:`units` of the shard's chunks: each copies its unit out of
+    ``block`` into a buffer its thread reuses (padded with the fill value at the array's edges,
+    cast to the stored dtype), checks it for fill and compresses it. Memory beyond ``block`` and
+    the encoded chunks: one small buffer per pool thread, whatever the shard size; no fresh pages.
     """
     inner = codec.inner
     cs = codec.chunk_shape
     # only inner chunks holding array elements are encoded; the rest of the grid stays empty
     used = tuple(-(-n // c) for n, c in zip(block.shape, cs, strict=True))
-    per_row = math.prod(used[1:])
-    if used and inner.stack_is_view(block, used):
-        rows = used[0]  # the stack is a view of block: no copy to bound, one slab
-    else:
-        # cut the shard into slabs of chunk rows: the stacked copy stays small (bounded memory)
-        # while each slab still has enough chunks to keep every thread busy
-        rows = max(1, -(-SLAB_BYTES // (per_row * inner.raw_nbytes)), -(-SLAB_CHUNKS // per_row))
-    got: list[Any] = []
-    # a 0-d array is one slab of its single chunk
-    for r0 in range(0, used[0], rows) if used else range(1):
-        r1 = min(used[0], r0 + rows) if used else 1
-        sub = block[r0 * cs[0] : r1 * cs[0]] if used else block
-        if sub.dtype != inner.dtype:
-            sub = sub.astype(inner.dtype)
-        sub_used = (r1 - r0, *used[1:]) if used else ()
-        stack = inner.stack(_padded(codec, sub, sub_used), sub_used)
 
-        def run(ids: Sequence[int], stack: np.ndarray = stack) -> list[Any]:
-            # the fill check runs on the pool with the encoding; None marks an empty chunk
-            if write_empty_chunks:
-                return inner.encode_rows(stack, ids)
-            empty = inner.fill_mask(stack[ids[0] : ids[-1] + 1]).tolist()
-            keep = [i for i, e in zip(ids, empty, strict=True) if not e]
-            done = iter(inner.encode_rows(stack, keep) if keep else [])
-            return [None if e else next(done) for e in empty]
+    def encode_unit(box: tuple[tuple[int, int], ...], name: str) -> list[Any]:
+        ugrid = tuple(b - a for a, b in box)
+        region: tuple[Any, ...] = tuple(
+            slice(a * c, min(b * c, n)) for (a, b), c, n in zip(box, cs, block.shape, strict=True)
+        )
+        part = block[(*region, Ellipsis)]  # a view, also of a 0-d block
+        full = tuple(g * c for g, c in zip(ugrid, cs, strict=True))
+        if part.shape != full:  # at the array's edge: grow to whole chunks with the fill value
+            grown = np.full(full, inner.fill_value, dtype=inner.dtype)
+            grown[tuple(slice(0, n) for n in part.shape)] = part
+            part = grown
+        if inner.stack_is_view(part, ugrid):
+            stack = inner.stack(part, ugrid)
+        else:
+            shape = (math.prod(ugrid), *inner.stored_shape)
+            stack = inner.stack(part, ugrid, out=reused_array(shape, inner.stored_dtype, name))
+        rows = range(stack.shape[0])
+        if write_empty_chunks:
+            return inner.encode_rows(stack, rows)
+        empty = inner.fill_mask(stack).tolist()
+        keep = [i for i in rows if not empty[i]]
+        done = iter(inner.encode_rows(stack, keep) if keep else [])
+        return [None if e else next(done) for e in empty]
 
-        got.extend(_pool.map_batches(run, range(stack.shape[0]), threads))
+    def run(batch: Sequence[tuple[tuple[int, int], ...]]) -> list[list[Any]]:
+        # a nested shard codec encodes its chunks with encode_shard again, inline in this
+        # thread: each level stacks into its own reused buffer
+        depth = getattr(_local, "encode_depth", 0)
+        _local.encode_depth = depth + 1
+        try:
+            return [encode_unit(box, f"encode-stack-{depth}") for box in batch]
+        finally:
+            _local.encode_depth = depth
+
+    got = [
+        p for unit in _pool.map_batches(run, units(used, inner.raw_nbytes), threads) for p in unit
+    ]
     keep = np.fromiter((p is not None for p in got), dtype=bool, count=len(got))
     pieces = [p for p in got if p is not None]
     if not pieces:
@@ -628,7 +666,7 @@ def reused_array(shape: tuple[int, ...], dtype: np.dtype[Any], name: str) -> np.
     call for ``name``): decoding shard after shard into it costs no fresh pages."""
     count = math.prod(shape)
     nbytes = count * dtype.itemsize
-    if nbytes > REUSED_MAX or dtype.hasobject or not nbytes:
+    if nbytes > REUSED_MAX or dtype.hasobject or dtype.kind not in "biufcmMSUV" or not nbytes:
         return np.empty(shape, dtype)
     buf: bytearray | None = getattr(_local, name, None)
     if buf is None or len(buf) < nbytes:

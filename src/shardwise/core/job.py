@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..codec.shard import UNIT_BYTES
 from ..errors import PlanError
 from .plan import WritePlan
 
@@ -39,9 +40,10 @@ Chunks = tuple[tuple[int, ...], ...]
 
 STREAM_BUFFER = 8 * 2**20  # bytes a shard task holds while it streams staged pieces
 PART_BYTES = 8 * 2**20  # multipart upload parts (object stores want >= 5 MiB but the last)
-DIRECT_FACTOR = 3  # a direct shard task holds about this many times the shard's raw bytes
+# a direct shard task holds at most about this many times the shard's raw bytes: the block, its
+# encoded chunks and, for small chunks, the joined shard (incompressible data)
+DIRECT_FACTOR = 3
 STAGED_FACTOR = 2  # a staged block task: the block plus its encoded chunks
-SLAB_BYTES = 32 * 2**20  # the encoder stacks at most this much raw data at a time
 MEMORY_FRACTION = 0.5  # of the machine's available memory, shared by the threads
 
 
@@ -335,8 +337,10 @@ def make_job(
     blocks = inner_aligned(plan, source_chunks, target, itemsize)
     block_bytes = _largest(blocks) * itemsize
     index = 16 * plan.layout.nchunks_per_shard
+    # and each encoding thread one unit of chunks (codec.shard.units)
+    chunk_bytes = math.prod(plan.layout.chunk_shape) * itemsize
     peak = max(
-        STAGED_FACTOR * block_bytes + min(block_bytes, SLAB_BYTES),
+        STAGED_FACTOR * block_bytes + min(block_bytes, max(UNIT_BYTES, chunk_bytes)),
         STREAM_BUFFER + PART_BYTES + 3 * index,
     )
     moved = 0 if source_chunks is None or tuple(source_chunks) == blocks else raw_total

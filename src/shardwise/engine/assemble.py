@@ -1,35 +1,70 @@
 """The dask array :func:`shardwise.open_array` returns: dask's own, but computed into one output.
 
-dask assembles a computed array with one single-threaded copy of every block into a new array
-(numpy's, advised into huge pages), and copies even a lone block. ``ShardArray`` differs in that
-step only: the output is allocated in ordinary pages (see
-:func:`shardwise.engine.memory.new_array`), the blocks are copied into it on the shared pool, and a
-lone block (which the read task allocated for this result alone) is returned as it is. Every other
-operation gives plain dask arrays.
+Two steps differ from dask's, and every other operation gives plain dask arrays:
+
+- ``compute()`` of the array as opened, on a local scheduler (threads or sync) with no dask
+  callbacks active (progress bars, profilers), reads it with :func:`read_selection`: every inner
+  chunk decoded straight into one output, no block ever allocated. The graph's blocks would cost a
+  second array of fresh memory and a copy. Distributed and multiprocessing schedulers, and
+  anything derived from the array (a slice, a reduction), run the graph.
+- When the graph runs, dask assembles the blocks with one single-threaded copy of every block into
+  a new array (numpy's, advised into huge pages), and copies even a lone block. Here the output is
+  allocated in ordinary pages (see :func:`shardwise.engine.memory.new_array`), the blocks are
+  copied into it on the shared pool, and a lone block (which the read task allocated for this
+  result alone) is returned as it is.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import dask.array as da
 import numpy as np
 
+from ..compat import runs_locally
 from . import _pool
 from .memory import new_array
 
 
 class ShardArray(da.Array):  # type: ignore[misc]
-    __slots__ = ()
+    __slots__ = ("_reader",)
+    _reader: Any
 
     def __dask_postcompute__(self) -> tuple[Any, tuple[Any, ...]]:
         return assemble, (self.chunks,)
 
+    def compute(self, **kwargs: Any) -> Any:
+        """As dask's ``compute()``; on a local scheduler, one direct read (see the module)."""
+        reader = getattr(self, "_reader", None)
+        if reader is not None and _local_scheduler(self, kwargs):
+            from .direct import read_selection
 
-def as_shard_array(arr: da.Array) -> ShardArray:
-    return ShardArray(arr.dask, arr.name, arr.chunks, meta=arr._meta)
+            threads = kwargs.get("num_workers")
+            if threads is not None and threads != reader.threads:
+                reader = replace(reader, threads=threads)
+            return read_selection(reader)
+        return super().compute(**kwargs)
+
+
+# compute() keywords the direct read honours; any other goes to dask
+_DIRECT_KWARGS = {"scheduler", "num_workers", "optimize_graph", "traverse"}
+
+
+def _local_scheduler(arr: ShardArray, kwargs: dict[str, Any]) -> bool:
+    """True when ``compute(**kwargs)`` would run ``arr`` in this process, on dask's threaded or
+    synchronous scheduler, with no callbacks to notify."""
+    return not set(kwargs) - _DIRECT_KWARGS and runs_locally(arr, kwargs.get("scheduler"))
+
+
+def as_shard_array(arr: da.Array, reader: Any = None) -> ShardArray:
+    """``arr`` as a :class:`ShardArray`; ``reader`` (a ``ShardReader`` of the whole array that
+    ``arr`` holds, block for block) enables the direct ``compute()``."""
+    out = ShardArray(arr.dask, arr.name, arr.chunks, meta=arr._meta)
+    out._reader = reader
+    return out
 
 
 def assemble(results: Any, chunks: tuple[tuple[int, ...], ...]) -> Any:

@@ -42,7 +42,7 @@ from ..storage.s3 import multipart_client
 from ..storage.store import PARTIAL_SUFFIX, ShardStore
 from . import _pool
 from .fetch import read_index
-from .write import WriteOptions, WriteReport, run_graph
+from .write import WriteOptions, WriteReport, as_dask, run_graph
 
 STAGED = f"{JOURNAL}/staged/"
 
@@ -597,19 +597,17 @@ def staged_leftovers(store: ShardStore) -> list[str]:
     return [n for n in store.list(STAGED.rstrip("/")) if not TEMP.match(n)]
 
 
-def build_staged(writer: StagedWriter, source: Any) -> Any:
+def build_staged(writer: StagedWriter, source: Any, *, copy: bool = True) -> Any:
     """The dask array of receipts (one element per shard task, as the direct path's) for
-    ``source``: block tasks, then shard tasks that each depend on the blocks touching them."""
+    ``source``: block tasks, then shard tasks that each depend on the blocks touching them
+    (``copy``: see :func:`~shardwise.engine.write.as_dask`)."""
     import dask.array as da
     from dask.highlevelgraph import HighLevelGraph
 
     plan, lay = writer.plan, writer.layout
     out_chunks = tuple((1,) * len(c) for c in plan.task_chunks)
     meta = np.empty((0,) * len(plan.task_chunks), dtype=object)
-    if not isinstance(source, da.Array):
-        source = da.from_array(source, chunks=writer.blocks, asarray=True)
-    elif source.chunks != writer.blocks:
-        source = source.rechunk(writer.blocks)
+    source = as_dask(source, writer.blocks, copy=copy)
     token = uuid.uuid4().hex
     stage = f"shardwise-stage-{token}"
     receipts = source.map_blocks(
@@ -649,6 +647,6 @@ def run_staged(
     """Run (or with ``compute=False`` return a Delayed of) the staged write's report; the shards
     in ``writer.skip`` are left out (their tasks are not run)."""
 
-    receipts = build_staged(writer, source)
+    receipts = build_staged(writer, source, copy=not compute)
     keep = writer.plan.keep_mask(writer.skip)
     return run_graph(receipts, compute=compute, progress=progress, keep=keep, finish=finish)

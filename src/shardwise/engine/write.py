@@ -204,18 +204,47 @@ def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteRepor
     return total
 
 
-def build_graph(writer: ShardWriter, source: Any) -> Any:
-    """The dask array of receipts (one element per shard task) for ``source``."""
+class _Uncopied:
+    """An array given to ``dask.array.from_array`` without the whole copy dask makes of anything
+    with a ``copy`` method (a second array in memory and a pass over it before any task runs);
+    its blocks are views of the array."""
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+        self.shape = array.shape
+        self.dtype = array.dtype
+        self.ndim = len(array.shape)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.array[key]
+
+
+def as_dask(source: Any, chunks: Any, *, copy: bool) -> Any:
+    """``source`` as a dask array of ``chunks``. Arrays that are not dask's are read in place
+    unless ``copy`` (a write computed later, e.g. ``compute=False``, must not see changes made
+    to the array in between); their graph is named, not tokenized, because dask would hash every
+    byte of the array for a name a graph run once does not need."""
+    import dask.array as da
+
+    if isinstance(source, da.Array):
+        return source if source.chunks == chunks else source.rechunk(chunks)
+    name = f"shardwise-source-{uuid.uuid4().hex}"
+    if copy:
+        return da.from_array(source, chunks=chunks, asarray=True, name=name)
+    meta = np.empty((0,) * len(source.shape), dtype=source.dtype)
+    return da.from_array(_Uncopied(source), chunks=chunks, asarray=True, name=name, meta=meta)
+
+
+def build_graph(writer: ShardWriter, source: Any, *, copy: bool = True) -> Any:
+    """The dask array of receipts (one element per shard task) for ``source`` (``copy``: see
+    :func:`as_dask`)."""
     import dask.array as da
 
     plan = writer.plan
     if plan.ntasks == 0:
         # a zero-length dimension: no shard to write (and no shard-aligned chunking of it)
         return da.empty((0,) * len(plan.task_chunks), dtype=object, chunks=1)
-    if not isinstance(source, da.Array):
-        source = da.from_array(source, chunks=plan.task_chunks, asarray=True)
-    elif source.chunks != plan.task_chunks:
-        source = source.rechunk(plan.task_chunks)
+    source = as_dask(source, plan.task_chunks, copy=copy)
     return source.map_blocks(
         writer.task,
         dtype=object,

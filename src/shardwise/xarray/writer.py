@@ -675,7 +675,8 @@ def _graph(
                 )
                 # one receipt per shard task, as the direct path's; pieces that retried tasks
                 # leave are removed once the receipts are in (see _tidy)
-                receipts = build_staged(writer_s, source)
+                # numpy-backed variables are written now, even with compute=False: no copy
+                receipts = build_staged(writer_s, source, copy=False)
                 staged.append((writer_s.store, session.marker.id))
             else:
                 writer = ShardWriter(
@@ -685,7 +686,7 @@ def _graph(
                     options=opts,
                     journal=journal,
                 )
-                receipts = build_graph(writer, source)
+                receipts = build_graph(writer, source, copy=False)
             parts.append((w.path, _kept(receipts, plan, skipped)))
         elif not w.lazy or not w.chunks:
             part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, w.region, source)

@@ -1,0 +1,89 @@
+"""Memory of the direct write path: what a shard task holds beyond its block, and numpy sources
+read in place (dask's ``from_array`` would copy the whole array first)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import zarr
+
+import shardwise
+from shardwise.codec.shard import UNIT_BYTES
+
+ZSTD: dict[str, Any] = dict(compressors=[zarr.codecs.ZstdCodec(level=1)])
+
+
+def _smooth(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """Compressible uint16 data: a slow ramp along every axis plus a little noise."""
+    rng = np.random.default_rng(seed)
+    ramp = sum(
+        np.arange(n).reshape([-1 if i == j else 1 for j in range(len(shape))]) // 8
+        for i, n in enumerate(shape)
+    )
+    return (ramp + rng.integers(0, 2, size=shape)).astype("uint16")
+
+
+def _peak(fn: Callable[[], Any]) -> int:
+    """tracemalloc's peak of the allocations ``fn`` makes (what existed before is not counted)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("strategy", ["direct", "staged"])
+def test_a_numpy_source_is_written_in_place(tmp_path: Path, strategy: str) -> None:
+    """write_array of a 32 MiB numpy array in 2 MiB shards, one task at a time: the peak is one
+    shard's worth of buffers, not a copy of the array."""
+    x = _smooth((64, 512, 512))
+    kw: dict[str, Any] = dict(chunks=(8, 64, 64), shards=(8, 256, 512), strategy=strategy, **ZSTD)
+    with dask.config.set(scheduler="sync"):
+        shardwise.write_array(x[:8], tmp_path / "warm", **kw)  # lazy imports, pool buffers
+        peak = _peak(lambda: shardwise.write_array(x, tmp_path / "a", **kw))
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[...], x)
+    shard = 8 * 256 * 512 * 2
+    bound = 3 * shard + 2**20  # the block, its encoded chunks, the pool's buffers, slack
+    assert bound < x.nbytes / 4
+    assert peak <= bound, (peak, x.nbytes)
+
+
+def test_a_write_computed_later_writes_the_array_as_it_was(tmp_path: Path) -> None:
+    """With compute=False the source is copied (as dask does): changing the array before the
+    write runs does not change what is written."""
+    x = _smooth((32, 64, 64))
+    want = x.copy()
+    for strategy in ("direct", "staged"):
+        root = tmp_path / strategy
+        later = shardwise.write_array(
+            x, root, chunks=(8, 16, 16), shards=(16, 32, 32), strategy=strategy, compute=False
+        )
+        x[...] = 7
+        later.compute()
+        np.testing.assert_array_equal(zarr.open_array(root, mode="r")[...], want)
+        x[...] = want
+
+
+def test_a_shard_task_holds_its_block_and_encoded_chunks_only(tmp_path: Path) -> None:
+    """Encoding a 32 MiB shard stacks no shard-sized copy: beyond the (existing) block, the
+    peak is the encoded chunks plus a small buffer per encoding thread, whatever the shard."""
+    from shardwise.api import open_reader
+    from shardwise.codec.shard import encode_shard
+
+    x = _smooth((64, 512, 512))
+    shardwise.write_array(x, tmp_path / "a", chunks=(8, 64, 64), shards=(64, 512, 512), **ZSTD)
+    codec = open_reader(str(tmp_path / "a")).info.codec
+    encode_shard(codec, x, threads=2)  # the pool threads' buffers exist before the count
+    encoded: list[Any] = []
+    peak = _peak(lambda: encoded.append(encode_shard(codec, x, threads=2)))
+    (enc,) = encoded
+    assert enc.nbytes < x.nbytes / 4  # compressible: the bound below is about the buffers
+    assert peak <= enc.nbytes + 2 * x.nbytes // 8 + 4 * UNIT_BYTES + 2**20, (peak, enc.nbytes)
