@@ -9,9 +9,11 @@ Cases (``case`` names):
 
 * ``ts``         tensorstore ``read()`` of the whole array (the reference);
 * ``direct``     ``shardwise.read_array(root, path="data")``;
-* ``array``      ``shardwise.open_array(root, path="data").compute()`` (threaded scheduler);
-* ``array-whole`` the same with ``chunks=-1`` (one dask chunk, still copied once by dask's
-  finalize step);
+* ``array``      ``shardwise.open_array(root, path="data").compute()`` (threaded scheduler: one
+  direct read into the output, no dask block);
+* ``array-graph`` ``dask.compute(shardwise.open_array(root, path="data"))``: the dask graph, one
+  block per shard, assembled into one output on the pool;
+* ``array-whole`` ``open_array(..., chunks=-1).compute()`` (the same direct read as ``array``);
 * ``engine``     ``xr.open_dataset(root, engine="shardwise")["data"].values`` (no dask);
 * ``engine-dask`` the same with ``chunks={}`` (one dask chunk per shard);
 * ``mean-dask``  ``shardwise.open_array(root, path="data").mean().compute()``.
@@ -62,7 +64,16 @@ MEDIUM = {
     "W1": ((512, 512, 512), (256, 256, 256), (64, 64, 64), "uint16", ("z", "y", "x")),
     "W3": ((4096, 4096), (1024, 1024), (32, 32), "float32", ("y", "x")),
 }
-CASES = ("ts", "direct", "array", "array-whole", "engine", "engine-dask", "mean-dask")
+CASES = (
+    "ts",
+    "direct",
+    "array",
+    "array-graph",
+    "array-whole",
+    "engine",
+    "engine-dask",
+    "mean-dask",
+)
 
 
 def sizes(args: argparse.Namespace) -> dict[str, Any]:
@@ -181,6 +192,8 @@ def _reader(name: str, root: str) -> Callable[[], Any]:
     dask.config.set(scheduler="threads")
     if name == "array":
         return lambda: shardwise.open_array(root, path="data").compute()
+    if name == "array-graph":  # the blocks, assembled: what dask.compute runs
+        return lambda: dask.compute(shardwise.open_array(root, path="data"))[0]
     if name == "array-whole":
         return lambda: shardwise.open_array(root, path="data", chunks=-1).compute()
     if name == "mean-dask":
