@@ -438,6 +438,20 @@ def record_figures(name: str, figures: dict[str, Any]) -> None:
     print(f"\n[figures] {name}: {json.dumps(figures, sort_keys=True, default=str)}")
 
 
+def traced_peak(fn: Any) -> int:
+    """tracemalloc's peak over ``fn()``: the allocations it makes (what existed before is not
+    counted)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        fn()
+        return int(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+
+
 def assert_same(a: np.ndarray, b: np.ndarray) -> None:
     np.testing.assert_array_equal(a, b)
 

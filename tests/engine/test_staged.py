@@ -10,7 +10,6 @@ import functools
 import random
 import signal
 import time
-import tracemalloc
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -39,6 +38,7 @@ from faultkit import (
     record_figures,
     temp_files,
     torn_shards,
+    traced_peak,
     wait_until,
 )
 from oracles import assert_bit_equal
@@ -285,16 +285,6 @@ def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
 # -- memory: one block plus a buffer, whatever the shard size ------------------------------------
 
 
-def _peak(fn: Any) -> int:
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def test_peak_memory_per_task_does_not_grow_with_the_shard(tmp_path: Path) -> None:
     """The writer's own allocations (the source is in memory before the count starts): one task
     at a time, so the peak of the whole write is the peak of its largest task."""
@@ -310,14 +300,14 @@ def test_peak_memory_per_task_does_not_grow_with_the_shard(tmp_path: Path) -> No
         for shards in ((16, 512, 512), (64, 512, 512)):  # 8 MiB and 32 MiB shards
             root = tmp_path / f"s{shards[0]}.zarr"
             src = da.from_array(x, chunks=chunks)
-            peaks[shards] = _peak(
+            peaks[shards] = traced_peak(
                 lambda src=src, root=root, shards=shards: shardwise.write_array(
                     src, root, shards=shards, strategy="staged", **kw
                 )
             )
             np.testing.assert_array_equal(zarr.open_array(root, mode="r")[...], x)
         src = da.from_array(x, chunks=chunks)
-        direct = _peak(
+        direct = traced_peak(
             lambda: shardwise.write_array(
                 src, tmp_path / "d.zarr", shards=(64, 512, 512), strategy="direct", **kw
             )

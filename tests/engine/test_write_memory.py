@@ -3,8 +3,6 @@ read in place (dask's ``from_array`` would copy the whole array first)."""
 
 from __future__ import annotations
 
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 import zarr
 
 import shardwise
+from faultkit import traced_peak
 from shardwise.codec.shard import UNIT_BYTES
 
 ZSTD: dict[str, Any] = dict(compressors=[zarr.codecs.ZstdCodec(level=1)])
@@ -29,17 +28,6 @@ def _smooth(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     return (ramp + rng.integers(0, 2, size=shape)).astype("uint16")
 
 
-def _peak(fn: Callable[[], Any]) -> int:
-    """tracemalloc's peak of the allocations ``fn`` makes (what existed before is not counted)."""
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.mark.parametrize("strategy", ["direct", "staged"])
 def test_a_numpy_source_is_written_in_place(tmp_path: Path, strategy: str) -> None:
     """write_array of a 32 MiB numpy array in 2 MiB shards, one task at a time: the peak is one
@@ -48,7 +36,7 @@ def test_a_numpy_source_is_written_in_place(tmp_path: Path, strategy: str) -> No
     kw: dict[str, Any] = dict(chunks=(8, 64, 64), shards=(8, 256, 512), strategy=strategy, **ZSTD)
     with dask.config.set(scheduler="sync"):
         shardwise.write_array(x[:8], tmp_path / "warm", **kw)  # lazy imports, pool buffers
-        peak = _peak(lambda: shardwise.write_array(x, tmp_path / "a", **kw))
+        peak = traced_peak(lambda: shardwise.write_array(x, tmp_path / "a", **kw))
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[...], x)
     shard = 8 * 256 * 512 * 2
     bound = 3 * shard + 2**20  # the block, its encoded chunks, the pool's buffers, slack
@@ -83,7 +71,7 @@ def test_a_shard_task_holds_its_block_and_encoded_chunks_only(tmp_path: Path) ->
     codec = open_reader(str(tmp_path / "a")).info.codec
     encode_shard(codec, x, threads=2)  # the pool threads' buffers exist before the count
     encoded: list[Any] = []
-    peak = _peak(lambda: encoded.append(encode_shard(codec, x, threads=2)))
+    peak = traced_peak(lambda: encoded.append(encode_shard(codec, x, threads=2)))
     (enc,) = encoded
     assert enc.nbytes < x.nbytes / 4  # compressible: the bound below is about the buffers
     assert peak <= enc.nbytes + 2 * x.nbytes // 8 + 4 * UNIT_BYTES + 2**20, (peak, enc.nbytes)
