@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Full reads of W1 and W3, shardwise against tensorstore in the same run.
+"""Full reads of W1, W2 and W3, shardwise against tensorstore in the same run.
 
 Self-contained: the data are generated here (a smooth field plus noise), written once by
 shardwise into ``--dir``, then every case runs in a fresh process, repetitions interleaved
@@ -26,7 +26,7 @@ tensorstore's result.
 
 Usage::
 
-    python benchmarks/reads.py gen  [--small] [--dir D]          # once: writes W1 and W3
+    python benchmarks/reads.py gen  [--small] [--dir D]          # once: writes W1, W2 and W3
     python benchmarks/reads.py run  [--small] [--dir D] [--reps 5] [--out FILE.jsonl]
     python benchmarks/reads.py report FILE.jsonl
 
@@ -52,16 +52,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 
 # name: (shape, shard shape, inner chunk shape, dtype, dimension names)
+W2_DIMS = ("time", "lat", "lon")
 FULL = {
     "W1": ((1024, 1024, 1024), (256, 256, 256), (64, 64, 64), "uint16", ("z", "y", "x")),
+    "W2": ((2920, 361, 720), (584, 361, 720), (8, 361, 720), "float32", W2_DIMS),
     "W3": ((8192, 8192), (1024, 1024), (32, 32), "float32", ("y", "x")),
 }
 SMALL = {
     "W1": ((256, 256, 256), (128, 128, 128), (64, 64, 64), "uint16", ("z", "y", "x")),
+    "W2": ((320, 91, 180), (64, 91, 180), (8, 91, 180), "float32", W2_DIMS),
     "W3": ((2048, 2048), (512, 512), (32, 32), "float32", ("y", "x")),
 }
 MEDIUM = {
     "W1": ((512, 512, 512), (256, 256, 256), (64, 64, 64), "uint16", ("z", "y", "x")),
+    "W2": ((1460, 361, 720), (584, 361, 720), (8, 361, 720), "float32", W2_DIMS),
     "W3": ((4096, 4096), (1024, 1024), (32, 32), "float32", ("y", "x")),
 }
 CASES = (
@@ -332,7 +336,7 @@ def main() -> None:
         s.add_argument("--dir", default="/tmp/shardwise-reads")
         s.add_argument("--small", action="store_true")
         s.add_argument("--medium", action="store_true", help=argparse.SUPPRESS)
-        s.add_argument("--workloads", default="W1,W3")
+        s.add_argument("--workloads", default="W1,W2,W3")
         if name == "gen":
             s.add_argument("--force", action="store_true")
         else:

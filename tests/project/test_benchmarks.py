@@ -77,3 +77,38 @@ def test_bench_small_run_and_report(tmp_path: Path) -> None:
     text = bench(tmp_path, "report", str(out))
     assert "| W3 | s-w-shards | 1 |" in text
     assert "(1024, 1024)" in text  # the report uses the workloads the run measured
+
+
+@pytest.mark.slow
+def test_reads_small_run(tmp_path: Path) -> None:
+    """reads.py generates its own data, then every case reads what tensorstore reads."""
+    script = ROOT / "benchmarks" / "reads.py"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    common = ["--small", "--dir", str(tmp_path / "data"), "--workloads", "W2,W3"]
+    out = tmp_path / "reads.jsonl"
+    for args in (
+        ["gen", *common],
+        ["run", *common, "--reps", "1", "--cases", "ts,direct,array,array-graph,mean-dask"],
+    ):
+        if args[0] == "run":
+            args += ["--out", str(out)]
+        got = subprocess.run(
+            [sys.executable, str(script), *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    recs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    recs = [r for r in recs if r.get("case") not in (None, "env")]
+    assert {(r["workload"], r["case"]) for r in recs} == {
+        (w, c) for w in ("W2", "W3") for c in ("ts", "direct", "array", "array-graph", "mean-dask")
+    }
+    assert [r for r in recs if "error" in r] == []
+    for wl in ("W2", "W3"):
+        mine = {r["case"]: r for r in recs if r["workload"] == wl}
+        crc = mine["ts"]["crc"]
+        assert all(mine[c]["crc"] == crc for c in ("direct", "array", "array-graph")), mine
+        assert mine["mean-dask"]["mean"] == pytest.approx(mine["ts"]["mean"], rel=1e-5)
