@@ -202,11 +202,10 @@ class ChunkCodec:
         else:
             fill_words = fill.reshape(1).view(word)
         words = stack.reshape(n, -1).view(word)
-        reps = words.shape[1] // fill_words.size
-        pattern = np.tile(fill_words, reps)
-        mask = words[:, 0] == pattern[0]
+        mask = words[:, 0] == fill_words[0]
         cand = np.flatnonzero(mask)
-        if cand.size:
+        if cand.size:  # the whole pattern only for chunks whose first word is the fill's
+            pattern = np.tile(fill_words, words.shape[1] // fill_words.size)
             mask[cand] = (words[cand] == pattern).all(axis=1)
         result: np.ndarray = mask
         return result
