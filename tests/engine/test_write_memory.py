@@ -75,3 +75,32 @@ def test_a_shard_task_holds_its_block_and_encoded_chunks_only(tmp_path: Path) ->
     (enc,) = encoded
     assert enc.nbytes < x.nbytes / 4  # compressible: the bound below is about the buffers
     assert peak <= enc.nbytes + 2 * x.nbytes // 8 + 4 * UNIT_BYTES + 2**20, (peak, enc.nbytes)
+
+
+def test_a_merge_holds_one_shard_buffer_beyond_its_block(tmp_path: Path) -> None:
+    """Merging a piece into a stored 32 MiB shard (the direct path for shards a region covers in
+    part): the overlaid shard is encoded through the units, with no second stacked copy."""
+    from shardwise.api import open_reader
+    from shardwise.codec.shard import merge_shard
+
+    x = _smooth((64, 512, 512))
+    shardwise.write_array(x, tmp_path / "a", chunks=(8, 64, 64), shards=(64, 512, 512), **ZSTD)
+    codec = open_reader(str(tmp_path / "a")).info.codec
+    old = (tmp_path / "a" / "c" / "0" / "0" / "0").read_bytes()
+    piece = (slice(3, 61), slice(0, 512), slice(0, 512))  # cuts the first and last chunk rows
+    block = x[piece] + np.uint16(1)
+
+    def merge() -> Any:
+        return merge_shard(codec, old, block, piece, x.shape, "c/0/0/0", threads=2)
+
+    merge()  # the pool threads' buffers exist before the count
+    merged: list[Any] = []
+    peak = traced_peak(lambda: merged.append(merge()))
+    (enc,) = merged
+    want = x.copy()
+    want[piece] = block
+    from shardwise.codec.shard import decode_shard_bytes
+
+    np.testing.assert_array_equal(decode_shard_bytes(codec, enc.data, "c/0/0/0"), want)
+    # the overlaid shard, its encoded chunks, a decoded chunk at a time and the units' buffers
+    assert peak <= x.nbytes + enc.nbytes + 4 * 2**20 < 1.5 * x.nbytes + enc.nbytes, peak

@@ -146,30 +146,33 @@ def units(used: Sequence[int], raw_nbytes: int) -> list[tuple[tuple[int, int], .
     return out
 
 
-def encode_shard(
+def encode_chunks(
     codec: ShardCodec,
     block: np.ndarray,
     *,
     write_empty_chunks: bool = False,
     threads: int | None = None,
-) -> EncodedShard | None:
-    """Encode one shard from ``block``, the shard's region of the array (clipped at the edges).
+    wanted: np.ndarray | None = None,
+) -> list[Any]:
+    """The encoded inner chunks of ``block`` (a shard's region, clipped at the array's edge),
+    one per chunk of its grid in C order: None for a chunk equal to the fill value (unless
+    ``write_empty_chunks``) or not ``wanted`` (a flat boolean mask over that grid).
 
-    Inner chunks equal to the fill value bit for bit are not stored unless ``write_empty_chunks``.
-    Returns None when no inner chunk is stored. The same input always gives the same bytes.
-
-    The pool tasks take :func:`units` of the shard's chunks: each copies its unit out of
-    ``block`` into a buffer its thread reuses (padded with the fill value at the array's edges,
-    cast to the stored dtype), checks it for fill and compresses it. Memory beyond ``block`` and
-    the encoded chunks: one small buffer per pool thread, whatever the shard size; no fresh pages.
+    The pool tasks take :func:`units` of the chunks: each copies its unit out of ``block`` into a
+    buffer its thread reuses (padded with the fill value at the array's edges, cast to the stored
+    dtype), checks it for fill and compresses it. Memory beyond ``block`` and the encoded chunks:
+    one small buffer per pool thread, whatever the shard size; no fresh pages.
     """
     inner = codec.inner
     cs = codec.chunk_shape
-    # only inner chunks holding array elements are encoded; the rest of the grid stays empty
     used = tuple(-(-n // c) for n, c in zip(block.shape, cs, strict=True))
 
     def encode_unit(box: tuple[tuple[int, int], ...], name: str) -> list[Any]:
         ugrid = tuple(b - a for a, b in box)
+        first = int(np.ravel_multi_index(tuple(a for a, _ in box), used)) if box else 0
+        want = None if wanted is None else wanted[first : first + math.prod(ugrid)]
+        if want is not None and not want.any():
+            return [None] * len(want)
         region: tuple[Any, ...] = tuple(
             slice(a * c, min(b * c, n)) for (a, b), c, n in zip(box, cs, block.shape, strict=True)
         )
@@ -185,12 +188,12 @@ def encode_shard(
             shape = (math.prod(ugrid), *inner.stored_shape)
             stack = inner.stack(part, ugrid, out=reused_array(shape, inner.stored_dtype, name))
         rows = range(stack.shape[0])
-        if write_empty_chunks:
-            return inner.encode_rows(stack, rows)
-        empty = inner.fill_mask(stack).tolist()
-        keep = [i for i in rows if not empty[i]]
+        skip = [False] * len(rows) if write_empty_chunks else inner.fill_mask(stack).tolist()
+        if want is not None:
+            skip = [s or not w for s, w in zip(skip, want.tolist(), strict=True)]
+        keep = [i for i in rows if not skip[i]]
         done = iter(inner.encode_rows(stack, keep) if keep else [])
-        return [None if e else next(done) for e in empty]
+        return [None if e else next(done) for e in skip]
 
     def run(batch: Sequence[tuple[tuple[int, int], ...]]) -> list[list[Any]]:
         # a nested shard codec encodes its chunks with encode_shard again, inline in this
@@ -202,9 +205,27 @@ def encode_shard(
         finally:
             _local.encode_depth = depth
 
-    got = [
+    return [
         p for unit in _pool.map_batches(run, units(used, inner.raw_nbytes), threads) for p in unit
     ]
+
+
+def encode_shard(
+    codec: ShardCodec,
+    block: np.ndarray,
+    *,
+    write_empty_chunks: bool = False,
+    threads: int | None = None,
+) -> EncodedShard | None:
+    """Encode one shard from ``block``, the shard's region of the array (clipped at the edges).
+
+    Inner chunks equal to the fill value bit for bit are not stored unless ``write_empty_chunks``.
+    Returns None when no inner chunk is stored. The same input always gives the same bytes.
+    The chunks are encoded by :func:`encode_chunks`.
+    """
+    # only inner chunks holding array elements are encoded; the rest of the grid stays empty
+    used = tuple(-(-n // c) for n, c in zip(block.shape, codec.chunk_shape, strict=True))
+    got = encode_chunks(codec, block, write_empty_chunks=write_empty_chunks, threads=threads)
     keep = np.fromiter((p is not None for p in got), dtype=bool, count=len(got))
     pieces = [p for p in got if p is not None]
     if not pieces:
@@ -280,17 +301,10 @@ def merge_shard(
         region = tuple(slice(int(a), int(a) + c) for a, c in zip(lo[g], cs, strict=True))
         buf[region] = inner.unstack(stored[None], (1,) * len(cs))
     buf[tuple(piece)] = block
-    stack = inner.stack(buf, used)
-    fresh = np.flatnonzero(touched)
-    if not write_empty_chunks:
-        fresh = fresh[~inner.fill_mask(stack[fresh])]
-
-    def run(ids: Sequence[int]) -> list[Any]:
-        return inner.encode_rows(stack, ids)
-
-    encoded: dict[int, Any] = dict(
-        zip(fresh.tolist(), _pool.map_batches(run, fresh.tolist(), threads), strict=True)
+    got = encode_chunks(
+        codec, buf, write_empty_chunks=write_empty_chunks, threads=threads, wanted=touched
     )
+    encoded = {k: p for k, p in enumerate(got) if p is not None}
     ids, pieces = [], []
     for k in range(len(grid_ids)):
         if k in encoded:
