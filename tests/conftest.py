@@ -112,18 +112,9 @@ def read_zarr() -> Callable[..., np.ndarray]:
 # a real cluster with worker processes (module-scoped: one per test module that asks)
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
-    from distributed import Client, LocalCluster
+    from faultkit import worker_cluster
 
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            memory_limit="2GiB",
-        ) as cluster,
-        Client(cluster, set_as_default=False) as c,
-    ):
+    with worker_cluster("2GiB", set_as_default=False) as c:
         yield c
 
 

@@ -438,6 +438,24 @@ def record_figures(name: str, figures: dict[str, Any]) -> None:
     print(f"\n[figures] {name}: {json.dumps(figures, sort_keys=True, default=str)}")
 
 
+@contextmanager
+def worker_cluster(memory_limit: str, *, set_as_default: bool) -> Iterator[Any]:
+    """A client of a LocalCluster of 2 worker processes with 1 thread and ``memory_limit`` each."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit=memory_limit,
+        ) as cluster,
+        Client(cluster, set_as_default=set_as_default) as c,
+    ):
+        yield c
+
+
 def traced_peak(fn: Any) -> int:
     """tracemalloc's peak over ``fn()``: the allocations it makes (what existed before is not
     counted)."""

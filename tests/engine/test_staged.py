@@ -40,6 +40,7 @@ from faultkit import (
     torn_shards,
     traced_peak,
     wait_until,
+    worker_cluster,
 )
 from oracles import assert_bit_equal
 from shardwise import PlanError, WriteJob, verify
@@ -459,18 +460,8 @@ def test_staged_write_to_s3_goes_through_multipart() -> None:
 
 @pytest.fixture(scope="module")
 def small_workers() -> Iterator[Any]:
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            memory_limit="350MiB",
-        ) as cluster,
-        Client(cluster) as c,  # the default client: shardwise reads the workers' limit
-    ):
+    # the default client: shardwise reads the workers' limit
+    with worker_cluster("350MiB", set_as_default=True) as c:
         yield c
 
 

@@ -26,7 +26,7 @@ from ..engine.write import WriteReport
 from ..errors import ArrayExistsError, check_mode
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
-from .plan import XARRAY_DIMS, ArrayPlan, Method, ShardSpec, plan_array
+from .plan import XARRAY_DIMS, ArrayPlan, Method, ShardSpec, WriteSettings, plan_array
 
 
 @dataclass
@@ -217,19 +217,9 @@ def convert(
                 zarr_format=3,
                 attributes=dict(g.attrs),
             ).attrs.update(dict(g.attrs))
+    how = WriteSettings(mode, resume, progress, lease, break_lease, fsync, threads)
     for p in plans:
-        rep = _convert_array(
-            p,
-            zsrc,
-            zdst,
-            mode=mode,
-            resume=resume,
-            progress=progress,
-            lease=lease,
-            break_lease=break_lease,
-            fsync=fsync,
-            threads=threads,
-        )
+        rep = _convert_array(p, zsrc, zdst, how)
         report.arrays.append(rep)
     if isinstance(root, zarr.Group) and _consolidated(root):
         import warnings
@@ -274,19 +264,7 @@ def _exists(zstore: Any, path: str) -> bool:
     return True
 
 
-def _convert_array(
-    plan: ArrayPlan,
-    zsrc: Any,
-    zdst: Any,
-    *,
-    mode: str,
-    resume: bool,
-    progress: bool,
-    lease: bool,
-    break_lease: bool,
-    fsync: bool,
-    threads: int | None,
-) -> ArrayReport:
+def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> ArrayReport:
     started = time.perf_counter()
     out = ArrayReport(
         path=plan.dst_path,
@@ -297,12 +275,8 @@ def _convert_array(
     )
     src_store = ShardStore(zsrc, plan.src_path)
     out.objects_before = _count(src_store)
-    if plan.method == "copy":
-        wrote = copy_array(plan, zsrc, zdst, mode, resume, progress, lease, break_lease, fsync)
-    else:
-        wrote = _reencode_array(
-            plan, zsrc, zdst, mode, resume, progress, lease, break_lease, fsync, threads
-        )
+    write = copy_array if plan.method == "copy" else _reencode_array
+    wrote = write(plan, zsrc, zdst, how)
     out.shards_written = wrote.shards_written
     out.shards_skipped = wrote.shards_skipped
     out.bytes_stored = wrote.bytes_stored
@@ -323,18 +297,7 @@ def _source_array(plan: ArrayPlan, zsrc: Any) -> Any:
     return da.from_zarr(arr)
 
 
-def _reencode_array(
-    plan: ArrayPlan,
-    zsrc: Any,
-    zdst: Any,
-    mode: str,
-    resume: bool,
-    progress: bool,
-    lease: bool,
-    break_lease: bool,
-    fsync: bool,
-    threads: int | None,
-) -> WriteReport:
+def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
     from ..api import write_array
 
     c = dict(plan.create)
@@ -344,13 +307,13 @@ def _reencode_array(
         _source_array(plan, zsrc),
         zdst,
         path=plan.dst_path or None,
-        mode="w" if mode == "w" and not resume else "w-",
-        resume=resume,
-        progress=progress,
-        lease=lease,
-        break_lease=break_lease,
-        fsync=fsync,
-        threads=threads,
+        mode="w" if how.mode == "w" and not how.resume else "w-",
+        resume=how.resume,
+        progress=how.progress,
+        lease=how.lease,
+        break_lease=how.break_lease,
+        fsync=how.fsync,
+        threads=how.threads,
         **c,
     )
     return report

@@ -25,7 +25,7 @@ from ..engine.fetch import read_index
 from ..engine.write import WriteReport, sum_reports
 from ..errors import ArrayExistsError
 from ..storage.store import ShardStore
-from .plan import ArrayPlan, SourceChunks
+from .plan import ArrayPlan, SourceChunks, WriteSettings
 
 WINDOW = 16  # source chunks read ahead by one copy task (bounded memory, overlapped latency)
 
@@ -187,17 +187,7 @@ class ShardCopier:
         return bad
 
 
-def copy_array(
-    plan: ArrayPlan,
-    zsrc: Any,
-    zdst: Any,
-    mode: str,
-    resume: bool,
-    progress: bool,
-    lease: bool,
-    break_lease: bool,
-    fsync: bool,
-) -> WriteReport:
+def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
     """The copy path inside a write session (lease, marker, records: resumable)."""
     import zarr
     from dask.delayed import delayed
@@ -213,21 +203,23 @@ def copy_array(
     dpath = plan.dst_path or None
     exists = array_exists(zdst, dpath)
     same = exists and _same_metadata(probe, zdst, dpath)
-    create = not same or (mode == "w" and not resume)
-    if exists and not same and mode == "w-":
+    create = not same or (how.mode == "w" and not how.resume)
+    if exists and not same and how.mode == "w-":
         raise ArrayExistsError(
             f"an array with other metadata exists at {plan.dst_path or '/'!r}: nothing to resume "
             "(use mode='w' to replace it)"
         )
     lay = info.layout
-    store = ShardStore(zdst, plan.dst_path, fsync=fsync)
+    store = ShardStore(zdst, plan.dst_path, fsync=how.fsync)
     region = normalize_region(tuple(slice(None) for _ in lay.shape), lay.shape)
     wplan = WritePlan(lay, region)
-    session = WriteSession.begin(store, region, lay.shape, lease=lease, break_lease=break_lease)
+    session = WriteSession.begin(
+        store, region, lay.shape, lease=how.lease, break_lease=how.break_lease
+    )
     try:
         if create:
             session.clear(everything=True)
-        session.start(resume=resume, keys=plan_keys(wplan), adopt_done=mode == "w-")
+        session.start(resume=how.resume, keys=plan_keys(wplan), adopt_done=how.mode == "w-")
         if create:
             zarr.create_array(zdst, name=dpath, overwrite=False, **plan.create)
         skipped = session.done_shards(wplan, info.codec)
@@ -243,7 +235,7 @@ def copy_array(
             for i, s in enumerate(lay.shards())
             if s not in skipped
         ]
-        report = sum_reports(_run(tasks, progress, f"copy {plan.dst_path or '/'}"))
+        report = sum_reports(_run(tasks, how.progress, f"copy {plan.dst_path or '/'}"))
         report.shards_skipped = len(skipped)
     except BaseException:
         session.abort()
