@@ -11,6 +11,7 @@ from .engine.direct import read_array
 from .engine.write import WriteReport
 from .errors import (
     ArgumentTypeError,
+    ArgumentValueError,
     ArrayExistsError,
     ArrayNotFoundError,
     BatchNotFoundError,
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentTypeError",
+    "ArgumentValueError",
     "ArrayExistsError",
     "ArrayNotFoundError",
     "ArrayReport",

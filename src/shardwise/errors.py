@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentTypeError",
+    "ArgumentValueError",
+    "ArrayExistsError",
     "ArrayNotFoundError",
+    "BatchNotFoundError",
     "CorruptShardError",
+    "DependencyError",
     "LeaseHeldError",
     "NotAnArrayError",
     "OutputError",
@@ -77,6 +82,11 @@ class NotAnArrayError(ShardwiseError, ValueError):
 
 class PlanError(ShardwiseError, ValueError):
     """A write was refused before anything was written (bad arguments, misaligned region, ...)."""
+
+
+class ArgumentValueError(PlanError):
+    """A keyword argument's value is outside what the keyword accepts; the message names the
+    keyword, the value and the accepted values. Raised before anything is read or written."""
 
 
 class SelectionError(ShardwiseError, IndexError):

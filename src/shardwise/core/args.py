@@ -1,0 +1,98 @@
+"""The one vocabulary for checking public keyword arguments.
+
+Every public verb checks its keywords through these functions before it touches a store, so a
+refused call names the keyword, what it got and what it accepts, and raises a shardwise error that
+is also the builtin a caller expects: :class:`~shardwise.errors.ArgumentTypeError` (a
+``TypeError``) for a value of the wrong type, :class:`~shardwise.errors.ArgumentValueError` (a
+``ValueError``) for a value of the right type outside what the keyword accepts.
+
+Pure: no store, dask or xarray (byte sizes are parsed by ``dask.utils.parse_bytes``, imported
+when a string is given, so that "256MiB" means what it means to dask users).
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from collections.abc import Iterable
+
+from ..errors import ArgumentTypeError, ArgumentValueError
+
+__all__ = ["byte_size", "choice", "optional_byte_size", "positive_int", "thread_count"]
+
+
+def _is_int(value: object) -> bool:
+    # bool is an int to Python but never a count or a size to a caller
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value`` as an ``int`` >= 1 (numpy integers too), else a clear error naming ``name``.
+
+    >>> positive_int("threads", 4)
+    4
+    >>> positive_int("threads", 0)
+    Traceback (most recent call last):
+    ...
+    shardwise.errors.ArgumentValueError: threads must be a positive integer, got 0
+    """
+    if not _is_int(value):
+        raise ArgumentTypeError(
+            f"{name} must be a positive integer, got {value!r} ({type(value).__name__})"
+        )
+    n = operator.index(value)  # type: ignore[arg-type]
+    if n < 1:
+        raise ArgumentValueError(f"{name} must be a positive integer, got {n}")
+    return n
+
+
+def thread_count(name: str, value: object) -> int | None:
+    """A thread count: ``None`` (the default: the shared pool's size) or an int >= 1."""
+    return None if value is None else positive_int(name, value)
+
+
+def byte_size(name: str, value: object) -> int:
+    """A size in bytes >= 1: an int, or a string dask understands ("256MiB", "1.5GB", "64 kB").
+
+    >>> byte_size("memory_limit", "256MiB")
+    268435456
+    >>> byte_size("shard_bytes", 1_000)
+    1000
+    >>> byte_size("memory_limit", "lots")
+    Traceback (most recent call last):
+    ...
+    shardwise.errors.ArgumentValueError: memory_limit must be a positive number of bytes ...
+    """
+    accepted = "a positive number of bytes (an int, or a string such as '256MiB' or '1.5GB')"
+    if isinstance(value, str):
+        from dask.utils import parse_bytes
+
+        try:
+            n = int(parse_bytes(value))
+        except (ValueError, TypeError, KeyError):
+            raise ArgumentValueError(f"{name} must be {accepted}, got {value!r}") from None
+    elif _is_int(value):
+        n = operator.index(value)  # type: ignore[arg-type]
+    elif isinstance(value, float) and value.is_integer():
+        n = int(value)
+    else:
+        raise ArgumentTypeError(
+            f"{name} must be {accepted}, got {value!r} ({type(value).__name__})"
+        )
+    if n < 1:
+        raise ArgumentValueError(f"{name} must be {accepted}, got {value!r}")
+    return n
+
+
+def optional_byte_size(name: str, value: object) -> int | None:
+    """:func:`byte_size`, or ``None`` left as ``None`` (the keyword's default applies)."""
+    return None if value is None else byte_size(name, value)
+
+
+def choice(name: str, value: object, allowed: Iterable[object]) -> None:
+    """Refuse ``value`` unless it is one of ``allowed`` (compared with ``==``, types checked so
+    that an unhashable value gets the same message)."""
+    options = tuple(allowed)
+    if not any(type(value) is type(a) and value == a for a in options):
+        names = ", ".join(repr(a) for a in options)
+        raise ArgumentValueError(f"{name} must be one of {names}, got {value!r}")
