@@ -314,17 +314,14 @@ def _compressors(a: argparse.Namespace) -> Any:
 
 
 def _shards_arg(text: str) -> Any:
-    """``256,256,64`` (a shape) or ``time=365,lat=90`` (sizes per dimension name)."""
-    if "=" not in text:
-        return _shape(text)
-    out = {}
-    for part in text.split(","):
-        name, _, size = part.partition("=")
-        try:
-            out[name.strip()] = int(size)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected name=size, got {part!r}") from None
-    return out
+    """``256,256,64`` (a shape) or ``time=365,lat=90`` (sizes per dimension name), parsed as
+    :func:`shardwise.convert` then checks and rounds it (core/shardspec.py)."""
+    from .core.shardspec import parse_shards
+
+    try:
+        return parse_shards(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _cmd_reshard(a: argparse.Namespace) -> int:

@@ -22,11 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..core.args import optional_byte_size
+from ..core.shardspec import check_names, check_shards
 from ..engine.write import WriteReport
 from ..errors import ArrayExistsError, check_mode
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
-from .plan import XARRAY_DIMS, ArrayPlan, Method, ShardSpec, WriteSettings, plan_array
+from .overlap import refuse_overlap
+from .plan import XARRAY_DIMS, ArrayPlan, Method, WriteSettings, plan_array
 
 
 @dataclass
@@ -117,10 +120,10 @@ def _count(store: ShardStore, skip_journal: bool = True) -> int:
     return sum(1 for n in store.list("") if not (skip_journal and n.startswith(JOURNAL)))
 
 
-def _shards_spec(shards: Any) -> ShardSpec:
-    if shards is None or isinstance(shards, Mapping):
-        return shards
-    return tuple(int(s) for s in shards)
+def _dims(arr: Any) -> tuple[str | None, ...] | None:
+    """An array's dimension names: v3 ``dimension_names``, else xarray's v2 attribute."""
+    names = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get(XARRAY_DIMS)
+    return None if names is None else tuple(names)
 
 
 def convert(
@@ -150,42 +153,46 @@ def convert(
     coordinates), with its attributes, dimension names (v2 ``_ARRAY_DIMENSIONS`` become v3
     ``dimension_names``) and fill value carried over as xarray reads them, so ``xr.open_zarr``
     gives an identical dataset. The source's chunks become the inner chunks; the shard shape is
-    ``shards`` (a shape, applied to the arrays with as many dimensions, or ``{dimension name:
-    size}``, rounded up to whole chunks), else sized to ``shard_bytes`` (bytes or a string like
-    ``"64MiB"``; default 64 MiB). ``chunks``/``compressors`` replace the source's
-    (and make the arrays re-encode).
+    ``shards`` (a shape, for every array: each must have that many dimensions; or ``{dimension
+    name: size}``), rounded up to whole chunks, else sized to ``shard_bytes`` (bytes or a string
+    like ``"64MiB"``; default 64 MiB). A size below 1, a shape of another number of dimensions
+    than an array's, a name no array has, or names for an array without dimension names are
+    refused. ``chunks``/``compressors`` replace the source's (and make the arrays re-encode).
 
     Arrays whose codec chain has an equivalent in v3 are copied as encoded chunks (no decode);
     the others are decoded and re-encoded; the report says which and why, per array.
-    ``mode``: ``"w-"`` refuses an existing destination, ``"w"`` replaces it. ``resume=True``
-    continues an interrupted conversion, skipping committed shards. ``verify=True`` checks every
-    shard and compares the result with the source (copied chunks byte for byte, re-encoded
-    arrays by value). Everything is checked before the first byte is written.
+    ``mode``: ``"w-"`` refuses an existing destination, ``"w"`` replaces it. A destination that
+    is the source, lies inside it or contains it is refused (convert elsewhere, then swap).
+    ``resume=True`` continues an interrupted conversion, skipping committed shards.
+    ``verify=True`` checks every shard as :func:`shardwise.verify` does (every inner chunk
+    decoded, checksums checked: a corrupt source chunk is reported as ``verify`` reports it) and
+    compares the result with the source (copied chunks byte for byte, re-encoded arrays by
+    value). Everything is checked before the first byte is written.
     """
     import zarr
 
     started = time.perf_counter()
     check_mode(mode, ("w-", "w"))
-    if isinstance(shard_bytes, str):
-        from dask.utils import parse_bytes
-
-        shard_bytes = int(parse_bytes(shard_bytes))
+    nbytes = optional_byte_size("shard_bytes", shard_bytes)
+    spec = check_shards(shards)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     zdst = resolve_store(dst, mode="w", storage_options=storage_options)
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
+    refuse_overlap(zsrc, path, zdst, dst_path)
     root, arrays, groups = _nodes(zsrc, path)
     xarray_group = any(XARRAY_DIMS in a.attrs for _, a in arrays) or any(
         getattr(a.metadata, "dimension_names", None) for _, a in arrays
     )
-    spec = _shards_spec(shards)
+    where = f"array {path or '/'!r}" if isinstance(root, zarr.Array) else "the group"
+    check_names(spec, [(rel or "/", _dims(a)) for rel, a in arrays], where)
     plans = [
         plan_array(
             a,
             _join(path, rel),
             _join(dst_path, rel),
             shards=spec,
-            shard_bytes=shard_bytes,
+            shard_bytes=nbytes,
             chunks=None if chunks is None else tuple(int(c) for c in chunks),
             compressors=compressors,
             xarray_group=xarray_group and not isinstance(root, zarr.Array),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,11 +20,10 @@ import numpy as np
 
 from ..codec.shard import ShardCodec
 from ..core.layout import ceildiv
-from ..core.sizing import DEFAULT_SHARD_BYTES, default_shards
+from ..core.shardspec import ShardSpec, shards_for
 from ..errors import PlanError
 
 Method = Literal["copy", "reencode"]
-ShardSpec = Sequence[int] | Mapping[str, int] | None
 XARRAY_DIMS = "_ARRAY_DIMENSIONS"
 FIXED_KINDS = "biufcmMSU"  # fixed-size dtypes: numbers, datetimes, fixed-width strings
 
@@ -87,55 +86,6 @@ class ArrayPlan:
     @property
     def nshards(self) -> int:
         return math.prod(ceildiv(n, s) for n, s in zip(self.shape, self.shards, strict=True))
-
-
-def choose_shards(
-    shape: tuple[int, ...],
-    chunks: tuple[int, ...],
-    itemsize: int,
-    dims: Sequence[str | None] | None,
-    spec: ShardSpec,
-    shard_bytes: int | None,
-    *,
-    name: str,
-) -> tuple[int, ...]:
-    """The shard shape of one array: from ``spec`` (a shape, or sizes per dimension name), else
-    from ``shard_bytes`` (default: the sizing rule's 64 MiB).
-
-    A shape must be whole multiples of ``chunks``; sizes per dimension name are rounded up to
-    whole chunks, and dimensions not named get as many chunks as fit the byte target.
-
-    >>> choose_shards((100, 40), (10, 10), 4, ("t", "x"), {"t": 25}, None, name="a")
-    (30, 40)
-    """
-    target = shard_bytes or DEFAULT_SHARD_BYTES
-    if spec is None or (not isinstance(spec, Mapping) and len(spec) != len(shape)):
-        return default_shards(shape, chunks, itemsize, target)
-    if not isinstance(spec, Mapping):
-        shards = tuple(int(s) for s in spec)
-        if any(s < 1 or s % c for s, c in zip(shards, chunks, strict=True)):
-            raise PlanError(
-                f"array {name!r}: shards {shards} must be whole multiples of its chunks {chunks} "
-                "(the source's chunks become the inner chunks); pick multiples of them"
-            )
-        return shards
-    names = list(dims or [None] * len(shape))
-    fixed = {i: int(spec[n]) for i, n in enumerate(names) if n is not None and n in spec}
-    if any(v < 1 for v in fixed.values()):
-        raise PlanError(f"shard sizes must be positive, got {dict(spec)}")
-    k = [
-        ceildiv(fixed[i], c) if i in fixed else ceildiv(max(1, n), c)
-        for i, (n, c) in enumerate(zip(shape, chunks, strict=True))
-    ]
-    free = [i for i in range(len(shape)) if i not in fixed]
-
-    def nbytes() -> int:
-        return math.prod(c * n for c, n in zip(chunks, k, strict=True)) * itemsize
-
-    while free and nbytes() > target and max(k[i] for i in free) > 1:
-        i = max(free, key=lambda j: k[j])
-        k[i] = ceildiv(k[i], 2)
-    return tuple(c * n for c, n in zip(chunks, k, strict=True))
 
 
 # -- codec chains -------------------------------------------------------------------------------
@@ -304,8 +254,8 @@ def plan_array(
             "and strings only (convert the other arrays one by one with path=)"
         )
     dim_names = None if dims is None else tuple(dims)
-    shard_shape = choose_shards(
-        shape, inner, dtype.itemsize, dim_names, shards, shard_bytes, name=src_path or "/"
+    shard_shape = shards_for(
+        shards, shape, inner, dtype.itemsize, dim_names, shard_bytes, name=src_path or "/"
     )
     create: dict[str, Any] = dict(
         shape=shape,

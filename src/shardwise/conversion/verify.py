@@ -1,5 +1,6 @@
-"""Check a conversion against its source: every shard's structure (``verify``), then copied
-arrays byte for byte per inner chunk (no decode) and re-encoded ones value for value."""
+"""Check a conversion against its source: every shard as ``shardwise verify`` checks it (index,
+ranges, every inner chunk decoded with its checksums), then copied arrays byte for byte per inner
+chunk and re-encoded ones value for value."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def verify_conversion(
     from ..durability.verify import verify
 
     for rep, plan in zip(report.arrays, plans, strict=True):
+        # every stored inner chunk decoded (and its checksum checked) exactly as `shardwise
+        # verify` does: equal bytes prove the copy, not that the source chunk was sound
         found = verify(zdst, path=plan.dst_path or None, threads=threads)
-        problems = [f"{plan.dst_path or '/'}: {p}" for p in found.problems]
+        problems = [str(p) for p in found.problems]
         if plan.method == "copy":
             problems += _compare_copied(plan, zsrc, zdst, threads)
         else:

@@ -1,4 +1,5 @@
-"""Default shard and inner-chunk shapes from byte targets: pure shape arithmetic."""
+"""Default shard and inner-chunk shapes from byte targets, and the one rule for shard sizes that
+are not whole inner chunks: pure shape arithmetic."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ __all__ = [
     "default_layout",
     "default_shards",
     "dividing_chunks",
+    "whole_chunks",
 ]
 
 DEFAULT_SHARD_BYTES = 64 * 2**20
@@ -71,13 +73,16 @@ def default_layout(
 
     Neither given: inner chunks of about 1 MiB (:func:`default_chunks`) in shards of whole
     chunks up to ``shard_bytes`` (:func:`default_shards`). Chunks only: shards of whole chunks
-    around them. Shards only: inner chunks that divide them (:func:`dividing_chunks`). Both: as
-    given. Defaulted inner chunks always divide the shards.
+    around them. Shards only: inner chunks that divide them (:func:`dividing_chunks`). Both: the
+    shards rounded up to whole chunks (:func:`whole_chunks`). Defaulted inner chunks always
+    divide the shards.
 
     >>> default_layout((2920, 361, 720), 4)
     ((46, 46, 90), (184, 184, 360))
     >>> default_layout((1000, 1000), 4, shards=(300, 300))
     ((300, 300), (300, 300))
+    >>> default_layout((1000, 1000), 4, chunks=(32, 32), shards=(100, 64))
+    ((32, 32), (128, 64))
     """
     itemsize = max(1, itemsize)
     inner_bytes = min(DEFAULT_CHUNK_BYTES, shard_bytes)
@@ -86,7 +91,21 @@ def default_layout(
         return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
     if chunks is None:
         return dividing_chunks(shards, itemsize, inner_bytes), shards
-    return chunks, shards
+    return chunks, whole_chunks(shards, chunks)
+
+
+def whole_chunks(shards: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
+    """The one rule for a shard shape given together with its inner chunks: every size rounded
+    up to whole chunks (``write_array``, ``to_zarr``'s sizes by dimension name, ``convert`` and
+    the command line all apply it). Shapes that cannot be rounded (sizes below 1, another number
+    of dimensions) are returned as given, for the caller's own check to name them.
+
+    >>> whole_chunks((100, 64, 1), (32, 32, 8))
+    (128, 64, 8)
+    """
+    if len(shards) != len(chunks) or min((*shards, *chunks), default=1) < 1:
+        return shards
+    return tuple(ceildiv(s, c) * c for s, c in zip(shards, chunks, strict=True))
 
 
 def dividing_chunks(

@@ -17,6 +17,7 @@ from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
     default_layout,
     dividing_chunks,
+    whole_chunks,
 )
 from ..durability.journal import JOURNAL
 from ..errors import ArgumentTypeError, PlanError, check_mode
@@ -253,6 +254,10 @@ def _layout_for(
         # read from a store, then given other chunks (overwrite_encoded_chunks=True): the
         # stored shards no longer fit; new shards are built around the chunks asked for
         return default_layout(shape, itemsize, chunks, None, shard_bytes)
+    if shards_kw and not (explicit and enc.get("shards") is not None):
+        # sizes by dimension name with inner chunks asked for: rounded up to whole chunks, the
+        # rule of write_array and convert (encoding shards follow xarray: refused below)
+        return chunks, whole_chunks(shard, chunks)
     if not _divides(chunks, shard):
         raise PlanError(
             f"variable {name!r}: the inner chunks {chunks} must divide the shard shape "

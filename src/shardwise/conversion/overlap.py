@@ -1,0 +1,97 @@
+"""Refuse a conversion whose destination is its source, lies inside it, or contains it.
+
+``convert`` with ``mode="w"`` clears the destination before it reads the source: were they the
+same objects, the source would be gone before its first chunk is copied. A store is reduced to
+*where its objects live* (a namespace and a key prefix): local directories by their resolved real
+path (symlinks and relative paths resolved), a zarr ``MemoryStore`` by the dict that holds its
+objects, S3 (fsspec or obstore) by endpoint, bucket and prefix, other object stores by their
+bucket or container and prefix. Two nodes overlap when their namespaces are equal and one key
+prefix (store root + node path) is the other or lies below it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import PlanError
+from ..storage.store import join, store_name
+
+Place = tuple[tuple[str, ...], str]  # (namespace, key prefix inside it)
+
+
+def _unwrap(store: Any) -> Any:
+    from zarr.storage import WrapperStore
+
+    while isinstance(store, WrapperStore):
+        store = store._store
+    return store
+
+
+def _local(path: str) -> Place:
+    return ("file",), os.path.realpath(os.path.abspath(path)).strip("/")
+
+
+def _fsspec_place(store: Any) -> Place:
+    fs = store.fs
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    if "file" in protocols or "local" in protocols:
+        return _local(store.path)
+    if any(p in ("s3", "s3a") for p in protocols):
+        endpoint = getattr(fs, "endpoint_url", None) or fs.client_kwargs.get("endpoint_url")
+        return ("s3", str(endpoint or "").rstrip("/")), store.path.strip("/")
+    if "memory" in protocols:  # fsspec's memory filesystem is one per process
+        return ("fsspec-memory",), store.path.strip("/")
+    return (protocols[0], str(id(fs))), store.path.strip("/")
+
+
+def _obstore_place(store: Any) -> Place:
+    inner = store.store
+    kind = type(inner).__name__
+    prefix = str(getattr(inner, "prefix", None) or "").strip("/")
+    if kind == "LocalStore":
+        return _local("/" + prefix)
+    config = getattr(inner, "config", None) or {}
+    bucket = config.get("bucket") or config.get("container_name") or config.get("container")
+    if bucket is None:  # an obstore MemoryStore and the like: the object itself
+        return (kind, str(id(inner))), prefix
+    endpoint = str(config.get("endpoint") or "").rstrip("/")
+    return (kind, endpoint, str(bucket)), prefix
+
+
+def place(store: Any) -> Place:
+    """Where the objects of zarr ``store`` live: (namespace, key prefix)."""
+    from zarr.storage import FsspecStore, LocalStore, MemoryStore, ObjectStore
+
+    store = _unwrap(store)
+    if isinstance(store, LocalStore):
+        return _local(str(store.root))
+    if isinstance(store, MemoryStore):
+        return ("memory", str(id(store._store_dict))), ""
+    if isinstance(store, FsspecStore):
+        return _fsspec_place(store)
+    if isinstance(store, ObjectStore):
+        return _obstore_place(store)
+    return (type(store).__name__, str(id(store))), ""
+
+
+def _inside(inner: str, outer: str) -> bool:
+    return not outer or inner == outer or inner.startswith(outer + "/")
+
+
+def refuse_overlap(zsrc: Any, src_path: str, zdst: Any, dst_path: str) -> None:
+    """Raise :class:`PlanError` when the node at ``dst_path`` in ``zdst`` is the node at
+    ``src_path`` in ``zsrc``, lies inside it, or contains it."""
+    (ns_src, root_src), (ns_dst, root_dst) = place(zsrc), place(zdst)
+    if ns_src != ns_dst:
+        return
+    a, b = join(root_src, src_path), join(root_dst, dst_path)
+    if not (_inside(a, b) or _inside(b, a)):
+        return
+    how = "is" if a == b else "lies inside" if _inside(b, a) else "contains"
+    raise PlanError(
+        f"the destination {store_name(zdst)} path {dst_path or '/'!r} {how} the source "
+        f"{store_name(zsrc)} path {src_path or '/'!r}: convert never writes over its own "
+        "source (it would be cleared before it is read). To reshard in place, convert to "
+        "another location, verify it, then swap it in (rename or move) and delete the old one"
+    )
