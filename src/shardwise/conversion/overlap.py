@@ -4,8 +4,9 @@
 same objects, the source would be gone before its first chunk is copied. A store is reduced to
 *where its objects live* (a namespace and a key prefix): local directories by their resolved real
 path (symlinks and relative paths resolved), a zarr ``MemoryStore`` by the dict that holds its
-objects, S3 (fsspec or obstore) by endpoint, bucket and prefix, other object stores by their
-bucket or container and prefix. Two nodes overlap when their namespaces are equal and one key
+objects, S3 by endpoint, bucket and prefix, GCS by bucket and prefix, Azure by account, container
+and prefix (through fsspec and obstore alike: both name the same objects), anything else by the
+store object itself. Two nodes overlap when their namespaces are equal and one key
 prefix (store root + node path) is the other or lies below it.
 """
 
@@ -32,14 +33,34 @@ def _local(path: str) -> Place:
     return ("file",), os.path.realpath(os.path.abspath(path)).strip("/")
 
 
+# object stores by the service whose buckets they name (fsspec protocols, obstore classes)
+_SERVICES = {
+    "s3": "s3",
+    "s3a": "s3",
+    "S3Store": "s3",
+    "gs": "gs",
+    "gcs": "gs",
+    "GCSStore": "gs",
+    "az": "az",
+    "abfs": "az",
+    "abfss": "az",
+    "AzureStore": "az",
+}
+
+
 def _fsspec_place(store: Any) -> Place:
     fs = store.fs
     protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
     if "file" in protocols or "local" in protocols:
         return _local(store.path)
-    if any(p in ("s3", "s3a") for p in protocols):
-        endpoint = getattr(fs, "endpoint_url", None) or fs.client_kwargs.get("endpoint_url")
-        return ("s3", str(endpoint or "").rstrip("/")), store.path.strip("/")
+    service = next((_SERVICES[p] for p in protocols if p in _SERVICES), None)
+    if service is not None:  # the path is "bucket/prefix"
+        if service == "s3":
+            kwargs = getattr(fs, "client_kwargs", None) or {}
+            where = getattr(fs, "endpoint_url", None) or kwargs.get("endpoint_url")
+        else:
+            where = getattr(fs, "account_name", None) if service == "az" else None
+        return (service, str(where or "").rstrip("/")), store.path.strip("/")
     if "memory" in protocols:  # fsspec's memory filesystem is one per process
         return ("fsspec-memory",), store.path.strip("/")
     return (protocols[0], str(id(fs))), store.path.strip("/")
@@ -53,10 +74,13 @@ def _obstore_place(store: Any) -> Place:
         return _local("/" + prefix)
     config = getattr(inner, "config", None) or {}
     bucket = config.get("bucket") or config.get("container_name") or config.get("container")
-    if bucket is None:  # an obstore MemoryStore and the like: the object itself
+    if bucket is None or kind not in _SERVICES:  # an obstore MemoryStore and the like
         return (kind, str(id(inner))), prefix
-    endpoint = str(config.get("endpoint") or "").rstrip("/")
-    return (kind, endpoint, str(bucket)), prefix
+    service = _SERVICES[kind]
+    where = config.get("endpoint") if service == "s3" else config.get("account_name")
+    if service == "gs":
+        where = None
+    return (service, str(where or "").rstrip("/")), join(str(bucket), prefix)
 
 
 def place(store: Any) -> Place:

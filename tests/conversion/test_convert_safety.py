@@ -1,0 +1,231 @@
+"""convert never destroys its source: a destination that is the source, lies inside it or
+contains it is refused before anything is written (local paths through symlinks and relative
+paths, Store objects, MemoryStore, S3 through fsspec and obstore; arrays and xarray groups), and
+``verify=True`` decodes what it copied: a corrupt source chunk is reported as ``verify`` reports
+it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numcodecs
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.codecs import ZstdCodec
+from zarr.storage import FsspecStore, LocalStore, MemoryStore
+
+import shardwise
+from faultkit import BUCKET, CREDS, files, moto_s3
+from shardwise.errors import PlanError
+
+SWAP = "convert to another location, verify it, then swap it in"
+
+
+def dataset() -> xr.Dataset:
+    rng = np.random.default_rng(3)
+    return xr.Dataset(
+        {"t2m": (("time", "lat"), rng.standard_normal((12, 6)).astype("f4"))},
+        coords={"time": np.arange(12), "lat": np.linspace(-50, 50, 6)},
+        attrs={"title": "source"},
+    )
+
+
+def make_source(kind: str, store: Any) -> None:
+    """An array (v3 sharded) or an xarray dataset group (v2) at the root of ``store``."""
+    if kind == "array":
+        x = np.arange(24 * 10, dtype="i4").reshape(24, 10)
+        shardwise.write_array(x, store, chunks=(4, 5), shards=(8, 10), mode="w")
+    else:
+        dataset().chunk({"time": 4}).to_zarr(store, zarr_format=2, mode="w")
+
+
+def expect_refusal(call: Callable[[], Any], how: str) -> None:
+    with pytest.raises(PlanError, match=f"{how} the source") as e:
+        call()
+    assert SWAP in str(e.value)
+
+
+# -- local files ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["array", "group"])
+def test_local_overlaps_are_refused_and_leave_the_store_byte_identical(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "data" / "src.zarr"
+    make_source(kind, src)
+    (tmp_path / "link.zarr").symlink_to(src)
+    monkeypatch.chdir(tmp_path / "data")
+    before = files(tmp_path, journal=True)
+    cases: list[tuple[Any, Any, dict[str, Any], str]] = [
+        (src, src, {}, "is"),
+        (src, tmp_path / "link.zarr", {}, "is"),  # a symlink to it
+        (src, "src.zarr", {}, "is"),  # a relative path
+        (str(src), f"file://{src}", {}, "is"),
+        (src, LocalStore(src), {}, "is"),  # a Store object with the same root
+        (LocalStore(tmp_path / "data"), tmp_path / "data", {"path": "src.zarr"}, "is"),
+        (src, src / "new", {}, "lies inside"),
+        (src, src, {"dst_path": "resharded"}, "lies inside"),
+        (src, tmp_path / "data", {}, "contains"),
+        (src, tmp_path, {"dst_path": "data"}, "contains"),
+    ]
+    for s, d, kw, how in cases:
+        for mode in ("w", "w-"):
+            expect_refusal(
+                lambda s=s, d=d, kw=kw, mode=mode: shardwise.convert(s, d, mode=mode, **kw), how
+            )
+        assert files(tmp_path, journal=True) == before, (s, d, kw)
+    assert not (src / "new").exists()
+
+
+def test_a_sibling_path_in_the_same_store_converts(tmp_path: Path) -> None:
+    """The check compares locations, not stores: another path of the same store is fine."""
+    store = tmp_path / "g.zarr"
+    zarr.open_group(store, mode="w", zarr_format=2)
+    x = np.arange(60, dtype="u2")
+    zarr.create_array(store, name="v2", shape=(60,), chunks=(10,), dtype="u2", zarr_format=2)[
+        ...
+    ] = x
+    rep = shardwise.convert(store, store, path="v2", dst_path="v3", shards=(30,), verify=True)
+    assert rep.ok and rep.arrays[0].method == "copy"
+    np.testing.assert_array_equal(zarr.open_array(store, path="v3", mode="r")[...], x)
+    assert zarr.open_array(store, path="v2", mode="r").metadata.zarr_format == 2
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+
+def memory_bytes(store: MemoryStore) -> dict[str, bytes]:
+    return {k: v.to_bytes() for k, v in store._store_dict.items()}
+
+
+@pytest.mark.parametrize("kind", ["array", "group"])
+def test_memory_store_overlaps_are_refused(kind: str) -> None:
+    shared: dict[str, Any] = {}
+    store = MemoryStore(shared)
+    make_source(kind, store)
+    before = memory_bytes(store)
+    assert before
+    expect_refusal(lambda: shardwise.convert(store, store, mode="w"), "is")
+    # another MemoryStore object over the same dict holds the same objects
+    expect_refusal(lambda: shardwise.convert(store, MemoryStore(shared), mode="w"), "is")
+    expect_refusal(lambda: shardwise.convert(store, store, dst_path="sub", mode="w"), "lies inside")
+    assert memory_bytes(store) == before
+    other = MemoryStore()
+    assert shardwise.convert(store, other, verify=True).ok
+    assert memory_bytes(store) == before
+
+
+# -- S3 (moto) ------------------------------------------------------------------------------------
+
+
+def s3_options(endpoint: str) -> dict[str, Any]:
+    return {
+        "endpoint_url": endpoint,
+        "key": CREDS["key"],
+        "secret": CREDS["secret"],
+        "client_kwargs": {"region_name": CREDS["region"]},
+    }
+
+
+@pytest.mark.parametrize("kind", ["array", "group"])
+def test_s3_overlaps_are_refused_across_fsspec_and_obstore(kind: str) -> None:
+    top = f"overlap-{kind}"  # moto keeps its buckets for the whole process: a prefix per case
+    with moto_s3() as s3:
+        opts = s3_options(s3.endpoint)
+        src = s3.obstore(f"{top}/src")
+        make_source(kind, src)
+        before = s3.keys(top)
+        assert before
+        url = f"s3://{BUCKET}/{top}/src"
+        cases: list[tuple[Any, Any, dict[str, Any], str]] = [
+            (src, s3.obstore(f"{top}/src"), {}, "is"),
+            (src, url, {}, "is"),  # fsspec by URL, the same bucket and prefix
+            (url, src, {}, "is"),
+            (src, FsspecStore.from_url(url + "/", storage_options=opts), {}, "is"),
+            (src, s3.obstore(f"{top}/src/new"), {}, "lies inside"),
+            (url, url + "/new", {}, "lies inside"),
+            (src, s3.obstore(top), {}, "contains"),
+            (src, s3.obstore(top), {"dst_path": "src"}, "is"),
+        ]
+        for s, d, kw, how in cases:
+            expect_refusal(
+                lambda s=s, d=d, kw=kw: shardwise.convert(
+                    s, d, mode="w", storage_options=opts, **kw
+                ),
+                how,
+            )
+            assert s3.keys(top) == before, (s, d, kw)
+        # a sibling prefix of the same bucket is another place
+        rep = shardwise.convert(src, s3.obstore(f"{top}/src2"), verify=True)
+        assert rep.ok
+        assert s3.keys(f"{top}/src") == {k[len("src/") :]: v for k, v in before.items()}
+
+
+# -- verify decodes what it copied ----------------------------------------------------------------
+
+
+def _flip(path: Path, at: int | None = None) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2 if at is None else at] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def _v2(root: Path, compressor: Any) -> Path:
+    x = (np.arange(37 * 50).reshape(37, 50) % 251).astype("<u2")
+    zarr.create_array(
+        root, shape=x.shape, chunks=(8, 10), dtype="<u2", zarr_format=2, compressors=compressor
+    )[...] = x
+    return root / "1.2"
+
+
+def _v3(root: Path, compressor: Any) -> Path:
+    x = (np.arange(37 * 50).reshape(37, 50) % 251).astype("<u2")
+    zarr.create_array(root, shape=x.shape, chunks=(8, 10), dtype="<u2", compressors=compressor)[
+        ...
+    ] = x
+    return root / "c" / "1" / "2"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: _v2(r, numcodecs.GZip()),
+        lambda r: _v2(r, numcodecs.Zstd(checksum=True)),
+        lambda r: _v3(r, ZstdCodec(checksum=True)),
+    ],
+    ids=["v2-gzip", "v2-zstd-checksum", "v3-zstd-checksum"],
+)
+def test_verify_reports_a_corrupt_source_chunk_as_verify_does(
+    make: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    _flip(make(src))  # a byte inside the compressed chunk (1, 2) of the source
+    rep = shardwise.convert(src, dst, shards=(16, 20), verify=True)
+    assert rep.arrays[0].method == "copy" and rep.arrays[0].verified is False and not rep.ok
+    # chunk (1, 2) is inner chunk (1, 0) of shard (0, 1)
+    assert len(rep.problems) == 1
+    assert rep.problems[0].startswith("corrupt    c/0/1 chunk (1, 0): inner chunk does not decode")
+    found = shardwise.verify(dst)
+    assert [str(p) for p in found.problems] == rep.problems
+
+
+def test_verify_reports_a_corrupt_chunk_of_a_sharded_source(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    x = np.arange(32 * 40, dtype="f4").reshape(32, 40)
+    shardwise.write_array(x, src, chunks=(8, 10), shards=(16, 20))  # checksummed zstd chunks
+    _flip(src / "c" / "1" / "1", at=12)  # inside the first stored inner chunk of shard (1, 1)
+    rep = shardwise.convert(src, dst, shards=(32, 40), verify=True, dst_path="out")
+    assert not rep.ok
+    assert [p.split(":")[0] for p in rep.problems] == ["corrupt    out/c/0/0 chunk (2, 2)"]
+    assert [str(p) for p in shardwise.verify(dst, path="out").problems] == rep.problems
+    # without the corruption the same conversion verifies
+    good = tmp_path / "good.zarr"
+    shardwise.write_array(x, good, chunks=(8, 10), shards=(16, 20))
+    assert shardwise.convert(good, tmp_path / "ok.zarr", shards=(32, 40), verify=True).ok
+    assert os.path.exists(tmp_path / "ok.zarr" / "c" / "0" / "0")
