@@ -398,14 +398,14 @@ def test_refusals_leave_the_destination_byte_identical(tmp_path: Path) -> None:
     before = files(dst, journal=True)
     with pytest.raises(FileExistsError, match="mode='w'"):
         shardwise.convert(src, dst, shards=(16, 20))
-    with pytest.raises(PlanError, match="whole multiples"):
-        shardwise.convert(src, dst, shards=(12, 20), mode="w")
+    with pytest.raises(PlanError, match="positive sizes"):
+        shardwise.convert(src, dst, shards=(0, 20), mode="w")
     with pytest.raises(PlanError, match="mode"):
         shardwise.convert(src, dst, mode="a")
     assert files(dst, journal=True) == before
     fresh = tmp_path / "never.zarr"
     with pytest.raises(PlanError):
-        shardwise.convert(src, fresh, shards=(7, 20))
+        shardwise.convert(src, fresh, shards=(7,))
     assert not fresh.exists() or not any(fresh.rglob("*"))
 
 
@@ -452,16 +452,19 @@ def test_inspect_a_converted_group(tmp_path: Path, capsys: pytest.CaptureFixture
     g = zarr.open_group(src, mode="w", zarr_format=2)
     g.create_array("a", shape=(40,), chunks=(5,), dtype="f4")[...] = np.arange(40.0)
     g.create_array("b", shape=(6, 8), chunks=(2, 2), dtype="i2")[...] = 1
-    rep = shardwise.convert(src, dst, shards=(20,))  # 2-d "b": the default shape
-    assert [(a.objects_before, a.objects_after) for a in rep.arrays] == [(10, 3), (14, 2)]
-    assert rep.arrays[1].shards == (6, 8)
+    with pytest.raises(PlanError, match=r"array 'b' has 2 dimension\(s\)"):
+        shardwise.convert(src, dst, shards=(20,))  # a 1-d shape cannot apply to the 2-d "b"
+    assert not dst.exists()
+    rep = shardwise.convert(src, dst, shard_bytes=80)  # 4 chunks of "a", 6 of "b"
+    assert [(a.objects_before, a.objects_after) for a in rep.arrays] == [(10, 3), (14, 3)]
+    assert [a.shards for a in rep.arrays] == [(20,), (6, 4)]
     assert main(["inspect", str(dst)]) == 0
     out = capsys.readouterr().out
-    assert "a group of 2 arrays, 5 objects" in out
-    assert "a  (40,) float32, shards (20,)" in out and "b  (6, 8) int16" in out
+    assert "a group of 2 arrays, 6 objects" in out
+    assert "a  (40,) float32, shards (20,)" in out and "b  (6, 8) int16, shards (6, 4)" in out
     assert main(["inspect", str(dst), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert [a["objects"] for a in d["arrays"]] == [3, 2]
+    assert [a["objects"] for a in d["arrays"]] == [3, 3]
 
 
 # -- CLI, inspect, reshard ------------------------------------------------------------------------
