@@ -1,5 +1,7 @@
 """Default layouts: ``write_array`` and ``to_zarr`` pick shards and inner chunks by one rule,
-and default inner chunks always divide the shards (given or picked).
+and default inner chunks always divide the shards (given or picked); shard sizes given with
+inner chunks are rounded up to whole chunks (``whole_chunks``), and ``shards=`` is parsed and
+checked once (``core/shardspec.py``).
 
 Oracle: zarr-python reads every array written here back.
 """
@@ -19,7 +21,14 @@ from hypothesis import strategies as st
 from zarr.storage import MemoryStore
 
 import shardwise
-from shardwise.core.sizing import DEFAULT_CHUNK_BYTES, DEFAULT_SHARD_BYTES, default_layout
+from shardwise.core.shardspec import check_names, check_shards, parse_shards, shards_for
+from shardwise.core.sizing import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_SHARD_BYTES,
+    default_layout,
+    whole_chunks,
+)
+from shardwise.errors import ArgumentTypeError, ArgumentValueError
 from strategies import examples
 
 DTYPES = ("bool", "uint8", "int16", "float32", "int64", "complex128")
@@ -104,3 +113,104 @@ def test_auto_chunks_divide_given_shards(shape: tuple[int, int], shards: tuple[i
     assert all(s % c == 0 for s, c in zip(shards, chunks, strict=True))
     assert math.prod(chunks) * 4 <= DEFAULT_CHUNK_BYTES
     np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], x)
+
+
+# -- shard sizes that are not whole chunks: one rule (rounded up) -------------------------------
+
+
+@given(pairs=st.lists(st.tuples(st.integers(1, 500), st.integers(1, 60)), min_size=1, max_size=4))
+@examples(200)
+def test_whole_chunks_is_the_smallest_multiple_at_least_the_size(
+    pairs: list[tuple[int, int]],
+) -> None:
+    shards, chunks = (tuple(p) for p in zip(*pairs, strict=True))
+    out = whole_chunks(shards, chunks)
+    for s, c, o in zip(shards, chunks, out, strict=True):
+        assert o % c == 0 and s <= o < s + c
+    assert whole_chunks(out, chunks) == out  # shapes of whole chunks are kept
+    # both given: default_layout (write_array, to_zarr) applies the same rule
+    assert default_layout((1000,) * len(chunks), 4, chunks, shards) == (chunks, out)
+
+
+def test_whole_chunks_leaves_what_cannot_be_rounded_to_the_callers_checks() -> None:
+    assert whole_chunks((10, 0), (4, 4)) == (10, 0)
+    assert whole_chunks((10,), (4, 4)) == (10,)
+
+
+def test_write_array_rounds_shards_up_to_whole_chunks() -> None:
+    x = np.arange(37 * 50, dtype="i2").reshape(37, 50)
+    store = MemoryStore()
+    shardwise.write_array(x, store, chunks=(8, 10), shards=(12, 25))
+    assert _stored_layout(store) == ((8, 10), (16, 30))
+    np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], x)
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("256,256,64", (256, 256, 64)),
+        ("16x20", (16, 20)),
+        (" 4 , 5 ", (4, 5)),
+        ("4,0", (4, 0)),  # parsed; check_shards refuses the size
+        ("time=365", {"time": 365}),
+        ("time=365, lat = 90", {"time": 365, "lat": 90}),
+        ("x=4", {"x": 4}),
+        ("time=-1", {"time": -1}),
+    ],
+)
+def test_parse_shards(text: str, parsed: Any) -> None:
+    assert parse_shards(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["", "4,,4", "a,b", "time=a", "=4", "time=4,time=5", "4,x=4"])
+def test_parse_shards_refuses_what_it_cannot_read(text: str) -> None:
+    with pytest.raises(ArgumentValueError, match="shards must be sizes like 256,256,64"):
+        parse_shards(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ((4, 0), ArgumentValueError),
+        ((4, -1), ArgumentValueError),
+        ((), ArgumentValueError),
+        ((4.5, 2), ArgumentValueError),
+        ((True, 2), ArgumentValueError),
+        ({"time": 0}, ArgumentValueError),
+        ({"time": "365"}, ArgumentValueError),
+        ({1: 365}, ArgumentTypeError),
+        ("4,4", ArgumentTypeError),
+        (4, ArgumentTypeError),
+    ],
+)
+def test_check_shards_refuses_bad_sizes(value: Any, error: type) -> None:
+    with pytest.raises(error, match="shards must be"):
+        check_shards(value)
+
+
+def test_check_shards_accepts_shapes_and_names() -> None:
+    assert check_shards(None) is None
+    assert check_shards([np.int64(4), 5]) == (4, 5)
+    assert check_shards({"time": np.int32(365)}) == {"time": 365}
+
+
+def test_shards_for_applies_or_refuses() -> None:
+    assert shards_for((12, 25), (37, 50), (8, 10), 2, None, None, name="a") == (16, 30)
+    # named dimensions rounded, the others sized to the byte target (here: one chunk of x)
+    assert shards_for({"t": 9}, (37, 50), (8, 10), 2, ("t", "x"), 320, name="a") == (16, 10)
+    with pytest.raises(ArgumentValueError, match=r"array 'a' has 2 dimension\(s\)"):
+        shards_for((12,), (37, 50), (8, 10), 2, None, None, name="a")
+    with pytest.raises(ArgumentValueError, match="array 'a' has no dimension names"):
+        shards_for({"t": 9}, (37, 50), (8, 10), 2, None, None, name="a")
+    with pytest.raises(ArgumentValueError, match=r"\['tme'\] that the group does not have"):
+        check_names({"tme": 9}, [("a", ("t", "x")), ("b", None)], "the group")
+    check_names({"t": 9}, [("a", ("t", "x")), ("b", ("x",))], "the group")  # b: not named
+
+
+def test_shardspec_doctests() -> None:
+    import doctest
+
+    import shardwise.core.shardspec
+
+    result = doctest.testmod(shardwise.core.shardspec)
+    assert result.attempted == 4 and result.failed == 0

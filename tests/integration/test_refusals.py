@@ -297,7 +297,7 @@ def test_cli_failures_are_one_line_with_the_documented_exit_code(
         (["inspect", str(tmp_path / "nothing")], "ArrayNotFoundError: no store at"),
         (
             ["reshard", str(dataset_store), str(tmp_path / "o"), "--shards", "4"],
-            "must be whole multiples of its chunks",
+            "has 2 dimension(s) (40, 6), but shards (4,) has 1",
         ),
         (["verify", str(dataset_store), "--storage-options", "[1]"], "must be a JSON object"),
     ]

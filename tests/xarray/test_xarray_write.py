@@ -689,4 +689,4 @@ def test_sizing_doctests() -> None:
     import shardwise.core.sizing
 
     result = doctest.testmod(shardwise.core.sizing)
-    assert result.attempted == 5 and result.failed == 0
+    assert result.attempted == 7 and result.failed == 0
