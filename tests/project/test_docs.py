@@ -35,6 +35,7 @@ import sys
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,6 +153,7 @@ def test_marked_block_is_reported_not_run(doc: Path, block: Block) -> None:
     pytest.skip(f"{_rel(doc)}:{block.line} not run: {block.arg}")
 
 
+@pytest.mark.slow  # a process per document, processes and a cluster inside
 @pytest.mark.parametrize("doc", DOCS, ids=_rel)
 def test_document_runs_as_written(doc: Path, tmp_path: Path) -> None:
     blocks = runnable(doc)
@@ -249,7 +251,7 @@ def _run(blocks: list[Block], work: Path, tmp: Path) -> list[dict[str, str | Non
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=540,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results: list[dict[str, str | None]] = json.loads(out.read_text())
@@ -268,11 +270,14 @@ def _warning_filters() -> None:
         warnings.filterwarnings(action, message=message, category=cat, module=module)  # type: ignore[arg-type]
 
 
-def _cluster() -> object:
+def _cluster(stack: Any) -> None:
+    """A client of a real LocalCluster (worker processes), closed when ``stack`` closes."""
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
-    return cluster, Client(cluster)
+    cluster = stack.enter_context(
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
+    )
+    stack.enter_context(Client(cluster))
 
 
 def _run_block(block: dict[str, str], namespace: dict[str, object]) -> str:
@@ -287,7 +292,7 @@ def _run_block(block: dict[str, str], namespace: dict[str, object]) -> str:
             ["bash", "-e", "-o", "pipefail", "-c", block["code"]],
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=300,
         )
         if proc.returncode:
             raise RuntimeError(f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
@@ -295,9 +300,7 @@ def _run_block(block: dict[str, str], namespace: dict[str, object]) -> str:
     buf = io.StringIO()
     with contextlib.ExitStack() as stack:
         if block["kind"] == "cluster":
-            cluster, client = _cluster()  # type: ignore[misc]
-            stack.callback(cluster.close)  # type: ignore[attr-defined]
-            stack.callback(client.close)  # type: ignore[attr-defined]
+            _cluster(stack)
         with contextlib.redirect_stdout(buf):
             exec(compile(block["code"], f"block@{block['line']}", "exec"), namespace)
     return buf.getvalue()
@@ -308,6 +311,7 @@ def main(spec: str, out: str) -> None:
     stopping at the first error."""
     import traceback
 
+    sys.path[0] = os.getcwd()  # as for a reader's interpreter: the working directory, not tests/
     _warning_filters()
     results: list[dict[str, str | None]] = []
     namespace: dict[str, object] = {"__name__": "__main__"}
