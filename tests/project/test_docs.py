@@ -153,12 +153,20 @@ def test_marked_block_is_reported_not_run(doc: Path, block: Block) -> None:
     pytest.skip(f"{_rel(doc)}:{block.line} not run: {block.arg}")
 
 
+@pytest.mark.parametrize("doc", DOCS, ids=_rel)
+def test_commands_that_must_not_run_are_marked(doc: Path) -> None:
+    blocks = runnable(doc)
+    bad = [(b.line, why) for b in blocks for why in unmarked_commands(b)]
+    assert not bad, f"{_rel(doc)}: blocks to mark <!-- docs-test: skip (why) -->: {bad}"
+    unnamed = [b.line for b in blocks if b.kind == "file" and not b.arg]
+    assert not unnamed, f"{_rel(doc)}: file markers without a file name at lines {unnamed}"
+
+
 @pytest.mark.slow  # a process per document, processes and a cluster inside
 @pytest.mark.parametrize("doc", DOCS, ids=_rel)
 def test_document_runs_as_written(doc: Path, tmp_path: Path) -> None:
     blocks = runnable(doc)
-    bad = [(b.line, why) for b in blocks for why in unmarked_commands(b)]
-    assert not bad, f"{_rel(doc)}: blocks to mark <!-- docs-test: skip (why) -->: {bad}"
+    assert not any(unmarked_commands(b) for b in blocks)  # see the test above
     work = _sandbox(tmp_path)
     results = _run(blocks, work, tmp_path)
     for b, r in zip(blocks, results, strict=False):
