@@ -12,7 +12,7 @@ from zarr.storage import MemoryStore
 
 from .codec.metadata import ArrayInfo, default_compressors, info_from_metadata
 from .core.job import Strategy, WriteJob, make_job
-from .core.layout import Region, normalize_region
+from .core.layout import Region, RegionArg, normalize_region
 from .core.plan import WritePlan
 from .core.sizing import default_layout
 from .durability.session import WriteSession, plan_keys
@@ -173,7 +173,7 @@ def write_array(
     chunk_key_encoding: Any = None,
     zarr_format: int = 3,
     mode: Mode = "w-",
-    region: tuple[slice, ...] | None = None,
+    region: RegionArg | None = None,
     write_empty_chunks: bool = False,
     threads: int | None = None,
     fsync: bool = False,
@@ -197,8 +197,10 @@ def write_array(
     the fill value are not stored (and removed if they were). ``mode``: ``"w-"`` create (fail if
     it exists), ``"w"`` create or replace, ``"a"`` write into an existing array (create when
     missing), ``"r+"`` write into an existing array. ``region`` places ``data`` inside an existing
-    array; shards it covers in part are merged with what is stored. ``threads`` caps the threads
-    that encode inner chunks (default: the cores, or the dask worker's threads).
+    array: a slice (step 1) per dimension, or one ``Ellipsis`` for the dimensions not given
+    (``region=(slice(a, b), ...)``); shards it covers in part are merged with what is stored.
+    ``threads`` caps the threads that encode inner chunks (default: the cores, or the dask
+    worker's threads).
     ``fsync=True`` makes each shard durable (file and directory fsync) on local filesystems.
     ``compressors="auto"`` (the default) is zstd with its frame checksum, so a damaged inner chunk
     raises :class:`CorruptShardError` on read; pass your own (e.g. ``ZstdCodec(level=0)``, or

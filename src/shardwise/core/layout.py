@@ -17,11 +17,14 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import Literal
 
 from ..errors import PlanError
 
 Region = tuple[slice, ...]
+# what a caller may pass as region=: a slice per dimension, one Ellipsis for the rest
+RegionArg = Sequence[slice | EllipsisType] | slice | EllipsisType
 Coord = tuple[int, ...]
 
 
@@ -124,13 +127,42 @@ def shift(region: Region, origin: Sequence[int]) -> Region:
     return tuple(slice(s.start - o, s.stop - o) for s, o in zip(region, origin, strict=True))
 
 
-def normalize_region(region: Sequence[slice], shape: Sequence[int]) -> Region:
-    """Turn user slices into explicit start/stop slices with step 1, validated against ``shape``."""
-    if len(region) != len(shape):
-        raise PlanError(f"region has {len(region)} dimensions, the array has {len(shape)}")
+def normalize_region(region: RegionArg, shape: Sequence[int]) -> Region:
+    """Turn user slices into explicit start/stop slices with step 1, validated against ``shape``.
+
+    ``region`` is a slice per dimension; one ``Ellipsis`` stands for every dimension not given,
+    as in a selection (a lone slice or ``...`` is a tuple of one). Without it, every dimension
+    needs its slice: a region written with fewer is more likely a mistake than a wish.
+
+    >>> normalize_region((slice(2, 5), ...), (10, 7, 3))
+    (slice(2, 5, None), slice(0, 7, None), slice(0, 3, None))
+    >>> normalize_region((..., slice(1, None)), (4, 3))
+    (slice(0, 4, None), slice(1, 3, None))
+    """
+    items: Sequence[object] = tuple(region) if isinstance(region, Sequence) else (region,)
+    nell = sum(1 for k in items if k is Ellipsis)
+    if nell > 1:
+        raise PlanError(f"a region may hold one Ellipsis (...), got {nell}: {region!r}")
+    given = len(items) - nell
+    if given > len(shape) or (not nell and given != len(shape)):
+        raise PlanError(
+            f"region has {given} dimensions, the array has {len(shape)}"
+            + ("" if nell else " (an Ellipsis, ..., stands for the dimensions not given)")
+        )
+    if nell:
+        at = list(items).index(Ellipsis)
+        items = [*items[:at], *(slice(None),) * (len(shape) - given), *items[at + 1 :]]
     out = []
-    for dim, (sl, n) in enumerate(zip(region, shape, strict=True)):
-        start, stop, step = sl.indices(n)
+    for dim, (sl, n) in enumerate(zip(items, shape, strict=True)):
+        if not isinstance(sl, slice):
+            raise PlanError(
+                f"region dimension {dim}: {sl!r} is not a slice; a region takes slices with step "
+                "1 and one Ellipsis (for one index i, give slice(i, i + 1))"
+            )
+        try:
+            start, stop, step = sl.indices(n)
+        except TypeError:
+            raise PlanError(f"region dimension {dim}: {sl} needs integer bounds") from None
         if step != 1:
             raise PlanError(f"region slices must have step 1 (dimension {dim}: {sl})")
         if sl.stop is not None and sl.stop > n:

@@ -39,7 +39,7 @@ import zarr
 from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors, info_from_metadata
-from ..core.layout import Layout, Region, ceildiv, is_aligned, normalize_region
+from ..core.layout import Layout, Region, RegionArg, ceildiv, is_aligned, normalize_region
 from ..engine.write import WriteReport
 from ..errors import (
     ArrayExistsError,
@@ -120,7 +120,7 @@ def _shard_box(layout: Layout, region: Region) -> Box:
     ]
 
 
-def check_parts(layout: Layout, regions: Sequence[Sequence[slice]]) -> list[Region]:
+def check_parts(layout: Layout, regions: Sequence[RegionArg]) -> list[Region]:
     """Normalized ``regions``; PlanError if one is misaligned or two share a shard."""
     out = [normalize_region(r, layout.shape) for r in regions]
     for i, r in enumerate(out):
@@ -251,7 +251,7 @@ def init(
     dtype: Any,
     chunks: Any,
     shards: Any,
-    parts: int | Sequence[Sequence[slice]],
+    parts: int | Sequence[RegionArg],
     path: str | None = None,
     mode: str = "w-",
     lease: bool = True,
@@ -261,7 +261,8 @@ def init(
 ) -> BatchPlan:
     """Create the array's metadata and the batch record splitting it into ``parts``.
 
-    ``parts`` is a count (slabs along the first axes) or a list of regions (shard-aligned,
+    ``parts`` is a count (slabs along the first axes) or a list of regions (slices, or one
+    ``Ellipsis`` for the dimensions not given, as ``region=`` of ``write_array``; shard-aligned,
     disjoint and, unless ``mode="r+"`` rewrites regions of an existing array, covering the whole
     array). ``create`` takes ``zarr.create_array`` keywords (``fill_value``, ``compressors``
     (default: zstd with its frame checksum, as :func:`shardwise.write_array`),
