@@ -77,13 +77,14 @@ def node_errors(store: Any, path: str | None, want: str) -> Iterator[None]:
     from zarr.errors import (
         ContainsArrayError,
         ContainsGroupError,
-        NodeNotFoundError,
         NodeTypeValidationError,
     )
 
     try:
         yield
-    except NodeNotFoundError:
+    except FileNotFoundError as e:  # zarr's NodeNotFoundError, or a missing local root
+        if isinstance(e, ArrayNotFoundError):
+            raise
         noun = "zarr array or group" if want == "node" else want
         raise ArrayNotFoundError(f"no {noun} at {describe(store, path, 'path')}") from None
     except ContainsArrayError:
