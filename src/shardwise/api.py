@@ -119,6 +119,19 @@ def _not_an_array(store: Any, path: str | None) -> NotAnArrayError:
     )
 
 
+def _array_above(store: Any, path: str | None) -> str | None:
+    """The path of an array (Zarr v2 or v3) that ``path`` would lie inside, else None."""
+    parts = (path or "").strip("/").split("/")[:-1]
+    for i in range(len(parts) + 1) if path and path.strip("/") else ():
+        try:
+            node = zarr.open(store, path="/".join(parts[:i]), mode="r")
+        except (FileNotFoundError, ValueError):  # nothing there, or not zarr metadata
+            continue
+        if isinstance(node, zarr.Array):
+            return "/".join(parts[:i])
+    return None
+
+
 def _v2_node(store: Any, path: str | None) -> str | None:
     """ "array" or "group" when a Zarr v2 node is at ``path``, else None."""
     try:
@@ -137,6 +150,12 @@ def _v2_message(store: Any, path: str | None, kind: str) -> str:
 
 
 def _exists(store: Any, path: str | None) -> bool:
+    above = _array_above(store, path)
+    if above is not None:  # zarr would refuse only after the write's marker is stored
+        raise PlanError(
+            f"{describe(store, above)} holds no other nodes, so nothing can be written at "
+            f"{describe(store, path, 'path')}: pick a path that is not inside an array"
+        )
     try:
         open_zarr_array(store, path)
     except ArrayNotFoundError:

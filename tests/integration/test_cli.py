@@ -314,6 +314,7 @@ TABLE: dict[str, list[tuple[str, int, str]]] = {
         ("convert {NOTASTORE} {T}/c3.zarr", 3, "no zarr array or group at the root path"),
         ("convert {G} {T}/c3.zarr --src-path a/x", 3, "no zarr array or group at path 'a/x'"),
         ("convert {S} {T}/c1.zarr", 3, "ArrayExistsError"),
+        ("convert {S} {G} --dst-path a/x", 3, "array 'a' in file://"),
     ],
     "reshard": [
         ("reshard {S} {T}/r1.zarr --shards 20,30 --no-progress", 0, ""),
@@ -516,3 +517,15 @@ def test_node_errors_in_memory() -> None:
     _refused(lambda: shardwise.open_array(mem), shardwise.NotAnArrayError, ValueError)
     _refused(lambda: shardwise.open_dataset(mem, group="a"), shardwise.NotAGroupError, ValueError)
     assert dict(mem._store_dict) == before
+
+
+def test_a_path_inside_an_array_is_refused_before_any_byte(stores: dict[str, str]) -> None:
+    group = Path(stores["G"])
+    before = files(group, journal=True)
+    for call in (
+        lambda: shardwise.write_array(np.ones(3), group, path="a/b"),
+        lambda: shardwise.convert(stores["S"], group, dst_path="a/b/c"),
+    ):
+        text = _refused(call, shardwise.PlanError, ValueError)
+        assert "array 'a' in" in text and "holds no other nodes" in text
+    assert files(group, journal=True) == before  # not even a write marker
