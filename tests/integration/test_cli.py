@@ -422,6 +422,7 @@ def test_every_command_and_option_has_help() -> None:
     progs = {prog for prog, _ in walked}
     assert {"shardwise batch init", "shardwise lease", "shardwise convert"} <= progs
     for prog, p in walked:
+        assert p.epilog and p.epilog.startswith("Exit status: 0 success"), prog
         for action in p._actions:
             assert (action.help or "").strip(), (prog, action.option_strings or action.dest)
             if isinstance(action, argparse._SubParsersAction):

@@ -340,4 +340,14 @@ def parser() -> argparse.ArgumentParser:
     _add_convert_reshard(sub)
     _add_batch(sub)
     _add_lease(sub)
+    _state_exit_status(p)
     return p
+
+
+def _state_exit_status(p: argparse.ArgumentParser) -> None:
+    """Every command's --help ends with the exit status, as the top level's does."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.epilog = EXIT_STATUS
+                _state_exit_status(child)
