@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,7 @@ from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_gr
 from .errors import (
     ArrayExistsError,
     ArrayNotFoundError,
+    NotAGroupError,
     NotAnArrayError,
     PlanError,
     UnsupportedCodecError,
@@ -47,37 +50,93 @@ def open_zarr_array(store: Any, path: str | None = None) -> Any:
     """zarr-python's array at ``path`` (Zarr v3), or a shardwise error saying what is there
     instead: :class:`NotAnArrayError` for a group (listing its arrays),
     :class:`UnsupportedCodecError` for a Zarr v2 array, :class:`ArrayNotFoundError` for nothing."""
-    from zarr.errors import ContainsGroupError, NodeTypeValidationError
+    try:
+        with node_errors(store, path, "array"):
+            return zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
+    except ArrayNotFoundError:  # maybe a Zarr v2 node, which a format-3 open does not see
+        kind = _v2_node(store, path)
+        if kind is None:
+            raise
+    raise UnsupportedCodecError(_v2_message(store, path, kind))
 
-    from .durability.verify import _group_arrays
+
+def open_node(store: Any, path: str | None = None) -> Any:
+    """zarr-python's array or group at ``path`` (Zarr v2 or v3); nothing there is an
+    :class:`ArrayNotFoundError` naming the store and path, not zarr's own error."""
+    with node_errors(store, path, "node"):
+        return zarr.open(store, path=path or "", mode="r")
+
+
+@contextmanager
+def node_errors(store: Any, path: str | None, want: str) -> Iterator[None]:
+    """zarr's errors for a missing node or a node of the other kind, raised inside, as shardwise
+    errors naming the store and path (zarr's own name the internal StorePath): nothing there is
+    :class:`ArrayNotFoundError` (a ``FileNotFoundError``), a group where ``want`` is "array" is
+    :class:`NotAnArrayError` listing its arrays, an array where ``want`` is "group" is
+    :class:`NotAGroupError` (both ``ValueError``)."""
+    from zarr.errors import (
+        ContainsArrayError,
+        ContainsGroupError,
+        NodeTypeValidationError,
+    )
 
     try:
-        return zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
-    except (NodeTypeValidationError, ContainsGroupError):
-        arrays = _group_arrays(store, path) or []
-        listed = ", ".join(repr(a) for a in arrays[:20]) + (" ..." if len(arrays) > 20 else "")
-        raise NotAnArrayError(
-            f"{describe(store, path, 'group')} is a group, not an array: "
-            + (
-                f"pass path= (CLI: --path) with one of its arrays: {listed}"
-                if arrays
-                else "it has no arrays"
-            ),
-            arrays,
+        yield
+    except FileNotFoundError as e:  # zarr's NodeNotFoundError, or a missing local root
+        if isinstance(e, ArrayNotFoundError):
+            raise
+        noun = "zarr array or group" if want == "node" else want
+        raise ArrayNotFoundError(f"no {noun} at {describe(store, path, 'path')}") from None
+    except ContainsArrayError:
+        raise _not_a_group(store, path) from None
+    except (ContainsGroupError, NodeTypeValidationError):
+        # zarr raises NodeTypeValidationError for metadata of the other kind either way round
+        raise (
+            _not_a_group(store, path) if want == "group" else _not_an_array(store, path)
         ) from None
-    except FileNotFoundError:  # zarr's NodeNotFoundError: maybe a Zarr v2 node
-        pass
-    kind = _v2_node(store, path)
-    if kind is None:
-        raise ArrayNotFoundError(f"no array at {describe(store, path, 'path')}")
-    raise UnsupportedCodecError(_v2_message(store, path, kind))
+
+
+def _not_a_group(store: Any, path: str | None) -> NotAGroupError:
+    return NotAGroupError(
+        f"{describe(store, path, 'path')} is an array, not a group: pass the path of the group "
+        "that holds it, or open it as an array (shardwise.open_array)"
+    )
+
+
+def _not_an_array(store: Any, path: str | None) -> NotAnArrayError:
+    from .durability.verify import _group_arrays
+
+    arrays = _group_arrays(store, path) or []
+    listed = ", ".join(repr(a) for a in arrays[:20]) + (" ..." if len(arrays) > 20 else "")
+    return NotAnArrayError(
+        f"{describe(store, path, 'group')} is a group, not an array: "
+        + (
+            f"pass path= (CLI: --path) with one of its arrays: {listed}"
+            if arrays
+            else "it has no arrays"
+        ),
+        arrays,
+    )
+
+
+def _array_above(store: Any, path: str | None) -> str | None:
+    """The path of an array (Zarr v2 or v3) that ``path`` would lie inside, else None."""
+    parts = (path or "").strip("/").split("/")[:-1]
+    for i in range(len(parts) + 1) if path and path.strip("/") else ():
+        try:
+            node = zarr.open(store, path="/".join(parts[:i]), mode="r")
+        except (FileNotFoundError, ValueError):  # nothing there, or not zarr metadata
+            continue
+        if isinstance(node, zarr.Array):
+            return "/".join(parts[:i])
+    return None
 
 
 def _v2_node(store: Any, path: str | None) -> str | None:
     """ "array" or "group" when a Zarr v2 node is at ``path``, else None."""
     try:
         node = zarr.open(store, path=path or "", mode="r", zarr_format=2)
-    except FileNotFoundError:
+    except FileNotFoundError:  # zarr's NodeNotFoundError is one
         return None
     return "array" if isinstance(node, zarr.Array) else "group"
 
@@ -86,21 +145,24 @@ def _v2_message(store: Any, path: str | None, kind: str) -> str:
     return (
         f"{describe(store, path, kind)} is a Zarr v2 {kind}: shardwise reads and writes Zarr v3 "
         "sharded arrays; read it with zarr-python (zarr.open_array, dask.array.from_zarr) or "
-        "convert it with `shardwise reshard SRC DST --shards ...`"
+        "convert it to sharded v3 with `shardwise convert SRC DST` (Python: shardwise.convert)"
     )
 
 
 def _exists(store: Any, path: str | None) -> bool:
-    from zarr.errors import ContainsGroupError, NodeTypeValidationError
-
+    above = _array_above(store, path)
+    if above is not None:  # zarr would refuse only after the write's marker is stored
+        raise PlanError(
+            f"{describe(store, above)} holds no other nodes, so nothing can be written at "
+            f"{describe(store, path, 'path')}: pick a path that is not inside an array"
+        )
     try:
-        zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
-    except FileNotFoundError:  # zarr's NodeNotFoundError too
-        kind = _v2_node(store, path)
-        if kind is None:
-            return False
-        raise PlanError(f"{_v2_message(store, path, kind)}; mode='w' replaces it") from None
-    except (NodeTypeValidationError, ContainsGroupError) as e:
+        open_zarr_array(store, path)
+    except ArrayNotFoundError:
+        return False
+    except UnsupportedCodecError as e:  # a Zarr v2 node
+        raise PlanError(f"{e}; mode='w' replaces it") from None
+    except NotAnArrayError as e:
         raise PlanError(
             f"{describe(store, path, 'path')} is a group, not an array: pass path= to write "
             "an array inside it, or mode='w' to replace the group"

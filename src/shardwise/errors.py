@@ -11,6 +11,7 @@ __all__ = [
     "CorruptShardError",
     "DependencyError",
     "LeaseHeldError",
+    "NotAGroupError",
     "NotAnArrayError",
     "OutputError",
     "PlanError",
@@ -78,6 +79,10 @@ class NotAnArrayError(ShardwiseError, ValueError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (NotAnArrayError, (str(self), self.arrays))
+
+
+class NotAGroupError(ShardwiseError, ValueError):
+    """The path names an array where a group is wanted (e.g. a Dataset's group)."""
 
 
 class PlanError(ShardwiseError, ValueError):

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ import zarr
 
 import shardwise
 from faultkit import exe, files
-from shardwise.cli import main
+from shardwise.cli import main, parser
+from shardwise.cli.commands import TASK_ID_VARS
 from shardwise.durability.lease import Lease
 from shardwise.durability.verify import verify
 from shardwise.storage.store import ShardStore
@@ -247,3 +250,283 @@ def test_batch_status_after_finalize(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "finalized" in out and "2 parts" in out and "no batch open" in out
     with pytest.raises(FileNotFoundError, match="was finalized"):
         batch.open_batch(root)
+
+
+# -- the CLI keeps its word: exit codes as --help and the README state them, per command --------
+
+ZARR_NAMES = (
+    "StorePath",
+    "GroupNotFoundError",
+    "ContainsArrayError",
+    "ContainsGroupError",
+    "NodeNotFoundError",
+    "NodeTypeValidationError",
+)
+
+
+@pytest.fixture
+def stores(tmp_path: Path, sharded: Path, v2: Path) -> dict[str, str]:
+    """Named paths for the table: a sharded array, a damaged copy, a Zarr v2 array, a group
+    with one array, a directory that is not a store, a path with nothing there."""
+    damaged = tmp_path / "damaged.zarr"
+    shardwise.write_array(data(), damaged, chunks=(5, 5), shards=(10, 15))
+    (damaged / "c/1/1").write_bytes((damaged / "c/1/1").read_bytes()[:-1])
+    group = tmp_path / "g.zarr"
+    zarr.open_group(group, mode="w")
+    shardwise.write_array(data(), group, path="a", chunks=(5, 5), shards=(10, 15))
+    (tmp_path / "notastore").mkdir()
+    (tmp_path / "notastore" / "notes.txt").write_text("not zarr")
+    names = dict(S=sharded, DAMAGED=damaged, V2=v2, G=group, NOTASTORE=tmp_path / "notastore")
+    return {k: str(v) for k, v in names.items()} | {"T": str(tmp_path)}
+
+
+# (arguments, exit status, text on stderr) in order: later rows see what earlier ones wrote
+TABLE: dict[str, list[tuple[str, int, str]]] = {
+    "inspect": [
+        ("inspect {S}", 0, ""),
+        ("inspect {G}", 0, ""),
+        ("inspect {S} --bogus", 2, "unrecognized arguments: --bogus"),
+        ("inspect", 2, "required: store"),
+        ("inspect {NOTASTORE}", 3, "no array at the root path of"),
+        ("inspect {V2}", 3, "`shardwise convert SRC DST`"),
+        ("inspect {G} --path a/zz", 3, "no array at path 'a/zz'"),
+        ("inspect {T}/nothing", 3, "no store at"),
+    ],
+    "verify": [
+        ("verify {S}", 0, ""),
+        ("verify {G}", 0, ""),
+        ("verify {DAMAGED}", 1, ""),
+        ("verify {S} --threads 0", 2, "--threads: must be a positive integer, got 0"),
+        ("verify {S} --threads many", 2, "--threads: expected a whole number, got 'many'"),
+        ("verify {NOTASTORE}", 3, "no array at the root path of"),
+        ("verify {V2}", 3, "is a Zarr v2 array"),
+        ("verify {T}/nothing", 3, "no store at"),
+    ],
+    "convert": [
+        ("convert {S} {T}/c1.zarr --shard-bytes 1MiB --no-progress", 0, ""),
+        ("convert {V2} {T}/c2.zarr --shards 14,18 --verify --no-progress", 0, ""),
+        ("convert {S} {T}/c3.zarr --shard-bytes 64XB", 2, "--shard-bytes: must be a positive"),
+        ("convert {S} {T}/c3.zarr --shard-bytes lots", 2, "got 'lots'"),
+        ("convert {S} {T}/c3.zarr --shards a,b", 2, "argument --shards: expected sizes"),
+        ("convert {S} {T}/c3.zarr --shards y=a", 2, "argument --shards: expected name=size"),
+        ("convert {S} {T}/c3.zarr --mode a", 2, "argument --mode: invalid choice"),
+        ("convert {S}", 2, "required: dst"),
+        ("convert {NOTASTORE} {T}/c3.zarr", 3, "no zarr array or group at the root path"),
+        ("convert {G} {T}/c3.zarr --src-path a/x", 3, "no zarr array or group at path 'a/x'"),
+        ("convert {S} {T}/c1.zarr", 3, "ArrayExistsError"),
+        ("convert {S} {G} --dst-path a/x", 3, "array 'a' in file://"),
+    ],
+    "reshard": [
+        ("reshard {S} {T}/r1.zarr --shards 20,30 --no-progress", 0, ""),
+        ("reshard {S} {T}/r2.zarr", 2, "required: --shards"),
+        ("reshard {S} {T}/r2.zarr --shards 20,30 --compressor lz5", 2, "unknown compressor"),
+        ("reshard {S} {T}/r2.zarr --shards 20,30 --compressor zstd:x", 2, "--compressor"),
+        ("reshard {S} {T}/r2.zarr --shards 20,30 --threads 0", 2, "--threads"),
+        ("reshard {NOTASTORE} {T}/r2.zarr --shards 20,30", 3, "no zarr array or group"),
+        ("reshard {S} {T}/r1.zarr --shards 20,30", 3, "ArrayExistsError"),
+    ],
+    "batch": [
+        ("batch", 2, "init"),
+        (
+            "batch init {T}/b.zarr --shape 40,30 --dtype float32 --chunks 5,5 --shards 10,15 "
+            "--parts 2",
+            0,
+            "",
+        ),
+        ("batch status {T}/b.zarr", 0, ""),
+        ("batch finalize {T}/b.zarr", 1, "2 of 2 parts not done"),
+        ("batch part {T}/b.zarr --source {S} --part 0 --no-progress", 0, ""),
+        ("batch part {T}/b.zarr --source {S} --part 1 --no-progress", 0, ""),
+        ("batch finalize {T}/b.zarr", 0, ""),
+        (
+            "batch init {T}/b2.zarr --shape 4 --dtype float32 --chunks 2 --shards 2 --parts 0",
+            2,
+            "--parts: must be a positive integer, got 0",
+        ),
+        (
+            "batch init {T}/b2.zarr --shape 4 --dtype flot --chunks 2 --shards 2 --parts 2",
+            2,
+            "--dtype: expected a data type",
+        ),
+        (
+            "batch init {T}/b2.zarr --shape 4 --dtype float32 --shards 2 --parts 2",
+            2,
+            "needs --chunks",
+        ),
+        ("batch init {T}/b2.zarr --shards 2 --parts 2", 2, "needs --source SRC"),
+        ("batch part {T}/b.zarr --source {S} --part -1", 2, "--part: expected a whole number"),
+        ("batch status {T}/b.zarr --bogus", 2, "unrecognized arguments"),
+        ("batch init {S} --source {S} --shards 10,15 --parts 2", 3, "ArrayExistsError"),
+        ("batch init {T}/b2.zarr --source {V2} --shards 14,9 --parts 2", 0, ""),
+        ("batch init {T}/b3.zarr --source {NOTASTORE} --shards 2 --parts 2", 3, "no array at"),
+        ("batch part {S} --source {S} --part 0", 3, "no open batch write"),
+        ("batch status {T}/nothing", 3, "no store at"),
+        ("batch finalize {S}", 3, "no open batch write"),
+    ],
+    "lease": [
+        ("lease {S}", 0, ""),
+        ("lease {S} --nparts 0", 2, "--nparts: must be a positive integer"),
+        ("lease {S} --part 1", 2, "give --nparts N"),
+        ("lease {T}/nothing", 3, "no store at"),
+    ],
+}
+
+
+def run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    # no job-array task id or traceback switch from the environment the tests run in
+    env = {k: v for k, v in os.environ.items() if k not in (*TASK_ID_VARS, "SHARDWISE_TRACEBACK")}
+    return subprocess.run([*exe(), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("command", sorted(TABLE))
+def test_exit_status_per_command(command: str, stores: dict[str, str], tmp_path: Path) -> None:
+    """Each command as a process: success 0, problems 1, bad usage 2 (nothing opened),
+    refused 3; a failure is one line in shardwise's words, and leaves every store as it was."""
+    for row, code, text in TABLE[command]:
+        args = row.format(**stores).split()
+        before = files(tmp_path, journal=True)
+        proc = run(args)
+        where = f"{row}: {proc.stderr}"
+        assert proc.returncode == code, where
+        assert text in proc.stderr, where
+        assert not any(name in proc.stderr for name in ZARR_NAMES), where
+        if code >= 2:
+            assert files(tmp_path, journal=True) == before, where
+        if code >= 2 and args != ["batch"]:
+            assert len(proc.stderr.splitlines()) == 1, where
+            assert proc.stdout == "", where
+
+
+def test_a_bare_command_lists_the_commands(tmp_path: Path) -> None:
+    proc = run([])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("usage: shardwise")
+    for name in ("inspect", "verify", "convert", "reshard", "batch", "lease"):
+        assert f"\n    {name} " in proc.stderr, proc.stderr
+    assert "Exit status: 0 success; 1" in " ".join(proc.stderr.split())
+    nope = run(["nope"])
+    assert nope.returncode == 2 and "invalid choice: 'nope'" in nope.stderr
+
+
+def _parsers(p: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
+    out = [(p.prog, p)]
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                out += _parsers(child)
+    return out
+
+
+def test_every_command_and_option_has_help() -> None:
+    walked = _parsers(parser())
+    progs = {prog for prog, _ in walked}
+    assert {"shardwise batch init", "shardwise lease", "shardwise convert"} <= progs
+    for prog, p in walked:
+        assert p.epilog and p.epilog.startswith("Exit status: 0 success"), prog
+        for action in p._actions:
+            assert (action.help or "").strip(), (prog, action.option_strings or action.dest)
+            if isinstance(action, argparse._SubParsersAction):
+                # the one-line help of each command in its parent's listing
+                listed = {a.dest: a.help for a in action._choices_actions}
+                assert set(listed) == set(action.choices), prog
+                assert all((h or "").strip() for h in listed.values()), (prog, listed)
+
+
+def test_help_states_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 success; 1 the array has problems" in text
+    assert "2 bad usage" in text and "3 refused or failed" in text
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert "Exit status: 0 success; 1 the array has problems" in readme
+    assert "2 bad usage" in readme and "3 refused or failed" in readme
+
+
+# -- zarr's node errors reach Python callers as shardwise errors naming the store and path ------
+
+
+def _refused(call: Any, kind: type[Exception], builtin: type[Exception]) -> str:
+    with pytest.raises(kind) as e:
+        call()
+    assert isinstance(e.value, builtin) and isinstance(e.value, shardwise.ShardwiseError)
+    text = str(e.value)
+    assert not any(name in text for name in ZARR_NAMES), text
+    return text
+
+
+def test_an_array_where_a_group_is_wanted(stores: dict[str, str], tmp_path: Path) -> None:
+    import xarray as xr
+
+    group = Path(stores["G"])
+    before = files(group, journal=True)
+    text = _refused(
+        lambda: shardwise.open_dataset(group, group="a"), shardwise.NotAGroupError, ValueError
+    )
+    assert "path 'a' in" in text and str(group) in text and "is an array, not a group" in text
+    text = _refused(
+        lambda: xr.open_dataset(group / "a", engine="shardwise"),
+        shardwise.NotAGroupError,
+        ValueError,
+    )
+    assert str(group / "a") in text
+    ds = xr.Dataset({"v": (("y", "x"), data())})
+    _refused(
+        lambda: shardwise.to_zarr(ds, group, group="a", mode="a"),
+        shardwise.NotAGroupError,
+        ValueError,
+    )
+    assert files(group, journal=True) == before  # the refused write wrote nothing
+
+
+def test_nothing_or_the_other_kind_of_node(stores: dict[str, str], tmp_path: Path) -> None:
+    text = _refused(
+        lambda: shardwise.convert(stores["NOTASTORE"], tmp_path / "o.zarr"),
+        shardwise.ArrayNotFoundError,
+        FileNotFoundError,
+    )
+    assert "no zarr array or group at the root path of" in text and "notastore" in text
+    assert not (tmp_path / "o.zarr").exists()
+    text = _refused(
+        lambda: shardwise.convert(stores["G"], tmp_path / "o.zarr", path="a/x"),
+        shardwise.ArrayNotFoundError,
+        FileNotFoundError,
+    )
+    assert "path 'a/x' in" in text
+    text = _refused(
+        lambda: shardwise.open_array(stores["G"]), shardwise.NotAnArrayError, ValueError
+    )
+    assert "is a group, not an array" in text and "'a'" in text
+    text = _refused(
+        lambda: shardwise.open_array(stores["V2"]), shardwise.UnsupportedCodecError, Exception
+    )
+    assert "`shardwise convert SRC DST`" in text and "reshard" not in text
+
+
+def test_node_errors_in_memory() -> None:
+    mem = zarr.storage.MemoryStore()
+    zarr.open_group(mem, mode="w")
+    shardwise.write_array(data(), mem, path="a", chunks=(5, 5), shards=(10, 15))
+    before = dict(mem._store_dict)
+    text = _refused(
+        lambda: shardwise.convert(mem, zarr.storage.MemoryStore(), path="b"),
+        shardwise.ArrayNotFoundError,
+        FileNotFoundError,
+    )
+    assert "path 'b' in memory://" in text
+    _refused(lambda: shardwise.open_array(mem), shardwise.NotAnArrayError, ValueError)
+    _refused(lambda: shardwise.open_dataset(mem, group="a"), shardwise.NotAGroupError, ValueError)
+    assert dict(mem._store_dict) == before
+
+
+def test_a_path_inside_an_array_is_refused_before_any_byte(stores: dict[str, str]) -> None:
+    group = Path(stores["G"])
+    before = files(group, journal=True)
+    for call in (
+        lambda: shardwise.write_array(np.ones(3), group, path="a/b"),
+        lambda: shardwise.convert(stores["S"], group, dst_path="a/b/c"),
+    ):
+        text = _refused(call, shardwise.PlanError, ValueError)
+        assert "array 'a' in" in text and "holds no other nodes" in text
+    assert files(group, journal=True) == before  # not even a write marker

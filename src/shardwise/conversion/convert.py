@@ -100,7 +100,9 @@ def _nodes(zsrc: Any, path: str) -> tuple[Any, list[tuple[str, Any]], list[tuple
     """(root node, [(relative path, array)], [(relative path, group)]) under ``path``."""
     import zarr
 
-    node = zarr.open(zsrc, path=path or "", mode="r")
+    from ..api import open_node
+
+    node = open_node(zsrc, path)
     if isinstance(node, zarr.Array):
         return node, [("", node)], []
     arrays: list[tuple[str, Any]] = []

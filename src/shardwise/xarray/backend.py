@@ -153,14 +153,17 @@ class ShardwiseDataStore(AbstractDataStore):
         kwargs: dict[str, Any] = {}
         if storage_options:
             kwargs["storage_options"] = storage_options
-        zgroup = zarr.open_group(
-            store,
-            mode="r",
-            path=group or "",
-            zarr_format=zarr_format,  # type: ignore[arg-type]
-            use_consolidated=consolidated,
-            **kwargs,
-        )
+        from ..api import node_errors
+
+        with node_errors(store, group, "group"):  # zarr's errors name its StorePath
+            zgroup = zarr.open_group(
+                store,
+                mode="r",
+                path=group or "",
+                zarr_format=zarr_format,  # type: ignore[arg-type]
+                use_consolidated=consolidated,
+                **kwargs,
+            )
         if use_zarr_fill_value_as_mask is None:
             # the zarr engine's rule: zarr's fill_value masks values in format 2 only
             use_zarr_fill_value_as_mask = zgroup.metadata.zarr_format == 2

@@ -130,8 +130,11 @@ def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: An
 def _open_group(store: Store, group: str | None) -> Any:
     import zarr
 
+    from ..api import node_errors
+
     try:
-        return zarr.open_group(store, path=group or "", mode="r", use_consolidated=False)
+        with node_errors(store, group, "group"):  # an array there: NotAGroupError
+            return zarr.open_group(store, path=group or "", mode="r", use_consolidated=False)
     except (FileNotFoundError, KeyError):
         return None
     except Exception as e:  # zarr's GroupNotFoundError and friends

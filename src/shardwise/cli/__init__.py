@@ -1,0 +1,88 @@
+"""The ``shardwise`` command: inspect, verify, convert (and reshard), batch (HPC parts), lease.
+
+Exit status: 0 success; 1 the array has problems (``verify``, ``batch finalize``, ``convert`` or
+``reshard --verify``); 2 bad usage (arguments: no command, an unknown option, a malformed size,
+shape or count); 3 refused or failed: no array there (or a group, or a Zarr v2 array where a v3
+array is needed), the store cannot be opened or read (e.g. missing credentials), bad plan or
+input, another writer holds the lease, any other error. A failure is one line on stderr;
+--traceback (or SHARDWISE_TRACEBACK=1) adds the full traceback. The wording of ``--help`` is
+:data:`~shardwise.cli.status.EXIT_STATUS`.
+
+The modules: :mod:`.parser` (arguments, every value checked there), :mod:`.commands` (what each
+command does), :mod:`.inspection` (``inspect``), :mod:`.status` (exit codes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import ShardwiseError
+from .commands import compressors, open_source, storage_options
+from .inspection import inspect_array
+from .parser import parser
+from .status import EXIT_FAILED, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UsageError
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_PROBLEMS",
+    "EXIT_USAGE",
+    "UsageError",
+    "compressors",
+    "inspect_array",
+    "main",
+    "open_source",
+    "parser",
+    "storage_options",
+]
+
+
+def _one_line(e: BaseException) -> str:
+    text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    return f"{type(e).__name__}: {text}".rstrip(": ")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.cmd is None or (args.cmd == "batch" and args.batch_cmd is None):
+        sub = p if args.cmd is None else _subparser(p, "batch")
+        sub.print_help(sys.stderr)
+        return EXIT_USAGE
+    show = args.traceback or os.environ.get("SHARDWISE_TRACEBACK", "") not in ("", "0")
+    name = f"shardwise {args.cmd}" + (f" {args.batch_cmd}" if args.cmd == "batch" else "")
+    try:
+        args.storage_options = storage_options(args)
+        code: int = args.func(args)
+    except (UsageError, argparse.ArgumentTypeError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # one line, whatever failed (the store, the input, a bug)
+        if show:
+            import traceback
+
+            traceback.print_exc()
+        where = getattr(args, "store", None) or getattr(args, "src", None)
+        hint = "" if show else " (--traceback for details)"
+        if isinstance(e, ShardwiseError):
+            print(f"{name}: {_one_line(e)}", file=sys.stderr)
+        elif where and not isinstance(e, ValueError | FileNotFoundError | FileExistsError):
+            print(f"{name}: cannot open store {where}: {_one_line(e)}{hint}", file=sys.stderr)
+        else:
+            print(f"{name}: {_one_line(e)}{hint}", file=sys.stderr)
+        return EXIT_FAILED
+    return code
+
+
+def _subparser(p: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise KeyError(name)

@@ -1,0 +1,137 @@
+"""``shardwise inspect``: an array's (or a group's arrays') layout, storage and writer state."""
+
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+
+def inspect_array(
+    store: Any, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A summary of the array: metadata, stored shards, and the writer's journal state.
+
+    For a group: ``{"store", "path", "group": True, "arrays": [summary, ...]}`` with the summary of
+    each array below it (unsharded arrays: shape, dtype and chunks only).
+    """
+    from ..api import open_zarr_array
+    from ..errors import NotAnArrayError
+    from ..storage.store import resolve_store, store_name
+
+    zstore = resolve_store(store, mode="r", storage_options=storage_options)
+    try:
+        arr = open_zarr_array(zstore, path)
+    except NotAnArrayError as e:
+        members = [_inspect_member(zstore, name) for name in e.arrays]
+        return {"store": store_name(zstore), "path": path or "", "group": True, "arrays": members}
+    return _inspect_one(zstore, path, arr)
+
+
+def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
+    from ..api import open_zarr_array
+    from ..errors import UnsupportedCodecError
+    from ..storage.store import store_name
+
+    arr = open_zarr_array(zstore, name)
+    try:
+        return _inspect_one(zstore, name, arr)
+    except UnsupportedCodecError as e:
+        return {
+            "store": store_name(zstore),
+            "path": name,
+            "shape": list(arr.shape),
+            "dtype": str(arr.dtype),
+            "chunk_shape": list(arr.chunks),
+            "sharded": False,
+            "note": str(e),
+        }
+
+
+def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
+    from ..codec.metadata import info_from_metadata
+    from ..durability.journal import BATCH, read_markers, read_records
+    from ..durability.lease import read_lease
+    from ..durability.verify import parse_shard_key
+    from ..storage.store import ShardStore, store_name
+
+    info = info_from_metadata(arr.metadata)
+    lay = info.layout
+    sstore = ShardStore(zstore, path or "")
+    names = sstore.list("")
+    stored = [n for n in names if parse_shard_key(lay, n) is not None]
+    with ThreadPoolExecutor(8) as pool:
+        sizes = [s or 0 for s in pool.map(sstore.size, stored)]
+    markers = [m for m in read_markers(sstore).values() if m is not None]
+    lease = read_lease(sstore)
+    batch = sstore.get(BATCH)
+    meta = arr.metadata.to_dict()
+    return {
+        "store": store_name(zstore),
+        "path": path or "",
+        "sharded": True,
+        "shape": list(lay.shape),
+        "dtype": str(info.dtype),
+        "fill_value": meta.get("fill_value"),
+        "dimension_names": meta.get("dimension_names"),
+        "shard_shape": list(lay.shard_shape),
+        "chunk_shape": list(lay.chunk_shape),
+        "shard_grid": list(lay.shard_grid),
+        "shards_total": lay.nshards,
+        "chunks_per_shard": lay.nchunks_per_shard,
+        "codecs": meta["codecs"],
+        "shards_stored": len(stored),
+        "objects": sum(not n.startswith(".shardwise/") for n in names),
+        "bytes_stored": int(sum(sizes)),
+        "raw_bytes": int(info.dtype.itemsize * math.prod(lay.shape)),
+        "shards_recorded": len(read_records(sstore)),
+        "writes_open": [m.id for m in markers if m.status != "done"],
+        "writes_done": sum(m.status == "done" for m in markers),
+        "lease": None if lease is None else lease.describe(),
+        "batch": None if batch is None else json.loads(batch),
+    }
+
+
+def print_inspect(d: dict[str, Any]) -> None:
+    if d.get("group"):
+        arrays = d["arrays"]
+        print(
+            f"{d['store']}" + (f" path {d['path']!r}" if d["path"] else "") + ": a group of "
+            f"{len(arrays)} arrays, {sum(m.get('objects', 0) for m in arrays)} objects of "
+            "sharded arrays (inspect one with --path NAME)"
+        )
+        for m in arrays:
+            head = f"  {m['path']}  {tuple(m['shape'])} {m['dtype']}"
+            if not m["sharded"]:
+                print(f"{head}, not sharded: chunks {tuple(m['chunk_shape'])}")
+                continue
+            print(
+                f"{head}, shards {tuple(m['shard_shape'])} of inner chunks "
+                f"{tuple(m['chunk_shape'])}; {m['shards_stored']} of {m['shards_total']} shards "
+                f"stored, {m['bytes_stored'] / 1e6:.2f} MB"
+            )
+        return
+    inner = d["codecs"][0].get("configuration", {}) if d["codecs"] else {}
+    chain = " -> ".join(c["name"] for c in inner.get("codecs", []))
+    index = " + ".join(c["name"] for c in inner.get("index_codecs", []))
+    ratio = d["raw_bytes"] / d["bytes_stored"] if d["bytes_stored"] else float("nan")
+    batch = d["batch"]
+    rows = [
+        f"{d['store']}" + (f" path {d['path']!r}" if d["path"] else ""),
+        f"  array    {tuple(d['shape'])} {d['dtype']}, fill {d['fill_value']}"
+        + (f", dims {tuple(d['dimension_names'])}" if d["dimension_names"] else ""),
+        f"  shards   {tuple(d['shard_shape'])}: grid {tuple(d['shard_grid'])} = "
+        f"{d['shards_total']} shards of {d['chunks_per_shard']} inner chunks "
+        f"{tuple(d['chunk_shape'])}",
+        f"  codecs   {chain}; index {index} at the {inner.get('index_location', 'end')}",
+        f"  stored   {d['shards_stored']} shards ({d['objects']} objects with the metadata), "
+        f"{d['bytes_stored'] / 1e6:.2f} MB "
+        f"(ratio {ratio:.2f} to the full raw array)",
+        f"  journal  {d['shards_recorded']} shard records, {d['writes_done']} writes done, "
+        f"{len(d['writes_open'])} open" + (" (resume them)" if d["writes_open"] else ""),
+        f"  lease    {d['lease'] or 'free'}",
+    ]
+    if batch:
+        rows.append(f"  batch    open: {batch['nparts']} parts (shardwise batch status)")
+    print("\n".join(rows))

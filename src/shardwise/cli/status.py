@@ -1,0 +1,19 @@
+"""Exit status of the ``shardwise`` command, as ``--help`` and the README state it."""
+
+from __future__ import annotations
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+
+EXIT_STATUS = (
+    "Exit status: 0 success; 1 the array has problems (verify, batch finalize, convert or "
+    "reshard --verify); 2 bad usage: no command, an unknown command or option, a missing or "
+    "malformed value (a size such as --shard-bytes 64XB, a shape such as --shards a,b, a count "
+    "such as --threads 0); 3 refused or failed: no array there (or a group, or a Zarr v2 array "
+    "where a v3 array is needed), the store cannot be opened or read (e.g. missing credentials), "
+    "bad plan or input, another writer holds the lease, any other error. A failure is one line "
+    "on stderr; --traceback (or SHARDWISE_TRACEBACK=1) adds the full traceback."
+)
+
+
+class UsageError(Exception):
+    """Arguments argparse cannot check on its own (exit status 2)."""
