@@ -21,11 +21,12 @@ def _shape(text: str) -> tuple[int, ...]:
 def _shards_arg(text: str) -> Any:
     """``256,256,64`` (a shape) or ``time=365,lat=90`` (sizes per dimension name), parsed as
     :func:`shardwise.convert` then checks and rounds it (core/shardspec.py)."""
-    from ..core.shardspec import parse_shards
+    from ..core.shardspec import check_shards, parse_shards
 
     try:
-        return parse_shards(text)
-    except ValueError as e:
+        # sizes below 1 are bad usage (2) like unparsable text, before any store is opened
+        return check_shards(parse_shards(text))
+    except (ValueError, TypeError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
