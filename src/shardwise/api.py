@@ -11,7 +11,8 @@ import zarr
 from zarr.storage import MemoryStore
 
 from .codec.metadata import ArrayInfo, default_compressors, info_from_metadata
-from .core.job import Strategy, WriteJob, make_job
+from .core import args
+from .core.job import STRATEGIES, Strategy, WriteJob, make_job
 from .core.layout import Region, normalize_region
 from .core.plan import WritePlan
 from .core.sizing import default_layout
@@ -20,12 +21,14 @@ from .engine import _pool
 from .engine.read import ShardReader
 from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 from .errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
     ArrayExistsError,
     ArrayNotFoundError,
     NotAnArrayError,
     PlanError,
+    ShardwiseError,
     UnsupportedCodecError,
-    check_mode,
 )
 from .storage.conditional import versions
 from .storage.retry import retry_transient
@@ -119,6 +122,50 @@ def _create_kwargs(
     return out
 
 
+def _probe(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, given: dict[str, Any]
+) -> tuple[dict[str, Any], Any]:
+    """The keywords of ``zarr.create_array`` and the array they create in memory; what zarr
+    refuses becomes an :class:`ArgumentTypeError`/:class:`ArgumentValueError` naming the
+    keyword at fault (found by trying again without each one: only on the error path)."""
+
+    def attempt(dt: Any, extra: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        kwargs = _create_kwargs(shape, dt, chunks, shards, extra)
+        return kwargs, zarr.create_array(MemoryStore(), **kwargs)
+
+    try:
+        return attempt(dtype, given)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ShardwiseError):
+            raise
+        error = e
+    culprit = _culprit(attempt, dtype, given)
+    if culprit is None:  # chunks= / shards=, or a combination: zarr's own words
+        raise error
+    value = dtype if culprit == "dtype" else given[culprit]
+    kind = ArgumentTypeError if isinstance(error, TypeError) else ArgumentValueError
+    raise kind(
+        f"{culprit}={value!r} is not accepted (as zarr.create_array takes it): {error}"
+    ) from None
+
+
+def _culprit(attempt: Any, dtype: Any, given: dict[str, Any]) -> str | None:
+    """The first keyword without which the metadata builds; ``dtype`` last (a fill value
+    wrong for the dtype is the fill value's fault)."""
+    defaults = {"compressors": default_compressors(), "filters": "auto", "serializer": "auto"}
+    for name in given:
+        try:
+            attempt(dtype, {**given, name: defaults.get(name)})
+            return name
+        except (TypeError, ValueError):
+            continue
+    try:
+        attempt(np.float64, {**given, "fill_value": None})
+    except (TypeError, ValueError):
+        return None
+    return "dtype"
+
+
 def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tuple[Any, Any]:
     """Inner chunks and shards for a new array: a missing shard shape or ``chunks="auto"`` is
     completed by the same rule as :func:`shardwise.to_zarr` (inner chunks always divide the
@@ -184,7 +231,7 @@ def write_array(
     lease: bool | None = None,
     break_lease: bool = False,
     strategy: Strategy = "auto",
-    memory_limit: int | None = None,
+    memory_limit: int | str | None = None,
     dry_run: bool = False,
 ) -> WriteReport | Any:
     """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
@@ -233,9 +280,28 @@ def write_array(
     :func:`plan_write`). Every check runs before the first metadata or data byte is written
     (the values of a dask object array are checked to be strings as each shard is written).
     """
-    if zarr_format != 3:
-        raise PlanError(f"shardwise writes Zarr format 3 only (got zarr_format={zarr_format})")
-    check_mode(mode, _MODES)
+    # every keyword is checked before the store is looked at
+    if type(zarr_format) is not int or zarr_format != 3:
+        raise ArgumentValueError(
+            f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
+        )
+    args.choice("mode", mode, _MODES)
+    args.choice("strategy", strategy, STRATEGIES)
+    threads = args.thread_count("threads", threads)
+    memory_limit = args.optional_byte_size("memory_limit", memory_limit)
+    args.flags(
+        write_empty_chunks=write_empty_chunks,
+        fsync=fsync,
+        compute=compute,
+        progress=progress,
+        resume=resume,
+        break_lease=break_lease,
+        dry_run=dry_run,
+    )
+    args.optional_flags(lease=lease)
+    args.optional_str("path", path)
+    args.mapping("storage_options", storage_options)
+    args.region("region", region)
     data = _source(data)
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
@@ -257,23 +323,17 @@ def write_array(
     if create or (resume and mode in ("w", "w-") and region is None):
         if region is not None:
             raise PlanError("region= needs an existing array (mode='r+' or 'a')")
-        kwargs = _create_kwargs(
-            shape,
-            data.dtype if dtype is None else dtype,
-            chunks,
-            shards,
-            dict(
-                fill_value=fill_value,
-                compressors=default_compressors() if _is_auto(compressors) else compressors,
-                filters=filters,
-                serializer=serializer,
-                dimension_names=dimension_names,
-                attributes=attributes,
-                chunk_key_encoding=chunk_key_encoding,
-            ),
+        given = dict(
+            fill_value=fill_value,
+            compressors=default_compressors() if _is_auto(compressors) else compressors,
+            filters=filters,
+            serializer=serializer,
+            dimension_names=dimension_names,
+            attributes=attributes,
+            chunk_key_encoding=chunk_key_encoding,
         )
         # build and translate the metadata in memory first: bad arguments fail before any I/O
-        probe = zarr.create_array(MemoryStore(), **kwargs)
+        kwargs, probe = _probe(shape, data.dtype if dtype is None else dtype, chunks, shards, given)
         # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
         # fill value with a payload is stored as plain "NaN"
         info = open_info(probe.store)
@@ -444,12 +504,19 @@ def _source(data: Any) -> Any:
         data = data.data  # the dask or numpy array under it
     if not hasattr(data, "shape") or not hasattr(data, "dtype"):
         data = np.asarray(data)
+    refuse_unknown_chunks(data)
+    return data
+
+
+def refuse_unknown_chunks(data: Any, where: str = "") -> None:
+    """A :class:`PlanError` for a dask array of unknown (NaN) chunk sizes, which no write can
+    place: ``where`` starts the message (e.g. the variable's name)."""
     if _is_dask(data) and any(math.isnan(c) for dim in data.chunks for c in dim):
         raise PlanError(
-            f"the dask array has unknown chunk sizes (shape {data.shape}, e.g. after boolean "
-            "indexing): call data.compute_chunk_sizes() first, or write it with known chunks"
+            f"{where}the dask array has unknown chunk sizes (shape {data.shape}, e.g. after "
+            "boolean indexing): call data.compute_chunk_sizes() first, or write it with known "
+            "chunks"
         )
-    return data
 
 
 def _is_dask(data: Any) -> bool:
@@ -557,6 +624,7 @@ def open_array(
     lay = reader.info.layout
     if chunks is None:
         chunks = lay.shard_shape
+    chunks = _read_chunks(chunks, lay.shape, reader.dtype)
     name = f"shardwise-read-{_token(reader)}"
     arr = da.from_array(
         reader,
@@ -572,6 +640,22 @@ def open_array(
     return as_shard_array(arr, reader)
 
 
+def _read_chunks(chunks: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+    """``chunks=`` of :func:`open_array` as dask normalizes them (positive sizes), or a clear
+    error naming the keyword."""
+    from dask.array.core import normalize_chunks
+
+    accepted = "None (the shards), an int, a tuple of ints per dimension, 'auto' or a byte size"
+    try:
+        out = normalize_chunks(chunks, shape, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        kind = ArgumentTypeError if isinstance(e, TypeError) else ArgumentValueError
+        raise kind(f"chunks must be {accepted}, got {chunks!r} ({e})") from None
+    if any(c < 1 for dim, n in zip(out, shape, strict=True) if n for c in dim):
+        raise ArgumentValueError(f"chunks must be {accepted} with positive sizes, got {chunks!r}")
+    return out
+
+
 def open_reader(
     store: Any,
     *,
@@ -580,6 +664,11 @@ def open_reader(
     storage_options: dict[str, Any] | None = None,
     cache_indexes: bool = False,
 ) -> ShardReader:
+    """The reader of the array at ``path``; the keywords of every read verb checked first."""
+    args.optional_str("path", path)
+    threads = args.thread_count("threads", threads)
+    args.mapping("storage_options", storage_options)
+    args.flags(cache_indexes=cache_indexes)
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     info = open_info(zstore, path)
     return ShardReader(

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..core import args
 from ..engine.write import WriteReport
 from ..errors import ArrayExistsError, check_mode
 from ..storage.store import ShardStore, resolve_store
@@ -166,6 +167,19 @@ def convert(
 
     started = time.perf_counter()
     check_mode(mode, ("w-", "w"))
+    # the keywords that are not about layout (those are conversion.plan's), before any I/O
+    args.flags(
+        resume=resume,
+        verify=verify,
+        progress=progress,
+        lease=lease,
+        break_lease=break_lease,
+        fsync=fsync,
+    )
+    threads = args.thread_count("threads", threads)
+    args.optional_str("path", path)
+    args.optional_str("dst_path", dst_path)
+    args.mapping("storage_options", storage_options)
     if isinstance(shard_bytes, str):
         from dask.utils import parse_bytes
 

@@ -31,6 +31,7 @@ from xarray.core import indexing
 
 from ..codec.metadata import info_from_metadata
 from ..compat import normalize_path
+from ..core import args
 from ..engine.direct import read_selection
 from ..engine.gather import read_outer, read_vectorized
 from ..engine.read import ShardReader
@@ -148,6 +149,11 @@ class ShardwiseDataStore(AbstractDataStore):
         Consolidated metadata is used when present (``consolidated=None``), required with
         ``True`` and ignored with ``False``.
         """
+        args.optional_str("group", group)
+        args.optional_flags(consolidated=consolidated)
+        args.mapping("storage_options", storage_options)
+        threads = args.thread_count("threads", threads)
+        args.flags(cache_indexes=cache_indexes)
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
         kwargs: dict[str, Any] = {}

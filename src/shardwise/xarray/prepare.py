@@ -19,7 +19,7 @@ from ..core.sizing import (
     dividing_chunks,
 )
 from ..durability.journal import JOURNAL
-from ..errors import ArgumentTypeError, PlanError, check_mode
+from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, check_mode
 
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 # xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
@@ -99,7 +99,8 @@ def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
     try:
         return dict(value)
     except (TypeError, ValueError):
-        raise PlanError(
+        # a ValueError, as xarray's own message for it
+        raise ArgumentValueError(
             f"encoding[{name!r}] must be castable to a dictionary of encoding keys, got {value!r}"
         ) from None
 
