@@ -279,7 +279,7 @@ def init(
     args.flags(lease=lease, break_lease=break_lease)
     if isinstance(parts, int) and not isinstance(parts, bool):
         args.positive_int("parts", parts)
-    elif isinstance(parts, bool) or not isinstance(parts, Sequence):
+    elif isinstance(parts, bool | str) or not isinstance(parts, Sequence):
         raise ArgumentTypeError(
             f"parts must be a positive int or a list of regions (tuples of slices), got "
             f"{parts!r} ({type(parts).__name__})"
