@@ -125,45 +125,57 @@ def _create_kwargs(
 def _probe(
     shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, given: dict[str, Any]
 ) -> tuple[dict[str, Any], Any]:
-    """The keywords of ``zarr.create_array`` and the array they create in memory; what zarr
-    refuses becomes an :class:`ArgumentTypeError`/:class:`ArgumentValueError` naming the
-    keyword at fault (found by trying again without each one: only on the error path)."""
+    """The keywords of ``zarr.create_array`` and the array they create in memory."""
+    kwargs = _create_kwargs(shape, dtype, chunks, shards, given)
+    return kwargs, create_in_memory(kwargs)
 
-    def attempt(dt: Any, extra: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        kwargs = _create_kwargs(shape, dt, chunks, shards, extra)
-        return kwargs, zarr.create_array(MemoryStore(), **kwargs)
 
+# what a keyword of zarr.create_array falls back to when it is left out
+_ZARR_DEFAULTS: dict[str, Any] = {"filters": "auto", "serializer": "auto"}
+# the keywords a refusal may be blamed on; the layout (shape, chunks, shards) keeps zarr's words
+_BLAMED = (
+    "fill_value",
+    "compressors",
+    "filters",
+    "serializer",
+    "dimension_names",
+    "attributes",
+    "chunk_key_encoding",
+)
+
+
+def create_in_memory(kwargs: dict[str, Any]) -> Any:
+    """``zarr.create_array(MemoryStore(), **kwargs)``: the metadata built and checked without a
+    byte written anywhere. What zarr refuses becomes an :class:`ArgumentTypeError` /
+    :class:`ArgumentValueError` naming the keyword at fault, found by building again without
+    each one (only on the error path); ``dtype`` is blamed last, a fill value wrong for the
+    dtype being the fill value's fault."""
     try:
-        return attempt(dtype, given)
+        return zarr.create_array(MemoryStore(), **kwargs)
     except (TypeError, ValueError) as e:
         if isinstance(e, ShardwiseError):
             raise
         error = e
-    culprit = _culprit(attempt, dtype, given)
-    if culprit is None:  # chunks= / shards=, or a combination: zarr's own words
+
+    def builds(**changed: Any) -> bool:
+        try:
+            zarr.create_array(MemoryStore(), **{**kwargs, **changed})
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    def default(name: str) -> Any:
+        return default_compressors() if name == "compressors" else _ZARR_DEFAULTS.get(name)
+
+    culprit = next((n for n in _BLAMED if n in kwargs and builds(**{n: default(n)})), None)
+    if culprit is None and builds(dtype=np.float64, fill_value=None):
+        culprit = "dtype"
+    if culprit is None:  # the layout, or a combination: zarr's own words
         raise error
-    value = dtype if culprit == "dtype" else given[culprit]
     kind = ArgumentTypeError if isinstance(error, TypeError) else ArgumentValueError
     raise kind(
-        f"{culprit}={value!r} is not accepted (as zarr.create_array takes it): {error}"
+        f"{culprit}={kwargs[culprit]!r} is not accepted (as zarr.create_array takes it): {error}"
     ) from None
-
-
-def _culprit(attempt: Any, dtype: Any, given: dict[str, Any]) -> str | None:
-    """The first keyword without which the metadata builds; ``dtype`` last (a fill value
-    wrong for the dtype is the fill value's fault)."""
-    defaults = {"compressors": default_compressors(), "filters": "auto", "serializer": "auto"}
-    for name in given:
-        try:
-            attempt(dtype, {**given, name: defaults.get(name)})
-            return name
-        except (TypeError, ValueError):
-            continue
-    try:
-        attempt(np.float64, {**given, "fill_value": None})
-    except (TypeError, ValueError):
-        return None
-    return "dtype"
 
 
 def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tuple[Any, Any]:

@@ -62,7 +62,7 @@ VERBS: dict[str, Callable[..., Any]] = {
     "convert": lambda root, **kw: shardwise.convert(root / "a", root / "conv", **kw),
     "verify": lambda root, **kw: shardwise.verify(root / "a", **kw),
     "batch.init": lambda root, **kw: batch.init(
-        root / "new-batch", shape=(8, 8), dtype="f4", **LAYOUT, **{"parts": 2, **kw}
+        root / "new-batch", **{"shape": (8, 8), "dtype": "f4", **LAYOUT, "parts": 2, **kw}
     ),
     "batch.write_part": lambda root, **kw: batch.write_part(
         X, root / "bt", kw.pop("part", 0), **kw
@@ -193,6 +193,16 @@ CASES: list[tuple[str, str, Any, type, list[str]]] = [
     ("to_zarr", "encoding", 5, T, ["encoding", "dict or None"]),
     ("to_zarr", "encoding", {"v": "foo"}, V, ["encoding['v']", "dictionary"]),
     ("to_zarr", "append_dim", "nope", V, ["append_dim='nope'", "dimensions"]),
+    ("to_zarr a", "region", slice(None), T, ["region", "must be a dict"]),
+    ("to_zarr a", "region", "all", V, ["region", "'auto'"]),
+    ("to_zarr a", "region", {"nope": slice(0, 8)}, V, ["region", "['nope']"]),
+    ("to_zarr a", "append_dim", ["t"], T, ["append_dim", "dimension name"]),
+    ("open_dataset", "chunks", "lots", V, ["chunks", "'shards'"]),
+    ("open_dataset", "chunks", 1.5, T, ["chunks", "'shards'"]),
+    ("convert", "compressors", "zstd", T, ["compressors='zstd'"]),
+    ("batch.init", "fill_value", "abc", T, ["fill_value='abc'"]),
+    ("batch.init", "dtype", "nope", T, ["dtype='nope'"]),
+    ("batch.init", "shape", "x", T, ["shape", "non-negative ints"]),
     ("batch.init", "parts", 0, V, ["parts", "positive integer"]),
     ("batch.init", "parts", "2", T, ["parts", "list of regions"]),
     ("batch.write_part", "part", "0", T, ["part must be an int"]),

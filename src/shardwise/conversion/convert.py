@@ -207,10 +207,10 @@ def convert(
         for rel, a in arrays
     ]
     # build every target's metadata in memory: bad arguments fail before any byte is written
-    from zarr.storage import MemoryStore
+    from ..api import create_in_memory
 
     for p in plans:
-        zarr.create_array(MemoryStore(), **p.create)
+        create_in_memory(p.create)
     if lease and not break_lease:
         _refuse_held_leases(zdst, plans)
     exists = _exists(zdst, dst_path)

@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors, info_from_metadata
 from ..core import args
@@ -275,8 +274,16 @@ def init(
     ``dimension_names``, ...). ``mode``: ``"w-"`` create (rerunning with the same arguments
     returns the open batch), ``"w"`` replace, ``"r+"`` keep an existing array's metadata.
     """
+    from ..api import create_in_memory
+
     check_mode(mode, ("w-", "w", "r+"), "batch init mode")
     args.flags(lease=lease, break_lease=break_lease)
+    if (
+        not isinstance(shape, Sequence)
+        or isinstance(shape, str)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
+        raise ArgumentTypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
     if isinstance(parts, int) and not isinstance(parts, bool):
         args.positive_int("parts", parts)
     elif isinstance(parts, bool | str) or not isinstance(parts, Sequence):
@@ -298,7 +305,7 @@ def init(
     if mode == "r+":
         probe: Any = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
     else:
-        probe = zarr.create_array(MemoryStore(), **kwargs)
+        probe = create_in_memory(kwargs)
     layout = info_from_metadata(probe.metadata).layout
     regions = split_parts(layout, parts) if isinstance(parts, int) else check_parts(layout, parts)
     if mode != "r+":

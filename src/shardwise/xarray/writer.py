@@ -37,7 +37,7 @@ from ..durability.journal import read_marker, read_markers
 from ..durability.session import WriteSession, plan_keys
 from ..engine import _pool
 from ..engine.write import ShardWriter, WriteOptions, WriteReport, build_graph, sum_reports
-from ..errors import ArgumentValueError, PlanError, UnsupportedCodecError
+from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, UnsupportedCodecError
 from ..storage.conditional import versions
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import ShardStore, resolve_store
@@ -142,6 +142,8 @@ def to_zarr(
     """
     # 1. open and check: everything is validated, nothing is written
     _check_keywords(
+        region=region,
+        append_dim=append_dim,
         encoding=encoding,
         group=group,
         storage_options=storage_options,
@@ -231,6 +233,8 @@ def to_zarr(
 
 def _check_keywords(
     *,
+    region: Any,
+    append_dim: Any,
     encoding: Any,
     group: Any,
     storage_options: Any,
@@ -240,6 +244,17 @@ def _check_keywords(
 ) -> None:
     """The keywords of :func:`to_zarr` that are not about layout, checked before any I/O."""
     args.mapping("encoding", encoding)
+    accepted = "a dict of dimension name -> slice (or 'auto'), 'auto' or None"
+    if isinstance(region, str) and region != "auto":
+        raise ArgumentValueError(f"region must be {accepted}, got {region!r}")
+    if not (region is None or isinstance(region, Mapping | str)):
+        raise ArgumentTypeError(
+            f"region must be {accepted}, got {region!r} ({type(region).__name__})"
+        )
+    if not isinstance(append_dim, Hashable):
+        raise ArgumentTypeError(
+            f"append_dim must be a dimension name (a str) or None, got {append_dim!r}"
+        )
     args.optional_str("group", group)
     args.mapping("storage_options", storage_options)
     args.choice("strategy", strategy, STRATEGIES)
@@ -284,6 +299,13 @@ def _check(
     _check_names(ds)
     for name, var in ds.variables.items():
         refuse_unknown_chunks(var.data, f"variable {name!r}: ")
+    unknown = sorted(map(str, set(region) - set(ds.dims))) if isinstance(region, Mapping) else []
+    if unknown:
+        # xarray's words for it
+        raise ArgumentValueError(
+            f"all keys in ``region`` are not in Dataset dimensions, got {unknown} and "
+            f"{sorted(map(str, ds.dims))}: region names dimensions of the data to write"
+        )
     if shards is not None:
         _check_shards_kw(ds, shards)
     if shard_bytes < 1:
