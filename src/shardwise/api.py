@@ -279,7 +279,8 @@ def write_array(
     chunks where the dask blocks are and streams each shard from the encoded pieces (a task holds
     one block plus a fixed buffer, whatever the shard size); ``"auto"`` (default) is direct when
     the dask chunks already are the shard pieces and fit ``memory_limit``, else staged.
-    ``memory_limit``: bytes one task may hold (default: the dask worker's memory limit per
+    ``memory_limit``: bytes one task may hold, an int or a string as dask takes it (``"256MiB"``,
+    ``"1.5GB"``; default: the dask worker's memory limit per
     thread, else half the available memory per core); a job that would not fit is refused.
 
     ``data`` may be a numpy or dask array or an ``xarray.DataArray`` (its ``.data`` is written).
