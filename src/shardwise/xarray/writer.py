@@ -26,7 +26,7 @@ from ..api import refuse_unknown_chunks
 from ..codec.metadata import ArrayInfo, info_from_metadata
 from ..compat import validate_region_and_encoding, zarr_store_writers
 from ..core import args
-from ..core.job import STRATEGIES, Strategy, WriteJob, make_job
+from ..core.job import Strategy, WriteJob, make_job
 from ..core.layout import Layout, Region, ceildiv, normalize_region
 from ..core.plan import WritePlan
 from ..core.sizing import (
@@ -37,7 +37,7 @@ from ..durability.journal import read_marker, read_markers
 from ..durability.session import WriteSession, plan_keys
 from ..engine import _pool
 from ..engine.write import ShardWriter, WriteOptions, WriteReport, build_graph, sum_reports
-from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, UnsupportedCodecError
+from ..errors import ArgumentValueError, PlanError, UnsupportedCodecError
 from ..storage.conditional import versions
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import ShardStore, resolve_store
@@ -51,6 +51,7 @@ from .prepare import (
     _choose_mode,
     _stored_dims,
     _with_layout,
+    check_keywords,
 )
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
@@ -141,7 +142,7 @@ def to_zarr(
     writes the dask-backed ones and computes the report.
     """
     # 1. open and check: everything is validated, nothing is written
-    _check_keywords(
+    check_keywords(
         region=region,
         append_dim=append_dim,
         encoding=encoding,
@@ -229,37 +230,6 @@ def to_zarr(
         for s in sessions.values():
             s.abort()
         raise
-
-
-def _check_keywords(
-    *,
-    region: Any,
-    append_dim: Any,
-    encoding: Any,
-    group: Any,
-    storage_options: Any,
-    strategy: Any,
-    flags: dict[str, Any],
-    optional_flags: dict[str, Any],
-) -> None:
-    """The keywords of :func:`to_zarr` that are not about layout, checked before any I/O."""
-    args.mapping("encoding", encoding)
-    accepted = "a dict of dimension name -> slice (or 'auto'), 'auto' or None"
-    if isinstance(region, str) and region != "auto":
-        raise ArgumentValueError(f"region must be {accepted}, got {region!r}")
-    if not (region is None or isinstance(region, Mapping | str)):
-        raise ArgumentTypeError(
-            f"region must be {accepted}, got {region!r} ({type(region).__name__})"
-        )
-    if not isinstance(append_dim, Hashable):
-        raise ArgumentTypeError(
-            f"append_dim must be a dimension name (a str) or None, got {append_dim!r}"
-        )
-    args.optional_str("group", group)
-    args.mapping("storage_options", storage_options)
-    args.choice("strategy", strategy, STRATEGIES)
-    args.flags(**flags)
-    args.optional_flags(**optional_flags)
 
 
 @dataclass(frozen=True)
