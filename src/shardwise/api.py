@@ -13,7 +13,8 @@ import zarr
 from zarr.storage import MemoryStore
 
 from .codec.metadata import ArrayInfo, default_compressors, info_from_metadata
-from .core.job import Strategy, WriteJob, make_job
+from .core import args
+from .core.job import STRATEGIES, Strategy, WriteJob, make_job
 from .core.layout import Region, RegionArg, normalize_region
 from .core.plan import WritePlan
 from .core.sizing import default_layout
@@ -22,13 +23,15 @@ from .engine import _pool
 from .engine.read import ShardReader
 from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 from .errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
     ArrayExistsError,
     ArrayNotFoundError,
     NotAGroupError,
     NotAnArrayError,
     PlanError,
+    ShardwiseError,
     UnsupportedCodecError,
-    check_mode,
 )
 from .storage.conditional import versions
 from .storage.retry import retry_transient
@@ -181,6 +184,62 @@ def _create_kwargs(
     return out
 
 
+def _probe(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, given: dict[str, Any]
+) -> tuple[dict[str, Any], Any]:
+    """The keywords of ``zarr.create_array`` and the array they create in memory."""
+    kwargs = _create_kwargs(shape, dtype, chunks, shards, given)
+    return kwargs, create_in_memory(kwargs)
+
+
+# what a keyword of zarr.create_array falls back to when it is left out
+_ZARR_DEFAULTS: dict[str, Any] = {"filters": "auto", "serializer": "auto"}
+# the keywords a refusal may be blamed on; the layout (shape, chunks, shards) keeps zarr's words
+_BLAMED = (
+    "fill_value",
+    "compressors",
+    "filters",
+    "serializer",
+    "dimension_names",
+    "attributes",
+    "chunk_key_encoding",
+)
+
+
+def create_in_memory(kwargs: dict[str, Any]) -> Any:
+    """``zarr.create_array(MemoryStore(), **kwargs)``: the metadata built and checked without a
+    byte written anywhere. What zarr refuses becomes an :class:`ArgumentTypeError` /
+    :class:`ArgumentValueError` naming the keyword at fault, found by building again without
+    each one (only on the error path); ``dtype`` is blamed last, a fill value wrong for the
+    dtype being the fill value's fault."""
+    try:
+        return zarr.create_array(MemoryStore(), **kwargs)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ShardwiseError):
+            raise
+        error = e
+
+    def builds(**changed: Any) -> bool:
+        try:
+            zarr.create_array(MemoryStore(), **{**kwargs, **changed})
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    def default(name: str) -> Any:
+        return default_compressors() if name == "compressors" else _ZARR_DEFAULTS.get(name)
+
+    culprit = next((n for n in _BLAMED if n in kwargs and builds(**{n: default(n)})), None)
+    if culprit is None and builds(dtype=np.float64, fill_value=None):
+        culprit = "dtype"
+    if culprit is None:  # the layout, or a combination: zarr's own words
+        raise error
+    kind = ArgumentTypeError if isinstance(error, TypeError) else ArgumentValueError
+    raise kind(
+        f"{culprit}={kwargs[culprit]!r} is not accepted (as zarr.create_array takes it): {error}"
+    ) from None
+
+
 def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tuple[Any, Any]:
     """Inner chunks and shards for a new array: a missing shard shape or ``chunks="auto"`` is
     completed by the same rule as :func:`shardwise.to_zarr` (inner chunks always divide the
@@ -246,7 +305,7 @@ def write_array(
     lease: bool | None = None,
     break_lease: bool = False,
     strategy: Strategy = "auto",
-    memory_limit: int | None = None,
+    memory_limit: int | str | None = None,
     dry_run: bool = False,
 ) -> WriteReport | Any:
     """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
@@ -284,7 +343,8 @@ def write_array(
     chunks where the dask blocks are and streams each shard from the encoded pieces (a task holds
     one block plus a fixed buffer, whatever the shard size); ``"auto"`` (default) is direct when
     the dask chunks already are the shard pieces and fit ``memory_limit``, else staged.
-    ``memory_limit``: bytes one task may hold (default: the dask worker's memory limit per
+    ``memory_limit``: bytes one task may hold, an int or a string as dask takes it (``"256MiB"``,
+    ``"1.5GB"``; default: the dask worker's memory limit per
     thread, else half the available memory per core); a job that would not fit is refused.
 
     ``data`` may be a numpy or dask array or an ``xarray.DataArray`` (its ``.data`` is written).
@@ -297,9 +357,28 @@ def write_array(
     :func:`plan_write`). Every check runs before the first metadata or data byte is written
     (the values of a dask object array are checked to be strings as each shard is written).
     """
-    if zarr_format != 3:
-        raise PlanError(f"shardwise writes Zarr format 3 only (got zarr_format={zarr_format})")
-    check_mode(mode, _MODES)
+    # every keyword is checked before the store is looked at
+    if type(zarr_format) is not int or zarr_format != 3:
+        raise ArgumentValueError(
+            f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
+        )
+    args.choice("mode", mode, _MODES)
+    args.choice("strategy", strategy, STRATEGIES)
+    threads = args.thread_count("threads", threads)
+    memory_limit = args.optional_byte_size("memory_limit", memory_limit)
+    args.flags(
+        write_empty_chunks=write_empty_chunks,
+        fsync=fsync,
+        compute=compute,
+        progress=progress,
+        resume=resume,
+        break_lease=break_lease,
+        dry_run=dry_run,
+    )
+    args.optional_flags(lease=lease)
+    args.optional_str("path", path)
+    args.mapping("storage_options", storage_options)
+    args.region("region", region)
     data = _source(data)
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
@@ -321,23 +400,17 @@ def write_array(
     if create or (resume and mode in ("w", "w-") and region is None):
         if region is not None:
             raise PlanError("region= needs an existing array (mode='r+' or 'a')")
-        kwargs = _create_kwargs(
-            shape,
-            data.dtype if dtype is None else dtype,
-            chunks,
-            shards,
-            dict(
-                fill_value=fill_value,
-                compressors=default_compressors() if _is_auto(compressors) else compressors,
-                filters=filters,
-                serializer=serializer,
-                dimension_names=dimension_names,
-                attributes=attributes,
-                chunk_key_encoding=chunk_key_encoding,
-            ),
+        given = dict(
+            fill_value=fill_value,
+            compressors=default_compressors() if _is_auto(compressors) else compressors,
+            filters=filters,
+            serializer=serializer,
+            dimension_names=dimension_names,
+            attributes=attributes,
+            chunk_key_encoding=chunk_key_encoding,
         )
         # build and translate the metadata in memory first: bad arguments fail before any I/O
-        probe = zarr.create_array(MemoryStore(), **kwargs)
+        kwargs, probe = _probe(shape, data.dtype if dtype is None else dtype, chunks, shards, given)
         # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
         # fill value with a payload is stored as plain "NaN"
         info = open_info(probe.store)
@@ -508,12 +581,19 @@ def _source(data: Any) -> Any:
         data = data.data  # the dask or numpy array under it
     if not hasattr(data, "shape") or not hasattr(data, "dtype"):
         data = np.asarray(data)
+    refuse_unknown_chunks(data)
+    return data
+
+
+def refuse_unknown_chunks(data: Any, where: str = "") -> None:
+    """A :class:`PlanError` for a dask array of unknown (NaN) chunk sizes, which no write can
+    place: ``where`` starts the message (e.g. the variable's name)."""
     if _is_dask(data) and any(math.isnan(c) for dim in data.chunks for c in dim):
         raise PlanError(
-            f"the dask array has unknown chunk sizes (shape {data.shape}, e.g. after boolean "
-            "indexing): call data.compute_chunk_sizes() first, or write it with known chunks"
+            f"{where}the dask array has unknown chunk sizes (shape {data.shape}, e.g. after "
+            "boolean indexing): call data.compute_chunk_sizes() first, or write it with known "
+            "chunks"
         )
-    return data
 
 
 def _is_dask(data: Any) -> bool:
@@ -621,6 +701,7 @@ def open_array(
     lay = reader.info.layout
     if chunks is None:
         chunks = lay.shard_shape
+    chunks = _read_chunks(chunks, lay.shape, reader.dtype)
     name = f"shardwise-read-{_token(reader)}"
     arr = da.from_array(
         reader,
@@ -636,6 +717,22 @@ def open_array(
     return as_shard_array(arr, reader)
 
 
+def _read_chunks(chunks: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+    """``chunks=`` of :func:`open_array` as dask normalizes them (positive sizes), or a clear
+    error naming the keyword."""
+    from dask.array.core import normalize_chunks
+
+    accepted = "None (the shards), an int, a tuple of ints per dimension, 'auto' or a byte size"
+    try:
+        out = normalize_chunks(chunks, shape, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        kind = ArgumentTypeError if isinstance(e, TypeError) else ArgumentValueError
+        raise kind(f"chunks must be {accepted}, got {chunks!r} ({e})") from None
+    if any(c < 1 for dim, n in zip(out, shape, strict=True) if n for c in dim):
+        raise ArgumentValueError(f"chunks must be {accepted} with positive sizes, got {chunks!r}")
+    return out
+
+
 def open_reader(
     store: Any,
     *,
@@ -644,6 +741,11 @@ def open_reader(
     storage_options: dict[str, Any] | None = None,
     cache_indexes: bool = False,
 ) -> ShardReader:
+    """The reader of the array at ``path``; the keywords of every read verb checked first."""
+    args.optional_str("path", path)
+    threads = args.thread_count("threads", threads)
+    args.mapping("storage_options", storage_options)
+    args.flags(cache_indexes=cache_indexes)
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     info = open_info(zstore, path)
     return ShardReader(

@@ -140,7 +140,8 @@ class DependencyError(ShardwiseError, RuntimeError):
 
 
 def check_mode(mode: object, allowed: tuple[str, ...], what: str = "mode") -> None:
-    """The one check of a ``mode`` argument: :class:`PlanError` naming the allowed values."""
-    if mode not in allowed:
-        names = ", ".join(repr(m) for m in allowed)
-        raise PlanError(f"{what} must be one of {names}, got {mode!r}")
+    """The one check of a ``mode`` argument: :class:`ArgumentValueError` (a :class:`PlanError`)
+    naming the allowed values, :class:`ArgumentTypeError` for a mode that is not a string."""
+    from .core.args import choice
+
+    choice(what, mode, allowed)

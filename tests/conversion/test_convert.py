@@ -235,6 +235,8 @@ def test_shard_shapes_by_dimension_name_and_by_bytes(tmp_path: Path) -> None:
     assert zarr.open_array(tmp_path / "b.zarr").shards == rep.arrays[0].shards
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 @pytest.mark.parametrize("fmt", [2, 3])
 def test_xarray_dataset_groups_are_identical(fmt: int, tmp_path: Path) -> None:
     import pandas as pd
@@ -321,6 +323,8 @@ def test_verify_compares_copied_chunks_with_the_source(tmp_path: Path) -> None:
     assert any("(2, 3)" in p and "differ" in p for p in rep.problems), rep.problems
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 @pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
 @pytest.mark.parametrize("fmt", [2, 3])
 def test_fixed_width_string_coordinates_are_copied(fmt: int, tmp_path: Path) -> None:

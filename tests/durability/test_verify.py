@@ -271,6 +271,8 @@ def test_verify_a_dataset_group_written_by_to_zarr(tmp_path: Path) -> None:
 # -- stores another tool wrote to: sound shards are notes, not problems ----------------------------
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 def test_a_plain_xarray_append_is_a_note(tmp_path: Path) -> None:
     """``Dataset.to_zarr(append_dim=...)`` rewrites the last shard and adds new ones: all sound."""
     import xarray as xr

@@ -258,6 +258,8 @@ def test_group_and_drop_variables(tmp_path: Path) -> None:
         xr.open_dataset(path, engine="shardwise", group="missing")
 
 
+# the test asks for consolidated metadata, which zarr warns about
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 def test_consolidated_metadata_used_when_present(tmp_path: Path) -> None:
     path = tmp_path / "consolidated.zarr"
     write_dataset(str(path), consolidated=True)
@@ -275,6 +277,8 @@ def _is_metadata(key: str) -> bool:
     return key.rsplit("/", 1)[-1] in ("zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata")
 
 
+# the test asks for consolidated metadata, which zarr warns about
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 def test_open_reads_metadata_only() -> None:
     counting = CountingStore(MemoryStore())
     write_dataset(counting, consolidated=True)

@@ -112,6 +112,8 @@ def quiet_open(store: Any, **kwargs: Any) -> xr.Dataset:
 # -- anything xarray can hold ----------------------------------------------------------------------
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 @settings(max_examples=30)
 @given(data=st.data(), ds=datasets())
 def test_roundtrip_identical_and_equal_to_xarray(data: st.DataObject, ds: xr.Dataset) -> None:
@@ -172,6 +174,8 @@ def cf_dataset() -> xr.Dataset:
     return ds
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 @pytest.mark.parametrize("dask", [False, True], ids=["numpy", "dask"])
 def test_cf_encoding_exactly_as_xarray(tmp_path: Path, dask: bool) -> None:
     ds = cf_dataset()
@@ -282,6 +286,8 @@ def test_region_writes_through_shards_equal_numpy_assignment(
 # -- open, change, write back (no alignment errors, no flags) --------------------------------------
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 @pytest.mark.parametrize("engine", ["shardwise", "zarr"])
 def test_open_change_and_write_back(tmp_path: Path, engine: str) -> None:
     src = tmp_path / "src.zarr"

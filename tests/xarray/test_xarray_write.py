@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,8 @@ def test_variable_named_none_as_xarray(tmp_path: Path) -> None:
 # -- metadata exactly as xarray writes it ----------------------------------------------------------
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 def test_metadata_is_xarray_metadata_byte_for_byte(tmp_path: Path) -> None:
     ds = sample()
     ds["name"] = ("x", np.array(["a", "bb", "", "dddd", "e", "ff"]))
@@ -225,11 +228,25 @@ def test_metadata_is_xarray_metadata_byte_for_byte(tmp_path: Path) -> None:
         xr.testing.assert_identical(got.drop_vars("packed"), ds.drop_vars("packed"))
 
 
+CONSOLIDATED_WARNING = "Consolidated metadata is currently not part"
+
+
 @pytest.mark.parametrize("consolidated", [None, True, False])
 def test_consolidated_as_xarray(tmp_path: Path, consolidated: bool | None) -> None:
+    """Consolidated metadata as xarray writes it (by default too), and zarr's warning that v3
+    does not specify it only when the call asks for it (consolidated=True)."""
     ds = sample(6, 2)
-    shardwise.to_zarr(ds, tmp_path / "a", consolidated=consolidated)
-    ds.to_zarr(tmp_path / "b", consolidated=consolidated, zarr_format=3)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        shardwise.to_zarr(ds, tmp_path / "a", consolidated=consolidated)
+    texts = [str(w.message) for w in seen if not issubclass(w.category, ResourceWarning)]
+    if consolidated:
+        assert texts and all(CONSOLIDATED_WARNING in t for t in texts), texts
+    else:
+        assert texts == []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", CONSOLIDATED_WARNING, UserWarning)  # xarray's own
+        ds.to_zarr(tmp_path / "b", consolidated=consolidated, zarr_format=3)
     root_a = json.loads((tmp_path / "a/zarr.json").read_text())
     root_b = json.loads((tmp_path / "b/zarr.json").read_text())
     assert ("consolidated_metadata" in root_a) == ("consolidated_metadata" in root_b)
@@ -305,6 +322,8 @@ def test_many_small_appends_equal_one_write(tmp_path: Path, read_zarr: Any) -> N
     np.testing.assert_array_equal(read_zarr(LocalStore(path), "temp"), whole.temp.values)
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 def test_append_to_a_store_xarray_wrote_without_shards(tmp_path: Path) -> None:
     """Arrays some other writer created unsharded are written through zarr-python, from dask
     blocks cut at chunk boundaries."""
@@ -316,6 +335,8 @@ def test_append_to_a_store_xarray_wrote_without_shards(tmp_path: Path) -> None:
     xr.testing.assert_identical(xr.open_zarr(path).load(), whole)
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 def test_append_adds_new_variables_with_shards(tmp_path: Path) -> None:
     path = tmp_path / "a.zarr"
     ds = sample(10, 3)
@@ -566,6 +587,8 @@ def test_two_delayed_writes_computed_together(tmp_path: Path) -> None:
     xr.testing.assert_identical(xr.open_zarr(tmp_path / "b").load(), b.load())
 
 
+# xarray's own to_zarr writes consolidated metadata (its default), and zarr warns about it
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 @pytest.mark.parametrize("name", [None, "temp", "x"], ids=["unnamed", "named", "named-as-coord"])
 def test_dataarray_as_xarray_writes_it(tmp_path: Path, name: str | None) -> None:
     arr = sample(8, 3).temp.rename(name)

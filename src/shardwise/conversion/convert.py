@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..core.args import optional_byte_size
+from ..core import args
 from ..core.shardspec import check_names, check_shards
 from ..engine.write import WriteReport
 from ..errors import ArrayExistsError, check_mode
@@ -175,7 +175,20 @@ def convert(
 
     started = time.perf_counter()
     check_mode(mode, ("w-", "w"))
-    nbytes = optional_byte_size("shard_bytes", shard_bytes)
+    # the keywords that are not about layout (those are conversion.plan's), before any I/O
+    args.flags(
+        resume=resume,
+        verify=verify,
+        progress=progress,
+        lease=lease,
+        break_lease=break_lease,
+        fsync=fsync,
+    )
+    threads = args.thread_count("threads", threads)
+    args.optional_str("path", path)
+    args.optional_str("dst_path", dst_path)
+    args.mapping("storage_options", storage_options)
+    nbytes = args.optional_byte_size("shard_bytes", shard_bytes)
     spec = check_shards(shards)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     zdst = resolve_store(dst, mode="w", storage_options=storage_options)
@@ -202,10 +215,10 @@ def convert(
         for rel, a in arrays
     ]
     # build every target's metadata in memory: bad arguments fail before any byte is written
-    from zarr.storage import MemoryStore
+    from ..api import create_in_memory
 
     for p in plans:
-        zarr.create_array(MemoryStore(), **p.create)
+        create_in_memory(p.create)
     if lease and not break_lease:
         _refuse_held_leases(zdst, plans)
     exists = _exists(zdst, dst_path)

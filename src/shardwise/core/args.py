@@ -14,11 +14,24 @@ from __future__ import annotations
 
 import numbers
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+import numpy as np
 
 from ..errors import ArgumentTypeError, ArgumentValueError
 
-__all__ = ["byte_size", "choice", "optional_byte_size", "positive_int", "thread_count"]
+__all__ = [
+    "byte_size",
+    "choice",
+    "flags",
+    "mapping",
+    "optional_byte_size",
+    "optional_flags",
+    "optional_str",
+    "positive_int",
+    "region",
+    "thread_count",
+]
 
 
 def _is_int(value: object) -> bool:
@@ -91,8 +104,92 @@ def optional_byte_size(name: str, value: object) -> int | None:
 
 def choice(name: str, value: object, allowed: Iterable[object]) -> None:
     """Refuse ``value`` unless it is one of ``allowed`` (compared with ``==``, types checked so
-    that an unhashable value gets the same message)."""
+    that an unhashable value gets the same message): :class:`ArgumentTypeError` when its type is
+    none of the allowed values' types, else :class:`ArgumentValueError`.
+
+    >>> choice("mode", "w", ("w", "a"))
+    >>> choice("mode", "x", ("w", "a"))
+    Traceback (most recent call last):
+    ...
+    shardwise.errors.ArgumentValueError: mode must be one of 'w', 'a', got 'x'
+    """
     options = tuple(allowed)
     if not any(type(value) is type(a) and value == a for a in options):
         names = ", ".join(repr(a) for a in options)
-        raise ArgumentValueError(f"{name} must be one of {names}, got {value!r}")
+        message = f"{name} must be one of {names}, got {value!r}"
+        if not any(type(value) is type(a) for a in options):
+            raise ArgumentTypeError(f"{message} ({type(value).__name__})")
+        raise ArgumentValueError(message)
+
+
+def _is_bool(value: object) -> bool:
+    # numpy's bool_ is what a comparison of numpy values gives: a caller may pass one
+    return isinstance(value, bool | np.bool_)
+
+
+def flags(**values: object) -> None:
+    """Refuse any of ``values`` (keyword=value) that is not ``True`` or ``False``: a truthy
+    string such as ``"no"`` must not silently switch something on.
+
+    >>> flags(fsync=True, progress=False)
+    >>> flags(fsync="no")
+    Traceback (most recent call last):
+    ...
+    shardwise.errors.ArgumentTypeError: fsync must be True or False, got 'no' (str)
+    """
+    for name, value in values.items():
+        if not _is_bool(value):
+            raise ArgumentTypeError(
+                f"{name} must be True or False, got {value!r} ({type(value).__name__})"
+            )
+
+
+def optional_flags(**values: object) -> None:
+    """:func:`flags` for keywords whose ``None`` means "the default"."""
+    for name, value in values.items():
+        if value is not None and not _is_bool(value):
+            raise ArgumentTypeError(
+                f"{name} must be True, False or None, got {value!r} ({type(value).__name__})"
+            )
+
+
+def optional_str(name: str, value: object) -> None:
+    """Refuse a ``value`` that is neither a string nor ``None`` (paths inside a store, group
+    names)."""
+    if value is not None and not isinstance(value, str):
+        raise ArgumentTypeError(
+            f"{name} must be a string or None, got {value!r} ({type(value).__name__})"
+        )
+
+
+def mapping(name: str, value: object) -> None:
+    """Refuse a ``value`` that is neither a mapping (a dict) nor ``None``."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ArgumentTypeError(
+            f"{name} must be a dict or None, got {value!r} ({type(value).__name__})"
+        )
+
+
+def region(name: str, value: object) -> None:
+    """Refuse a ``value`` that is neither ``None`` nor a tuple (or list) of slices, one per
+    dimension (their bounds are checked against the array later, before any write).
+
+    >>> region("region", (slice(0, 4), slice(None)))
+    >>> region("region", (0, 4))
+    Traceback (most recent call last):
+    ...
+    shardwise.errors.ArgumentTypeError: region must be None or a tuple of slices ...
+    """
+    if value is None:
+        return
+    if not isinstance(value, tuple | list) or not all(isinstance(s, slice) for s in value):
+        raise ArgumentTypeError(
+            f"{name} must be None or a tuple of slices (one per dimension), got {value!r} "
+            f"({type(value).__name__})"
+        )
+    for s in value:
+        for bound in (s.start, s.stop, s.step):
+            if bound is not None and not _is_int(bound):
+                raise ArgumentTypeError(
+                    f"{name} slices must have integer bounds (or None), got {s!r}"
+                )

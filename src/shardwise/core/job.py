@@ -32,6 +32,7 @@ from typing import Literal
 
 from ..codec.shard import UNIT_BYTES
 from ..errors import PlanError
+from .args import choice, optional_byte_size
 from .plan import WritePlan
 
 Strategy = Literal["auto", "direct", "staged"]
@@ -287,7 +288,7 @@ def make_job(
     itemsize: int,
     *,
     strategy: Strategy = "auto",
-    memory_limit: int | None = None,
+    memory_limit: int | str | None = None,
     shared: bool = False,
 ) -> WriteJob:
     """The job for writing a source with ``source_chunks`` (None: a numpy array) by ``plan``.
@@ -298,15 +299,13 @@ def make_job(
     picks direct for such a plan; an explicit ``strategy="staged"`` keeps it, and the caller
     must then keep other writers out (see :attr:`WriteJob.merges_unconditionally`).
     """
-    if strategy not in STRATEGIES:
-        raise PlanError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    choice("strategy", strategy, STRATEGIES)
+    given = optional_byte_size("memory_limit", memory_limit)
     conditional = shared and plan.npartial > 0
-    if memory_limit is None:
+    if given is None:
         limit, limit_from = default_memory_limit()
     else:
-        if int(memory_limit) <= 0:
-            raise PlanError(f"memory_limit must be a positive number of bytes, got {memory_limit}")
-        limit, limit_from = int(memory_limit), "memory_limit="
+        limit, limit_from = given, "memory_limit="
     direct_blocks = plan.task_chunks
     raw_total = math.prod(s.stop - s.start for s in plan.region) * itemsize
     direct_peak = DIRECT_FACTOR * _largest(direct_blocks) * itemsize

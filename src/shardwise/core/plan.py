@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import PlanError
 from .layout import Coord, Layout, Region, is_aligned
 
 
@@ -30,10 +31,39 @@ def _cuts(start: int, stop: int, step: int) -> tuple[int, ...]:
     return tuple(b - a for a, b in itertools.pairwise(edges) if b > a)
 
 
+# the most shard tasks one write may plan: every shard of a write has its own task, key and
+# record, listed in memory by the client before anything runs (and a dask graph of millions of
+# tasks is already beyond what a scheduler handles well); a larger write is refused with the
+# count instead of failing with MemoryError while listing them
+MAX_TASKS = 2**22
+
+
+def _pieces(start: int, stop: int, step: int) -> int:
+    """How many pieces :func:`_cuts` makes, without making them."""
+    return 0 if stop <= start else (stop - 1) // step - start // step + 1
+
+
 @dataclass(frozen=True)
 class WritePlan:
+    """Which task owns which shard; refuses (``PlanError``) a plan of more than
+    :data:`MAX_TASKS` tasks, before anything lists them."""
+
     layout: Layout
     region: Region
+
+    def __post_init__(self) -> None:
+        counts = [
+            _pieces(sl.start, sl.stop, s)
+            for sl, s in zip(self.region, self.layout.shard_shape, strict=True)
+        ]
+        n = math.prod(counts)
+        if n > MAX_TASKS:
+            raise PlanError(
+                f"this write would have {n:,} shard tasks ({' x '.join(map(str, counts))} "
+                f"shards of {self.layout.shard_shape}), more than the {MAX_TASKS:,} one write "
+                "can list: use larger shards, or write the array in regions (one call each, "
+                "or shardwise.batch parts)"
+            )
 
     @property
     def task_chunks(self) -> tuple[tuple[int, ...], ...]:

@@ -36,12 +36,14 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors, info_from_metadata
+from ..core import args
 from ..core.layout import Layout, Region, RegionArg, ceildiv, is_aligned, normalize_region
 from ..engine.write import WriteReport
 from ..errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
     ArrayExistsError,
     BatchNotFoundError,
     LeaseHeldError,
@@ -176,7 +178,9 @@ class BatchPlan:
 
     def region(self, part: int) -> Region:
         if not 0 <= part < self.nparts:
-            raise PlanError(f"part {part} does not exist: the parts are 0..{self.nparts - 1}")
+            raise ArgumentValueError(
+                f"part {part} does not exist: the parts are 0..{self.nparts - 1}"
+            )
         return self.regions[part]
 
     def to_bytes(self) -> bytes:
@@ -203,6 +207,8 @@ class BatchPlan:
 
 
 def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) -> ShardStore:
+    args.optional_str("path", path)
+    args.mapping("storage_options", storage_options)
     return ShardStore(resolve_store(store, mode="w", storage_options=storage_options), path or "")
 
 
@@ -269,7 +275,26 @@ def init(
     ``dimension_names``, ...). ``mode``: ``"w-"`` create (rerunning with the same arguments
     returns the open batch), ``"w"`` replace, ``"r+"`` keep an existing array's metadata.
     """
+    from ..api import create_in_memory
+
     check_mode(mode, ("w-", "w", "r+"), "batch init mode")
+    args.flags(lease=lease, break_lease=break_lease)
+    if (
+        not isinstance(shape, Sequence)
+        or isinstance(shape, str)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
+        raise ArgumentTypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
+    if isinstance(parts, int) and not isinstance(parts, bool):
+        args.positive_int("parts", parts)
+    elif isinstance(parts, bool | str) or not isinstance(parts, Sequence):
+        raise ArgumentTypeError(
+            f"parts must be a positive int or a list of regions (tuples of slices), got "
+            f"{parts!r} ({type(parts).__name__})"
+        )
+    else:
+        for r in parts:
+            args.region("parts", r)
     sstore = _open(store, path, storage_options)
     kwargs = dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
     kwargs.update({k: v for k, v in create.items() if v is not None})
@@ -281,7 +306,7 @@ def init(
     if mode == "r+":
         probe: Any = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
     else:
-        probe = zarr.create_array(MemoryStore(), **kwargs)
+        probe = create_in_memory(kwargs)
     layout = info_from_metadata(probe.metadata).layout
     regions = split_parts(layout, parts) if isinstance(parts, int) else check_parts(layout, parts)
     if mode != "r+":
@@ -333,12 +358,27 @@ def write_part(
     """
     from ..api import write_array
 
+    args.flags(resume=resume, lease=lease, break_lease=break_lease)
+    if not isinstance(part, int) or isinstance(part, bool):
+        raise ArgumentTypeError(f"part must be an int, got {part!r} ({type(part).__name__})")
     sstore = _open(store, path, storage_options)
     plan = open_batch(sstore.store, path=path)
     region = plan.region(part)
     shape = tuple(int(n) for n in data.shape)
     if shape == plan.shape and shape != tuple(s.stop - s.start for s in region):
         data = data[region]
+    # every keyword of the write checked before the part's lease is taken: a refused write
+    # leaves the store as it was
+    write_array(
+        data,
+        sstore.store,
+        path=path,
+        mode="r+",
+        region=region,
+        resume=resume,
+        dry_run=True,
+        **write,
+    )
     held = None
     if lease:
         held = Lease.acquire(
@@ -391,6 +431,7 @@ def finalize(
     """
     from ..api import open_info
 
+    threads = args.thread_count("threads", threads)
     sstore = _open(store, path, storage_options)
     plan = open_batch(sstore.store, path=path)
     running = [n for n in sstore.list(".shardwise") if n.startswith(f"{LEASE}.part-")]

@@ -360,8 +360,13 @@ def verify(
     ``progress=True`` shows a bar over the shards checked (one per array of a group).
     """
     from ..api import open_info
+    from ..core import args
     from ..storage.store import resolve_store
 
+    args.optional_str("path", path)
+    threads = args.thread_count("threads", threads)
+    args.mapping("storage_options", storage_options)
+    args.flags(strict=strict, progress=progress)
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     where = store_name(zstore) + (f" path {path!r}" if path else "")
     group = _group_arrays(zstore, path)

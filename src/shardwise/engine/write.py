@@ -75,18 +75,33 @@ class WriteReport:
 
     def __str__(self) -> str:
         mb = 1e6
-        if self.stored_raw_bytes == self.raw_bytes:
-            sizes = f"{self.bytes_stored / mb:.1f} MB stored for {self.raw_bytes / mb:.1f} MB raw"
-        else:  # empty shards not stored, or shards merged with what a region write left alone
-            sizes = (
-                f"{self.raw_bytes / mb:.1f} MB of data written; the shards written hold "
-                f"{self.stored_raw_bytes / mb:.1f} MB raw, {self.bytes_stored / mb:.1f} MB stored"
+        head = (
+            f"{self.shards_written} shards written, {self.shards_empty} all-fill shards skipped "
+            f"({self.shards_deleted} deleted)"
+        )
+        if self.shards_written == 0:
+            # no shard stored: no ratio to give, and no data "written"
+            what = "nothing stored"
+            if self.shards_empty and self.raw_bytes and not self.shards_skipped:
+                what = f"the {self.raw_bytes / mb:.1f} MB of data all equal the fill value: {what}"
+            body = f"{head}; {what}"
+        else:
+            if self.stored_raw_bytes == self.raw_bytes:
+                sizes = (
+                    f"{self.bytes_stored / mb:.1f} MB stored for {self.raw_bytes / mb:.1f} MB raw"
+                )
+            else:  # all-fill shards not stored, or shards merged with what a region write left
+                sizes = (
+                    f"{self.raw_bytes / mb:.1f} MB of data written; the shards written hold "
+                    f"{self.stored_raw_bytes / mb:.1f} MB raw, {self.bytes_stored / mb:.1f} MB "
+                    "stored"
+                )
+            body = (
+                f"{head}, {self.chunks_stored} inner chunks stored, {self.chunks_empty} all-fill; "
+                f"{sizes} (ratio {self.compression_ratio:.2f})"
             )
         return (
-            f"{self.shards_written} shards written, {self.shards_empty} empty shards skipped "
-            f"({self.shards_deleted} deleted), {self.chunks_stored} inner chunks stored, "
-            f"{self.chunks_empty} empty; {sizes} (ratio {self.compression_ratio:.2f}) "
-            f"in {self.seconds:.2f} s"
+            f"{body} in {self.seconds:.2f} s"
             + (f"; {self.shards_skipped} done before (resumed)" if self.shards_skipped else "")
             + (
                 f"; {self.conflicts_retried} shard merges redone after another writer's commit"

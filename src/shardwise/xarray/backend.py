@@ -31,10 +31,11 @@ from xarray.core import indexing
 
 from ..codec.metadata import info_from_metadata
 from ..compat import normalize_path
+from ..core import args
 from ..engine.direct import read_selection
 from ..engine.gather import read_outer, read_vectorized
 from ..engine.read import ShardReader
-from ..errors import PlanError, UnsupportedCodecError
+from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, UnsupportedCodecError
 from ..storage.store import ShardStore
 
 __all__ = [
@@ -148,6 +149,11 @@ class ShardwiseDataStore(AbstractDataStore):
         Consolidated metadata is used when present (``consolidated=None``), required with
         ``True`` and ignored with ``False``.
         """
+        args.optional_str("group", group)
+        args.optional_flags(consolidated=consolidated)
+        args.mapping("storage_options", storage_options)
+        threads = args.thread_count("threads", threads)
+        args.flags(cache_indexes=cache_indexes)
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
         kwargs: dict[str, Any] = {}
@@ -308,6 +314,7 @@ def open_dataset(
     """
     import xarray as xr
 
+    _check_chunks(chunks)
     return xr.open_dataset(
         store,
         engine=ShardwiseBackendEntrypoint,
@@ -318,3 +325,19 @@ def open_dataset(
         cache_indexes=cache_indexes,
         **kwargs,
     )
+
+
+def _check_chunks(chunks: Any) -> None:
+    """``chunks=`` of :func:`open_dataset`: what xarray takes, refused here with its name."""
+    accepted = "'shards', 'auto', an int, a dict of dimension name -> chunks, or None"
+    if isinstance(chunks, str):
+        if chunks not in ("shards", "auto"):
+            raise ArgumentValueError(f"chunks must be {accepted}, got {chunks!r}")
+    elif not (
+        chunks is None
+        or isinstance(chunks, dict | tuple)
+        or (isinstance(chunks, int) and not isinstance(chunks, bool))
+    ):
+        raise ArgumentTypeError(
+            f"chunks must be {accepted}, got {chunks!r} ({type(chunks).__name__})"
+        )

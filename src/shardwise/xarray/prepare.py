@@ -13,6 +13,8 @@ import numpy as np
 from zarr.abc.store import Store
 
 from ..codec.metadata import default_compressors
+from ..core import args
+from ..core.job import STRATEGIES
 from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
     default_layout,
@@ -20,7 +22,7 @@ from ..core.sizing import (
     whole_chunks,
 )
 from ..durability.journal import JOURNAL
-from ..errors import ArgumentTypeError, PlanError, check_mode
+from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, check_mode
 
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 # xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
@@ -50,6 +52,37 @@ def _as_dataset(obj: Any) -> Any:
     raise ArgumentTypeError(
         f"to_zarr writes an xarray Dataset or DataArray, not {type(obj).__name__}"
     )
+
+
+def check_keywords(
+    *,
+    region: Any,
+    append_dim: Any,
+    encoding: Any,
+    group: Any,
+    storage_options: Any,
+    strategy: Any,
+    flags: dict[str, Any],
+    optional_flags: dict[str, Any],
+) -> None:
+    """The keywords of :func:`to_zarr` that are not about layout, checked before any I/O."""
+    args.mapping("encoding", encoding)
+    accepted = "a dict of dimension name -> slice (or 'auto'), 'auto' or None"
+    if isinstance(region, str) and region != "auto":
+        raise ArgumentValueError(f"region must be {accepted}, got {region!r}")
+    if not (region is None or isinstance(region, Mapping | str)):
+        raise ArgumentTypeError(
+            f"region must be {accepted}, got {region!r} ({type(region).__name__})"
+        )
+    if not isinstance(append_dim, Hashable):
+        raise ArgumentTypeError(
+            f"append_dim must be a dimension name (a str) or None, got {append_dim!r}"
+        )
+    args.optional_str("group", group)
+    args.mapping("storage_options", storage_options)
+    args.choice("strategy", strategy, STRATEGIES)
+    args.flags(**flags)
+    args.optional_flags(**optional_flags)
 
 
 def _check_names(ds: Any) -> None:
@@ -100,7 +133,8 @@ def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
     try:
         return dict(value)
     except (TypeError, ValueError):
-        raise PlanError(
+        # a ValueError, as xarray's own message for it
+        raise ArgumentValueError(
             f"encoding[{name!r}] must be castable to a dictionary of encoding keys, got {value!r}"
         ) from None
 

@@ -14,6 +14,7 @@ leaves the array at its old length.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -21,8 +22,10 @@ from typing import Any, Literal
 import numpy as np
 from zarr.abc.store import Store
 
+from ..api import refuse_unknown_chunks
 from ..codec.metadata import ArrayInfo, info_from_metadata
 from ..compat import validate_region_and_encoding, zarr_store_writers
+from ..core import args
 from ..core.job import Strategy, WriteJob, make_job
 from ..core.layout import Layout, Region, ceildiv, normalize_region
 from ..core.plan import WritePlan
@@ -34,7 +37,7 @@ from ..durability.journal import read_marker, read_markers
 from ..durability.session import WriteSession, plan_keys
 from ..engine import _pool
 from ..engine.write import ShardWriter, WriteOptions, WriteReport, build_graph, sum_reports
-from ..errors import PlanError, UnsupportedCodecError
+from ..errors import ArgumentValueError, PlanError, UnsupportedCodecError
 from ..storage.conditional import versions
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import ShardStore, resolve_store
@@ -48,6 +51,7 @@ from .prepare import (
     _choose_mode,
     _stored_dims,
     _with_layout,
+    check_keywords,
 )
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
@@ -73,7 +77,7 @@ def to_zarr(
     fsync: bool = False,
     progress: bool = False,
     strategy: Strategy = "auto",
-    memory_limit: int | None = None,
+    memory_limit: int | str | None = None,
     resume: bool = False,
     lease: bool | None = None,
     break_lease: bool = False,
@@ -138,6 +142,25 @@ def to_zarr(
     writes the dask-backed ones and computes the report.
     """
     # 1. open and check: everything is validated, nothing is written
+    check_keywords(
+        region=region,
+        append_dim=append_dim,
+        encoding=encoding,
+        group=group,
+        storage_options=storage_options,
+        strategy=strategy,
+        flags=dict(
+            compute=compute,
+            write_empty_chunks=write_empty_chunks,
+            fsync=fsync,
+            progress=progress,
+            resume=resume,
+            break_lease=break_lease,
+        ),
+        optional_flags=dict(consolidated=consolidated, safe_shards=safe_shards, lease=lease),
+    )
+    threads = args.thread_count("threads", threads)
+    memory_limit = args.optional_byte_size("memory_limit", memory_limit)
     xw = _check(
         obj,
         store,
@@ -237,20 +260,29 @@ def _check(
     safe_shards: bool | None,
     shard_bytes: int,
     strategy: Strategy,
-    memory_limit: int | None,
+    memory_limit: int | str | None,
     resume: bool,
 ) -> _XarrayWrite:
     """Open the store and run every check; xarray's own metadata pass runs against an overlay,
     so nothing is written."""
     ds = _as_dataset(obj)
     _check_names(ds)
+    for name, var in ds.variables.items():
+        refuse_unknown_chunks(var.data, f"variable {name!r}: ")
+    unknown = sorted(map(str, set(region) - set(ds.dims))) if isinstance(region, Mapping) else []
+    if unknown:
+        # xarray's words for it
+        raise ArgumentValueError(
+            f"all keys in ``region`` are not in Dataset dimensions, got {unknown} and "
+            f"{sorted(map(str, ds.dims))}: region names dimensions of the data to write"
+        )
     if shards is not None:
         _check_shards_kw(ds, shards)
     if shard_bytes < 1:
         raise PlanError(f"shard_bytes must be positive, got {shard_bytes}")
     mode = _choose_mode(mode, append_dim, region)
     if append_dim is not None and append_dim not in ds.dims:
-        raise PlanError(
+        raise ArgumentValueError(
             f"append_dim={append_dim!r} is not a dimension of the data to write "
             f"(its dimensions are {sorted(map(str, ds.dims))})"
         )
@@ -333,15 +365,23 @@ def _run_xarray(
         safe_chunks=False,  # shardwise owns alignment: one task per shard
         zarr_format=3 if mode in ("w", "w-") else None,
     )
-    try:
-        if zs.zarr_group.metadata.zarr_format != 3:
-            raise PlanError(
-                "the store holds Zarr format 2 metadata; shardwise writes Zarr format 3 only"
+    with warnings.catch_warnings():
+        if consolidated is None:
+            # consolidated metadata is xarray's default (xr.open_zarr reads it without a
+            # warning); zarr's warning that v3 does not specify it is for those who ask for it
+            # with consolidated=True
+            warnings.filterwarnings(
+                "ignore", "Consolidated metadata is currently not part", UserWarning
             )
-        ds = validate_region_and_encoding(zs, ds, encoding)
-        dump_to_store(ds, zs, writer, encoding=encoding)
-    finally:
-        zs.close()
+        try:
+            if zs.zarr_group.metadata.zarr_format != 3:
+                raise PlanError(
+                    "the store holds Zarr format 2 metadata; shardwise writes Zarr format 3 only"
+                )
+            ds = validate_region_and_encoding(zs, ds, encoding)
+            dump_to_store(ds, zs, writer, encoding=encoding)  # consolidates into the overlay
+        finally:
+            zs.close()
 
 
 # -- planning the data writes ---------------------------------------------------------------------
@@ -465,7 +505,7 @@ def _split_message(splits: list[tuple[str, str, slice, int, str]], writes: list[
 
 
 def _jobs(
-    writes: list[_Write], strategy: Strategy, memory_limit: int | None, *, shared: bool
+    writes: list[_Write], strategy: Strategy, memory_limit: int | str | None, *, shared: bool
 ) -> dict[int, WriteJob]:
     """The validated job of every sharded variable write (by ``id`` of the write); ``shared``:
     region and append writes, which other processes may run beside this one."""
