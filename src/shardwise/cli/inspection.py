@@ -115,7 +115,12 @@ def print_inspect(d: dict[str, Any]) -> None:
     inner = d["codecs"][0].get("configuration", {}) if d["codecs"] else {}
     chain = " -> ".join(c["name"] for c in inner.get("codecs", []))
     index = " + ".join(c["name"] for c in inner.get("index_codecs", []))
-    ratio = d["raw_bytes"] / d["bytes_stored"] if d["bytes_stored"] else float("nan")
+    # nothing stored (every shard all-fill): no ratio to speak of
+    ratio = (
+        f"ratio {d['raw_bytes'] / d['bytes_stored']:.2f} to the full raw array"
+        if d["bytes_stored"]
+        else "every shard reads as the fill value"
+    )
     batch = d["batch"]
     rows = [
         f"{d['store']}" + (f" path {d['path']!r}" if d["path"] else ""),
@@ -127,7 +132,7 @@ def print_inspect(d: dict[str, Any]) -> None:
         f"  codecs   {chain}; index {index} at the {inner.get('index_location', 'end')}",
         f"  stored   {d['shards_stored']} shards ({d['objects']} objects with the metadata), "
         f"{d['bytes_stored'] / 1e6:.2f} MB "
-        f"(ratio {ratio:.2f} to the full raw array)",
+        f"({ratio})",
         f"  journal  {d['shards_recorded']} shard records, {d['writes_done']} writes done, "
         f"{len(d['writes_open'])} open" + (" (resume them)" if d["writes_open"] else ""),
         f"  lease    {d['lease'] or 'free'}",
