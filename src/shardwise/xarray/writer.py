@@ -250,9 +250,9 @@ def _check(
         raise PlanError(f"shard_bytes must be positive, got {shard_bytes}")
     mode = _choose_mode(mode, append_dim, region)
     if append_dim is not None and append_dim not in ds.dims:
-        raise PlanError(
-            f"append_dim={append_dim!r} is not a dimension of the data to write "
-            f"(its dimensions are {sorted(map(str, ds.dims))})"
+        raise PlanError(  # with xarray's wording, which callers match on
+            f"append_dim={append_dim!r} is not a dimension of the data to write: it "
+            f"does not match any existing dataset dimensions {sorted(map(str, ds.dims))}"
         )
     user_encoding = {k: _as_dict(v, k) for k, v in (encoding or {}).items()}
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
