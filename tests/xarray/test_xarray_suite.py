@@ -301,6 +301,23 @@ def test_dask_chunks_over_a_default_inner_chunk_are_not_the_inner_chunks(tmp_pat
     assert chunks[0] * 8 <= DEFAULT_CHUNK_BYTES
 
 
+def test_too_many_tiny_dask_chunks_for_a_shard_are_not_the_inner_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One-value dask chunks: the inner chunks up to MAX_DASK_CHUNKS_PER_SHARD per shard (as
+    xarray), beyond that the default rule's (no shard index of millions of entries). The cap is
+    lowered to 8 here: the rule is the same, and thousands of one-value tasks take seconds."""
+    import shardwise.xarray.prepare as prepare
+
+    monkeypatch.setattr(prepare, "MAX_DASK_CHUNKS_PER_SHARD", 8)
+    for n, want in [(8, ((1,), (8,))), (9, default_layout((9,), 8))]:
+        original = xr.Dataset({"u": ("x", np.arange(float(n)))}).chunk(x=1)
+        shardwise.to_zarr(original, tmp_path / f"{n}.zarr")
+        assert _layouts(tmp_path / f"{n}.zarr")["u"] == want
+        with xr.open_zarr(tmp_path / f"{n}.zarr") as back:
+            xr.testing.assert_identical(back.compute(), original.compute())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "ours", "xarrays"),
     [

@@ -17,6 +17,7 @@ from ..codec.metadata import default_compressors
 from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
     default_layout,
+    default_shards,
     dividing_chunks,
 )
 from ..durability.journal import JOURNAL
@@ -28,6 +29,9 @@ _DATAARRAY_VARIABLE = "__xarray_dataarray_variable__"
 # names a variable cannot take: each is already a key (or a directory step) in the store
 _STORE_KEYS = frozenset({"zarr.json", JOURNAL, ".", ".."})
 _DATAARRAY_NAME = "__xarray_dataarray_name__"
+# at most this many small dask chunks per shard become the default inner chunks (an index of
+# 64 KiB); beyond, the default rule's chunks of about 1 MiB
+MAX_DASK_CHUNKS_PER_SHARD = 4096
 
 
 # -- checks ---------------------------------------------------------------------------------------
@@ -255,7 +259,7 @@ def _layout_for(
         replace_chunks = False
 
     if shard is None:
-        chunks = chunks or _small_dask_chunks(var, itemsize, inner_bytes)
+        chunks = chunks or _small_dask_chunks(var, itemsize, inner_bytes, shard_bytes)
         return default_layout(shape, itemsize, chunks, None, shard_bytes)
     if chunks is None or (replace_chunks and not _divides(chunks, shard)):
         return default_layout(shape, itemsize, None, shard, shard_bytes)
@@ -271,17 +275,23 @@ def _layout_for(
     return chunks, shard
 
 
-def _small_dask_chunks(var: Any, itemsize: int, limit: int) -> tuple[int, ...] | None:
+def _small_dask_chunks(
+    var: Any, itemsize: int, limit: int, shard_bytes: int
+) -> tuple[int, ...] | None:
     """The dask chunks of ``var`` as its inner chunks, as xarray's default takes them, when they
-    are uniform (all but the last of one size, the last no larger) and no larger than a default
-    inner chunk (``limit`` bytes): then xarray's zarr engine (``xr.open_zarr``) reads back the
-    chunks that were written, and shards still keep the object count low. Larger or irregular
-    dask chunks leave the default rule to choose."""
+    are uniform (all but the last of one size, the last no larger), no larger than a default
+    inner chunk (``limit`` bytes) and a default shard around them holds at most
+    :data:`MAX_DASK_CHUNKS_PER_SHARD` of them: then xarray's zarr engine (``xr.open_zarr``)
+    reads back the chunks that were written. Else the default rule chooses: a shard of
+    millions of tiny chunks would spend more on its index and frames than on its data."""
     dask_chunks = var.chunks
     if not dask_chunks or any(len(set(c[:-1])) > 1 or c[-1] > c[0] for c in dask_chunks):
         return None
     first = tuple(int(c[0]) for c in dask_chunks)
     if min(first) < 1 or math.prod(first) * itemsize > limit:
+        return None
+    shards = default_shards(tuple(int(n) for n in var.shape), first, itemsize, shard_bytes)
+    if math.prod(s // c for s, c in zip(shards, first, strict=True)) > MAX_DASK_CHUNKS_PER_SHARD:
         return None
     return first
 

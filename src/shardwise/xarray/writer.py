@@ -97,9 +97,11 @@ def to_zarr(
       replaced, and if the chunks of an encoding read from a store were changed since, new
       shards are built around them);
     * the default: inner chunks of about 1 MiB (:data:`DEFAULT_CHUNK_BYTES`; the largest
-      dimension is halved until under it) and shards of whole inner chunks up to ``shard_bytes``
-      (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from the in-memory
-      dtype). Inner chunks not given are chosen to divide the shard shape.
+      dimension is halved until under it), or the variable's dask chunks when they are uniform
+      and no larger (as ``Dataset.to_zarr`` takes them) and a shard holds at most 4096 of
+      them, and shards of whole inner chunks up to
+      ``shard_bytes`` (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from
+      the in-memory dtype). Inner chunks not given are chosen to divide the shard shape.
 
     Inner chunks of the variables this call creates carry zstd's frame checksum (a damaged chunk
     raises :class:`~shardwise.errors.CorruptShardError` on read) unless their encoding names
