@@ -6,6 +6,7 @@ shard shapes of new variables (from ``encoding``, ``shards=`` or the defaults).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ from ..core.job import STRATEGIES
 from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
     default_layout,
+    default_shards,
     dividing_chunks,
     whole_chunks,
 )
@@ -30,6 +32,9 @@ _DATAARRAY_VARIABLE = "__xarray_dataarray_variable__"
 # names a variable cannot take: each is already a key (or a directory step) in the store
 _STORE_KEYS = frozenset({"zarr.json", JOURNAL, ".", ".."})
 _DATAARRAY_NAME = "__xarray_dataarray_name__"
+# at most this many small dask chunks per shard become the default inner chunks (an index of
+# 64 KiB); beyond, the default rule's chunks of about 1 MiB
+MAX_DASK_CHUNKS_PER_SHARD = 4096
 
 
 # -- checks ---------------------------------------------------------------------------------------
@@ -154,10 +159,17 @@ def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: An
     if mode is None:
         mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
     check_mode(mode, ("w", "w-", "a", "a-", "r+"))
+    # each message also carries xarray's own wording, which callers' code and tests match on
     if append_dim is not None and mode not in ("a", "a-"):
-        raise PlanError(f"append_dim needs mode='a' (or None), got mode={mode!r}")
+        raise PlanError(
+            f"append_dim needs mode='a' (or None), got mode={mode!r} "
+            "(cannot set append_dim unless mode='a' or mode=None)"
+        )
     if region is not None and mode not in ("a", "a-", "r+"):
-        raise PlanError(f"region needs mode='r+' or 'a' (or None), got mode={mode!r}")
+        raise PlanError(
+            f"region needs mode='r+' or 'a' (or None), got mode={mode!r} "
+            "(cannot set region unless mode='a', mode='a-', mode='r+' or mode=None)"
+        )
     return mode
 
 
@@ -199,7 +211,8 @@ def _check_append_dim(
         where = f"group {group!r}" if group else "the store"
         raise PlanError(
             f"cannot append along {append_dim!r}: {where} has no such dimension "
-            f"(its dimensions are {sorted(dims)}); nothing was written"
+            f"(append_dim={append_dim!r} does not match any existing dataset dimensions "
+            f"{sorted(dims)}); nothing was written"
         )
     # no arrays at all: xarray's own check below reports it
 
@@ -284,7 +297,8 @@ def _layout_for(
         replace_chunks = False
 
     if shard is None:
-        return default_layout(shape, itemsize, chunks or None, None, shard_bytes)
+        chunks = chunks or _small_dask_chunks(var, itemsize, inner_bytes, shard_bytes)
+        return default_layout(shape, itemsize, chunks, None, shard_bytes)
     if chunks is None or (replace_chunks and not _divides(chunks, shard)):
         return default_layout(shape, itemsize, None, shard, shard_bytes)
     if not explicit and not _divides(chunks, shard) and "preferred_chunks" in enc:
@@ -301,6 +315,27 @@ def _layout_for(
             f"{shard} (e.g. chunks={dividing_chunks(shard, itemsize, inner_bytes)})"
         )
     return chunks, shard
+
+
+def _small_dask_chunks(
+    var: Any, itemsize: int, limit: int, shard_bytes: int
+) -> tuple[int, ...] | None:
+    """The dask chunks of ``var`` as its inner chunks, as xarray's default takes them, when they
+    are uniform (all but the last of one size, the last no larger), no larger than a default
+    inner chunk (``limit`` bytes) and a default shard around them holds at most
+    :data:`MAX_DASK_CHUNKS_PER_SHARD` of them: then xarray's zarr engine (``xr.open_zarr``)
+    reads back the chunks that were written. Else the default rule chooses: a shard of
+    millions of tiny chunks would spend more on its index and frames than on its data."""
+    dask_chunks = var.chunks
+    if not dask_chunks or any(len(set(c[:-1])) > 1 or c[-1] > c[0] for c in dask_chunks):
+        return None
+    first = tuple(int(c[0]) for c in dask_chunks)
+    if min(first) < 1 or math.prod(first) * itemsize > limit:
+        return None
+    shards = default_shards(tuple(int(n) for n in var.shape), first, itemsize, shard_bytes)
+    if math.prod(s // c for s, c in zip(shards, first, strict=True)) > MAX_DASK_CHUNKS_PER_SHARD:
+        return None
+    return first
 
 
 def _with_layout(

@@ -71,7 +71,7 @@ def to_zarr(
     compute: bool = True,
     storage_options: dict[str, Any] | None = None,
     safe_shards: bool | None = None,
-    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    shard_bytes: int | str = DEFAULT_SHARD_BYTES,
     write_empty_chunks: bool = False,
     threads: int | None = None,
     fsync: bool = False,
@@ -101,9 +101,11 @@ def to_zarr(
       replaced, and if the chunks of an encoding read from a store were changed since, new
       shards are built around them);
     * the default: inner chunks of about 1 MiB (:data:`DEFAULT_CHUNK_BYTES`; the largest
-      dimension is halved until under it) and shards of whole inner chunks up to ``shard_bytes``
-      (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from the in-memory
-      dtype). Inner chunks not given are chosen to divide the shard shape.
+      dimension is halved until under it), or the variable's dask chunks when they are uniform
+      and no larger (as ``Dataset.to_zarr`` takes them) and a shard holds at most 4096 of
+      them, and shards of whole inner chunks up to
+      ``shard_bytes`` (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from
+      the in-memory dtype). Inner chunks not given are chosen to divide the shard shape.
 
     Inner chunks of the variables this call creates carry zstd's frame checksum (a damaged chunk
     raises :class:`~shardwise.errors.CorruptShardError` on read) unless their encoding names
@@ -258,7 +260,7 @@ def _check(
     consolidated: bool | None,
     storage_options: dict[str, Any] | None,
     safe_shards: bool | None,
-    shard_bytes: int,
+    shard_bytes: int | str,
     strategy: Strategy,
     memory_limit: int | str | None,
     resume: bool,
@@ -278,13 +280,12 @@ def _check(
         )
     if shards is not None:
         _check_shards_kw(ds, shards)
-    if shard_bytes < 1:
-        raise PlanError(f"shard_bytes must be positive, got {shard_bytes}")
+    shard_bytes = args.byte_size("shard_bytes", shard_bytes)
     mode = _choose_mode(mode, append_dim, region)
     if append_dim is not None and append_dim not in ds.dims:
-        raise ArgumentValueError(
-            f"append_dim={append_dim!r} is not a dimension of the data to write "
-            f"(its dimensions are {sorted(map(str, ds.dims))})"
+        raise ArgumentValueError(  # with xarray's wording, which callers match on
+            f"append_dim={append_dim!r} is not a dimension of the data to write: it "
+            f"does not match any existing dataset dimensions {sorted(map(str, ds.dims))}"
         )
     user_encoding = {k: _as_dict(v, k) for k, v in (encoding or {}).items()}
     zstore = resolve_store(store, mode="w", storage_options=storage_options)

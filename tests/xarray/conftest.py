@@ -1,0 +1,90 @@
+"""Accounting for xarray's own suite (``test_xarray_suite.py``): which items reach shardwise.
+
+A test module asks for ``shardwise_calls`` to have its items counted. The fixture wraps the two
+doors into shardwise that xarray code can go through -- :func:`shardwise.to_zarr` and the
+``engine="shardwise"`` backend's ``open_dataset`` -- and counts the calls of each item. An
+item that passes without a single call tested xarray, not shardwise: it is reported as failed,
+so the number of passing items can never overstate what shardwise was tested for (an item that
+cannot reach shardwise is skipped with its reason instead, and then does not run at all). The
+terminal summary says how many passing items reached shardwise.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections import Counter
+from collections.abc import Callable, Generator
+from typing import Any
+
+import pytest
+
+import shardwise
+from shardwise.xarray.backend import ShardwiseBackendEntrypoint
+
+CALLS = pytest.StashKey[Counter[str]]()
+_REACHED = pytest.StashKey[Counter[str]]()  # on the config: passed items, calls by door
+
+
+def _counted(calls: Counter[str], door: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func``, counting its calls in ``calls[door]``: only calls whose arguments bind, so an
+    argument shardwise does not have (a TypeError before any of its code runs) is no visit."""
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        signature.bind(*args, **kwargs)
+        calls[door] += 1
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+@pytest.fixture
+def shardwise_calls(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Counter[str]:
+    """Calls of ``shardwise.to_zarr`` and of the shardwise engine's ``open_dataset`` made by
+    this test (counted per door); the item fails if it passes with none."""
+    calls: Counter[str] = Counter()
+    request.node.stash[CALLS] = calls
+    monkeypatch.setattr(
+        shardwise, "to_zarr", _counted(calls, "to_zarr", shardwise.to_zarr), raising=False
+    )
+    opener = ShardwiseBackendEntrypoint.open_dataset
+    monkeypatch.setattr(
+        ShardwiseBackendEntrypoint, "open_dataset", _counted(calls, "open_dataset", opener)
+    )
+    return calls
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    calls = item.stash.get(CALLS, None)
+    if calls is None or report.when != "call" or not report.passed or hasattr(report, "wasxfail"):
+        return report
+    if not calls:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} passed without reaching shardwise: no call of shardwise.to_zarr nor "
+            "of the shardwise engine's open_dataset. It tested xarray only: route its writes and "
+            "reads through shardwise, or skip it with the reason it cannot be."
+        )
+        return report
+    reached = item.config.stash.setdefault(_REACHED, Counter())
+    reached["items"] += 1
+    reached.update(calls)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    reached = terminalreporter.config.stash.get(_REACHED, None)
+    if reached is not None:
+        terminalreporter.write_line(
+            f"xarray suite: {reached['items']} passed items reached shardwise "
+            f"({reached['to_zarr']} calls of shardwise.to_zarr, {reached['open_dataset']} opens "
+            "with the shardwise engine)"
+        )
