@@ -172,9 +172,11 @@ def mapping(name: str, value: object) -> None:
 
 def region(name: str, value: object) -> None:
     """Refuse a ``value`` that is neither ``None`` nor a tuple (or list) of slices, one per
-    dimension (their bounds are checked against the array later, before any write).
+    dimension or one ``...`` for the dimensions not given (the count and the bounds are checked
+    against the array by ``core.layout.normalize_region``, before any write).
 
     >>> region("region", (slice(0, 4), slice(None)))
+    >>> region("region", (slice(0, 4), ...))
     >>> region("region", (0, 4))
     Traceback (most recent call last):
     ...
@@ -182,12 +184,19 @@ def region(name: str, value: object) -> None:
     """
     if value is None:
         return
-    if not isinstance(value, tuple | list) or not all(isinstance(s, slice) for s in value):
+    if isinstance(value, slice) or value is Ellipsis:
+        value = (value,)  # a lone slice or ... is a one-item region, as normalize_region takes it
+    if not isinstance(value, tuple | list) or not all(
+        isinstance(s, slice) or s is Ellipsis for s in value
+    ):
         raise ArgumentTypeError(
-            f"{name} must be None or a tuple of slices (one per dimension), got {value!r} "
+            f"{name} must be None or a tuple of slices (one per dimension, or one ... for the "
+            f"dimensions not given), got {value!r} "
             f"({type(value).__name__})"
         )
     for s in value:
+        if s is Ellipsis:
+            continue
         for bound in (s.start, s.stop, s.step):
             if bound is not None and not _is_int(bound):
                 raise ArgumentTypeError(
