@@ -15,9 +15,11 @@ xarray's other Zarr classes (``TestZarrDictStore``, ``TestZarrWriteEmpty``,
 ``TestZarrRegionAuto``, NCZarr, rectilinear chunks, DataTree), whose tests call ``to_zarr`` and
 ``open_zarr`` directly rather than through the hooks.
 
-Tests that do not run, by name, with the reason: ``SKIPPED`` (tests of xarray's own ``ZarrStore``,
-intended differences, the environment), ``SKIPPED_SMALL_SHARDS`` and ``KNOWN_FAILURES`` (strict
-xfails: differences of ``shardwise.to_zarr`` from ``Dataset.to_zarr`` still to be resolved).
+Tests that do not run, by name, with the reason (kept in ``tests/skips.py``, the allowlist of
+skips): ``SKIPPED`` (tests of xarray's own ``ZarrStore``, intended differences),
+``SKIPPED_SMALL_SHARDS`` and ``KNOWN_FAILURES`` (strict xfails: differences of
+``shardwise.to_zarr`` from ``Dataset.to_zarr`` still to be resolved). xarray's own skip and
+xfail marks of the inherited tests are listed there too.
 """
 
 from __future__ import annotations
@@ -34,40 +36,16 @@ from xarray.tests.test_backends import ZarrBase, create_tmp_file
 from zarr.storage import MemoryStore
 
 import shardwise
+from skips import XARRAY_KNOWN_FAILURES, XARRAY_SKIPPED, XARRAY_SKIPPED_SMALL_SHARDS
 
 # xarray's test data includes fixed-width bytes and strings, which zarr-python writes with a warning
 # that their Zarr v3 representation is not specified yet (xarray's own configuration ignores it)
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
 
-_ZARR_STORE = "uses xarray's ZarrStore directly (create_store / store.ds / ZarrStore.open_group)"
-_DESIGN = "by design: "
-
-SKIPPED: dict[str, str] = {
-    # reach into xarray's own ZarrStore instead of the save/open hooks
-    "test_write_store": _ZARR_STORE + ": dump_to_store into xarray's ZarrStore, decode_cf of it",
-    "test_hidden_zarr_keys": _ZARR_STORE + ": edits attributes through ZarrStore.ds",
-    "test_dimension_names": _ZARR_STORE + ": reads dimension names through ZarrStore.ds",
-    "test_cache_members": _ZARR_STORE + ": tests ZarrStore's member cache",
-    # intended differences from xarray's zarr engine and Dataset.to_zarr
-    "test_warning_on_bad_chunks": _DESIGN
-    + "preferred_chunks is the shard shape, so xarray warns for other chunks than it expects",
-    "test_chunked_datetime64_or_timedelta64": _DESIGN
-    + "the stored layout does not follow the dask chunks, so chunks={} gives one chunk per shard",
-    "test_chunk_encoding_with_dask": _DESIGN
-    + "any dask chunking is written (irregular, or splitting inner chunks and shards) and the "
-    "default inner chunks are not the dask chunks; xarray refuses or copies them",
-    "test_shard_encoding_with_dask": _DESIGN
-    + "dask chunks that split shards are written (one task per shard) instead of refused",
-}
-
-SKIPPED_SMALL_SHARDS: dict[str, str] = {
-    "test_auto_chunk": "this class imposes its own small shards, so chunks={} gives them rather "
-    "than the source's dask chunks",
-}
-
-KNOWN_FAILURES: dict[str, str] = {
-    # shardwise.to_zarr differences from Dataset.to_zarr, kept strict so a fix shows up
-}
+# the tests that do not run, and why: tests/skips.py keeps them with the suite's other skips
+SKIPPED = XARRAY_SKIPPED
+SKIPPED_SMALL_SHARDS = XARRAY_SKIPPED_SMALL_SHARDS
+KNOWN_FAILURES = XARRAY_KNOWN_FAILURES
 
 
 @pytest.fixture(params=[3])
