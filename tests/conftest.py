@@ -10,6 +10,9 @@ distributed's logs are kept at ERROR for the whole session (in this process and 
 process it starts): the fault tests kill workers on purpose, and the warnings about it would
 bury the one line that matters when a test fails. pytest still shows what is logged at ERROR
 for a failing test.
+
+Skips are held to the allowlist of ``skips.py`` (its hooks are imported here): with ``CI=true``
+any other skip fails its test.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+
+from skips import (  # noqa: F401 (hooks: pytest finds them by name in this module)
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+    pytest_terminal_summary,
+)
+
+pytest_plugins = ["pytester"]  # tests/project/test_skips.py runs the hooks on a suite of its own
 
 settings.register_profile(
     "shardwise",

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -636,17 +637,23 @@ def race_region(
     out: Any,
     endpoint: str = "",
     conditional: bool = True,
+    meet: dict[int, Any] | None = None,
 ) -> None:
     """One independent job: every trial, wait for the others, then write slab ``idx`` (85 rows,
     splitting 64-row shards) into that trial's existing array with ``region=`` (``write_array``,
     or ``to_zarr`` for kind "xarray").
-    ``conditional=False`` turns the check off (to show what it prevents)."""
+    ``conditional=False`` turns the check off (to show what it prevents). ``meet`` (a barrier of
+    two per shard row that two slabs share) forces the race: each writer of a shared shard waits,
+    after its read and merge and before its first commit, until the other has read and merged
+    too, so one of the two commits always finds the shard changed since its read."""
     import dask
 
     import shardwise
-    import shardwise.storage.conditional
+    import shardwise.storage.conditional as cond
 
-    shardwise.storage.conditional.ENABLED = conditional
+    cond.ENABLED = conditional
+    if meet:
+        cond.before_commit = partial(_meet_before_commit, meet)
 
     dask.config.set(scheduler="synchronous")  # the concurrency under test is between processes
     for t in range(trials):
@@ -665,3 +672,11 @@ def race_region(
             out.put((t, idx, rep.conflicts_retried, ""))
         except Exception as e:  # reported, and fails the test
             out.put((t, idx, -1, f"error: {type(e).__name__}: {e}"))
+
+
+def _meet_before_commit(meet: dict[int, Any], name: str, attempt: int) -> None:
+    """``before_commit`` of :func:`race_region`: the first commit of a shared shard ("c/<row>/0")
+    waits for the other writer of that shard (a retry does not: the other has committed)."""
+    parts = name.split("/")
+    if attempt == 0 and parts[0] == "c" and int(parts[1]) in meet:
+        meet[int(parts[1])].wait(timeout=300)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from zarr.abc.store import Store
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
-from faultkit import files, wait_until
+from faultkit import files
 from shardwise import LeaseHeldError
 from shardwise.durability.lease import LEASE, Lease, LeaseInfo, break_lease, part_lease, read_lease
 from shardwise.durability.verify import verify
@@ -179,51 +180,74 @@ def test_a_failed_write_releases_the_lease_and_stays_incomplete(tmp_path: Path) 
 
 
 class HeldPut(WrapperStore[Store]):
-    """The first ``set`` of ``key`` announces itself in ``flag`` and waits for ``<flag>.go``
-    without blocking the store's event loop (other requests go on meanwhile)."""
+    """The first ``set`` of ``key`` sets ``held`` and waits for ``go`` without blocking the
+    store's event loop (other requests go on meanwhile); once stored, it sets ``resumed``."""
 
-    def __init__(self, store: Store, key: str, flag: str) -> None:
+    def __init__(self, store: Store, key: str, held: Any, go: Any, resumed: Any) -> None:
         super().__init__(store)
-        self.key, self.flag = key, flag
+        self.key, self.held, self.go, self.resumed = key, held, go, resumed
 
     def _with_store(self, store: Store) -> HeldPut:
-        return HeldPut(store, self.key, self.flag)
+        return HeldPut(store, self.key, self.held, self.go, self.resumed)
 
     async def set(self, key: str, value: Any) -> None:
-        if key == self.key and not os.path.exists(self.flag):
-            Path(self.flag).write_text("")
-            while not os.path.exists(f"{self.flag}.go"):
-                await asyncio.sleep(0.01)
+        if key == self.key and not self.held.is_set():
+            self.held.set()
+            assert await asyncio.to_thread(self.go.wait, 300), "the held put was never let go"
             await self._store.set(key, value)
-            Path(f"{self.flag}.resumed").write_text("")
+            self.resumed.set()
             return
         await self._store.set(key, value)
 
 
+class SeenWaiting(threading.Condition):
+    """The pool's task condition, telling ``waiting`` when someone waits on it: the failed write
+    waiting for its running tasks (``_pool.stop_write``, its only waiter)."""
+
+    def __init__(self, waiting: threading.Event) -> None:
+        super().__init__()
+        self.waiting = waiting
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
 @pytest.mark.parametrize("strategy", ["direct", "staged"])
-def test_a_failed_write_returns_after_its_running_tasks(tmp_path: Path, strategy: str) -> None:
+def test_a_failed_write_returns_after_its_running_tasks(
+    tmp_path: Path, strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A local dask scheduler raises the first error while other tasks still run; the write
-    waits for them, so nothing of it lands after the call returned and the lease is gone."""
-    root, flag = tmp_path / "a.zarr", str(tmp_path / "held")
-    # the put of shard c/0/0 is held until the failing block has let it go, just before it
-    # raises: that put finishes after the failure, and the write must wait for it
-    store = HeldPut(LocalStore(root), "c/0/0", flag)
+    waits for them, so nothing of it lands after the call returned and the lease is gone.
+
+    No time window: the put of shard c/0/0 is held until the write, after the failure, waits
+    for its running tasks (or, if it does not wait, until the call has returned), so a write
+    that returns early always returns before that put has landed."""
+    from shardwise.engine import _pool
+
+    root = tmp_path / "a.zarr"
+    held, go, resumed = threading.Event(), threading.Event(), threading.Event()
+    monkeypatch.setattr(_pool, "_tasks", SeenWaiting(go))
+    store = HeldPut(LocalStore(root), "c/0/0", held, go, resumed)
 
     def boom(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
         assert block_info is not None
         if block_info[0]["chunk-location"] == (2, 1):
-            wait_until(lambda: os.path.exists(flag), "the held put of c/0/0", 300)
-            Path(f"{flag}.go").write_text("")
+            assert held.wait(300), "the put of c/0/0 never started"
             raise RuntimeError("source failed")
         return block
 
     src = da.from_array(data(), chunks=(8, 8)).map_blocks(boom, dtype="int32")
-    with (
-        dask.config.set(scheduler="threads", num_workers=2),
-        pytest.raises(RuntimeError, match="source failed"),
-    ):
-        shardwise.write_array(src, store, strategy=strategy, **KW)
-    assert os.path.exists(f"{flag}.resumed")  # the held put went on before the call returned
+    try:
+        with (
+            dask.config.set(scheduler="threads", num_workers=2),
+            pytest.raises(RuntimeError, match="source failed"),
+        ):
+            shardwise.write_array(src, store, strategy=strategy, **KW)
+        landed_before_return = resumed.is_set()
+    finally:
+        go.set()  # a write that did not wait: its put lands now (the test has seen enough)
+    assert landed_before_return, "the call returned before its running put had landed"
     assert (root / "c" / "0" / "0").exists()
     assert read_lease(sstore(root)) is None
     report = verify(root)

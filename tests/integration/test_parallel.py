@@ -24,6 +24,7 @@ from zarr.core.buffer import Buffer
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
+from fsevents import FileEvents
 from shardwise import PlanError, WriteReport
 from shardwise.core.layout import Layout
 
@@ -487,14 +488,26 @@ def test_one_set_per_shard_across_worker_processes(client: Any, tmp_path: Path) 
 
 @pytest.mark.slow
 def test_rewrite_on_cluster_replaces_each_shard_once(client: Any, tmp_path: Path) -> None:
+    """Each shard of the rewrite is stored exactly once by the worker processes (counted as the
+    kernel sees it: one rename into place per store write), the all-fill one deleted once."""
     data = make_data()
     write(data, str(tmp_path))
     inodes = {k: (tmp_path / k).stat().st_ino for k in shard_files(tmp_path)}
     new = data + 1
     new[:16, :12, :8] = 0
-    source = da.from_array(new, chunks=CHUNKINGS["irregular"])
-    report, _ = _run_on_cluster(client, lambda: write(source, str(tmp_path), mode="r+"))
     want = nonempty_keys(new)
+    dirs = {p for p in (tmp_path / "c").rglob("*") if p.is_dir()}
+    assert {(tmp_path / k).parent for k in want} <= dirs  # every shard lands in a watched dir
+    source = da.from_array(new, chunks=CHUNKINGS["irregular"])
+    with FileEvents(dirs) as seen:
+        report, _ = _run_on_cluster(client, lambda: write(source, str(tmp_path), mode="r+"))
+        events = seen.read()
+    done = Counter(
+        (kind, p.relative_to(tmp_path).as_posix())
+        for kind, p in events
+        if not p.name.endswith(".partial")  # a temp file removed: no store write
+    )
+    assert done == Counter({("renamed", k): 1 for k in want} | {("deleted", "c/0/0/0"): 1})
     assert report.keys == sorted(want)
     assert report.shards_deleted == 1
     assert shard_files(tmp_path) == want

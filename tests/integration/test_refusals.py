@@ -14,7 +14,6 @@ created with a shardwise error that says what to do (the store byte-identical af
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -382,6 +381,19 @@ def test_messages_name_the_root_array(tmp_path: Path) -> None:
     assert "array 'a/b' in " in str(e4.value)
 
 
-def test_cli_usage_without_storage_option_value(tmp_path: Path) -> None:
-    assert main(["inspect", str(tmp_path), "--storage-option", "novalue"]) == 2
-    assert os.path.isdir(tmp_path)
+def test_cli_usage_without_storage_option_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --storage-option without ``=`` is a usage error (exit 2) naming the option, what it
+    takes and what it got, raised before any store is touched: a lease break leaves the lease."""
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(np.zeros(4), root, chunks=(2,), shards=(2,))
+    Lease.acquire(ShardStore(zarr.storage.LocalStore(root)), purpose="a running job")
+    before = files(root, journal=True)
+    assert ".shardwise/lease" in before
+    for cmd in (["inspect", str(root)], ["lease", str(root), "--break"]):
+        assert main([*cmd, "--storage-option", "novalue"]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.strip() == f"shardwise {cmd[0]}: --storage-option takes KEY=VALUE, got 'novalue'"
+        assert files(root, journal=True) == before

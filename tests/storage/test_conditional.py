@@ -5,7 +5,9 @@
 * a forced race (events, no timing): the writer whose read is overtaken by another writer's
   commit merges again and both updates survive; the same race without the check loses one;
 * a shard that keeps changing: a clear error after the bounded retries;
-* six processes writing 85-row slabs into 64-row shards, several trials, local files and S3;
+* six processes writing 85-row slabs into 64-row shards, several trials, local files and S3: the
+  two writers of each shared shard meet at a barrier between read and commit, so every trial
+  races (one conflict per shared shard); the same races without the check lose rows;
 * leases, write markers, resume and verify with writers side by side.
 """
 
@@ -292,12 +294,17 @@ def test_a_shard_that_keeps_changing_gives_a_clear_error(
 # -- many independent processes -------------------------------------------------------------------
 
 WRITERS, TRIALS = 6, 6
+# the shard rows two neighbouring slabs share (slab i starts inside shard row (i * 85) // 64)
+SHARED = sorted({(i * SLAB_ROWS) // SLAB_SHARD for i in range(1, WRITERS)})
 
 
 def run_slab_race(
     kind: str, base: str, endpoint: str = "", conditional: bool = True
 ) -> dict[str, Any]:
-    """WRITERS processes each write an 85-row slab into 64-row shards, TRIALS times."""
+    """WRITERS processes each write an 85-row slab into 64-row shards, TRIALS times. The two
+    writers of every shared shard meet at a barrier between their read and their commit, so
+    every trial races on every shared shard: with the check, exactly one commit per shared shard
+    finds it changed and merges again; without it, one writer's rows of that shard are lost."""
     n = WRITERS * SLAB_ROWS
     for t in range(TRIALS):  # even trials start without shards, odd ones replace stored shards
         init = np.full((n, SLAB_WIDTH), -1 if t % 2 else 0, "int32")
@@ -312,10 +319,11 @@ def run_slab_race(
             shardwise.write_array(init, slab_store(kind, base, t, endpoint), **kw)
     ctx = forkserver()
     barrier, out = ctx.Barrier(WRITERS), ctx.Queue()
+    meet = {row: ctx.Barrier(2) for row in SHARED}
     jobs = [
         ctx.Process(
             target=race_region,
-            args=(i, kind, base, TRIALS, WRITERS, barrier, out, endpoint, conditional),
+            args=(i, kind, base, TRIALS, WRITERS, barrier, out, endpoint, conditional, meet),
         )
         for i in range(WRITERS)
     ]
@@ -327,45 +335,68 @@ def run_slab_race(
         j.join(timeout=60)
     seconds = time.perf_counter() - started
     errors = [r[3] for r in results if r[3]]
-    lost, problems = 0, []
+    lost, lost_in, problems = 0, set(), []
     path = "v" if kind == "xarray" else None
     for t in range(TRIALS):
         store = slab_store(kind, base, t, endpoint)
         got = shardwise.open_array(store, path=path).compute()
-        lost += int((got != slab_array(t, WRITERS)).any(axis=1).sum())
+        wrong = (got != slab_array(t, WRITERS)).any(axis=1)
+        lost += int(wrong.sum())
+        lost_in |= {(t, int(r) // SLAB_SHARD) for r in np.flatnonzero(wrong)}
         problems += shardwise.verify(store, path=path).problems
     return dict(
         processes=WRITERS,
         trials=TRIALS,
         rows_per_trial=n,
         rows_lost=lost,
+        shards_that_lost_rows=sorted(lost_in),
         conflicts_retried=sum(r[2] for r in results if r[2] > 0),
-        shared_shards_per_trial=len({(i * SLAB_ROWS) // SLAB_SHARD for i in range(1, WRITERS)}),
+        shared_shards_per_trial=len(SHARED),
         errors=errors[:3],
         verify_problems=[str(p) for p in problems[:3]],
         seconds=round(seconds, 1),
     )
 
 
+def assert_raced_and_lost_nothing(res: dict[str, Any]) -> None:
+    assert res["errors"] == [] and res["verify_problems"] == []
+    assert res["rows_lost"] == 0
+    # the writers contended: each shared shard, each trial, one commit lost to the other's
+    assert res["conflicts_retried"] == len(SHARED) * TRIALS
+
+
 def test_six_processes_write_shard_splitting_slabs_on_local_files(tmp_path: Path) -> None:
     res = run_slab_race("local", str(tmp_path))
     record_figures("conditional-slabs-local", res)
-    assert res["errors"] == [] and res["verify_problems"] == []
-    assert res["rows_lost"] == 0
+    assert_raced_and_lost_nothing(res)
 
 
 def test_six_processes_write_shard_splitting_slabs_with_to_zarr(tmp_path: Path) -> None:
     res = run_slab_race("xarray", str(tmp_path))
     record_figures("conditional-slabs-to-zarr", res)
-    assert res["errors"] == [] and res["verify_problems"] == []
-    assert res["rows_lost"] == 0
+    assert_raced_and_lost_nothing(res)
 
 
 def test_six_processes_write_shard_splitting_slabs_on_s3(s3: MotoS3) -> None:
     res = run_slab_race("s3", f"slabs-{unique()}", s3.endpoint)
     record_figures("conditional-slabs-s3", res)
-    assert res["errors"] == [] and res["verify_problems"] == []
-    assert res["rows_lost"] == 0
+    assert_raced_and_lost_nothing(res)
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_six_processes_write_shard_splitting_slabs_without_the_check_lose_rows(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The control: the same forced races with conditional commits off lose the rows of one
+    writer in every shared shard of every trial (and nothing conflicts: nothing is checked)."""
+    if kind == "s3":
+        s3: MotoS3 = request.getfixturevalue("s3")
+        res = run_slab_race(kind, f"slabs-{unique()}", s3.endpoint, conditional=False)
+    else:
+        res = run_slab_race(kind, str(tmp_path), conditional=False)
+    record_figures(f"conditional-slabs-unchecked-{kind}", res)
+    assert res["errors"] == [] and res["conflicts_retried"] == 0
+    assert res["shards_that_lost_rows"] == [(t, row) for t in range(TRIALS) for row in SHARED]
 
 
 # -- leases, markers, resume, verify --------------------------------------------------------------

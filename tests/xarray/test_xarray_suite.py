@@ -21,10 +21,11 @@ Selection (the run takes well under a minute): only these two classes and only
 (yet): xarray's other Zarr classes (``TestZarrDictStore``, ``TestZarrWriteEmpty``,
 ``TestZarrRegionAuto``, NCZarr, rectilinear chunks, DataTree).
 
-Tests that do not run, by name, with the reason: ``SKIPPED`` (tests of xarray's own ``ZarrStore``,
-tests that cannot reach shardwise or assert nothing, intended differences),
-``SKIPPED_SMALL_SHARDS`` and ``KNOWN_FAILURES`` (strict xfails: differences of
-``shardwise.to_zarr`` from ``Dataset.to_zarr`` still to be resolved).
+Tests that do not run, by name, with the reason (kept in ``tests/skips.py``, the allowlist of
+skips): ``SKIPPED`` (tests of xarray's own ``ZarrStore``, tests that cannot reach shardwise or
+assert nothing, intended differences), ``SKIPPED_SMALL_SHARDS`` and ``KNOWN_FAILURES`` (strict
+xfails: differences of ``shardwise.to_zarr`` from ``Dataset.to_zarr`` still to be resolved).
+xarray's own skip and xfail marks of the inherited tests are listed there too.
 """
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ import shardwise
 from faultkit import snapshot
 from shardwise.core.sizing import DEFAULT_CHUNK_BYTES, default_layout
 from shardwise.errors import PlanError
-
-pytest_plugins = ["pytester"]  # to run the accounting of tests/xarray/conftest.py on its own
+from skips import XARRAY_KNOWN_FAILURES, XARRAY_SKIPPED, XARRAY_SKIPPED_SMALL_SHARDS
 
 # xarray's test data includes fixed-width bytes and strings, which zarr-python writes with a warning
 # that their Zarr v3 representation is not specified yet (xarray's own configuration ignores it);
@@ -59,50 +59,10 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning"),
 ]
 
-_ZARR_STORE = "uses xarray's ZarrStore directly (create_store / store.ds / ZarrStore.open_group)"
-_DESIGN = "by design: "
-
-SKIPPED: dict[str, str] = {
-    # reach into xarray's own ZarrStore instead of the save/open hooks
-    "test_write_store": _ZARR_STORE + ": dump_to_store into xarray's ZarrStore, decode_cf of it",
-    "test_hidden_zarr_keys": _ZARR_STORE + ": edits attributes through ZarrStore.ds",
-    "test_dimension_names": _ZARR_STORE + ": reads dimension names through ZarrStore.ds",
-    "test_cache_members": _ZARR_STORE + ": tests ZarrStore's member cache",
-    # intended differences from xarray's zarr engine and Dataset.to_zarr
-    "test_warning_on_bad_chunks": _DESIGN
-    + "preferred_chunks is the shard shape, so xarray warns for other chunks than it expects",
-    "test_chunked_datetime64_or_timedelta64": _DESIGN
-    + "the stored layout does not follow the dask chunks, so chunks={} gives one chunk per shard",
-    "test_chunked_cftime_datetime": _DESIGN
-    + "the stored layout does not follow the dask chunks, so chunks={} gives one chunk per shard",
-    "test_chunk_encoding_with_dask": _DESIGN
-    + "any dask chunking is written (irregular, or splitting inner chunks and shards) where "
-    "xarray refuses it, and dask chunks over 1 MiB are not made the inner chunks",
-    "test_shard_encoding_with_dask": _DESIGN
-    + "dask chunks that split shards are written (one task per shard) instead of refused",
-}
-
-SKIPPED_SMALL_SHARDS: dict[str, str] = {
-    "test_auto_chunk": "this class imposes its own small shards, so chunks={} gives them rather "
-    "than the source's dask chunks",
-    "test_chunk_auto_with_small_dask_chunks": "this class imposes its own small inner chunks, so "
-    "xr.open_zarr gives them rather than the source's dask chunks",
-}
-
-SKIPPED.update(
-    {
-        # never reach shardwise (tests/xarray/conftest.py would fail them)
-        "test_non_existent_store": "calls only xr.open_zarr, on a store that does not exist",
-        # inherited tests without an assertion: they would count as passing whatever happens
-        "test_encoding_kwarg_fixed_width_string": "asserts nothing (ZarrBase overrides it with "
-        "`pass`: zarr does not use EncodedStringCoder)",
-        "test_write_read_select_write": "asserts nothing: only that two writes do not raise",
-    }
-)
-
-KNOWN_FAILURES: dict[str, str] = {
-    # shardwise.to_zarr differences from Dataset.to_zarr, kept strict so a fix shows up
-}
+# the tests that do not run, and why: tests/skips.py keeps them with the suite's other skips
+SKIPPED = XARRAY_SKIPPED
+SKIPPED_SMALL_SHARDS = XARRAY_SKIPPED_SMALL_SHARDS
+KNOWN_FAILURES = XARRAY_KNOWN_FAILURES
 
 
 @pytest.fixture(params=[3])

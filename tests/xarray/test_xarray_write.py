@@ -258,10 +258,25 @@ def test_consolidated_as_xarray(tmp_path: Path, consolidated: bool | None) -> No
 
 
 def test_one_task_per_shard_whatever_the_dask_chunks(tmp_path: Path, read_tensorstore: Any) -> None:
+    """The tasks that ran are counted (a dask callback): one shard-write task per shard and
+    variable, whatever the dask chunks (temp has 8 dask blocks, its rows cutting its shards)."""
+    from collections import Counter
+
+    from dask.callbacks import Callback
+
     ds = sample(50, 7).chunk({"time": (3, 17, 1, 29), "x": (2, 5)})
+    assert ds.temp.data.npartitions == 8
     enc = {"temp": {"chunks": (5, 7), "shards": (10, 7)}}
-    rep = shardwise.to_zarr(ds, tmp_path / "a.zarr", encoding=enc)
+    ran: list[Any] = []
+    with Callback(pretask=lambda key, dsk, state: ran.append(key)):
+        rep = shardwise.to_zarr(ds, tmp_path / "a.zarr", encoding=enc)
+    # a shard task's key names the write graph (dask may fuse a one-block variable's source and
+    # finalize tasks into it, which keeps the name in the fused key)
+    writes = [k for k in ran if "shardwise-write-" in (k[0] if isinstance(k, tuple) else k)]
+    assert len(set(writes)) == len(writes)  # no task ran twice
+    per_variable = Counter(k[0] if isinstance(k, tuple) else k for k in writes)
     # temp: 5 shards; count, flag, time: one shard each (whole); x: one shard
+    assert sorted(per_variable.values()) == [1, 1, 1, 1, 5]
     assert rep.shards_written == 5 + 4
     got = read_tensorstore(tmp_path / "a.zarr" / "temp")
     np.testing.assert_array_equal(got, ds.temp.values)
