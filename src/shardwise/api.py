@@ -310,52 +310,127 @@ def write_array(
 ) -> WriteReport | Any:
     """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
 
-    ``chunks`` is the inner chunk shape and ``shards`` the shard shape, as in
-    ``zarr.create_array``; the dask chunking of ``data`` may be anything. Left out, they follow
-    the rule of :func:`shardwise.to_zarr`: inner chunks of about 1 MiB in shards of up to
-    64 MiB; default inner chunks (``chunks="auto"``) always divide the shards. Every non-empty shard
-    is written by exactly one task with one atomic store ``set``; shards whose values all equal
-    the fill value are not stored (and removed if they were). ``mode``: ``"w-"`` create (fail if
-    it exists), ``"w"`` create or replace, ``"a"`` write into an existing array (create when
-    missing), ``"r+"`` write into an existing array. ``region`` places ``data`` inside an existing
-    array: a slice (step 1) per dimension, or one ``Ellipsis`` for the dimensions not given
-    (``region=(slice(a, b), ...)``); shards it covers in part are merged with what is stored.
-    ``threads`` caps the threads that encode inner chunks (default: the cores, or the dask
-    worker's threads).
-    ``fsync=True`` makes each shard durable (file and directory fsync) on local filesystems.
-    ``compressors="auto"`` (the default) is zstd with its frame checksum, so a damaged inner chunk
-    raises :class:`CorruptShardError` on read; pass your own (e.g. ``ZstdCodec(level=0)``, or
-    None) to store inner chunks without it.
+    Every non-empty shard is written by exactly one task with one atomic store ``set``, whatever
+    the dask chunking of ``data``; shards whose values all equal the fill value are not stored
+    (and removed if they were). Every check runs before the first metadata or data byte is
+    written (the values of a dask object array are checked to be strings as each shard is
+    written).
 
-    ``resume=True`` continues an interrupted write of the same data and region: shards it already
-    stored (and recorded) are skipped, temp files and abandoned multipart uploads removed. A
-    write that creates or replaces the array holds its exclusive lease (``lease``, default: on
-    when ``compute=True``): another writer is refused with :class:`LeaseHeldError` before it
-    writes anything. Writes into an existing array (``region``, mode ``"a"``/``"r+"``) run side
-    by side from any number of processes: each shard they share is read, merged and committed
-    only if no other writer replaced it meanwhile (else merged again), on local and shared
-    filesystems, S3 (obstore, s3fs), GCS and Azure (obstore) and in memory; on other stores they
-    take the exclusive lease. ``break_lease=True`` takes over the lease of a writer known to be
-    gone.
+    Parameters
+    ----------
+    data : numpy.ndarray, dask.array.Array or xarray.DataArray
+        The array to write; of a ``DataArray``, its ``.data`` is written. datetime64/timedelta64
+        data is stored as zarr's ``numpy.datetime64``/``numpy.timedelta64`` types, strings (numpy
+        ``StringDType``, or object arrays of Python ``str`` with ``dtype=str`` or no dtype) as
+        zarr's variable-length UTF-8 ``string`` type, as zarr-python stores them.
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store`` (``LocalStore``, ``MemoryStore``, ``ObjectStore``, ``FsspecStore``), a
+        local path or a URL.
+    path : str, optional
+        The array's path inside ``store`` (default: its root).
+    chunks : tuple of int or "auto", default "auto"
+        The inner chunk shape, as in ``zarr.create_array``. ``"auto"`` follows the rule of
+        :func:`shardwise.to_zarr` (inner chunks of about 1 MiB); default inner chunks always
+        divide the shards.
+    shards : tuple of int, optional
+        The shard shape, as in ``zarr.create_array``. Left out, the rule of
+        :func:`shardwise.to_zarr`: shards of up to 64 MiB. Given with ``chunks``, it is rounded
+        up to whole chunks (``chunks=(32, 32), shards=(100, 64)`` stores shards of
+        ``(128, 64)``).
+    dtype : numpy.dtype or str, optional
+        The array's data type, as in ``zarr.create_array`` (default: that of ``data``).
+    fill_value : scalar, optional
+        As in ``zarr.create_array``.
+    compressors : zarr codec, list of codecs, "auto" or None, default "auto"
+        ``"auto"`` is zstd with its frame checksum, so a damaged inner chunk raises
+        :class:`CorruptShardError` on read; pass your own (e.g. ``ZstdCodec(level=0)``, or None)
+        to store inner chunks without it.
+    filters, serializer : zarr codecs or "auto", default "auto"
+        As in ``zarr.create_array``.
+    dimension_names : sequence of str, optional
+        As in ``zarr.create_array``.
+    attributes : dict, optional
+        As in ``zarr.create_array``.
+    chunk_key_encoding : dict or zarr chunk key encoding, optional
+        As in ``zarr.create_array``.
+    zarr_format : int, default 3
+        Must be 3: shardwise writes Zarr format 3 only.
+    mode : {"w-", "w", "a", "r+"}, default "w-"
+        ``"w-"`` create (fail if it exists), ``"w"`` create or replace, ``"a"`` write into an
+        existing array (create when missing), ``"r+"`` write into an existing array.
+    region : tuple of slice, optional
+        Places ``data`` inside an existing array: a slice (step 1) per dimension, or one
+        ``Ellipsis`` for the dimensions not given (``region=(slice(a, b), ...)``); shards it
+        covers in part are merged with what is stored, by their one owning task.
+    write_empty_chunks : bool, default False
+        Store inner chunks equal to the fill value too; by default they are not stored.
+    threads : int, optional
+        Caps the threads that encode inner chunks (default: the cores, or the dask worker's
+        threads).
+    fsync : bool, default False
+        Make each shard durable (file and directory fsync) on local filesystems.
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+    compute : bool, default True
+        False returns a dask ``Delayed`` that runs the write and computes the report.
+    progress : bool, default False
+        Show a progress bar over shards done and bytes moved, on the local schedulers and on a
+        ``dask.distributed`` client.
+    resume : bool, default False
+        Continue an interrupted write of the same data and region: shards it already stored
+        (and recorded) are skipped, temp files and abandoned multipart uploads removed.
+    lease : bool, optional
+        Hold the array's lease (default: on when ``compute=True``). A write that creates or
+        replaces the array holds its exclusive lease: another writer is refused with
+        :class:`LeaseHeldError` before it writes anything. Writes into an existing array
+        (``region``, mode ``"a"``/``"r+"``) run side by side from any number of processes: each
+        shard they share is read, merged and committed only if no other writer replaced it
+        meanwhile (else merged again), on local and shared filesystems, S3 (obstore, s3fs), GCS
+        and Azure (obstore) and in memory; on other stores they take the exclusive lease.
+    break_lease : bool, default False
+        Take over the lease of a writer known to be gone.
+    strategy : {"auto", "direct", "staged"}, default "auto"
+        ``"direct"`` encodes each shard in one task from its raw data (the source is rechunked to
+        the shard pieces; a task holds about 3x one shard); ``"staged"`` encodes the inner chunks
+        where the dask blocks are and streams each shard from the encoded pieces (a task holds
+        one block plus a fixed buffer, whatever the shard size); ``"auto"`` is direct when the
+        dask chunks already are the shard pieces and fit ``memory_limit``, else staged.
+    memory_limit : int or str, optional
+        Bytes one task may hold, an int or a string as dask takes it (``"256MiB"``,
+        ``"1.5GB"``; default: the dask worker's memory limit per thread, else half the available
+        memory per core); a job that would not fit is refused.
+    dry_run : bool, default False
+        Return the :class:`WriteJob` without writing anything (see :func:`plan_write`).
 
-    ``strategy``: ``"direct"`` encodes each shard in one task from its raw data (the source is
-    rechunked to the shard pieces; a task holds about 3x one shard); ``"staged"`` encodes the inner
-    chunks where the dask blocks are and streams each shard from the encoded pieces (a task holds
-    one block plus a fixed buffer, whatever the shard size); ``"auto"`` (default) is direct when
-    the dask chunks already are the shard pieces and fit ``memory_limit``, else staged.
-    ``memory_limit``: bytes one task may hold, an int or a string as dask takes it (``"256MiB"``,
-    ``"1.5GB"``; default: the dask worker's memory limit per
-    thread, else half the available memory per core); a job that would not fit is refused.
+    Returns
+    -------
+    WriteReport or dask.delayed.Delayed or WriteJob
+        What the write did; with ``compute=False`` a dask ``Delayed`` that computes it; with
+        ``dry_run=True`` the job that would run.
 
-    ``data`` may be a numpy or dask array or an ``xarray.DataArray`` (its ``.data`` is written).
-    datetime64/timedelta64 data is stored as zarr's ``numpy.datetime64``/``numpy.timedelta64``
-    types, strings (numpy ``StringDType``, or object arrays of Python ``str`` with ``dtype=str``
-    or no dtype) as zarr's variable-length UTF-8 ``string`` type, as zarr-python stores them.
-
-    Returns a :class:`WriteReport`, or with ``compute=False`` a dask ``Delayed`` that computes it,
-    or with ``dry_run=True`` the :class:`WriteJob` without writing anything (see
-    :func:`plan_write`). Every check runs before the first metadata or data byte is written
-    (the values of a dask object array are checked to be strings as each shard is written).
+    Raises
+    ------
+    ArgumentTypeError
+        A keyword of the wrong type (a ``TypeError``); the message names the keyword, the value
+        and what is accepted.
+    ArgumentValueError
+        A keyword value outside what the keyword accepts (a ``ValueError`` and a
+        :class:`PlanError`), e.g. a ``zarr_format`` other than 3.
+    ArrayExistsError
+        ``mode="w-"`` and an array is already there (with ``resume=True``: one with other
+        metadata, so nothing to resume).
+    ArrayNotFoundError
+        ``mode="r+"`` and no array there.
+    PlanError
+        A write that cannot be placed: ``region`` without an existing array, data of another
+        shape than the region, data that cannot be cast to the array's dtype without loss, a
+        dask array of unknown chunk sizes, a task that would not fit ``memory_limit``, or more
+        than 4,194,304 shard tasks.
+    LeaseHeldError
+        Another writer holds the array's lease.
+    ShardConflictError
+        A shard shared with other writers kept changing between this write's read and its
+        commit.
     """
     # every keyword is checked before the store is looked at
     if type(zarr_format) is not int or zarr_format != 3:
@@ -510,9 +585,28 @@ def write_array(
 def plan_write(data: Any, store: Any, **kwargs: Any) -> WriteJob:
     """The :class:`WriteJob` that :func:`write_array` would run with these arguments.
 
-    Nothing is written (not even metadata); the job is validated (a job that would not fit
-    ``memory_limit`` raises :class:`PlanError`). Print it to see shards, tasks, strategy,
-    estimated peak memory per task and bytes to move.
+    Nothing is written (not even metadata); the job is validated. Print it to see shards, tasks,
+    strategy, estimated peak memory per task and bytes to move.
+
+    Parameters
+    ----------
+    data : numpy.ndarray, dask.array.Array or xarray.DataArray
+        The array :func:`write_array` would write.
+    store : zarr.abc.store.Store, str or os.PathLike
+        Where it would write: a zarr ``Store``, a local path or a URL.
+    **kwargs
+        The keywords of :func:`write_array` (all but ``dry_run``), checked as it checks them.
+
+    Returns
+    -------
+    WriteJob
+        The job: strategy, shards, tasks, blocks, peak memory per task, bytes to move.
+
+    Raises
+    ------
+    PlanError
+        A job that would not fit ``memory_limit`` (the message has the figures), and every
+        refusal of :func:`write_array` that comes before its first write.
     """
     job = write_array(data, store, dry_run=True, **kwargs)
     assert isinstance(job, WriteJob)
@@ -681,13 +775,47 @@ def open_array(
 ) -> Any:
     """A lazy dask array over a sharded Zarr v3 array; chunks default to the shard shape.
 
-    Its ``compute()`` on a local scheduler reads straight into one output, as
-    :func:`read_array` does; on other schedulers the blocks are assembled into one output on the
-    pool (see :mod:`shardwise.engine.assemble`). Slices and reductions of it run as dask graphs.
+    Its ``compute()`` (and ``np.asarray`` of it) on the threaded or synchronous scheduler, with
+    no dask callbacks active, reads straight into one output, as :func:`read_array` does; on
+    other schedulers the blocks are assembled into one output on the pool (see
+    ``shardwise.engine.assemble``). Slices and reductions of it run as dask graphs.
 
-    Reads of part of a shard fetch its index, then only the inner chunks needed. On local files
-    validated indexes are cached (checked against the file's identity, so rewrites are seen);
-    on other stores ``cache_indexes=True`` caches them too, for arrays not rewritten while open.
+    Reads of part of a shard fetch its index, then only the inner chunks needed.
+
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    path : str, optional
+        The array's path inside ``store`` (default: its root).
+    chunks : int, tuple, "auto", byte size or None, optional
+        The dask chunks, as dask normalizes them (default: the shard shape). Any other chunks
+        work and read only the inner chunks they need.
+    threads : int, optional
+        Caps the threads that decode inner chunks (default: the shared thread pool's size).
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+    cache_indexes : bool, default False
+        Cache validated shard indexes on stores other than local files, for arrays not rewritten
+        while open. On local files they are always cached (checked against the file's identity,
+        so rewrites are seen).
+
+    Returns
+    -------
+    dask.array.Array
+        The lazy array, of the stored array's shape and dtype.
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentValueError
+        A keyword of the wrong type, or a value it does not accept (e.g. chunks that are not
+        positive); the message names the keyword.
+    ArrayNotFoundError
+        No array or group at ``path``.
+    NotAnArrayError
+        ``path`` is a group; the message lists its arrays.
+    UnsupportedCodecError
+        A Zarr v2 array (``convert`` it first), or a codec chain shardwise cannot decode.
     """
     import dask.array as da
 

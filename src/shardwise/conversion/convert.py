@@ -34,7 +34,35 @@ from .plan import XARRAY_DIMS, ArrayPlan, Method, WriteSettings, plan_array
 
 @dataclass
 class ArrayReport:
-    """What happened to one array: the method and why, the shard shape, what was stored."""
+    """What happened to one array: the method and why, the shard shape, what was stored.
+
+    Attributes
+    ----------
+    path : str
+        The array's path in the destination.
+    method : {"copy", "reencode"}
+        Copied as encoded chunks, or decoded and re-encoded.
+    reason : str
+        Why this method.
+    shards : tuple of int
+        The shard shape.
+    chunks : tuple of int
+        The inner chunk shape.
+    shards_written : int
+        Shards stored.
+    shards_skipped : int
+        Shards done before (``resume=True``).
+    bytes_stored : int
+        Encoded bytes stored.
+    objects_before : int
+        Stored objects of the source array.
+    objects_after : int
+        Stored objects of the converted array.
+    seconds : float
+        Wall time.
+    verified : bool or None
+        The outcome of ``verify=True`` (None: not verified).
+    """
 
     path: str
     method: Method
@@ -62,7 +90,22 @@ class ArrayReport:
 
 @dataclass
 class ConvertReport:
-    """The conversion's report: one :class:`ArrayReport` per array."""
+    """The conversion's report: one :class:`ArrayReport` per array.
+
+    Attributes
+    ----------
+    src : str
+        The source store.
+    dst : str
+        The destination store.
+    arrays : list of ArrayReport
+        One per array converted.
+    seconds : float
+        Wall time of the conversion.
+    problems : list of str
+        What verification found (``verify=True``); ``ok`` is False when there are any, or an
+        array failed verification.
+    """
 
     src: str
     dst: str
@@ -72,17 +115,27 @@ class ConvertReport:
 
     @property
     def ok(self) -> bool:
+        """True when verification found no problem (always when not verified)."""
         return not self.problems and all(a.verified is not False for a in self.arrays)
 
     @property
     def objects_before(self) -> int:
+        """Stored objects of the source arrays, summed."""
         return sum(a.objects_before for a in self.arrays)
 
     @property
     def objects_after(self) -> int:
+        """Stored objects of the converted arrays, summed."""
         return sum(a.objects_after for a in self.arrays)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a dict of plain values, ``ok`` included.
+
+        Returns
+        -------
+        dict
+            The fields of the report and ``ok``.
+        """
         return asdict(self) | {"ok": self.ok}
 
     def __str__(self) -> str:
@@ -148,28 +201,78 @@ def convert(
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> ConvertReport:
-    """Convert the zarr v2 or v3 array or group at ``path`` in ``src`` into sharded Zarr v3 at
-    ``dst`` (``dst_path``, default: the same path), one dask task per target shard.
+    """Convert a zarr v2 or v3 array or group into sharded Zarr v3, one dask task per shard.
 
     Every array of a group is converted (an xarray dataset store: data variables and
     coordinates), with its attributes, dimension names (v2 ``_ARRAY_DIMENSIONS`` become v3
     ``dimension_names``) and fill value carried over as xarray reads them, so ``xr.open_zarr``
-    gives an identical dataset. The source's chunks become the inner chunks; the shard shape is
-    ``shards`` (a shape, for every array: each must have that many dimensions; or ``{dimension
-    name: size}``), rounded up to whole chunks, else sized to ``shard_bytes`` (bytes or a string
-    like ``"64MiB"``; default 64 MiB). A size below 1, a shape of another number of dimensions
-    than an array's, a name no array has, or names for an array without dimension names are
-    refused. ``chunks``/``compressors`` replace the source's (and make the arrays re-encode).
+    gives an identical dataset. The source's chunks become the inner chunks. Arrays whose codec
+    chain has an equivalent in v3 are copied as encoded chunks (no decode); the others are
+    decoded and re-encoded; the report says which and why, per array. A destination that is
+    the source, lies inside it or contains it is refused (convert elsewhere, then swap).
+    Everything is checked before the first byte is written.
 
-    Arrays whose codec chain has an equivalent in v3 are copied as encoded chunks (no decode);
-    the others are decoded and re-encoded; the report says which and why, per array.
-    ``mode``: ``"w-"`` refuses an existing destination, ``"w"`` replaces it. A destination that
-    is the source, lies inside it or contains it is refused (convert elsewhere, then swap).
-    ``resume=True`` continues an interrupted conversion, skipping committed shards.
-    ``verify=True`` checks every shard as :func:`shardwise.verify` does (every inner chunk
-    decoded, checksums checked: a corrupt source chunk is reported as ``verify`` reports it) and
-    compares the result with the source (copied chunks byte for byte, re-encoded arrays by
-    value). Everything is checked before the first byte is written.
+    Parameters
+    ----------
+    src : zarr.abc.store.Store, str or os.PathLike
+        The source store: a zarr ``Store``, a local path or a URL.
+    dst : zarr.abc.store.Store, str or os.PathLike
+        The destination store.
+    path : str, optional
+        The array or group to convert inside ``src`` (default: its root).
+    dst_path : str, optional
+        Where to write it inside ``dst`` (default: the same path).
+    shards : sequence of int or dict, optional
+        The shard shape: a shape, for every array (each must have that many dimensions), or
+        ``{dimension name: size}``; rounded up to whole chunks. A size below 1, a shape of
+        another number of dimensions than an array's, a name no array has, or names for an
+        array without dimension names are refused.
+    shard_bytes : int or str, optional
+        Without ``shards``, shards are sized to this (bytes or a string like ``"64MiB"``;
+        default 64 MiB).
+    chunks : sequence of int, optional
+        Inner chunks replacing the source's (the arrays are then re-encoded).
+    compressors : zarr codec or list of codecs, optional
+        Compressors replacing the source's (the arrays are then re-encoded).
+    mode : {"w-", "w"}, default "w-"
+        ``"w-"`` refuses an existing destination, ``"w"`` replaces it.
+    resume : bool, default False
+        Continue an interrupted conversion, skipping committed shards.
+    verify : bool, default False
+        Check every shard as :func:`shardwise.verify` does (every inner chunk decoded, checksums
+        checked: a corrupt source chunk is reported as ``verify`` reports it) and compare the
+        result with the source (copied chunks byte for byte, re-encoded arrays by value).
+    progress : bool, default False
+        Show a progress bar over shards done and bytes moved.
+    lease : bool, default True
+        Hold each destination array's lease while it is written, as
+        :func:`shardwise.write_array` does.
+    break_lease : bool, default False
+        Take over the lease of a writer known to be gone.
+    fsync : bool, default False
+        Make each shard durable (file and directory fsync) on local filesystems.
+    threads : int, optional
+        Caps the threads that encode inner chunks, as in :func:`shardwise.write_array`.
+    storage_options : dict, optional
+        fsspec options, for stores given as URLs.
+
+    Returns
+    -------
+    ConvertReport
+        Per array: copy or reencode (and why), shard shape, shards, bytes, objects before and
+        after; ``ok`` is False when ``verify=True`` found problems.
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentValueError
+        A keyword of the wrong type, or a value it does not accept (the shard settings above
+        included); the message names the keyword (and the array).
+    ArrayExistsError
+        ``mode="w-"`` and the destination exists.
+    ArrayNotFoundError
+        Nothing at ``path`` in ``src``.
+    PlanError
+        A destination that is the source, lies inside it or contains it.
     """
     import zarr
 

@@ -176,10 +176,33 @@ def _distributed_limit() -> tuple[int, str] | None:
 class WriteJob:
     """How one write runs: strategy, tasks, memory per task, bytes moved. Printable, pure.
 
-    ``blocks`` are the chunks the source is cut into for the tasks (the shard pieces for direct,
-    inner-chunk aligned dask blocks for staged). ``peak_per_task`` is the estimated peak memory of
-    the largest task; ``bytes_rechunked`` the raw bytes a rechunk moves between tasks, and
-    ``bytes_staged`` an upper bound of the encoded bytes that go through the staging area.
+    What :func:`shardwise.plan_write` returns; ``print(job)`` shows it.
+
+    Attributes
+    ----------
+    plan : shardwise.core.plan.WritePlan
+        Which shards and which region of the array the write covers.
+    strategy : {"direct", "staged"}
+        The strategy that runs.
+    requested : {"auto", "direct", "staged"}
+        The strategy asked for (``"auto"``: chosen).
+    blocks : tuple of tuple of int
+        The chunks the source is cut into for the tasks (the shard pieces for direct,
+        inner-chunk aligned dask blocks for staged).
+    source_chunks : tuple of tuple of int or None
+        The dask chunks of the source (None for numpy data).
+    itemsize : int
+        Bytes per element.
+    memory_limit : int
+        Bytes one task may hold.
+    memory_limit_from : str
+        Where ``memory_limit`` came from (the keyword, the dask workers, the free memory).
+    peak_per_task : int
+        The estimated peak memory of the largest task.
+    bytes_rechunked : int
+        The raw bytes a rechunk moves between tasks.
+    bytes_staged : int
+        An upper bound of the encoded bytes that go through the staging area.
     """
 
     plan: WritePlan
@@ -201,6 +224,7 @@ class WriteJob:
 
     @property
     def block_tasks(self) -> int:
+        """Block tasks of a staged job (0 for direct)."""
         return math.prod(len(c) for c in self.blocks) if self.strategy == "staged" else 0
 
     @property
@@ -216,10 +240,12 @@ class WriteJob:
 
     @property
     def bytes_to_move(self) -> int:
+        """Raw bytes rechunked plus the bound of the bytes staged."""
         return self.bytes_rechunked + self.bytes_staged
 
     @property
     def raw_bytes(self) -> int:
+        """Raw bytes of the region written."""
         return int(math.prod(s.stop - s.start for s in self.plan.region)) * self.itemsize
 
     def validate(self) -> None:

@@ -165,7 +165,19 @@ def check_coverage(layout: Layout, regions: Sequence[Region]) -> None:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """The batch record: which region of the array each part writes."""
+    """The batch record: which region of the array each part writes.
+
+    Attributes
+    ----------
+    id : str
+        The batch's id.
+    shape : tuple of int
+        The array's shape.
+    regions : tuple of tuple of slice
+        The region of each part, disjoint and shard-aligned.
+    created : str
+        When the batch was opened.
+    """
 
     id: str
     shape: tuple[int, ...]
@@ -174,9 +186,27 @@ class BatchPlan:
 
     @property
     def nparts(self) -> int:
+        """The number of parts."""
         return len(self.regions)
 
     def region(self, part: int) -> Region:
+        """The region part ``part`` writes.
+
+        Parameters
+        ----------
+        part : int
+            The part, ``0 .. nparts - 1``.
+
+        Returns
+        -------
+        tuple of slice
+            One slice per dimension.
+
+        Raises
+        ------
+        ArgumentValueError
+            No such part.
+        """
         if not 0 <= part < self.nparts:
             raise ArgumentValueError(
                 f"part {part} does not exist: the parts are 0..{self.nparts - 1}"
@@ -215,7 +245,28 @@ def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) 
 def open_batch(
     store: Any, *, path: str | None = None, storage_options: dict[str, Any] | None = None
 ) -> BatchPlan:
-    """The batch record of the array (FileNotFoundError when no batch is open)."""
+    """The batch record of the array: which region each part writes.
+
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    path : str, optional
+        The array's path inside ``store`` (default: its root).
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+
+    Returns
+    -------
+    BatchPlan
+        The open batch; ``.region(i)`` is the region part ``i`` writes.
+
+    Raises
+    ------
+    BatchNotFoundError
+        No batch is open (a ``FileNotFoundError``); the message says when the last one was
+        finalized.
+    """
     sstore = _open(store, path, storage_options)
     raw = sstore.get(BATCH)
     if raw is None:
@@ -267,13 +318,54 @@ def init(
 ) -> BatchPlan:
     """Create the array's metadata and the batch record splitting it into ``parts``.
 
-    ``parts`` is a count (slabs along the first axes) or a list of regions (slices, or one
-    ``Ellipsis`` for the dimensions not given, as ``region=`` of ``write_array``; shard-aligned,
-    disjoint and, unless ``mode="r+"`` rewrites regions of an existing array, covering the whole
-    array). ``create`` takes ``zarr.create_array`` keywords (``fill_value``, ``compressors``
-    (default: zstd with its frame checksum, as :func:`shardwise.write_array`),
-    ``dimension_names``, ...). ``mode``: ``"w-"`` create (rerunning with the same arguments
-    returns the open batch), ``"w"`` replace, ``"r+"`` keep an existing array's metadata.
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    shape : sequence of int
+        The array's shape.
+    dtype : numpy.dtype or str
+        The array's data type, as in ``zarr.create_array``.
+    chunks : tuple of int
+        The inner chunk shape, as in ``zarr.create_array``.
+    shards : tuple of int
+        The shard shape, as in ``zarr.create_array``.
+    parts : int or sequence of tuple of slice
+        A count (slabs along the first axes) or a list of regions (slices, or one ``Ellipsis``
+        for the dimensions not given, as ``region=`` of :func:`shardwise.write_array`;
+        shard-aligned, disjoint and, unless ``mode="r+"`` rewrites regions of an existing array,
+        covering the whole array).
+    path : str, optional
+        The array's path inside ``store`` (default: its root).
+    mode : {"w-", "w", "r+"}, default "w-"
+        ``"w-"`` create (rerunning with the same arguments returns the open batch), ``"w"``
+        replace, ``"r+"`` keep an existing array's metadata.
+    lease : bool, default True
+        Hold the array's lease while the metadata and the batch record are written.
+    break_lease : bool, default False
+        Take over the lease of a writer known to be gone.
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+    **create
+        ``zarr.create_array`` keywords (``fill_value``, ``compressors`` (default: zstd with its
+        frame checksum, as :func:`shardwise.write_array`), ``dimension_names``, ...).
+
+    Returns
+    -------
+    BatchPlan
+        The batch record: which region of the array each part writes.
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentValueError
+        A keyword of the wrong type, or a value it does not accept.
+    PlanError
+        Parts that are misaligned, share a shard (the message has the nearest aligned split),
+        leave shards in no part, or are more than the shards.
+    ArrayExistsError
+        ``mode="w-"`` and an array is there that is not this batch's.
+    LeaseHeldError
+        Another writer holds the array's lease.
     """
     from ..api import create_in_memory
 
@@ -350,11 +442,48 @@ def write_part(
     storage_options: dict[str, Any] | None = None,
     **write: Any,
 ) -> WriteReport:
-    """Write part ``part`` of an open batch; ``data`` is the whole array or just that part.
+    """Write part ``part`` of an open batch, holding the lease of that part.
 
-    ``data`` may be lazy (dask): only the part's region is computed. ``write`` takes
-    :func:`shardwise.write_array` options (``threads``, ``fsync``, ``write_empty_chunks``,
-    ``progress``).
+    A requeued copy of the same task is refused while the first runs. Every keyword of the
+    write is checked before the part's lease is taken: a refused write leaves the store as it
+    was.
+
+    Parameters
+    ----------
+    data : numpy.ndarray or dask.array.Array
+        The whole array or just that part; may be lazy (dask): only the part's region is
+        computed.
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    part : int
+        The part to write, ``0 .. nparts - 1`` (e.g. the job-array task's index).
+    path : str, optional
+        The array's path inside ``store`` (default: its root).
+    resume : bool, default False
+        Continue an interrupted part, skipping the shards it already stored.
+    lease : bool, default True
+        Hold the part's lease while it is written.
+    break_lease : bool, default False
+        Take over the lease of a writer known to be gone.
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+    **write
+        :func:`shardwise.write_array` options (``threads``, ``fsync``, ``write_empty_chunks``,
+        ``progress``).
+
+    Returns
+    -------
+    WriteReport
+        What the part's write did.
+
+    Raises
+    ------
+    BatchNotFoundError
+        No batch is open for the array.
+    ArgumentTypeError, ArgumentValueError
+        A ``part`` that is not an int or not one of the parts, or another keyword refused.
+    LeaseHeldError
+        The part (or the whole array) is leased by another writer.
     """
     from ..api import write_array
 
@@ -426,8 +555,31 @@ def finalize(
 ) -> VerifyReport:
     """Check that every part finished and the array verifies; then close the batch.
 
-    Raises :class:`~shardwise.errors.VerifyError` (with ``.report``) when parts are missing or
-    anything fails verification; the batch stays open so the missing parts can be rerun.
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    path : str, optional
+        The array's path inside ``store`` (default: its root).
+    threads : int, optional
+        How many shards are verified at a time (default: the cores).
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+
+    Returns
+    -------
+    VerifyReport
+        The verification of the whole array.
+
+    Raises
+    ------
+    VerifyError
+        Parts are missing or anything fails verification (the report is ``.report``); the
+        batch stays open so the missing parts can be rerun.
+    BatchNotFoundError
+        No batch is open for the array.
+    LeaseHeldError
+        Parts are still running (or died holding their lease).
     """
     from ..api import open_info
 

@@ -54,13 +54,22 @@ MAX_PER_SHARD = 8
 class Problem:
     """One thing wrong with a stored array.
 
-    ``kind`` is one of ``corrupt`` (index or inner chunk), ``missing`` (recorded, not stored),
-    ``mismatch`` (stored bytes differ from the record), ``unrecorded`` (stored, no record) -- these
-    two are notes, not problems, unless verify is strict --
-    ``temp`` (temp file left by an interrupted write), ``stray`` (not a key of this array),
-    ``incomplete`` (a write that did not finish), ``batch`` (a batch not finalized),
-    ``journal`` (an unreadable journal object), ``staged`` (encoded pieces of a staged write that
-    did not finish), ``metadata``.
+    Attributes
+    ----------
+    kind : str
+        One of ``corrupt`` (index or inner chunk), ``missing`` (recorded, not stored),
+        ``mismatch`` (stored bytes differ from the record), ``unrecorded`` (stored, no record) --
+        these two are notes, not problems, unless verify is strict -- ``temp`` (temp file left by
+        an interrupted write), ``stray`` (not a key of this array), ``incomplete`` (a write that
+        did not finish), ``batch`` (a batch not finalized), ``journal`` (an unreadable journal
+        object), ``staged`` (encoded pieces of a staged write that did not finish),
+        ``metadata``.
+    key : str
+        The store key concerned.
+    message : str
+        What is wrong.
+    chunk : tuple of int or None
+        The inner chunk inside the shard, when the problem is one inner chunk.
     """
 
     kind: str
@@ -77,10 +86,29 @@ class Problem:
 class VerifyReport:
     """What :func:`verify` found. ``ok`` is True when there are no problems.
 
-    ``problems``: integrity failures (exit status 1 in the CLI). ``changes``: shards whose bytes
-    are sound but differ from the writer's records or have none (written or rewritten by another
-    tool); notes, unless ``strict`` (then they are in ``problems``). ``notes``: anything else
-    worth knowing (no records at all, a lease held).
+    Attributes
+    ----------
+    where : str
+        The store and path checked.
+    shards_stored : int
+        Shards found in the store.
+    shards_recorded : int or None
+        Shards the writer recorded (None: no writer records, e.g. not written by shardwise).
+    chunks_checked : int
+        Inner chunks decoded.
+    bytes_read : int
+        Bytes read.
+    seconds : float
+        Wall time of the check.
+    strict : bool
+        Whether changes count as problems.
+    problems : list of Problem
+        Integrity failures (exit status 1 in the CLI).
+    changes : list of Problem
+        Shards whose bytes are sound but differ from the writer's records or have none (written
+        or rewritten by another tool); notes, unless ``strict`` (then they are in ``problems``).
+    notes : list of str
+        Anything else worth knowing (no records at all, a lease held).
     """
 
     where: str
@@ -100,14 +128,29 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """True when there are no problems."""
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a dict of plain values, ``ok`` included.
+
+        Returns
+        -------
+        dict
+            The fields of the report and ``ok``.
+        """
         d = asdict(self)
         d["ok"] = self.ok
         return d
 
     def to_json(self) -> str:
+        """The report as JSON (what ``shardwise verify --json`` prints).
+
+        Returns
+        -------
+        str
+            :meth:`to_dict`, indented.
+        """
         return json.dumps(self.to_dict(), indent=2)
 
     def __str__(self) -> str:
@@ -353,11 +396,35 @@ def verify(
 ) -> VerifyReport:
     """Check every shard of the array at ``path`` in ``store``; see :class:`VerifyReport`.
 
-    Reads every stored shard whole; ``threads`` shards are checked at a time (default: the
-    cores). Never raises for what it finds: look at ``report.ok`` and ``report.problems``.
-    Shards that are sound but not as shardwise recorded them (another tool wrote them) are in
-    ``report.changes``, as notes; ``strict=True`` counts them as problems.
-    ``progress=True`` shows a bar over the shards checked (one per array of a group).
+    Reads every stored shard whole and decodes every inner chunk (checksums checked). Never
+    raises for what it finds: look at ``report.ok`` and ``report.problems``. Shards that are
+    sound but not as shardwise recorded them (another tool wrote them) are in
+    ``report.changes``, as notes. A group is checked array by array.
+
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    path : str, optional
+        The array (or group) inside ``store`` (default: its root).
+    threads : int, optional
+        How many shards are checked at a time (default: the cores).
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+    strict : bool, default False
+        Count shards changed outside the writer's records as problems, not notes.
+    progress : bool, default False
+        Show a bar over the shards checked (one per array of a group).
+
+    Returns
+    -------
+    VerifyReport
+        What was found; ``ok`` is True when there are no problems.
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentValueError
+        A keyword of the wrong type, or a value it does not accept.
     """
     from ..api import open_info
     from ..core import args

@@ -152,16 +152,48 @@ def read_array(
 ) -> np.ndarray:
     """Read ``array[selection]`` of a sharded Zarr v3 array into one numpy array, without dask.
 
-    ``selection`` is basic indexing: integers, slices (any step, negative too) and one
-    ``Ellipsis``, alone or in a tuple (default: the whole array). The result is allocated once
-    with ``np.empty``, or is ``out`` (a writeable array of the result's shape and the array's
-    dtype; refused with :class:`OutputError` otherwise, before anything is read), and is
-    returned. Every inner chunk is decoded on the shared thread pool (``threads`` caps it)
-    straight into its place; missing shards and inner chunks read as the fill value. Memory
-    beyond the result: a few buffers per thread, whatever the shard size.
+    The result is allocated once with ``np.empty`` (or is ``out``). Every inner chunk is decoded
+    on the shared thread pool straight into its place; missing shards and inner chunks read as
+    the fill value. Memory beyond the result: a few buffers per thread, whatever the shard size.
+    Shard indexes are cached for the duration of the call.
 
-    ``store`` is a zarr ``Store``, a local path or a URL (``storage_options`` for fsspec);
-    ``path`` the array inside it. Shard indexes are cached for the duration of the call.
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    selection : int, slice, Ellipsis or tuple of them, default Ellipsis
+        Basic indexing: integers, slices (any step, negative too) and one ``Ellipsis``, alone or
+        in a tuple (default: the whole array).
+    path : str, optional
+        The array's path inside ``store`` (default: its root).
+    out : numpy.ndarray, optional
+        A writeable array of the result's shape and the array's dtype to read into.
+    threads : int, optional
+        Caps the threads that decode inner chunks (default: the shared thread pool's size).
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``array[selection]``: a new array, or ``out``.
+
+    Raises
+    ------
+    SelectionError
+        Anything but basic indexing (arrays, masks, ``None``), or an index out of bounds (an
+        ``IndexError``).
+    OutputError
+        An ``out`` that is not a writeable numpy array of the selection's shape and the array's
+        dtype; raised before anything is read.
+    ArgumentTypeError, ArgumentValueError
+        A keyword of the wrong type, or a value it does not accept.
+    ArrayNotFoundError
+        No array or group at ``path``.
+    NotAnArrayError
+        ``path`` is a group; the message lists its arrays.
+    UnsupportedCodecError
+        A Zarr v2 array (``convert`` it first), or a codec chain shardwise cannot decode.
     """
     from ..api import open_reader
 

@@ -40,13 +40,38 @@ class WriteOptions:
 class WriteReport:
     """What a write did. Reports add up (``a + b``).
 
-    ``seconds`` is the wall time of the write when :func:`shardwise.write_array` computes it, and
-    the summed time of the shard tasks when a ``compute=False`` Delayed is computed.
-
     ``raw_bytes`` counts the data handed to the write; ``bytes_stored`` the encoded shards put
     and ``stored_raw_bytes`` the raw (decoded) bytes those shards hold: for a region write, a
     shard it covers in part is stored whole, untouched chunks included.
     ``compression_ratio`` compares these last two, so it means the same for every write.
+
+    Attributes
+    ----------
+    shards_written : int
+        Shards stored.
+    shards_empty : int
+        Shards whose values all equal the fill value: not stored.
+    shards_deleted : int
+        All-fill shards that were stored before and were removed.
+    bytes_stored : int
+        Encoded bytes of the shards stored.
+    raw_bytes : int
+        Bytes of the data handed to the write.
+    stored_raw_bytes : int
+        Raw (decoded) bytes the stored shards hold.
+    chunks_stored : int
+        Inner chunks stored.
+    chunks_empty : int
+        Inner chunks equal to the fill value, not stored.
+    shards_skipped : int
+        Shards a resumed write found done before (``resume=True``).
+    conflicts_retried : int
+        Merges of shared shards done again because another writer committed the shard first.
+    seconds : float
+        The wall time of the write when :func:`shardwise.write_array` computes it, and the
+        summed time of the shard tasks when a ``compute=False`` Delayed is computed.
+    keys : list of str
+        The store keys of the shards stored, sorted.
     """
 
     shards_written: int = 0
@@ -65,6 +90,7 @@ class WriteReport:
 
     @property
     def compression_ratio(self) -> float:
+        """``stored_raw_bytes / bytes_stored`` (NaN when nothing was stored)."""
         return self.stored_raw_bytes / self.bytes_stored if self.bytes_stored else float("nan")
 
     def __add__(self, other: WriteReport) -> WriteReport:

@@ -304,13 +304,41 @@ def open_dataset(
 ) -> Any:
     """Open a Zarr group as an ``xarray.Dataset`` with the shardwise engine.
 
-    ``chunks="shards"`` (the default, the same as xarray's ``chunks={}``) gives dask arrays with
-    one chunk per shard (per stored chunk for unsharded arrays); ``chunks=None`` gives lazily
-    indexed numpy-backed variables; any other xarray ``chunks`` value works too, and dask chunks
-    that split shards read only the inner chunks each needs. ``threads`` caps the threads that
-    decode inner chunks; ``cache_indexes=True`` caches shard indexes on non-local stores (local
-    files always cache them, validated against the file). Other keyword arguments are those of
-    ``xr.open_dataset`` (CF decoding options, ``consolidated``, ``storage_options``, ...).
+    The same as ``xr.open_dataset(store, engine="shardwise", chunks={})`` by default. It opens
+    stores written by xarray and zarr-python too (unsharded arrays are read through
+    zarr-python).
+
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    group : str, optional
+        The group to open (default: the root), as in ``xr.open_dataset``.
+    drop_variables : str or iterable of str, optional
+        Variables not to open, as in ``xr.open_dataset``.
+    chunks : "shards", "auto", int, dict or None, default "shards"
+        ``"shards"`` (the same as xarray's ``chunks={}``) gives dask arrays with one chunk per
+        shard (per stored chunk for unsharded arrays); ``None`` gives lazily indexed
+        numpy-backed variables; any other xarray ``chunks`` value works too, and dask chunks
+        that split shards read only the inner chunks each needs.
+    threads : int, optional
+        Caps the threads that decode inner chunks.
+    cache_indexes : bool, default False
+        Cache shard indexes on non-local stores (local files always cache them, validated
+        against the file).
+    **kwargs
+        The other keyword arguments of ``xr.open_dataset`` (CF decoding options,
+        ``consolidated``, ``storage_options``, ...).
+
+    Returns
+    -------
+    xarray.Dataset
+        The dataset, its variables lazy (dask arrays, or lazily indexed with ``chunks=None``).
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentValueError
+        A ``chunks`` (or another keyword) of the wrong type, or a value it does not accept.
     """
     import xarray as xr
 

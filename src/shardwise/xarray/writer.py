@@ -87,9 +87,7 @@ def to_zarr(
     Metadata, attributes, coordinates, dimension names, CF encoding (times, timedeltas,
     ``scale_factor``/``add_offset``, ``_FillValue``, strings, bools) and consolidated metadata are
     those of ``Dataset.to_zarr(..., zarr_format=3)``; the data is written with one task per
-    shard whatever the dask chunks. ``mode``, ``append_dim``, ``region`` (including ``"auto"``),
-    ``group`` and ``consolidated`` mean what they mean there; ``mode`` defaults to ``"w-"``
-    (``"a"`` with ``append_dim``, ``"r+"`` with ``region``).
+    shard whatever the dask chunks. 0-d variables are written without sharding.
 
     Layout of the variables this call creates (existing arrays keep theirs), first match wins:
 
@@ -100,48 +98,112 @@ def to_zarr(
       opened from; kept inner chunks that do not divide new shards from ``shards=`` are
       replaced, and if the chunks of an encoding read from a store were changed since, new
       shards are built around them);
-    * the default: inner chunks of about 1 MiB (:data:`DEFAULT_CHUNK_BYTES`; the largest
+    * the default: inner chunks of about 1 MiB (``DEFAULT_CHUNK_BYTES``; the largest
       dimension is halved until under it), or the variable's dask chunks when they are uniform
       and no larger (as ``Dataset.to_zarr`` takes them) and a shard holds at most 4096 of
       them, and shards of whole inner chunks up to
-      ``shard_bytes`` (:data:`DEFAULT_SHARD_BYTES`, 64 MiB before compression; estimated from
+      ``shard_bytes`` (``DEFAULT_SHARD_BYTES``, 64 MiB before compression; estimated from
       the in-memory dtype). Inner chunks not given are chosen to divide the shard shape.
 
     Inner chunks of the variables this call creates carry zstd's frame checksum (a damaged chunk
     raises :class:`~shardwise.errors.CorruptShardError` on read) unless their encoding names
     ``compressors`` (e.g. ``encoding={"v": {"compressors": zarr.codecs.ZstdCodec()}}`` for none).
 
-    0-d variables are written without sharding.
-
     Appends and region writes may cut through shards: the one task that owns such a shard
     merges (inner chunks the write does not touch keep their stored bytes) and commits only if
     no other writer replaced the shard meanwhile (else it merges again), so independent calls
-    writing neighbouring regions from many processes at once lose nothing. ``safe_shards``:
-    ``True`` refuses a ``region`` whose edges split shards (a strict check: the error names the
-    nearest shard-aligned region); ``None`` (the default) refuses it only where the merge cannot
-    be committed conditionally (stores other than local files, memory, S3, GCS and Azure, and
-    arrays without sharding, which zarr-python writes); ``False`` never refuses.
-
-    ``strategy`` and ``memory_limit`` choose, per variable, how its shards are written, as in
-    :func:`shardwise.write_array` (``"staged"`` bounds each task's memory by one dask block
-    whatever the shard size).
+    writing neighbouring regions from many processes at once lose nothing.
 
     Each sharded variable is written as :func:`shardwise.write_array` writes an array: under its
-    lease (``lease``, default: on when ``compute=True``; exclusive in modes "w", "w-" and "a"
-    without ``append_dim``, shared for region and append writes, which run side by side; another
-    writer is refused with :class:`~shardwise.errors.LeaseHeldError` before anything is
-    written; ``break_lease=True`` takes over the lease of a writer known to be gone), with a
-    write marker that verify reads, and with a record per shard. ``resume=True`` continues an
-    interrupted call with the same arguments: shards it already stored and recorded are skipped
-    (with ``mode="w"`` the variables being resumed are not deleted first).
+    lease, with a write marker that verify reads, and with a record per shard.
 
     Every check (names, dimensions, encodings, dtypes, shapes, alignment, ``append_dim``, the
     memory each task needs) runs before the first metadata or data byte is written; a refused
     call leaves the store as it was. The metadata is written after the data, so a write that
-    fails part-way leaves the old metadata (an append can simply be run again). Returns a
-    :class:`~shardwise.WriteReport`. With ``compute=False`` the metadata and the variables not
-    backed by dask are written at once (as xarray does) and a dask ``Delayed`` is returned that
-    writes the dask-backed ones and computes the report.
+    fails part-way leaves the old metadata (an append can simply be run again).
+
+    Parameters
+    ----------
+    obj : xarray.Dataset or xarray.DataArray
+        What to write.
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    shards : dict, optional
+        Shard length per dimension name for every variable (``{"time": 365}``; ``None`` means
+        the whole dimension); a name the data does not have is refused.
+    encoding : dict, optional
+        Per-variable encoding, as in ``Dataset.to_zarr`` (``chunks`` = inner chunks, ``shards``
+        = shard shape, ``compressors``, CF keys); chunks that do not divide the shards are
+        refused, as xarray refuses them.
+    mode : {"w-", "w", "a", "a-", "r+"}, optional
+        As in ``Dataset.to_zarr``; defaults to ``"w-"`` (``"a"`` with ``append_dim``, ``"r+"``
+        with ``region``).
+    append_dim : hashable, optional
+        As in ``Dataset.to_zarr``: the dimension to append along.
+    region : dict or "auto", optional
+        As in ``Dataset.to_zarr``, including ``"auto"``: where in the stored arrays to write.
+    group : str, optional
+        As in ``Dataset.to_zarr``: the group to write into.
+    consolidated : bool, optional
+        As in ``Dataset.to_zarr``: ``None`` writes consolidated metadata, so that
+        ``xr.open_zarr(p)`` opens it without a warning; zarr's warning that Zarr v3 does not
+        specify consolidated metadata is shown only when the call asks for it (``True``).
+    compute : bool, default True
+        False writes the metadata and the variables not backed by dask at once (as xarray does)
+        and returns a dask ``Delayed`` that writes the dask-backed ones and computes the report.
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+    safe_shards : bool, optional
+        ``True`` refuses a ``region`` whose edges split shards (a strict check: the error names
+        the nearest shard-aligned region); ``None`` (the default) refuses it only where the
+        merge cannot be committed conditionally (stores other than local files, memory, S3, GCS
+        and Azure, and arrays without sharding, which zarr-python writes); ``False`` never
+        refuses.
+    shard_bytes : int or str, default 64 MiB
+        The size of default shards, before compression (bytes, or a string such as
+        ``"64MiB"``).
+    write_empty_chunks : bool, default False
+        Store inner chunks equal to the fill value too, as :func:`shardwise.write_array`.
+    threads : int, optional
+        Caps the threads that encode inner chunks, as in :func:`shardwise.write_array`.
+    fsync : bool, default False
+        Make each shard durable (file and directory fsync) on local filesystems.
+    progress : bool, default False
+        Show a progress bar over shards done and bytes moved.
+    strategy : {"auto", "direct", "staged"}, default "auto"
+        How each variable's shards are written, as in :func:`shardwise.write_array`
+        (``"staged"`` bounds each task's memory by one dask block whatever the shard size).
+    memory_limit : int or str, optional
+        Bytes one task may hold, as in :func:`shardwise.write_array`.
+    resume : bool, default False
+        Continue an interrupted call with the same arguments: shards it already stored and
+        recorded are skipped (with ``mode="w"`` the variables being resumed are not deleted
+        first).
+    lease : bool, optional
+        Hold each variable's lease (default: on when ``compute=True``): exclusive in modes "w",
+        "w-" and "a" without ``append_dim``, shared for region and append writes, which run
+        side by side; another writer is refused with
+        :class:`~shardwise.errors.LeaseHeldError` before anything is written.
+    break_lease : bool, default False
+        Take over the lease of a writer known to be gone.
+
+    Returns
+    -------
+    WriteReport or dask.delayed.Delayed
+        What the write did (:class:`~shardwise.WriteReport`), or with ``compute=False`` a dask
+        ``Delayed`` that computes it.
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentValueError
+        A keyword of the wrong type, or a value it does not accept; the message names the
+        keyword, the value and what is accepted.
+    PlanError
+        A write refused before anything is written: names, dimensions, encodings, dtypes,
+        shapes, alignment (``safe_shards``), ``append_dim``, or a task that would not fit
+        ``memory_limit``.
+    LeaseHeldError
+        Another writer holds a variable's lease.
     """
     # 1. open and check: everything is validated, nothing is written
     check_keywords(
