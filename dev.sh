@@ -2,6 +2,7 @@
 # Set-up and entry point for a fresh machine.
 #   bash dev.sh demo   -> create .venv (Python >= 3.12), install shardwise, run the demo
 #   bash dev.sh test   -> the same set-up, then the whole test suite (lint, types, pytest)
+#   bash dev.sh docs   -> the same set-up, then the API reference into docs/_build/html
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -63,6 +64,12 @@ case "$cmd" in
         "$venv/bin/mypy"
         say "tests: pytest $*"
         exec "$venv/bin/python" -m pytest --durations=30 "$@" ;;
+    docs)
+        setup
+        # warnings are errors (numpydoc's validation of the public verbs included); --keep-going
+        # lists them all before failing
+        say "docs: sphinx-build -W --keep-going docs/api docs/_build/html"
+        exec "$venv/bin/python" -m sphinx -W --keep-going -b html docs/api docs/_build/html "$@" ;;
     *)
-        echo "usage: bash dev.sh demo|test [args]" >&2; exit 2 ;;
+        echo "usage: bash dev.sh demo|test|docs [args]" >&2; exit 2 ;;
 esac

@@ -14,11 +14,11 @@ from pathlib import Path
 # source next to it (a worktree, a CI checkout), not whatever the venv happens to import
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-import shardwise  # noqa: E402
+import shardwise
 
 project = "shardwise"
 version = release = shardwise.__version__
-copyright = "the shardwise authors"  # noqa: A001 (the name Sphinx reads)
+copyright = "the shardwise authors"
 
 extensions = [
     "sphinx.ext.autodoc",

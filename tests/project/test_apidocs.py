@@ -1,0 +1,212 @@
+"""The API reference (docs/api/, ``bash dev.sh docs``) builds with warnings as errors, and its
+pages document every public name with the parameters of its signature.
+
+The build runs once per session into a temp directory (``sphinx-build -W --keep-going``, as
+``dev.sh docs`` runs it); the tests read the HTML it wrote. Another build, of a page documenting
+a function whose docstring misses a parameter, proves that the configuration's numpydoc
+validation fails the build rather than only warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import inspect
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shardwise
+from shardwise import batch
+from shardwise.durability.verify import Problem
+
+ROOT = Path(__file__).resolve().parents[2]
+API = ROOT / "docs" / "api"
+
+# public name -> the page documenting it (the functions each have their own page)
+VERB_PAGES = {
+    name: f"{name}.html"
+    for name in (
+        "write_array",
+        "plan_write",
+        "open_array",
+        "read_array",
+        "to_zarr",
+        "open_dataset",
+        "convert",
+        "verify",
+    )
+}
+BATCH_VERBS = ("init", "write_part", "finalize", "open_batch")
+REPORTS: dict[str, type[Any]] = {
+    "shardwise.WriteReport": shardwise.WriteReport,
+    "shardwise.WriteJob": shardwise.WriteJob,
+    "shardwise.VerifyReport": shardwise.VerifyReport,
+    "shardwise.ConvertReport": shardwise.ConvertReport,
+    "shardwise.ArrayReport": shardwise.ArrayReport,
+    "shardwise.durability.verify.Problem": Problem,
+    "shardwise.batch.BatchPlan": batch.BatchPlan,
+}
+
+
+def sphinx_build(src: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``sphinx-build -W --keep-going`` of ``src`` into ``out``, as ``dev.sh docs`` runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", src, out],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("apidocs") / "html"
+    done = sphinx_build(API, out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr  # -q: only warnings would be printed
+    return out
+
+
+def entry(page: str, name: str) -> str:
+    """The HTML of the entry of ``name`` on ``page``: from its anchor to the next entry that is
+    not one of its members."""
+    start = page.find(f'id="{name}"')
+    assert start >= 0, f"{name} is not documented on the page"
+    nxt = re.compile(r'id="(shardwise\.[\w.]+)"')
+    end = len(page)
+    for m in nxt.finditer(page, start + 1):
+        if not m.group(1).startswith(name + "."):
+            end = m.start()
+            break
+    return page[start:end]
+
+
+def fields(block: str) -> dict[str, list[str]]:
+    """The numpydoc sections of an entry (Parameters, Returns, Raises, Attributes, ...) and the
+    names each lists (Returns and Raises list types; Parameters and Attributes names)."""
+    out: dict[str, list[str]] = {}
+    heads = list(re.finditer(r'<dt class="field-(?:odd|even)">(\w[\w ]*)<span', block))
+    for i, head in enumerate(heads):
+        # a member's own sections (a method's Parameters) are not this entry's
+        body_end = heads[i + 1].start() if i + 1 < len(heads) else len(block)
+        member = re.search(r'id="shardwise\.', block[head.end() : body_end])
+        body = block[head.end() : head.end() + member.start() if member else body_end]
+        # "filters, serializer : ..." documents two parameters in one entry
+        names = [
+            one for n in re.findall(r"<dt><strong>(.*?)</strong>", body) for one in n.split(", ")
+        ]
+        if not names:  # Returns, Raises: the types are the terms
+            names = [
+                re.sub(r"<[^>]+>", "", t).strip()
+                for t in re.findall(r"<dt>(.*?)</dt>", body, flags=re.S)
+            ]
+        out.setdefault(head.group(1), []).extend(html.unescape(n) for n in names)
+    return out
+
+
+def signature_names(func: Callable[..., Any]) -> list[str]:
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return [stars.get(p.kind, "") + p.name for p in inspect.signature(func).parameters.values()]
+
+
+def documented(out: Path, page: str, name: str) -> dict[str, list[str]]:
+    return fields(entry((out / page).read_text(), name))
+
+
+def test_every_public_name_has_an_entry(built: Path) -> None:
+    """Every name in ``shardwise.__all__`` is documented (a new public name without a page
+    fails here), and the index links every page."""
+    pages = {p.name: p.read_text() for p in built.glob("*.html")}
+    for name in shardwise.__all__:
+        full = f"shardwise.{name}"
+        anchors = (f'id="{full}"', f'id="module-{full}"')  # batch is a module
+        where = [p for p, text in pages.items() if any(a in text for a in anchors)]
+        assert where, f"{full} has no entry in the API reference"
+    index = pages["index.html"]
+    for page in [*VERB_PAGES.values(), "batch.html", "reports.html", "errors.html"]:
+        assert f'href="{page}' in index, page
+
+
+@pytest.mark.parametrize("name", sorted(VERB_PAGES))
+def test_each_verb_page_lists_its_parameters_returns_and_raises(built: Path, name: str) -> None:
+    func = getattr(shardwise, name)
+    sections = documented(built, VERB_PAGES[name], f"shardwise.{name}")
+    assert sections["Parameters"] == signature_names(func)
+    assert sections["Returns"], f"{name}: no Returns"
+    assert sections["Raises"], f"{name}: no Raises"
+    # what a refusal raises is a shardwise error, each documented on the errors page
+    for error in sections["Raises"]:
+        for one in error.split(", "):
+            assert one in shardwise.__all__, f"{name} raises {one!r}, not a public error"
+
+
+@pytest.mark.parametrize("name", BATCH_VERBS)
+def test_each_batch_verb_lists_its_parameters(built: Path, name: str) -> None:
+    sections = documented(built, "batch.html", f"shardwise.batch.{name}")
+    assert sections["Parameters"] == signature_names(getattr(batch, name))
+    assert sections["Returns"]
+
+
+@pytest.mark.parametrize("name", sorted(REPORTS))
+def test_each_report_lists_every_field(built: Path, name: str) -> None:
+    """The reports, the job and the batch record are read, not built: their fields are
+    Attributes (numpydoc's parameter checks are off for them), every one listed in order."""
+    cls = REPORTS[name]
+    page = "batch.html" if name.startswith("shardwise.batch.") else "reports.html"
+    sections = documented(built, page, name)
+    assert sections["Attributes"] == [f.name for f in dataclasses.fields(cls)]
+
+
+def test_each_error_says_which_builtin_it_is(built: Path) -> None:
+    page = (built / "errors.html").read_text()
+    errors = [n for n in shardwise.__all__ if n.endswith("Error")]
+    for name in errors:
+        block = entry(page, f"shardwise.{name}")
+        cls = getattr(shardwise, name)
+        assert "Bases:" in block or name == "ShardwiseError", name
+        # the builtin it also is, named on the page as the docstring says it
+        builtin = next((b for b in cls.__mro__[1:] if b.__module__ == "builtins"), None)
+        if name != "ShardwiseError" and builtin is not Exception:
+            assert builtin is not None and builtin.__name__ in block, (name, builtin)
+    # the errors with constructor arguments document them (numpydoc checks them)
+    for name in ("CorruptShardError", "NotAnArrayError", "ShardConflictError", "VerifyError"):
+        params = fields(entry(page, f"shardwise.{name}"))["Parameters"]
+        assert params == signature_names(getattr(shardwise, name)), name
+
+
+def test_validation_fails_the_build_on_an_undocumented_parameter(tmp_path: Path) -> None:
+    """The configuration's numpydoc checks are errors under -W: a function whose docstring
+    misses a parameter (PR01) and lacks its Returns (RT01) fails the build, naming both."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "badmod.py").write_text(
+        'def verb(store, threads=None):\n    """Do it.\n\n    Parameters\n    ----------\n'
+        '    store : str\n        Where.\n    """\n    return store\n'
+    )
+    conf = API / "conf.py"  # the reference's own configuration, run as if it sat there
+    (src / "conf.py").write_text(
+        f"__file__ = {str(conf)!r}\nexec(open(__file__).read())\n"
+        f"import sys\nsys.path.insert(0, {str(src)!r})\n"
+    )
+    (src / "index.rst").write_text("Bad\n===\n\n.. autofunction:: badmod.verb\n")
+    done = sphinx_build(src, tmp_path / "out")
+    assert done.returncode != 0
+    said = done.stdout + done.stderr
+    assert "PR01" in said and "threads" in said and "RT01" in said, said
+
+
+def test_docs_extra_is_in_the_test_extra() -> None:
+    """CI installs only ``.[test]``: it must bring what the docs build needs."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert set(extras["docs"]) <= set(extras["test"])
+    names = {re.split(r"[<>=\[]", d)[0] for d in extras["docs"]}
+    assert names == {"sphinx", "numpydoc", "pydata-sphinx-theme"}
