@@ -7,6 +7,7 @@ it."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from zarr.codecs import ZstdCodec
 from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
 import shardwise
-from faultkit import BUCKET, CREDS, files, moto_s3
+from faultkit import BUCKET, CREDS, exe, files, moto_s3
 from shardwise.errors import PlanError
 
 SWAP = "convert to another location, verify it, then swap it in"
@@ -229,3 +230,22 @@ def test_verify_reports_a_corrupt_chunk_of_a_sharded_source(tmp_path: Path) -> N
     shardwise.write_array(x, good, chunks=(8, 10), shards=(16, 20))
     assert shardwise.convert(good, tmp_path / "ok.zarr", shards=(32, 40), verify=True).ok
     assert os.path.exists(tmp_path / "ok.zarr" / "c" / "0" / "0")
+
+
+def test_convert_verify_on_the_command_line_exits_1_for_a_corrupt_source_chunk(
+    tmp_path: Path,
+) -> None:
+    """The exit status the README gives for problems found (1) from ``convert --verify``: the
+    copy is made, its check decodes the corrupt chunk and says which one."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    _flip(_v3(src, ZstdCodec(checksum=True)))
+    args = [*exe(), "convert", str(src), str(dst), "--shards", "16,20", "--verify"]
+    proc = subprocess.run([*args, "--no-progress"], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "c/0/1 chunk (1, 0)" in proc.stdout + proc.stderr
+    # the same conversion of an intact source exits 0
+    good = tmp_path / "good.zarr"
+    _v3(good, ZstdCodec(checksum=True))
+    ok = [*exe(), "convert", str(good), str(tmp_path / "ok.zarr"), "--shards", "16,20"]
+    proc = subprocess.run([*ok, "--verify", "--no-progress"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
