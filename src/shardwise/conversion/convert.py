@@ -25,7 +25,7 @@ from typing import Any
 from ..core import args
 from ..core.shardspec import check_names, check_shards
 from ..engine.write import WriteReport
-from ..errors import ArrayExistsError, check_mode
+from ..errors import ArrayExistsError
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
 from .overlap import refuse_overlap
@@ -174,7 +174,7 @@ def convert(
     import zarr
 
     started = time.perf_counter()
-    check_mode(mode, ("w-", "w"))
+    args.check_mode(mode, ("w-", "w"))
     # the keywords that are not about layout (those are conversion.plan's), before any I/O
     args.flags(
         resume=resume,

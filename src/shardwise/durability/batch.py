@@ -49,7 +49,6 @@ from ..errors import (
     LeaseHeldError,
     PlanError,
     VerifyError,
-    check_mode,
 )
 from ..storage.store import ShardStore, describe, resolve_store
 from .journal import BATCH, JOURNAL, PARTS, TEMP, clear_array, now
@@ -277,7 +276,7 @@ def init(
     """
     from ..api import create_in_memory
 
-    check_mode(mode, ("w-", "w", "r+"), "batch init mode")
+    args.check_mode(mode, ("w-", "w", "r+"), "batch init mode")
     args.flags(lease=lease, break_lease=break_lease)
     if (
         not isinstance(shape, Sequence)

@@ -24,7 +24,7 @@ from ..core.sizing import (
     whole_chunks,
 )
 from ..durability.journal import JOURNAL
-from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, check_mode
+from ..errors import ArgumentTypeError, ArgumentValueError, PlanError
 
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 # xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
@@ -158,7 +158,7 @@ def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
 def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: Any) -> WriteMode:
     if mode is None:
         mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
-    check_mode(mode, ("w", "w-", "a", "a-", "r+"))
+    args.check_mode(mode, ("w", "w-", "a", "a-", "r+"))
     # each message also carries xarray's own wording, which callers' code and tests match on
     if append_dim is not None and mode not in ("a", "a-"):
         raise PlanError(
