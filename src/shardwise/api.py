@@ -19,7 +19,6 @@ from .core.layout import Region, RegionArg, normalize_region
 from .core.plan import WritePlan
 from .core.sizing import default_layout
 from .durability.session import WriteSession, plan_keys
-from .engine import _pool
 from .engine.read import ShardReader
 from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 from .errors import (
@@ -33,6 +32,7 @@ from .errors import (
     ShardwiseError,
     UnsupportedCodecError,
 )
+from .runtime import pool as _pool
 from .storage.conditional import versions
 from .storage.retry import retry_transient
 from .storage.store import ShardStore, describe, resolve_store

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..engine import _pool
 from ..errors import CorruptShardError
+from ..runtime import pool as _pool
 from .chunks import SMALL_CHUNK, ChunkCodec, ChunkDecodeError, Endian
 from .codecs import crc32c
 

@@ -140,7 +140,7 @@ def default_memory_limit() -> tuple[int, str]:
             return found
     import psutil
 
-    from ..engine._pool import cpu_count
+    from ..runtime.pool import cpu_count
 
     avail = int(psutil.virtual_memory().available * MEMORY_FRACTION)
     return avail // cpu_count(), f"{MEMORY_FRACTION:.0%} of available memory / cores"

@@ -31,9 +31,9 @@ from ..codec.codecs import crc32c
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import ShardIndex
 from ..core.layout import Coord, Layout
-from ..engine import _pool
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
+from ..runtime import pool as _pool
 from ..storage.store import ShardStore, describe, store_name
 from .journal import (
     BATCH,

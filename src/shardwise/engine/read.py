@@ -24,9 +24,9 @@ import numpy as np
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import Fetch, ShardIndex, decode_chunks, decode_into
 from ..core.layout import Coord, Region, intersect, shift
+from ..runtime import pool as _pool
+from ..runtime.pool import on_fork
 from ..storage.store import ShardStore
-from . import _pool
-from ._pool import on_fork
 from .fetch import MAX_GAP as MAX_GAP
 from .fetch import MAX_RANGE as MAX_RANGE
 from .fetch import coalesce as coalesce

@@ -38,9 +38,9 @@ from ..core.layout import Coord, Layout, Region, ceildiv, intersect
 from ..core.plan import WritePlan
 from ..durability.journal import JOURNAL, RECORDS, TEMP, Journal, Record
 from ..errors import CorruptShardError
+from ..runtime import pool as _pool
 from ..storage.s3 import multipart_client
 from ..storage.store import PARTIAL_SUFFIX, ShardStore
-from . import _pool
 from .fetch import read_index
 from .write import WriteOptions, WriteReport, as_dask, run_graph
 

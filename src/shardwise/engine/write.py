@@ -23,9 +23,9 @@ from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
 from ..core.plan import WritePlan
 from ..durability.journal import Journal
+from ..runtime import pool as _pool
 from ..storage.conditional import UNCHECKED, read_merge_commit
 from ..storage.store import ShardStore
-from . import _pool
 
 Mode = Literal["w", "w-", "a", "r+"]
 

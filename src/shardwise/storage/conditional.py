@@ -41,8 +41,8 @@ from typing import Any, Final, Protocol
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import MemoryStore
 
-from ..engine import _pool
 from ..errors import ShardConflictError
+from ..runtime import pool as _pool
 from . import s3
 from .retry import RetryPolicy, any_error
 from .store import ShardStore, fsync_dirs, write_temp
