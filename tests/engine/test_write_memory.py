@@ -13,7 +13,7 @@ import zarr
 
 import shardwise
 from faultkit import traced_peak
-from shardwise.codec.shard import UNIT_BYTES
+from shardwise.runtime.units import UNIT_BYTES
 
 ZSTD: dict[str, Any] = dict(compressors=[zarr.codecs.ZstdCodec(level=1)])
 

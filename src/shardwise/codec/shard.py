@@ -18,11 +18,11 @@ import numpy as np
 
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
-from .chunks import SMALL_CHUNK, ChunkCodec, ChunkDecodeError, Endian
+from ..runtime.units import SMALL_CHUNK, UNIT_BYTES
+from .chunks import ChunkCodec, ChunkDecodeError, Endian
 from .codecs import crc32c
 
 MISSING = np.uint64(2**64 - 1)
-UNIT_BYTES = 256 * 2**10  # raw bytes of small inner chunks one encode task stacks at a time
 IndexLocation = Literal["start", "end"]
 
 

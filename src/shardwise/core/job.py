@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..codec.shard import UNIT_BYTES
 from ..errors import PlanError
+from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
 from .plan import WritePlan
 

@@ -17,13 +17,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..codec.chunks import SMALL_CHUNK
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
 from ..core.plan import WritePlan
 from ..durability.journal import Journal
 from ..runtime import pool as _pool
+from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
 from ..storage.store import ShardStore
 
