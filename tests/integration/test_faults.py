@@ -57,13 +57,13 @@ from faultkit import (
     unique,
     wait_until,
 )
-from shardwise.api import open_info
 from shardwise.core.layout import normalize_region
 from shardwise.durability.journal import Record
 from shardwise.durability.lease import Lease, read_lease
 from shardwise.durability.verify import check_shard, verify
 from shardwise.engine.read import ShardReader
 from shardwise.errors import CorruptShardError
+from shardwise.storage.nodes import open_info
 from shardwise.storage.store import ShardStore
 
 # -- corruption fuzz ------------------------------------------------------------------------------

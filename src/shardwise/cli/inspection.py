@@ -16,8 +16,8 @@ def inspect_array(
     For a group: ``{"store", "path", "group": True, "arrays": [summary, ...]}`` with the summary of
     each array below it (unsharded arrays: shape, dtype and chunks only).
     """
-    from ..api import open_zarr_array
     from ..errors import NotAnArrayError
+    from ..storage.nodes import open_zarr_array
     from ..storage.store import resolve_store, store_name
 
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
@@ -30,8 +30,8 @@ def inspect_array(
 
 
 def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
-    from ..api import open_zarr_array
     from ..errors import UnsupportedCodecError
+    from ..storage.nodes import open_zarr_array
     from ..storage.store import store_name
 
     arr = open_zarr_array(zstore, name)

@@ -26,6 +26,7 @@ from ..core import args
 from ..core.shardspec import check_names, check_shards
 from ..engine.write import WriteReport
 from ..errors import ArrayExistsError
+from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
 from .overlap import refuse_overlap
@@ -94,22 +95,6 @@ class ConvertReport:
 
 
 # -- planning the nodes ---------------------------------------------------------------------------
-
-
-def _nodes(zsrc: Any, path: str) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, Any]]]:
-    """(root node, [(relative path, array)], [(relative path, group)]) under ``path``."""
-    import zarr
-
-    from ..api import open_node
-
-    node = open_node(zsrc, path)
-    if isinstance(node, zarr.Array):
-        return node, [("", node)], []
-    arrays: list[tuple[str, Any]] = []
-    groups: list[tuple[str, Any]] = []
-    for name, member in node.members(max_depth=None):
-        (arrays if isinstance(member, zarr.Array) else groups).append((name, member))
-    return node, sorted(arrays, key=lambda x: x[0]), sorted(groups, key=lambda x: x[0])
 
 
 def _join(*parts: str | None) -> str:
@@ -195,7 +180,7 @@ def convert(
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)
-    root, arrays, groups = _nodes(zsrc, path)
+    root, arrays, groups = walk(zsrc, path)
     xarray_group = any(XARRAY_DIMS in a.attrs for _, a in arrays) or any(
         getattr(a.metadata, "dimension_names", None) for _, a in arrays
     )
@@ -221,7 +206,7 @@ def convert(
         create_in_memory(p.create)
     if lease and not break_lease:
         _refuse_held_leases(zdst, plans)
-    exists = _exists(zdst, dst_path)
+    exists = node_exists(zdst, dst_path)
     if exists and mode == "w-" and not resume:
         raise ArrayExistsError(
             f"{dst!s} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
@@ -274,16 +259,6 @@ def _refuse_held_leases(zdst: Any, plans: Sequence[ArrayPlan]) -> None:
 
 def _consolidated(group: Any) -> bool:
     return getattr(group.metadata, "consolidated_metadata", None) is not None
-
-
-def _exists(zstore: Any, path: str) -> bool:
-    import zarr
-
-    try:
-        zarr.open(zstore, path=path or "", mode="r")
-    except (FileNotFoundError, KeyError, ValueError):
-        return False
-    return True
 
 
 def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> ArrayReport:

@@ -192,17 +192,16 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
     import zarr
     from dask.delayed import delayed
 
-    from ..api import _exists as array_exists
-    from ..api import _same_metadata, open_info
     from ..core.layout import normalize_region
     from ..core.plan import WritePlan
     from ..durability.session import WriteSession, plan_keys
+    from ..storage.nodes import array_exists, open_info, same_metadata
 
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
     info = open_info(probe.store)
     dpath = plan.dst_path or None
     exists = array_exists(zdst, dpath)
-    same = exists and _same_metadata(probe, zdst, dpath)
+    same = exists and same_metadata(probe, zdst, dpath)
     create = not same or (how.mode == "w" and not how.resume)
     if exists and not same and how.mode == "w-":
         raise ArrayExistsError(

@@ -41,7 +41,7 @@ def verify_conversion(
 
 
 def _compare_copied(plan: ArrayPlan, zsrc: Any, zdst: Any, threads: int | None) -> list[str]:
-    from ..api import open_info
+    from ..storage.nodes import open_info
     from ..storage.store import ShardStore
     from .copy import ChunkReader, ShardCopier
 

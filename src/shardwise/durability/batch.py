@@ -428,7 +428,7 @@ def finalize(
     Raises :class:`~shardwise.errors.VerifyError` (with ``.report``) when parts are missing or
     anything fails verification; the batch stays open so the missing parts can be rerun.
     """
-    from ..api import open_info
+    from ..storage.nodes import open_info
 
     threads = args.thread_count("threads", threads)
     sstore = _open(store, path, storage_options)

@@ -34,6 +34,7 @@ from ..core.layout import Coord, Layout
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
+from ..storage.nodes import group_arrays, open_info
 from ..storage.store import ShardStore, describe, store_name
 from .journal import (
     BATCH,
@@ -359,7 +360,6 @@ def verify(
     ``report.changes``, as notes; ``strict=True`` counts them as problems.
     ``progress=True`` shows a bar over the shards checked (one per array of a group).
     """
-    from ..api import open_info
     from ..core import args
     from ..storage.store import resolve_store
 
@@ -369,7 +369,7 @@ def verify(
     args.flags(strict=strict, progress=progress)
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     where = store_name(zstore) + (f" path {path!r}" if path else "")
-    group = _group_arrays(zstore, path)
+    group = group_arrays(zstore, path)
     if group is not None:
         return _verify_group(zstore, path, where, group, threads, strict, progress)
     try:
@@ -388,20 +388,6 @@ def verify(
     )
 
 
-def _group_arrays(zstore: Any, path: str | None) -> list[str] | None:
-    """Paths of the arrays below the group at ``path`` (None when it is not a group)."""
-    import zarr
-
-    try:
-        group = zarr.open_group(zstore, path=path or "", mode="r", zarr_format=3)
-    except Exception:  # not a group (an array, or nothing): verify it as an array
-        return None
-    prefix = f"{path.strip('/')}/" if path and path.strip("/") else ""
-    return sorted(prefix + name for name, _ in group.arrays()) + [
-        a for name, sub in group.groups() for a in _group_arrays(zstore, prefix + name) or []
-    ]
-
-
 def _verify_group(
     zstore: Any,
     path: str | None,
@@ -412,7 +398,6 @@ def _verify_group(
     progress: bool = False,
 ) -> VerifyReport:
     """Verify every sharded array of a group (e.g. an xarray Dataset) into one report."""
-    from ..api import open_info
     from ..errors import UnsupportedCodecError
 
     started = time.perf_counter()

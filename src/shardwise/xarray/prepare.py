@@ -25,6 +25,7 @@ from ..core.sizing import (
 )
 from ..durability.journal import JOURNAL
 from ..errors import ArgumentTypeError, ArgumentValueError, PlanError
+from ..storage.nodes import open_group
 
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 # xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
@@ -173,25 +174,9 @@ def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: An
     return mode
 
 
-def _open_group(store: Store, group: str | None) -> Any:
-    import zarr
-
-    from ..api import node_errors
-
-    try:
-        with node_errors(store, group, "group"):  # an array there: NotAGroupError
-            return zarr.open_group(store, path=group or "", mode="r", use_consolidated=False)
-    except (FileNotFoundError, KeyError):
-        return None
-    except Exception as e:  # zarr's GroupNotFoundError and friends
-        if "NotFound" in type(e).__name__:
-            return None
-        raise
-
-
 def _stored_dims(store: Store, group: str | None) -> dict[str, tuple[str, ...]] | None:
     """The dimension names of every array in ``group`` (None when there is no group)."""
-    g = _open_group(store, group)
+    g = open_group(store, group)
     if g is None:
         return None
     out = {}
