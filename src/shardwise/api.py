@@ -17,7 +17,7 @@ from .core.layout import Region, RegionArg, normalize_region
 from .core.plan import WritePlan
 from .core.sizing import default_layout
 from .durability.session import WriteSession, plan_keys
-from .engine.read import ShardReader
+from .engine.read import ShardReader, open_reader
 from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
 from .errors import (
     ArgumentTypeError,
@@ -582,29 +582,6 @@ def _read_chunks(chunks: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> A
     if any(c < 1 for dim, n in zip(out, shape, strict=True) if n for c in dim):
         raise ArgumentValueError(f"chunks must be {accepted} with positive sizes, got {chunks!r}")
     return out
-
-
-def open_reader(
-    store: Any,
-    *,
-    path: str | None = None,
-    threads: int | None = None,
-    storage_options: dict[str, Any] | None = None,
-    cache_indexes: bool = False,
-) -> ShardReader:
-    """The reader of the array at ``path``; the keywords of every read verb checked first."""
-    args.optional_str("path", path)
-    threads = args.thread_count("threads", threads)
-    args.mapping("storage_options", storage_options)
-    args.flags(cache_indexes=cache_indexes)
-    zstore = resolve_store(store, mode="r", storage_options=storage_options)
-    info = open_info(zstore, path)
-    return ShardReader(
-        info=info,
-        store=ShardStore(zstore, path or ""),
-        threads=threads,
-        cache_indexes=cache_indexes,
-    )
 
 
 def _token(reader: ShardReader) -> str:

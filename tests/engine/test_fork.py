@@ -25,7 +25,7 @@ import pytest
 from zarr.storage import MemoryStore
 
 import shardwise
-from shardwise.api import open_reader
+from shardwise.engine.read import open_reader
 from shardwise.runtime import pool as _pool
 
 DEADLINE = 120  # seconds; a healthy child needs well under one

@@ -302,7 +302,7 @@ _MEASURE = textwrap.dedent(
     import json, sys, tracemalloc
     import numpy as np
     import shardwise
-    from shardwise.api import open_reader
+    from shardwise.engine.read import open_reader
     tracemalloc.start()
     if sys.argv[2] == "array":
         out = shardwise.read_array(sys.argv[1], threads=2)

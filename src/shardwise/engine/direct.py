@@ -19,7 +19,7 @@ import numpy as np
 from ..core.layout import Region
 from ..errors import OutputError, SelectionError
 from .memory import new_array
-from .read import ShardReader
+from .read import ShardReader, open_reader
 
 __all__ = ["Selection", "parse_selection", "read_array", "read_selection"]
 
@@ -163,8 +163,6 @@ def read_array(
     ``store`` is a zarr ``Store``, a local path or a URL (``storage_options`` for fsspec);
     ``path`` the array inside it. Shard indexes are cached for the duration of the call.
     """
-    from ..api import open_reader
-
     reader = open_reader(
         store, path=path, threads=threads, storage_options=storage_options, cache_indexes=True
     )
