@@ -8,7 +8,7 @@ from .core.job import WriteJob
 from .durability import batch
 from .durability.verify import VerifyReport, verify
 from .engine.direct import read_array
-from .engine.write import WriteReport
+from .engine.report import WriteReport
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,

@@ -18,7 +18,8 @@ from .core.plan import WritePlan
 from .core.sizing import default_layout
 from .durability.session import WriteSession, plan_keys
 from .engine.read import ShardReader, open_reader
-from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
+from .engine.report import WriteReport
+from .engine.write import Mode, ShardWriter, WriteOptions, build_graph, run_graph
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core import args
 from ..core.shardspec import check_names, check_shards
-from ..engine.write import WriteReport
+from ..engine.report import WriteReport
 from ..errors import ArrayExistsError
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store

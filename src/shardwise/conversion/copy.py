@@ -22,7 +22,7 @@ from ..codec.shard import MISSING, ShardIndex
 from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
-from ..engine.write import WriteReport, sum_reports
+from ..engine.report import WriteReport, sum_reports
 from ..errors import ArrayExistsError
 from ..storage.store import ShardStore
 from .plan import ArrayPlan, SourceChunks, WriteSettings

@@ -40,7 +40,7 @@ import zarr
 from ..codec.metadata import default_compressors, info_from_metadata
 from ..core import args
 from ..core.layout import Layout, Region, RegionArg, ceildiv, is_aligned, normalize_region
-from ..engine.write import WriteReport
+from ..engine.report import WriteReport
 from ..errors import (
     ArgumentTypeError,
     ArgumentValueError,

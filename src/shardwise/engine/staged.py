@@ -42,7 +42,8 @@ from ..runtime import pool as _pool
 from ..storage.s3 import multipart_client
 from ..storage.store import PARTIAL_SUFFIX, ShardStore
 from .fetch import read_index
-from .write import WriteOptions, WriteReport, as_dask, run_graph
+from .report import WriteReport
+from .write import WriteOptions, as_dask, run_graph
 
 STAGED = f"{JOURNAL}/staged/"
 

@@ -35,7 +35,8 @@ from ..core.sizing import (
 )
 from ..durability.journal import read_marker, read_markers
 from ..durability.session import WriteSession, plan_keys
-from ..engine.write import ShardWriter, WriteOptions, WriteReport, build_graph, sum_reports
+from ..engine.report import WriteReport, sum_reports
+from ..engine.write import ShardWriter, WriteOptions, build_graph
 from ..errors import ArgumentValueError, PlanError, UnsupportedCodecError
 from ..runtime import pool as _pool
 from ..storage.conditional import versions
