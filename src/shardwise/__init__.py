@@ -3,7 +3,8 @@
 from typing import TYPE_CHECKING, Any
 
 from .api import open_array, plan_write, write_array
-from .conversion.convert import ArrayReport, ConvertReport, convert
+from .conversion.convert import convert
+from .conversion.report import ArrayReport, ConvertReport
 from .core.job import WriteJob
 from .durability import batch
 from .durability.verify import VerifyReport, verify

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core import args
@@ -30,69 +29,9 @@ from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
 from .overlap import refuse_overlap
-from .plan import XARRAY_DIMS, ArrayPlan, Method, WriteSettings, plan_array
-
-
-@dataclass
-class ArrayReport:
-    """What happened to one array: the method and why, the shard shape, what was stored."""
-
-    path: str
-    method: Method
-    reason: str
-    shards: tuple[int, ...]
-    chunks: tuple[int, ...]
-    shards_written: int = 0
-    shards_skipped: int = 0
-    bytes_stored: int = 0
-    objects_before: int = 0
-    objects_after: int = 0
-    seconds: float = 0.0
-    verified: bool | None = None
-
-    def __str__(self) -> str:
-        check = {None: "", True: ", verified", False: ", VERIFY FAILED"}[self.verified]
-        return (
-            f"{self.path or '/'}: {self.method} ({self.reason}); shards {self.shards} of "
-            f"chunks {self.chunks}: {self.shards_written} shards written"
-            + (f", {self.shards_skipped} done before" if self.shards_skipped else "")
-            + f", {self.bytes_stored / 1e6:.1f} MB; objects {self.objects_before} -> "
-            f"{self.objects_after}; {self.seconds:.2f} s{check}"
-        )
-
-
-@dataclass
-class ConvertReport:
-    """The conversion's report: one :class:`ArrayReport` per array."""
-
-    src: str
-    dst: str
-    arrays: list[ArrayReport] = field(default_factory=list)
-    seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and all(a.verified is not False for a in self.arrays)
-
-    @property
-    def objects_before(self) -> int:
-        return sum(a.objects_before for a in self.arrays)
-
-    @property
-    def objects_after(self) -> int:
-        return sum(a.objects_after for a in self.arrays)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"ok": self.ok}
-
-    def __str__(self) -> str:
-        head = (
-            f"converted {self.src} -> {self.dst}: {len(self.arrays)} arrays, objects "
-            f"{self.objects_before} -> {self.objects_after} in {self.seconds:.2f} s"
-        )
-        return "\n".join([head, *(f"  {a}" for a in self.arrays), *self.problems])
-
+from .plan import XARRAY_DIMS, ArrayPlan, WriteSettings, plan_array
+from .report import ArrayReport, ConvertReport
+from .source import source_array
 
 # -- planning the nodes ---------------------------------------------------------------------------
 
@@ -282,18 +221,6 @@ def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) ->
     return out
 
 
-def _source_array(plan: ArrayPlan, zsrc: Any) -> Any:
-    import dask.array as da
-    import zarr
-
-    arr = zarr.open_array(zsrc, path=plan.src_path, mode="r")
-    if plan.source.shard_codec is not None:
-        from ..api import open_array
-
-        return open_array(zsrc, path=plan.src_path)
-    return da.from_zarr(arr)
-
-
 def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
     from ..api import write_array
 
@@ -301,7 +228,7 @@ def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -
     for k in ("shape", "zarr_format"):
         c.pop(k)
     report: WriteReport = write_array(
-        _source_array(plan, zsrc),
+        source_array(plan, zsrc),
         zdst,
         path=plan.dst_path or None,
         mode="w" if how.mode == "w" and not how.resume else "w-",
