@@ -41,7 +41,7 @@ def _join(*parts: str | None) -> str:
 
 
 def _count(store: ShardStore, skip_journal: bool = True) -> int:
-    from ..durability.journal import JOURNAL
+    from ..storage.store import JOURNAL
 
     return sum(1 for n in store.list("") if not (skip_journal and n.startswith(JOURNAL)))
 

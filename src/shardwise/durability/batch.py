@@ -50,8 +50,8 @@ from ..errors import (
     PlanError,
     VerifyError,
 )
-from ..storage.store import ShardStore, describe, resolve_store
-from .journal import BATCH, JOURNAL, PARTS, TEMP, clear_array, now
+from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
+from .journal import BATCH, PARTS, clear_array, now
 from .lease import LEASE, Lease, part_lease, read_lease
 from .verify import VerifyReport, verify_store
 

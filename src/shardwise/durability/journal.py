@@ -30,7 +30,6 @@ import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,16 +43,13 @@ from zarr.core.sync import sync
 from ..codec.codecs import crc32c
 from ..core.layout import Region
 from ..storage.conditional import UNCHECKED, commit_beside
-from ..storage.store import ShardStore
+from ..storage.store import JOURNAL, TEMP, ShardStore
 
-JOURNAL = ".shardwise"
 RECORDS = f"{JOURNAL}/shards/"
 WRITES = f"{JOURNAL}/writes/"
 BATCH = f"{JOURNAL}/batch.json"
 LEASE = f"{JOURNAL}/lease"  # and lease.part-I-of-N: see shardwise.durability.lease
 PARTS = f"{JOURNAL}/parts/"
-# temp names: ours are "<name>.<uuid hex>.partial", zarr's LocalStore "<stem>.<uuid hex>.partial"
-TEMP = re.compile(r"^(?P<base>.*)\.(?P<hex>[0-9a-f]{32})\.partial$")
 IO_THREADS = 8
 
 

@@ -35,13 +35,11 @@ from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
 from ..storage.nodes import group_arrays, open_info
-from ..storage.store import ShardStore, describe, store_name
+from ..storage.store import JOURNAL, TEMP, ShardStore, describe, store_name
 from .journal import (
     BATCH,
-    JOURNAL,
     PARTS,
     RECORDS,
-    TEMP,
     Record,
     read_markers,
     read_records,

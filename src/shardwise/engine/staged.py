@@ -36,11 +36,11 @@ from ..codec.shard import MISSING, ShardIndex, encode_shard
 from ..core.job import PART_BYTES, STREAM_BUFFER
 from ..core.layout import Coord, Layout, Region, ceildiv, intersect
 from ..core.plan import WritePlan
-from ..durability.journal import JOURNAL, RECORDS, TEMP, Journal, Record
+from ..durability.journal import RECORDS, Journal, Record
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
 from ..storage.s3 import multipart_client
-from ..storage.store import PARTIAL_SUFFIX, ShardStore
+from ..storage.store import JOURNAL, PARTIAL_SUFFIX, TEMP, ShardStore
 from .fetch import read_index
 from .report import WriteReport
 from .write import WriteOptions, as_dask, run_graph

@@ -23,9 +23,9 @@ from ..core.sizing import (
     dividing_chunks,
     whole_chunks,
 )
-from ..durability.journal import JOURNAL
 from ..errors import ArgumentTypeError, ArgumentValueError, PlanError
 from ..storage.nodes import open_group
+from ..storage.store import JOURNAL
 
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 # xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
