@@ -114,7 +114,8 @@ def _span(views: Sequence[memoryview], start: int, n: int) -> bytes:
 
 @dataclass(frozen=True)
 class Journal:
-    """The part of the journal a shard task writes; travels to the workers with the writer."""
+    """The part of the journal a shard task writes; travels to the workers with the writer.
+    The engine's :class:`~shardwise.engine.recorder.ShardRecorder`."""
 
     store: ShardStore
     write_id: str
@@ -133,6 +134,10 @@ class Journal:
             rec = Record.of(self.write_id, parts, self.index_nbytes, self.index_at_end)
             data = rec.to_bytes()
         commit_beside(self.store, RECORDS + key, data, owner=key, generation=generation)
+
+    def record_object(self, key: str, size: int, crc: int, index_crc: int) -> None:
+        """Record a shard whose checksums its commit computed while it streamed the object."""
+        self.store.put(RECORDS + key, Record(self.write_id, size, crc, index_crc).to_bytes())
 
     def matches(self, key: str) -> bool:
         """True when ``key`` holds exactly the object this write recorded for it.

@@ -21,11 +21,11 @@ from ..codec.metadata import ArrayInfo
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
 from ..core.plan import WritePlan
-from ..durability.journal import Journal
 from ..runtime import pool as _pool
 from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
 from ..storage.store import ShardStore
+from .recorder import ShardRecorder
 from .report import WriteReport, sum_reports
 
 Mode = Literal["w", "w-", "a", "r+"]
@@ -46,7 +46,7 @@ class ShardWriter:
     plan: WritePlan
     options: WriteOptions
     # records each stored shard (and forgets emptied ones) for verify and resume
-    journal: Journal | None = None
+    journal: ShardRecorder | None = None
 
     @property
     def layout(self) -> Layout:
