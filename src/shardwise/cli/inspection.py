@@ -53,14 +53,13 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
     from ..codec.metadata import info_from_metadata
     from ..durability.journal import BATCH, read_markers, read_records
     from ..durability.lease import read_lease
-    from ..durability.verify import parse_shard_key
     from ..storage.store import ShardStore, store_name
 
     info = info_from_metadata(arr.metadata)
     lay = info.layout
     sstore = ShardStore(zstore, path or "")
     names = sstore.list("")
-    stored = [n for n in names if parse_shard_key(lay, n) is not None]
+    stored = [n for n in names if lay.parse_shard_key(n) is not None]
     with ThreadPoolExecutor(8) as pool:
         sizes = [s or 0 for s in pool.map(sstore.size, stored)]
     markers = [m for m in read_markers(sstore).values() if m is not None]

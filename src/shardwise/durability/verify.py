@@ -30,7 +30,7 @@ import numpy as np
 from ..codec.codecs import crc32c
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import ShardIndex
-from ..core.layout import Coord, Layout
+from ..core.layout import Coord
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
@@ -136,23 +136,6 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def parse_shard_key(layout: Layout, name: str) -> Coord | None:
-    """The coordinates of shard key ``name`` in ``layout``'s grid, or None."""
-    parts = name.split(layout.separator)
-    if layout.key_encoding == "default":
-        if not parts or parts[0] != "c":
-            return None
-        parts = parts[1:]
-    elif layout.ndim == 0:
-        return () if name == "0" else None
-    if len(parts) != layout.ndim or not all(p.isdigit() for p in parts):
-        return None
-    coord = tuple(int(p) for p in parts)
-    if any(c >= g for c, g in zip(coord, layout.shard_grid, strict=True)):
-        return None
-    return coord if layout.shard_key(coord) == name else None
-
-
 def check_shard(
     info: ArrayInfo, store: ShardStore, name: str, record: Record | None
 ) -> tuple[list[Problem], Problem | None, int, int]:
@@ -223,7 +206,7 @@ def verify_store(
                 Problem("temp", store.key(name), "temp file of an interrupted write")
             )
             continue
-        coord = parse_shard_key(lay, name)
+        coord = lay.parse_shard_key(name)
         if coord is None:
             report.problems.append(
                 Problem("stray", store.key(name), "not metadata, journal or a shard of this grid")
