@@ -35,6 +35,7 @@ from ..runtime.probes import default_memory_limit
 from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
 from .plan import WritePlan
+from .sizing import shrink_to_fit
 
 Strategy = Literal["auto", "direct", "staged"]
 STRATEGIES = ("auto", "direct", "staged")
@@ -91,10 +92,7 @@ def inner_aligned(
             out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
         return tuple(out)
     # numpy: blocks of whole inner chunks inside each shard
-    per = list(lay.chunks_per_shard)
-    while math.prod(per) * math.prod(lay.chunk_shape) * itemsize > target_bytes and max(per) > 1:
-        i = max(range(len(per)), key=lambda d: per[d])
-        per[i] = -(-per[i] // 2)
+    per = shrink_to_fit(lay.chunks_per_shard, math.prod(lay.chunk_shape) * itemsize, target_bytes)
     for sl, s, c, p in zip(region, lay.shard_shape, lay.chunk_shape, per, strict=True):
         step = c * p
         cuts = {sl.start, sl.stop}
@@ -115,10 +113,7 @@ def _blocks_per_side(
 ) -> list[int]:
     """Inner chunks per block side so that a block of ``spans`` (cut to them) fits the target."""
     per = [max(1, -(-n // c)) for n, c in zip(spans, chunk_shape, strict=True)]
-    while math.prod(per) * math.prod(chunk_shape) * itemsize > target_bytes and max(per) > 1:
-        i = max(range(len(per)), key=lambda d: per[d])
-        per[i] = -(-per[i] // 2)
-    return per
+    return shrink_to_fit(per, math.prod(chunk_shape) * itemsize, target_bytes)
 
 
 def _largest(chunks: Chunks) -> int:
