@@ -727,4 +727,4 @@ def test_sizing_doctests() -> None:
     import shardwise.core.sizing
 
     result = doctest.testmod(shardwise.core.sizing)
-    assert result.attempted == 7 and result.failed == 0
+    assert result.attempted == 9 and result.failed == 0
