@@ -398,9 +398,9 @@ def temp_files(root: Path) -> list[str]:
 
 def torn_shards(root: Path) -> list[str]:
     """Shards under ``root`` that do not decode completely (index and every inner chunk)."""
-    from shardwise.api import open_info
     from shardwise.codec.shard import decode_shard_bytes
     from shardwise.errors import CorruptShardError
+    from shardwise.storage.nodes import open_info
 
     if not (root / "zarr.json").exists():
         return [k for k in files(root) if not TEMP.search(k)]

@@ -3,12 +3,13 @@
 from typing import TYPE_CHECKING, Any
 
 from .api import open_array, plan_write, write_array
-from .conversion.convert import ArrayReport, ConvertReport, convert
+from .conversion.convert import convert
+from .conversion.report import ArrayReport, ConvertReport
 from .core.job import WriteJob
 from .durability import batch
 from .durability.verify import VerifyReport, verify
 from .engine.direct import read_array
-from .engine.write import WriteReport
+from .engine.report import WriteReport
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,

@@ -4,173 +4,37 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from .codec.metadata import ArrayInfo, default_compressors, info_from_metadata
+from .codec.metadata import ArrayInfo, default_compressors
 from .core import args
 from .core.job import STRATEGIES, Strategy, WriteJob, make_job
 from .core.layout import Region, RegionArg, normalize_region
 from .core.plan import WritePlan
 from .core.sizing import default_layout
 from .durability.session import WriteSession, plan_keys
-from .engine import _pool
-from .engine.read import ShardReader
-from .engine.write import Mode, ShardWriter, WriteOptions, WriteReport, build_graph, run_graph
+from .engine.read import ShardReader, open_reader
+from .engine.report import WriteReport
+from .engine.write import Mode, ShardWriter, WriteOptions, build_graph, run_graph
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,
     ArrayExistsError,
     ArrayNotFoundError,
-    NotAGroupError,
-    NotAnArrayError,
     PlanError,
     ShardwiseError,
-    UnsupportedCodecError,
 )
+from .runtime import pool as _pool
 from .storage.conditional import versions
+from .storage.nodes import array_exists, open_info, same_metadata
 from .storage.retry import retry_transient
 from .storage.store import ShardStore, describe, resolve_store
 
 _MODES = ("w", "w-", "a", "r+")
-
-
-def open_info(store: Any, path: str | None = None) -> ArrayInfo:
-    """Read and translate the metadata of the array at ``path`` in a zarr ``store``."""
-    meta = open_zarr_array(store, path).metadata
-    try:
-        return info_from_metadata(meta)
-    except UnsupportedCodecError as e:
-        raise UnsupportedCodecError(f"{describe(store, path)}: {e}") from None
-
-
-def open_zarr_array(store: Any, path: str | None = None) -> Any:
-    """zarr-python's array at ``path`` (Zarr v3), or a shardwise error saying what is there
-    instead: :class:`NotAnArrayError` for a group (listing its arrays),
-    :class:`UnsupportedCodecError` for a Zarr v2 array, :class:`ArrayNotFoundError` for nothing."""
-    try:
-        with node_errors(store, path, "array"):
-            return zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
-    except ArrayNotFoundError:  # maybe a Zarr v2 node, which a format-3 open does not see
-        kind = _v2_node(store, path)
-        if kind is None:
-            raise
-    raise UnsupportedCodecError(_v2_message(store, path, kind))
-
-
-def open_node(store: Any, path: str | None = None) -> Any:
-    """zarr-python's array or group at ``path`` (Zarr v2 or v3); nothing there is an
-    :class:`ArrayNotFoundError` naming the store and path, not zarr's own error."""
-    with node_errors(store, path, "node"):
-        return zarr.open(store, path=path or "", mode="r")
-
-
-@contextmanager
-def node_errors(store: Any, path: str | None, want: str) -> Iterator[None]:
-    """zarr's errors for a missing node or a node of the other kind, raised inside, as shardwise
-    errors naming the store and path (zarr's own name the internal StorePath): nothing there is
-    :class:`ArrayNotFoundError` (a ``FileNotFoundError``), a group where ``want`` is "array" is
-    :class:`NotAnArrayError` listing its arrays, an array where ``want`` is "group" is
-    :class:`NotAGroupError` (both ``ValueError``)."""
-    from zarr.errors import (
-        ContainsArrayError,
-        ContainsGroupError,
-        NodeTypeValidationError,
-    )
-
-    try:
-        yield
-    except FileNotFoundError as e:  # zarr's NodeNotFoundError, or a missing local root
-        if isinstance(e, ArrayNotFoundError):
-            raise
-        noun = "zarr array or group" if want == "node" else want
-        raise ArrayNotFoundError(f"no {noun} at {describe(store, path, 'path')}") from None
-    except ContainsArrayError:
-        raise _not_a_group(store, path) from None
-    except (ContainsGroupError, NodeTypeValidationError):
-        # zarr raises NodeTypeValidationError for metadata of the other kind either way round
-        raise (
-            _not_a_group(store, path) if want == "group" else _not_an_array(store, path)
-        ) from None
-
-
-def _not_a_group(store: Any, path: str | None) -> NotAGroupError:
-    return NotAGroupError(
-        f"{describe(store, path, 'path')} is an array, not a group: pass the path of the group "
-        "that holds it, or open it as an array (shardwise.open_array)"
-    )
-
-
-def _not_an_array(store: Any, path: str | None) -> NotAnArrayError:
-    from .durability.verify import _group_arrays
-
-    arrays = _group_arrays(store, path) or []
-    listed = ", ".join(repr(a) for a in arrays[:20]) + (" ..." if len(arrays) > 20 else "")
-    return NotAnArrayError(
-        f"{describe(store, path, 'group')} is a group, not an array: "
-        + (
-            f"pass path= (CLI: --path) with one of its arrays: {listed}"
-            if arrays
-            else "it has no arrays"
-        ),
-        arrays,
-    )
-
-
-def _array_above(store: Any, path: str | None) -> str | None:
-    """The path of an array (Zarr v2 or v3) that ``path`` would lie inside, else None."""
-    parts = (path or "").strip("/").split("/")[:-1]
-    for i in range(len(parts) + 1) if path and path.strip("/") else ():
-        try:
-            node = zarr.open(store, path="/".join(parts[:i]), mode="r")
-        except (FileNotFoundError, ValueError):  # nothing there, or not zarr metadata
-            continue
-        if isinstance(node, zarr.Array):
-            return "/".join(parts[:i])
-    return None
-
-
-def _v2_node(store: Any, path: str | None) -> str | None:
-    """ "array" or "group" when a Zarr v2 node is at ``path``, else None."""
-    try:
-        node = zarr.open(store, path=path or "", mode="r", zarr_format=2)
-    except FileNotFoundError:  # zarr's NodeNotFoundError is one
-        return None
-    return "array" if isinstance(node, zarr.Array) else "group"
-
-
-def _v2_message(store: Any, path: str | None, kind: str) -> str:
-    return (
-        f"{describe(store, path, kind)} is a Zarr v2 {kind}: shardwise reads and writes Zarr v3 "
-        "sharded arrays; read it with zarr-python (zarr.open_array, dask.array.from_zarr) or "
-        "convert it to sharded v3 with `shardwise convert SRC DST` (Python: shardwise.convert)"
-    )
-
-
-def _exists(store: Any, path: str | None) -> bool:
-    above = _array_above(store, path)
-    if above is not None:  # zarr would refuse only after the write's marker is stored
-        raise PlanError(
-            f"{describe(store, above)} holds no other nodes, so nothing can be written at "
-            f"{describe(store, path, 'path')}: pick a path that is not inside an array"
-        )
-    try:
-        open_zarr_array(store, path)
-    except ArrayNotFoundError:
-        return False
-    except UnsupportedCodecError as e:  # a Zarr v2 node
-        raise PlanError(f"{e}; mode='w' replaces it") from None
-    except NotAnArrayError as e:
-        raise PlanError(
-            f"{describe(store, path, 'path')} is a group, not an array: pass path= to write "
-            "an array inside it, or mode='w' to replace the group"
-        ) from e
-    return True
 
 
 def _create_kwargs(
@@ -459,7 +323,7 @@ def write_array(
         dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
-    exists = (mode != "w" or resume) and retry_transient(lambda: _exists(zstore, path))
+    exists = (mode != "w" or resume) and retry_transient(lambda: array_exists(zstore, path))
     if mode == "w-" and exists and not resume:
         raise ArrayExistsError(
             f"{describe(zstore, path)} already exists (use mode='w' to replace it, 'a' or 'r+' "
@@ -489,7 +353,7 @@ def write_array(
         # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
         # fill value with a payload is stored as plain "NaN"
         info = open_info(probe.store)
-        if exists and not _same_metadata(probe, zstore, path):
+        if exists and not same_metadata(probe, zstore, path):
             if mode == "w-":
                 raise ArrayExistsError(
                     f"{describe(zstore, path)} exists with other metadata: nothing to resume"
@@ -744,24 +608,12 @@ def _create_in_store(zstore: Any, path: str | None, kwargs: dict[str, Any], prob
         try:
             zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
         except ContainsArrayError:
-            if not (tried and _same_metadata(probe, zstore, path)):
+            if not (tried and same_metadata(probe, zstore, path)):
                 raise
         finally:
             tried = True
 
     retry_transient(create)
-
-
-def _same_metadata(probe: Any, zstore: Any, path: str | None) -> bool:
-    """True when the stored array's metadata equals the one this write would create."""
-    from zarr.core.buffer import default_buffer_prototype
-
-    stored = zarr.open_array(zstore, path=path or "", mode="r", zarr_format=3).metadata
-
-    def doc(meta: Any) -> bytes:  # the JSON document: NaN fill values compare equal
-        return bytes(meta.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes())
-
-    return doc(stored) == doc(probe.metadata)
 
 
 def open_array(
@@ -859,29 +711,6 @@ def _read_chunks(chunks: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> A
     if any(c < 1 for dim, n in zip(out, shape, strict=True) if n for c in dim):
         raise ArgumentValueError(f"chunks must be {accepted} with positive sizes, got {chunks!r}")
     return out
-
-
-def open_reader(
-    store: Any,
-    *,
-    path: str | None = None,
-    threads: int | None = None,
-    storage_options: dict[str, Any] | None = None,
-    cache_indexes: bool = False,
-) -> ShardReader:
-    """The reader of the array at ``path``; the keywords of every read verb checked first."""
-    args.optional_str("path", path)
-    threads = args.thread_count("threads", threads)
-    args.mapping("storage_options", storage_options)
-    args.flags(cache_indexes=cache_indexes)
-    zstore = resolve_store(store, mode="r", storage_options=storage_options)
-    info = open_info(zstore, path)
-    return ShardReader(
-        info=info,
-        store=ShardStore(zstore, path or ""),
-        threads=threads,
-        cache_indexes=cache_indexes,
-    )
 
 
 def _token(reader: ShardReader) -> str:

@@ -175,11 +175,3 @@ class VerifyError(ShardwiseError, ValueError):
 class DependencyError(ShardwiseError, RuntimeError):
     """An installed dependency lacks something shardwise needs (see ``shardwise.compat``): its
     version is outside the range shardwise supports (a ``RuntimeError``)."""
-
-
-def check_mode(mode: object, allowed: tuple[str, ...], what: str = "mode") -> None:
-    """The one check of a ``mode`` argument: :class:`ArgumentValueError` (a :class:`PlanError`)
-    naming the allowed values, :class:`ArgumentTypeError` for a mode that is not a string."""
-    from .core.args import choice
-
-    choice(what, mode, allowed)

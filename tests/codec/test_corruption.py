@@ -20,8 +20,8 @@ import zarr.codecs as zc
 
 import shardwise
 from shardwise import CorruptShardError
-from shardwise.api import open_reader
 from shardwise.codec.codecs import crc32c
+from shardwise.engine.read import open_reader
 
 PATH = "grp/arr"
 SHAPE = (16, 16)

@@ -273,3 +273,31 @@ def test_coalesce_covers_every_range(
     # each merge reads at most max_gap bytes nobody asked for
     asked = sum(n for _, n in ranges)
     assert sum(n for _, n in merged) <= asked + max_gap * (len(ranges) - len(merged))
+
+
+def test_parse_shard_key_refuses_what_is_not_a_key_of_the_grid() -> None:
+    lay = Layout((10, 10), (4, 4), (2, 2))
+    assert lay.parse_shard_key("c/2/1") == (2, 1)
+    for bad in ("c/3/0", "c/1", "c/1/x", "d/1/1", "c/01/1", "zarr.json"):
+        assert lay.parse_shard_key(bad) is None
+    v2 = Layout((10, 10), (4, 4), (2, 2), separator=".", key_encoding="v2")
+    assert v2.parse_shard_key("2.1") == (2, 1) and v2.parse_shard_key("c.2.1") is None
+
+
+@pytest.mark.parametrize(
+    ("separator", "encoding"), [("/", "default"), (".", "default"), (".", "v2"), ("/", "v2")]
+)
+@pytest.mark.parametrize("shape", [(), (7,), (10, 9), (5, 1, 6)])
+def test_shard_keys_read_back_to_their_shards(
+    shape: tuple[int, ...], separator: str, encoding: Any
+) -> None:
+    """``parse_shard_key`` inverts ``shard_key`` over every shard of the grid, 0-d included."""
+    lay = Layout(
+        shape,
+        tuple(max(1, n // 2) for n in shape),
+        tuple(1 for _ in shape),
+        separator=separator,
+        key_encoding=encoding,
+    )
+    coords = list(lay.shards())
+    assert coords and all(lay.parse_shard_key(lay.shard_key(c)) == c for c in coords)

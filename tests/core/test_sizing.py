@@ -26,6 +26,7 @@ from shardwise.core.sizing import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_SHARD_BYTES,
     default_layout,
+    shrink_to_fit,
     whole_chunks,
 )
 from shardwise.errors import ArgumentTypeError, ArgumentValueError
@@ -214,3 +215,43 @@ def test_shardspec_doctests() -> None:
 
     result = doctest.testmod(shardwise.core.shardspec)
     assert result.attempted == 4 and result.failed == 0
+
+
+def _halvings(n: int) -> set[int]:
+    out = {n}
+    while n > 1:
+        n = -(-n // 2)
+        out.add(n)
+    return out
+
+
+@given(
+    st.lists(st.integers(1, 5000), min_size=1, max_size=4),
+    st.integers(1, 16),
+    st.integers(1, 2**24),
+    st.data(),
+)
+def test_shrink_to_fit_halves_the_largest_free_axis_until_it_fits(
+    counts: list[int], unit: int, target: int, data: Any
+) -> None:
+    """The one shrink rule: the result fits the target unless every free axis is down to 1;
+    fixed axes keep their count; a free axis is only ever halved (rounded up), and never below
+    half of the largest free count it leaves (the largest axis is the one cut)."""
+    free = data.draw(st.lists(st.sampled_from(range(len(counts))), unique=True))
+    got = shrink_to_fit(counts, unit, target, axes=free)
+    assert math.prod(got) * unit <= target or all(got[i] == 1 for i in free)
+    assert all(got[i] == counts[i] for i in range(len(counts)) if i not in free)
+    assert all(got[i] in _halvings(counts[i]) for i in free)
+    cut = [i for i in free if got[i] < counts[i]]
+    assert all(2 * got[i] >= max(got[j] for j in free) for i in cut)
+
+
+def test_shrink_to_fit_takes_the_next_step_it_is_given() -> None:
+    divisors = {0: [1, 2, 3, 4, 6, 12], 1: [1, 5]}
+
+    def next_divisor(i: int, n: int) -> int:
+        return max(d for d in divisors[i] if d <= n // 2)
+
+    # 12 -> 6 (the largest) -> 3, then 5 is the largest -> 1: 3 units fit 10
+    assert shrink_to_fit([12, 5], 1, 10, step=next_divisor) == [3, 1]
+    assert shrink_to_fit([12, 5], 1, 1000, step=next_divisor) == [12, 5]

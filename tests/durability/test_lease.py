@@ -223,7 +223,7 @@ def test_a_failed_write_returns_after_its_running_tasks(
     No time window: the put of shard c/0/0 is held until the write, after the failure, waits
     for its running tasks (or, if it does not wait, until the call has returned), so a write
     that returns early always returns before that put has landed."""
-    from shardwise.engine import _pool
+    from shardwise.runtime import pool as _pool
 
     root = tmp_path / "a.zarr"
     held, go, resumed = threading.Event(), threading.Event(), threading.Event()

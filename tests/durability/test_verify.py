@@ -21,7 +21,7 @@ import shardwise
 from faultkit import BUCKET, MotoS3, moto_s3, unique
 from shardwise.durability.journal import RECORDS
 from shardwise.durability.lease import Lease
-from shardwise.durability.verify import parse_shard_key, verify
+from shardwise.durability.verify import verify
 from shardwise.storage.store import ShardStore
 
 SHAPE = (30, 26)
@@ -216,17 +216,6 @@ def test_missing_metadata_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     (tmp_path / "x").mkdir()
     report = verify(tmp_path / "x")
     assert [p.kind for p in report.problems] == ["metadata"]
-
-
-def test_parse_shard_key() -> None:
-    from shardwise.core.layout import Layout
-
-    lay = Layout((10, 10), (4, 4), (2, 2))
-    assert parse_shard_key(lay, "c/2/1") == (2, 1)
-    for bad in ("c/3/0", "c/1", "c/1/x", "d/1/1", "c/01/1", "zarr.json"):
-        assert parse_shard_key(lay, bad) is None
-    v2 = Layout((10, 10), (4, 4), (2, 2), separator=".", key_encoding="v2")
-    assert parse_shard_key(v2, "2.1") == (2, 1) and parse_shard_key(v2, "c.2.1") is None
 
 
 # -- S3 -------------------------------------------------------------------------------------------

@@ -25,8 +25,8 @@ import pytest
 from zarr.storage import MemoryStore
 
 import shardwise
-from shardwise.api import open_reader
-from shardwise.engine import _pool
+from shardwise.engine.read import open_reader
+from shardwise.runtime import pool as _pool
 
 DEADLINE = 120  # seconds; a healthy child needs well under one
 KW: dict[str, Any] = dict(chunks=(8, 8), shards=(16, 16), fill_value=0)

@@ -302,7 +302,7 @@ _MEASURE = textwrap.dedent(
     import json, sys, tracemalloc
     import numpy as np
     import shardwise
-    from shardwise.api import open_reader
+    from shardwise.engine.read import open_reader
     tracemalloc.start()
     if sys.argv[2] == "array":
         out = shardwise.read_array(sys.argv[1], threads=2)
@@ -495,7 +495,7 @@ def test_first_read_does_not_import_the_cluster_machinery(tmp_path: Path) -> Non
 
 
 def test_pool_size_on_a_worker_is_its_thread_count(client: Any) -> None:
-    from shardwise.engine._pool import pool_size
+    from shardwise.runtime.pool import pool_size
 
     assert client.submit(pool_size, pure=False).result() == 1  # workers of one thread each
 
@@ -511,7 +511,7 @@ def test_a_failing_batch_waits_for_the_others_before_raising() -> None:
     import sys
     import threading
 
-    from shardwise.engine._pool import map_batches
+    from shardwise.runtime.pool import map_batches
 
     started, release, decided = threading.Event(), threading.Event(), threading.Event()
     events: list[str] = []

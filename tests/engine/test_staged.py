@@ -251,12 +251,12 @@ def _keys(store: Store) -> list[str]:
 def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
     """As when dask reruns a shard task whose worker died after the commit: the record of this
     write matches the object, so the rerun returns the result without writing again."""
-    from shardwise.api import open_info
     from shardwise.core.job import make_job
     from shardwise.core.plan import WritePlan
     from shardwise.durability.journal import Journal
     from shardwise.engine.staged import StagedWriter
     from shardwise.engine.write import WriteOptions
+    from shardwise.storage.nodes import open_info
     from shardwise.storage.store import ShardStore
 
     counts: Counter[str] = Counter()

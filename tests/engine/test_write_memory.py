@@ -13,7 +13,7 @@ import zarr
 
 import shardwise
 from faultkit import traced_peak
-from shardwise.codec.shard import UNIT_BYTES
+from shardwise.runtime.units import UNIT_BYTES
 
 ZSTD: dict[str, Any] = dict(compressors=[zarr.codecs.ZstdCodec(level=1)])
 
@@ -63,8 +63,8 @@ def test_a_write_computed_later_writes_the_array_as_it_was(tmp_path: Path) -> No
 def test_a_shard_task_holds_its_block_and_encoded_chunks_only(tmp_path: Path) -> None:
     """Encoding a 32 MiB shard stacks no shard-sized copy: beyond the (existing) block, the
     peak is the encoded chunks plus a small buffer per encoding thread, whatever the shard."""
-    from shardwise.api import open_reader
     from shardwise.codec.shard import encode_shard
+    from shardwise.engine.read import open_reader
 
     x = _smooth((64, 512, 512))
     shardwise.write_array(x, tmp_path / "a", chunks=(8, 64, 64), shards=(64, 512, 512), **ZSTD)
@@ -80,8 +80,8 @@ def test_a_shard_task_holds_its_block_and_encoded_chunks_only(tmp_path: Path) ->
 def test_a_merge_holds_one_shard_buffer_beyond_its_block(tmp_path: Path) -> None:
     """Merging a piece into a stored 32 MiB shard (the direct path for shards a region covers in
     part): the overlaid shard is encoded through the units, with no second stacked copy."""
-    from shardwise.api import open_reader
     from shardwise.codec.shard import merge_shard
+    from shardwise.engine.read import open_reader
 
     x = _smooth((64, 512, 512))
     shardwise.write_array(x, tmp_path / "a", chunks=(8, 64, 64), shards=(64, 512, 512), **ZSTD)

@@ -57,13 +57,13 @@ from faultkit import (
     unique,
     wait_until,
 )
-from shardwise.api import open_info
 from shardwise.core.layout import normalize_region
 from shardwise.durability.journal import Record
 from shardwise.durability.lease import Lease, read_lease
 from shardwise.durability.verify import check_shard, verify
-from shardwise.engine.read import ShardReader
+from shardwise.engine.read import ShardReader, open_reader
 from shardwise.errors import CorruptShardError
+from shardwise.storage.nodes import open_info
 from shardwise.storage.store import ShardStore
 
 # -- corruption fuzz ------------------------------------------------------------------------------
@@ -417,7 +417,7 @@ def test_s3_faults_through_a_proxy(s3: MotoS3) -> None:
             (slice(90, 96), slice(70, 80)),
         ]
         for i in range(20):
-            reader = shardwise.api.open_reader(store if i % 2 else store2)
+            reader = open_reader(store if i % 2 else store2)
             for w in windows:
                 reads += 1
                 try:

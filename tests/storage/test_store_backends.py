@@ -20,9 +20,9 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
-from shardwise.durability.journal import TEMP
 from shardwise.storage.retry import STORE_REQUESTS, RetryPolicy, any_error, transient
 from shardwise.storage.store import (
+    TEMP,
     Backend,
     LocalFiles,
     ShardStore,

@@ -24,7 +24,7 @@ from zarr.storage import FsspecStore, LocalStore, MemoryStore, ObjectStore
 
 import shardwise
 from shardwise import CorruptShardError
-from shardwise.api import open_reader
+from shardwise.engine.read import open_reader
 
 SHAPE = (45, 38)
 INNER = (4, 5)

@@ -26,11 +26,11 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from faultkit import snapshot
-from shardwise.api import open_info
 from shardwise.codec.metadata import default_compressors
 from shardwise.codec.shard import MISSING, index_slice, parse_index
 from shardwise.core.sizing import default_chunks, default_shards, dividing_chunks
 from shardwise.errors import PlanError
+from shardwise.storage.nodes import open_info
 from shardwise.storage.overlay import Overlay
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -727,4 +727,4 @@ def test_sizing_doctests() -> None:
     import shardwise.core.sizing
 
     result = doctest.testmod(shardwise.core.sizing)
-    assert result.attempted == 7 and result.failed == 0
+    assert result.attempted == 9 and result.failed == 0

@@ -48,8 +48,9 @@ def open_source(
     import dask.array as da
     import zarr
 
-    from ..api import node_errors, open_array
+    from ..api import open_array
     from ..errors import ShardwiseError
+    from ..storage.nodes import node_errors
     from ..storage.store import resolve_store
 
     zstore = resolve_store(src, mode="r", storage_options=storage_options)
@@ -100,13 +101,13 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from ..api import open_zarr_array
-    from ..durability.verify import _group_arrays, verify
+    from ..durability.verify import verify
     from ..errors import ArrayNotFoundError, UnsupportedCodecError
+    from ..storage.nodes import group_arrays, open_zarr_array
     from ..storage.store import resolve_store
 
     zstore = resolve_store(a.store, mode="r", storage_options=a.storage_options)
-    if _group_arrays(zstore, a.path) is None:
+    if group_arrays(zstore, a.path) is None:
         # nothing to verify (no array, or a Zarr v2 one) is a refusal (exit 3), not a problem
         # of an array; metadata that does not parse stays a problem verify reports (exit 1)
         try:

@@ -16,8 +16,8 @@ def inspect_array(
     For a group: ``{"store", "path", "group": True, "arrays": [summary, ...]}`` with the summary of
     each array below it (unsharded arrays: shape, dtype and chunks only).
     """
-    from ..api import open_zarr_array
     from ..errors import NotAnArrayError
+    from ..storage.nodes import open_zarr_array
     from ..storage.store import resolve_store, store_name
 
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
@@ -30,8 +30,8 @@ def inspect_array(
 
 
 def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
-    from ..api import open_zarr_array
     from ..errors import UnsupportedCodecError
+    from ..storage.nodes import open_zarr_array
     from ..storage.store import store_name
 
     arr = open_zarr_array(zstore, name)
@@ -53,14 +53,13 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
     from ..codec.metadata import info_from_metadata
     from ..durability.journal import BATCH, read_markers, read_records
     from ..durability.lease import read_lease
-    from ..durability.verify import parse_shard_key
     from ..storage.store import ShardStore, store_name
 
     info = info_from_metadata(arr.metadata)
     lay = info.layout
     sstore = ShardStore(zstore, path or "")
     names = sstore.list("")
-    stored = [n for n in names if parse_shard_key(lay, n) is not None]
+    stored = [n for n in names if lay.parse_shard_key(n) is not None]
     with ThreadPoolExecutor(8) as pool:
         sizes = [s or 0 for s in pool.map(sstore.size, stored)]
     markers = [m for m in read_markers(sstore).values() if m is not None]

@@ -16,10 +16,10 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from ..compat import decode_sync, encode_sync
+from ..runtime.units import SMALL_CHUNK
 from .codecs import BytesCodec, Zstd
 
 Endian = Literal["little", "big"]
-SMALL_CHUNK = 64 * 1024  # raw bytes below which zstd chunks are (de)compressed in batches
 
 
 def raw_view(a: np.ndarray) -> memoryview:

@@ -12,17 +12,19 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
 
-from ..engine import _pool
+from ..core.layout import Layout
 from ..errors import CorruptShardError
-from .chunks import SMALL_CHUNK, ChunkCodec, ChunkDecodeError, Endian
+from ..runtime import pool as _pool
+from ..runtime.units import SMALL_CHUNK, UNIT_BYTES
+from .chunks import ChunkCodec, ChunkDecodeError, Endian
 from .codecs import crc32c
 
 MISSING = np.uint64(2**64 - 1)
-UNIT_BYTES = 256 * 2**10  # raw bytes of small inner chunks one encode task stacks at a time
 IndexLocation = Literal["start", "end"]
 
 
@@ -40,13 +42,18 @@ class ShardCodec:
     def chunk_shape(self) -> tuple[int, ...]:
         return self.inner.chunk_shape
 
+    @cached_property
+    def geometry(self) -> Layout:
+        """One shard's grid of inner chunks, by the array layout's own rules (computed once)."""
+        return Layout(self.shard_shape, self.shard_shape, self.chunk_shape)
+
     @property
     def grid(self) -> tuple[int, ...]:
-        return tuple(s // c for s, c in zip(self.shard_shape, self.chunk_shape, strict=True))
+        return self.geometry.chunks_per_shard
 
     @property
     def nchunks(self) -> int:
-        return math.prod(self.grid)
+        return self.geometry.nchunks_per_shard
 
     @property
     def index_nbytes(self) -> int:

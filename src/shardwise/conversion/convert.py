@@ -19,150 +19,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core import args
 from ..core.shardspec import check_names, check_shards
-from ..engine.write import WriteReport
-from ..errors import ArrayExistsError, check_mode
+from ..engine.report import WriteReport
+from ..errors import ArrayExistsError
+from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
 from .overlap import refuse_overlap
-from .plan import XARRAY_DIMS, ArrayPlan, Method, WriteSettings, plan_array
-
-
-@dataclass
-class ArrayReport:
-    """What happened to one array: the method and why, the shard shape, what was stored.
-
-    Attributes
-    ----------
-    path : str
-        The array's path in the destination.
-    method : {"copy", "reencode"}
-        Copied as encoded chunks, or decoded and re-encoded.
-    reason : str
-        Why this method.
-    shards : tuple of int
-        The shard shape.
-    chunks : tuple of int
-        The inner chunk shape.
-    shards_written : int
-        Shards stored.
-    shards_skipped : int
-        Shards done before (``resume=True``).
-    bytes_stored : int
-        Encoded bytes stored.
-    objects_before : int
-        Stored objects of the source array.
-    objects_after : int
-        Stored objects of the converted array.
-    seconds : float
-        Wall time.
-    verified : bool or None
-        The outcome of ``verify=True`` (None: not verified).
-    """
-
-    path: str
-    method: Method
-    reason: str
-    shards: tuple[int, ...]
-    chunks: tuple[int, ...]
-    shards_written: int = 0
-    shards_skipped: int = 0
-    bytes_stored: int = 0
-    objects_before: int = 0
-    objects_after: int = 0
-    seconds: float = 0.0
-    verified: bool | None = None
-
-    def __str__(self) -> str:
-        check = {None: "", True: ", verified", False: ", VERIFY FAILED"}[self.verified]
-        return (
-            f"{self.path or '/'}: {self.method} ({self.reason}); shards {self.shards} of "
-            f"chunks {self.chunks}: {self.shards_written} shards written"
-            + (f", {self.shards_skipped} done before" if self.shards_skipped else "")
-            + f", {self.bytes_stored / 1e6:.1f} MB; objects {self.objects_before} -> "
-            f"{self.objects_after}; {self.seconds:.2f} s{check}"
-        )
-
-
-@dataclass
-class ConvertReport:
-    """The conversion's report: one :class:`ArrayReport` per array.
-
-    Attributes
-    ----------
-    src : str
-        The source store.
-    dst : str
-        The destination store.
-    arrays : list of ArrayReport
-        One per array converted.
-    seconds : float
-        Wall time of the conversion.
-    problems : list of str
-        What verification found (``verify=True``); ``ok`` is False when there are any, or an
-        array failed verification.
-    """
-
-    src: str
-    dst: str
-    arrays: list[ArrayReport] = field(default_factory=list)
-    seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when verification found no problem (always when not verified)."""
-        return not self.problems and all(a.verified is not False for a in self.arrays)
-
-    @property
-    def objects_before(self) -> int:
-        """Stored objects of the source arrays, summed."""
-        return sum(a.objects_before for a in self.arrays)
-
-    @property
-    def objects_after(self) -> int:
-        """Stored objects of the converted arrays, summed."""
-        return sum(a.objects_after for a in self.arrays)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report as a dict of plain values, ``ok`` included.
-
-        Returns
-        -------
-        dict
-            The fields of the report and ``ok``.
-        """
-        return asdict(self) | {"ok": self.ok}
-
-    def __str__(self) -> str:
-        head = (
-            f"converted {self.src} -> {self.dst}: {len(self.arrays)} arrays, objects "
-            f"{self.objects_before} -> {self.objects_after} in {self.seconds:.2f} s"
-        )
-        return "\n".join([head, *(f"  {a}" for a in self.arrays), *self.problems])
-
+from .plan import XARRAY_DIMS, ArrayPlan, WriteSettings, plan_array
+from .report import ArrayReport, ConvertReport
+from .source import source_array
 
 # -- planning the nodes ---------------------------------------------------------------------------
-
-
-def _nodes(zsrc: Any, path: str) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, Any]]]:
-    """(root node, [(relative path, array)], [(relative path, group)]) under ``path``."""
-    import zarr
-
-    from ..api import open_node
-
-    node = open_node(zsrc, path)
-    if isinstance(node, zarr.Array):
-        return node, [("", node)], []
-    arrays: list[tuple[str, Any]] = []
-    groups: list[tuple[str, Any]] = []
-    for name, member in node.members(max_depth=None):
-        (arrays if isinstance(member, zarr.Array) else groups).append((name, member))
-    return node, sorted(arrays, key=lambda x: x[0]), sorted(groups, key=lambda x: x[0])
 
 
 def _join(*parts: str | None) -> str:
@@ -170,7 +41,7 @@ def _join(*parts: str | None) -> str:
 
 
 def _count(store: ShardStore, skip_journal: bool = True) -> int:
-    from ..durability.journal import JOURNAL
+    from ..storage.store import JOURNAL
 
     return sum(1 for n in store.list("") if not (skip_journal and n.startswith(JOURNAL)))
 
@@ -277,7 +148,7 @@ def convert(
     import zarr
 
     started = time.perf_counter()
-    check_mode(mode, ("w-", "w"))
+    args.check_mode(mode, ("w-", "w"))
     # the keywords that are not about layout (those are conversion.plan's), before any I/O
     args.flags(
         resume=resume,
@@ -298,7 +169,7 @@ def convert(
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)
-    root, arrays, groups = _nodes(zsrc, path)
+    root, arrays, groups = walk(zsrc, path)
     xarray_group = any(XARRAY_DIMS in a.attrs for _, a in arrays) or any(
         getattr(a.metadata, "dimension_names", None) for _, a in arrays
     )
@@ -324,7 +195,7 @@ def convert(
         create_in_memory(p.create)
     if lease and not break_lease:
         _refuse_held_leases(zdst, plans)
-    exists = _exists(zdst, dst_path)
+    exists = node_exists(zdst, dst_path)
     if exists and mode == "w-" and not resume:
         raise ArrayExistsError(
             f"{dst!s} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
@@ -379,16 +250,6 @@ def _consolidated(group: Any) -> bool:
     return getattr(group.metadata, "consolidated_metadata", None) is not None
 
 
-def _exists(zstore: Any, path: str) -> bool:
-    import zarr
-
-    try:
-        zarr.open(zstore, path=path or "", mode="r")
-    except (FileNotFoundError, KeyError, ValueError):
-        return False
-    return True
-
-
 def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> ArrayReport:
     started = time.perf_counter()
     out = ArrayReport(
@@ -410,18 +271,6 @@ def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) ->
     return out
 
 
-def _source_array(plan: ArrayPlan, zsrc: Any) -> Any:
-    import dask.array as da
-    import zarr
-
-    arr = zarr.open_array(zsrc, path=plan.src_path, mode="r")
-    if plan.source.shard_codec is not None:
-        from ..api import open_array
-
-        return open_array(zsrc, path=plan.src_path)
-    return da.from_zarr(arr)
-
-
 def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
     from ..api import write_array
 
@@ -429,7 +278,7 @@ def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -
     for k in ("shape", "zarr_format"):
         c.pop(k)
     report: WriteReport = write_array(
-        _source_array(plan, zsrc),
+        source_array(plan, zsrc),
         zdst,
         path=plan.dst_path or None,
         mode="w" if how.mode == "w" and not how.resume else "w-",

@@ -22,7 +22,7 @@ from ..codec.shard import MISSING, ShardIndex
 from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
-from ..engine.write import WriteReport, sum_reports
+from ..engine.report import WriteReport, sum_reports
 from ..errors import ArrayExistsError
 from ..storage.store import ShardStore
 from .plan import ArrayPlan, SourceChunks, WriteSettings
@@ -192,17 +192,16 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
     import zarr
     from dask.delayed import delayed
 
-    from ..api import _exists as array_exists
-    from ..api import _same_metadata, open_info
     from ..core.layout import normalize_region
     from ..core.plan import WritePlan
     from ..durability.session import WriteSession, plan_keys
+    from ..storage.nodes import array_exists, open_info, same_metadata
 
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
     info = open_info(probe.store)
     dpath = plan.dst_path or None
     exists = array_exists(zdst, dpath)
-    same = exists and _same_metadata(probe, zdst, dpath)
+    same = exists and same_metadata(probe, zdst, dpath)
     create = not same or (how.mode == "w" and not how.resume)
     if exists and not same and how.mode == "w-":
         raise ArrayExistsError(

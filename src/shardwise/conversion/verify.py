@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .convert import ConvertReport
     from .plan import ArrayPlan
+    from .report import ConvertReport
 
 MAX_PROBLEMS = 20  # per array, in the report
 
@@ -41,7 +41,7 @@ def verify_conversion(
 
 
 def _compare_copied(plan: ArrayPlan, zsrc: Any, zdst: Any, threads: int | None) -> list[str]:
-    from ..api import open_info
+    from ..storage.nodes import open_info
     from ..storage.store import ShardStore
     from .copy import ChunkReader, ShardCopier
 
@@ -60,9 +60,9 @@ def _compare_values(plan: ArrayPlan, zsrc: Any, zdst: Any) -> list[str]:
     import dask.array as da
 
     from ..api import open_array
-    from .convert import _source_array
+    from .source import source_array
 
-    a = _source_array(plan, zsrc)
+    a = source_array(plan, zsrc)
     b = open_array(zdst, path=plan.dst_path or None).rechunk(a.chunks)
     same = a == b
     if np.dtype(plan.dtype).kind in "fc":

@@ -22,6 +22,7 @@ from ..errors import ArgumentTypeError, ArgumentValueError
 
 __all__ = [
     "byte_size",
+    "check_mode",
     "choice",
     "flags",
     "mapping",
@@ -120,6 +121,12 @@ def choice(name: str, value: object, allowed: Iterable[object]) -> None:
         if not any(type(value) is type(a) for a in options):
             raise ArgumentTypeError(f"{message} ({type(value).__name__})")
         raise ArgumentValueError(message)
+
+
+def check_mode(mode: object, allowed: tuple[str, ...], what: str = "mode") -> None:
+    """The one check of a ``mode`` argument: :class:`ArgumentValueError` (a :class:`PlanError`)
+    naming the allowed values, :class:`ArgumentTypeError` for a mode that is not a string."""
+    choice(what, mode, allowed)
 
 
 def _is_bool(value: object) -> bool:

@@ -30,10 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..codec.shard import UNIT_BYTES
 from ..errors import PlanError
+from ..runtime.probes import default_memory_limit
+from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
 from .plan import WritePlan
+from .sizing import shrink_to_fit
 
 Strategy = Literal["auto", "direct", "staged"]
 STRATEGIES = ("auto", "direct", "staged")
@@ -45,7 +47,6 @@ PART_BYTES = 8 * 2**20  # multipart upload parts (object stores want >= 5 MiB bu
 # encoded chunks and, for small chunks, the joined shard (incompressible data)
 DIRECT_FACTOR = 3
 STAGED_FACTOR = 2  # a staged block task: the block plus its encoded chunks
-MEMORY_FRACTION = 0.5  # of the machine's available memory, shared by the threads
 
 
 def _edges(chunks: Sequence[int], start: int) -> list[int]:
@@ -91,10 +92,7 @@ def inner_aligned(
             out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
         return tuple(out)
     # numpy: blocks of whole inner chunks inside each shard
-    per = list(lay.chunks_per_shard)
-    while math.prod(per) * math.prod(lay.chunk_shape) * itemsize > target_bytes and max(per) > 1:
-        i = max(range(len(per)), key=lambda d: per[d])
-        per[i] = -(-per[i] // 2)
+    per = shrink_to_fit(lay.chunks_per_shard, math.prod(lay.chunk_shape) * itemsize, target_bytes)
     for sl, s, c, p in zip(region, lay.shard_shape, lay.chunk_shape, per, strict=True):
         step = c * p
         cuts = {sl.start, sl.stop}
@@ -115,61 +113,11 @@ def _blocks_per_side(
 ) -> list[int]:
     """Inner chunks per block side so that a block of ``spans`` (cut to them) fits the target."""
     per = [max(1, -(-n // c)) for n, c in zip(spans, chunk_shape, strict=True)]
-    while math.prod(per) * math.prod(chunk_shape) * itemsize > target_bytes and max(per) > 1:
-        i = max(range(len(per)), key=lambda d: per[d])
-        per[i] = -(-per[i] // 2)
-    return per
+    return shrink_to_fit(per, math.prod(chunk_shape) * itemsize, target_bytes)
 
 
 def _largest(chunks: Chunks) -> int:
     return int(math.prod(max(c, default=0) for c in chunks))
-
-
-def default_memory_limit() -> tuple[int, str]:
-    """Bytes a task may hold, and where the figure came from.
-
-    On a dask worker, or with a distributed client whose workers run the graph: the smallest
-    worker ``memory_limit / nthreads``. Else a share of the machine's available memory per core.
-    """
-    import sys
-
-    # no worker and no client can exist in a process that has not imported distributed
-    if "distributed" in sys.modules:
-        found = _distributed_limit()
-        if found is not None:
-            return found
-    import psutil
-
-    from ..engine._pool import cpu_count
-
-    avail = int(psutil.virtual_memory().available * MEMORY_FRACTION)
-    return avail // cpu_count(), f"{MEMORY_FRACTION:.0%} of available memory / cores"
-
-
-def _distributed_limit() -> tuple[int, str] | None:
-    try:
-        from distributed import get_worker
-
-        w = get_worker()
-        limit = int(w.memory_manager.memory_limit or 0)
-        if limit:
-            return limit // max(1, int(w.state.nthreads)), "dask worker memory_limit / nthreads"
-    except (ImportError, ValueError, AttributeError):
-        pass
-    try:
-        from distributed import default_client
-
-        workers = default_client().scheduler_info()["workers"].values()
-        shares = [
-            int(w["memory_limit"]) // max(1, int(w["nthreads"]))
-            for w in workers
-            if w.get("memory_limit")
-        ]
-        if shares:
-            return min(shares), "dask workers' memory_limit / nthreads"
-    except (ImportError, ValueError, AttributeError, KeyError):
-        pass
-    return None
 
 
 @dataclass(frozen=True)

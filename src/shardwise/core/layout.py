@@ -92,6 +92,23 @@ class Layout:
             return self.separator.join(map(str, coord)) if coord else "0"
         return self.separator.join(["c", *map(str, coord)])
 
+    def parse_shard_key(self, name: str) -> Coord | None:
+        """The coordinates of shard key ``name`` in this grid, or None: the inverse of
+        :meth:`shard_key`."""
+        parts = name.split(self.separator)
+        if self.key_encoding == "default":
+            if not parts or parts[0] != "c":
+                return None
+            parts = parts[1:]
+        elif self.ndim == 0:
+            return () if name == "0" else None
+        if len(parts) != self.ndim or not all(p.isdigit() for p in parts):
+            return None
+        coord = tuple(int(p) for p in parts)
+        if any(c >= g for c, g in zip(coord, self.shard_grid, strict=True)):
+            return None
+        return coord if self.shard_key(coord) == name else None
+
     def shards_touching(self, region: Region) -> Iterator[Coord]:
         """Shard coordinates that intersect ``region`` (step-1 slices, clipped to the array)."""
         ranges = []

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import ArgumentTypeError, ArgumentValueError
 from .layout import ceildiv
-from .sizing import DEFAULT_SHARD_BYTES, default_shards, whole_chunks
+from .sizing import DEFAULT_SHARD_BYTES, default_shards, shrink_to_fit, whole_chunks
 
 __all__ = ["ShardSpec", "check_names", "check_shards", "parse_shards", "shards_for"]
 
@@ -142,12 +142,6 @@ def shards_for(
         for i, (n, c) in enumerate(zip(shape, chunks, strict=True))
     ]
     free = [i for i in range(len(shape)) if i not in fixed]
-
-    def nbytes() -> int:
-        return math.prod(c * n for c, n in zip(chunks, k, strict=True)) * itemsize
-
     # halve the free dimension with most chunks until the shard fits the byte target
-    while free and nbytes() > target and max(k[i] for i in free) > 1:
-        i = max(free, key=lambda j: k[j])
-        k[i] = ceildiv(k[i], 2)
+    k = shrink_to_fit(k, math.prod(chunks) * itemsize, target, axes=free)
     return tuple(c * n for c, n in zip(chunks, k, strict=True))

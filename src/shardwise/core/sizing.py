@@ -4,6 +4,7 @@ are not whole inner chunks: pure shape arithmetic."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 from .layout import ceildiv
 
@@ -14,6 +15,7 @@ __all__ = [
     "default_layout",
     "default_shards",
     "dividing_chunks",
+    "shrink_to_fit",
     "whole_chunks",
 ]
 
@@ -21,6 +23,34 @@ DEFAULT_SHARD_BYTES = 64 * 2**20
 """Default target size of one shard before compression (64 MiB)."""
 DEFAULT_CHUNK_BYTES = 2**20
 """Default target size of one inner chunk before compression (1 MiB)."""
+
+
+def shrink_to_fit(
+    counts: Sequence[int],
+    unit_bytes: int,
+    target: int,
+    *,
+    axes: Sequence[int] | None = None,
+    step: Callable[[int, int], int] | None = None,
+) -> list[int]:
+    """The one "halve the largest axis until it fits" rule, for chunk, shard and block shapes.
+
+    ``counts`` are units (elements, chunks) along each axis, ``unit_bytes`` the bytes of one
+    unit. While the units' bytes exceed ``target``, the largest count among ``axes`` (default:
+    all; the first on ties) becomes ``step(axis, count)`` (default: half, rounded up); it stops
+    when those axes are all down to 1.
+
+    >>> shrink_to_fit([8, 4], 1, 10)
+    [2, 4]
+    >>> shrink_to_fit([8, 4], 1, 10, axes=[1])
+    [8, 1]
+    """
+    c = list(counts)
+    free = range(len(c)) if axes is None else axes
+    while free and math.prod(c) * unit_bytes > target and max(c[i] for i in free) > 1:
+        i = max(free, key=lambda j: c[j])
+        c[i] = ceildiv(c[i], 2) if step is None else step(i, c[i])
+    return c
 
 
 def default_chunks(
@@ -31,11 +61,7 @@ def default_chunks(
     >>> default_chunks((2920, 361, 720), 4)
     (46, 46, 90)
     """
-    c = [max(1, n) for n in shape]
-    while math.prod(c) * itemsize > target and max(c) > 1:
-        i = c.index(max(c))
-        c[i] = ceildiv(c[i], 2)
-    return tuple(c)
+    return tuple(shrink_to_fit([max(1, n) for n in shape], itemsize, target))
 
 
 def default_shards(
@@ -51,13 +77,7 @@ def default_shards(
     (184, 184, 360)
     """
     k = [ceildiv(max(1, n), c) for n, c in zip(shape, chunks, strict=True)]
-
-    def nbytes() -> int:
-        return math.prod(c * n for c, n in zip(chunks, k, strict=True)) * itemsize
-
-    while nbytes() > target and max(k) > 1:
-        i = k.index(max(k))
-        k[i] = ceildiv(k[i], 2)
+    k = shrink_to_fit(k, math.prod(chunks) * itemsize, target)
     return tuple(c * n for c, n in zip(chunks, k, strict=True))
 
 
@@ -117,11 +137,11 @@ def dividing_chunks(
     >>> dividing_chunks((584, 361, 720), 4)
     (146, 19, 90)
     """
-    c = list(shards)
-    while math.prod(c) * itemsize > target and max(c) > 1:
-        i = c.index(max(c))
-        c[i] = max(d for d in _divisors(shards[i]) if d <= c[i] // 2)
-    return tuple(c)
+
+    def next_divisor(i: int, n: int) -> int:
+        return max(d for d in _divisors(shards[i]) if d <= n // 2)
+
+    return tuple(shrink_to_fit(shards, itemsize, target, step=next_divisor))
 
 
 def _divisors(n: int) -> list[int]:

@@ -40,7 +40,7 @@ import zarr
 from ..codec.metadata import default_compressors, info_from_metadata
 from ..core import args
 from ..core.layout import Layout, Region, RegionArg, ceildiv, is_aligned, normalize_region
-from ..engine.write import WriteReport
+from ..engine.report import WriteReport
 from ..errors import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -49,10 +49,9 @@ from ..errors import (
     LeaseHeldError,
     PlanError,
     VerifyError,
-    check_mode,
 )
-from ..storage.store import ShardStore, describe, resolve_store
-from .journal import BATCH, JOURNAL, PARTS, TEMP, clear_array, now
+from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
+from .journal import BATCH, PARTS, clear_array, now
 from .lease import LEASE, Lease, part_lease, read_lease
 from .verify import VerifyReport, verify_store
 
@@ -369,7 +368,7 @@ def init(
     """
     from ..api import create_in_memory
 
-    check_mode(mode, ("w-", "w", "r+"), "batch init mode")
+    args.check_mode(mode, ("w-", "w", "r+"), "batch init mode")
     args.flags(lease=lease, break_lease=break_lease)
     if (
         not isinstance(shape, Sequence)
@@ -581,7 +580,7 @@ def finalize(
     LeaseHeldError
         Parts are still running (or died holding their lease).
     """
-    from ..api import open_info
+    from ..storage.nodes import open_info
 
     threads = args.thread_count("threads", threads)
     sstore = _open(store, path, storage_options)

@@ -30,7 +30,6 @@ import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,16 +43,13 @@ from zarr.core.sync import sync
 from ..codec.codecs import crc32c
 from ..core.layout import Region
 from ..storage.conditional import UNCHECKED, commit_beside
-from ..storage.store import ShardStore
+from ..storage.store import JOURNAL, TEMP, ShardStore
 
-JOURNAL = ".shardwise"
 RECORDS = f"{JOURNAL}/shards/"
 WRITES = f"{JOURNAL}/writes/"
 BATCH = f"{JOURNAL}/batch.json"
 LEASE = f"{JOURNAL}/lease"  # and lease.part-I-of-N: see shardwise.durability.lease
 PARTS = f"{JOURNAL}/parts/"
-# temp names: ours are "<name>.<uuid hex>.partial", zarr's LocalStore "<stem>.<uuid hex>.partial"
-TEMP = re.compile(r"^(?P<base>.*)\.(?P<hex>[0-9a-f]{32})\.partial$")
 IO_THREADS = 8
 
 
@@ -118,7 +114,8 @@ def _span(views: Sequence[memoryview], start: int, n: int) -> bytes:
 
 @dataclass(frozen=True)
 class Journal:
-    """The part of the journal a shard task writes; travels to the workers with the writer."""
+    """The part of the journal a shard task writes; travels to the workers with the writer.
+    The engine's :class:`~shardwise.engine.recorder.ShardRecorder`."""
 
     store: ShardStore
     write_id: str
@@ -137,6 +134,10 @@ class Journal:
             rec = Record.of(self.write_id, parts, self.index_nbytes, self.index_at_end)
             data = rec.to_bytes()
         commit_beside(self.store, RECORDS + key, data, owner=key, generation=generation)
+
+    def record_object(self, key: str, size: int, crc: int, index_crc: int) -> None:
+        """Record a shard whose checksums its commit computed while it streamed the object."""
+        self.store.put(RECORDS + key, Record(self.write_id, size, crc, index_crc).to_bytes())
 
     def matches(self, key: str) -> bool:
         """True when ``key`` holds exactly the object this write recorded for it.

@@ -26,9 +26,9 @@ from typing import Any
 from ..codec.shard import ShardCodec
 from ..core.layout import Coord, Layout, Region
 from ..core.plan import WritePlan
-from ..engine import _pool
 from ..engine.staged import remove_staged
 from ..errors import ArrayExistsError, LeaseHeldError
+from ..runtime import pool as _pool
 from ..storage.s3 import abort_multipart_uploads
 from ..storage.store import ShardStore, describe
 from .journal import (

@@ -30,17 +30,16 @@ import numpy as np
 from ..codec.codecs import crc32c
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import ShardIndex
-from ..core.layout import Coord, Layout
-from ..engine import _pool
+from ..core.layout import Coord
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
-from ..storage.store import ShardStore, describe, store_name
+from ..runtime import pool as _pool
+from ..storage.nodes import group_arrays, open_info
+from ..storage.store import JOURNAL, TEMP, ShardStore, describe, store_name
 from .journal import (
     BATCH,
-    JOURNAL,
     PARTS,
     RECORDS,
-    TEMP,
     Record,
     read_markers,
     read_records,
@@ -180,23 +179,6 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def parse_shard_key(layout: Layout, name: str) -> Coord | None:
-    """The coordinates of shard key ``name`` in ``layout``'s grid, or None."""
-    parts = name.split(layout.separator)
-    if layout.key_encoding == "default":
-        if not parts or parts[0] != "c":
-            return None
-        parts = parts[1:]
-    elif layout.ndim == 0:
-        return () if name == "0" else None
-    if len(parts) != layout.ndim or not all(p.isdigit() for p in parts):
-        return None
-    coord = tuple(int(p) for p in parts)
-    if any(c >= g for c, g in zip(coord, layout.shard_grid, strict=True)):
-        return None
-    return coord if layout.shard_key(coord) == name else None
-
-
 def check_shard(
     info: ArrayInfo, store: ShardStore, name: str, record: Record | None
 ) -> tuple[list[Problem], Problem | None, int, int]:
@@ -267,7 +249,7 @@ def verify_store(
                 Problem("temp", store.key(name), "temp file of an interrupted write")
             )
             continue
-        coord = parse_shard_key(lay, name)
+        coord = lay.parse_shard_key(name)
         if coord is None:
             report.problems.append(
                 Problem("stray", store.key(name), "not metadata, journal or a shard of this grid")
@@ -426,7 +408,6 @@ def verify(
     ArgumentTypeError, ArgumentValueError
         A keyword of the wrong type, or a value it does not accept.
     """
-    from ..api import open_info
     from ..core import args
     from ..storage.store import resolve_store
 
@@ -436,7 +417,7 @@ def verify(
     args.flags(strict=strict, progress=progress)
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     where = store_name(zstore) + (f" path {path!r}" if path else "")
-    group = _group_arrays(zstore, path)
+    group = group_arrays(zstore, path)
     if group is not None:
         return _verify_group(zstore, path, where, group, threads, strict, progress)
     try:
@@ -455,20 +436,6 @@ def verify(
     )
 
 
-def _group_arrays(zstore: Any, path: str | None) -> list[str] | None:
-    """Paths of the arrays below the group at ``path`` (None when it is not a group)."""
-    import zarr
-
-    try:
-        group = zarr.open_group(zstore, path=path or "", mode="r", zarr_format=3)
-    except Exception:  # not a group (an array, or nothing): verify it as an array
-        return None
-    prefix = f"{path.strip('/')}/" if path and path.strip("/") else ""
-    return sorted(prefix + name for name, _ in group.arrays()) + [
-        a for name, sub in group.groups() for a in _group_arrays(zstore, prefix + name) or []
-    ]
-
-
 def _verify_group(
     zstore: Any,
     path: str | None,
@@ -479,7 +446,6 @@ def _verify_group(
     progress: bool = False,
 ) -> VerifyReport:
     """Verify every sharded array of a group (e.g. an xarray Dataset) into one report."""
-    from ..api import open_info
     from ..errors import UnsupportedCodecError
 
     started = time.perf_counter()

@@ -1,1 +1,1 @@
-"""Dask graphs and the thread pool: shard writers and readers, fetches, assembly, progress."""
+"""Dask graphs over the shared pool: shard writers and readers, fetches, assembly, progress."""

@@ -25,7 +25,7 @@ import dask.array as da
 import numpy as np
 
 from ..compat import runs_locally
-from . import _pool
+from ..runtime import pool as _pool
 from .memory import new_array
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from ..core.layout import Region
 from ..errors import OutputError, SelectionError
 from .memory import new_array
-from .read import ShardReader
+from .read import ShardReader, open_reader
 
 __all__ = ["Selection", "parse_selection", "read_array", "read_selection"]
 
@@ -195,8 +195,6 @@ def read_array(
     UnsupportedCodecError
         A Zarr v2 array (``convert`` it first), or a codec chain shardwise cannot decode.
     """
-    from ..api import open_reader
-
     reader = open_reader(
         store, path=path, threads=threads, storage_options=storage_options, cache_indexes=True
     )

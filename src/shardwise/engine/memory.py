@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..compat import hugepage_switch
-from . import _pool
+from ..runtime import pool as _pool
 
 _advice_lock = threading.Lock()
 

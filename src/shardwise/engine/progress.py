@@ -1,6 +1,6 @@
 """Progress of long writes in shards and bytes, on the local schedulers and on a distributed client.
 
-Each shard task returns a small receipt (:class:`~shardwise.engine.write.WriteReport`); the bar
+Each shard task returns a small receipt (:class:`~shardwise.engine.report.WriteReport`); the bar
 counts the receipts as they come back, so it moves once per shard whatever the dask graph around the
 shard tasks looks like. On the local schedulers a dask callback sees each receipt when its task
 finishes; on a ``dask.distributed`` client the receipts are futures the client collects as they
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from .report import WriteReport
+
 
 def _reports(result: Any) -> list[Any]:
     """The write reports in one task's result (a receipt array, or one report)."""
-    from .write import WriteReport
-
     if isinstance(result, WriteReport):
         return [result]
     if isinstance(result, np.ndarray) and result.dtype == object:

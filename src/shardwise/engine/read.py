@@ -23,10 +23,12 @@ import numpy as np
 
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import Fetch, ShardIndex, decode_chunks, decode_into
+from ..core import args
 from ..core.layout import Coord, Region, intersect, shift
-from ..storage.store import ShardStore
-from . import _pool
-from ._pool import on_fork
+from ..runtime import pool as _pool
+from ..runtime.pool import on_fork
+from ..storage.nodes import open_info
+from ..storage.store import ShardStore, resolve_store
 from .fetch import MAX_GAP as MAX_GAP
 from .fetch import MAX_RANGE as MAX_RANGE
 from .fetch import coalesce as coalesce
@@ -356,4 +358,27 @@ def _dest(part: Region, region: Region, steps: Sequence[int] | None) -> tuple[sl
     return tuple(
         slice(-(-(p.start - r.start) // k), -(-(p.stop - r.start) // k))
         for p, r, k in zip(part, region, steps, strict=True)
+    )
+
+
+def open_reader(
+    store: Any,
+    *,
+    path: str | None = None,
+    threads: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    cache_indexes: bool = False,
+) -> ShardReader:
+    """The reader of the array at ``path``; the keywords of every read verb checked first."""
+    args.optional_str("path", path)
+    threads = args.thread_count("threads", threads)
+    args.mapping("storage_options", storage_options)
+    args.flags(cache_indexes=cache_indexes)
+    zstore = resolve_store(store, mode="r", storage_options=storage_options)
+    info = open_info(zstore, path)
+    return ShardReader(
+        info=info,
+        store=ShardStore(zstore, path or ""),
+        threads=threads,
+        cache_indexes=cache_indexes,
     )

@@ -36,13 +36,14 @@ from ..codec.shard import MISSING, ShardIndex, encode_shard
 from ..core.job import PART_BYTES, STREAM_BUFFER
 from ..core.layout import Coord, Layout, Region, ceildiv, intersect
 from ..core.plan import WritePlan
-from ..durability.journal import JOURNAL, RECORDS, TEMP, Journal, Record
 from ..errors import CorruptShardError
+from ..runtime import pool as _pool
 from ..storage.s3 import multipart_client
-from ..storage.store import PARTIAL_SUFFIX, ShardStore
-from . import _pool
+from ..storage.store import JOURNAL, PARTIAL_SUFFIX, TEMP, ShardStore
 from .fetch import read_index
-from .write import WriteOptions, WriteReport, as_dask, run_graph
+from .recorder import ShardRecorder
+from .report import WriteReport
+from .write import WriteOptions, as_dask, run_graph
 
 STAGED = f"{JOURNAL}/staged/"
 
@@ -68,7 +69,7 @@ class StagedWriter:
     options: WriteOptions
     blocks: tuple[tuple[int, ...], ...]
     write_id: str
-    journal: Journal | None = None
+    journal: ShardRecorder | None = None
     skip: frozenset[Coord] = field(default_factory=frozenset)
 
     @property
@@ -310,8 +311,7 @@ class StagedWriter:
         tail = [] if head else [index_bytes]
         crc = self._commit(key, total, head, ranges, tail)
         if self.journal is not None:
-            rec = Record(self.journal.write_id, total, crc, crc32c(index_bytes))
-            self.store.put(RECORDS + key, rec.to_bytes())
+            self.journal.record_object(key, total, crc, crc32c(index_bytes))
         self._drop(pieces)
         rep.shards_written = 1
         rep.bytes_stored = total
@@ -340,11 +340,7 @@ class StagedWriter:
     def _committed(self, key: str) -> bool:
         """True when ``key`` holds the object this write recorded for it (one small get when
         it does not: no record of this write)."""
-        if self.journal is None:
-            return False
-        raw = self.store.get(RECORDS + key)
-        rec = None if raw is None else Record.from_bytes(raw)
-        return rec is not None and rec.write == self.journal.write_id and self.journal.matches(key)
+        return self.journal is not None and self.journal.matches(key)
 
     def _touched(self, shard: Coord) -> np.ndarray:
         """Mask over the shard's chunk grid: chunks the write region touches (rewritten)."""

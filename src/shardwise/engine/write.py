@@ -12,20 +12,21 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from ..codec.chunks import SMALL_CHUNK
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
 from ..core.plan import WritePlan
-from ..durability.journal import Journal
+from ..runtime import pool as _pool
+from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
 from ..storage.store import ShardStore
-from . import _pool
+from .recorder import ShardRecorder
+from .report import WriteReport, sum_reports
 
 Mode = Literal["w", "w-", "a", "r+"]
 
@@ -34,107 +35,6 @@ Mode = Literal["w", "w-", "a", "r+"]
 class WriteOptions:
     write_empty_chunks: bool = False
     threads: int | None = None
-
-
-@dataclass
-class WriteReport:
-    """What a write did. Reports add up (``a + b``).
-
-    ``raw_bytes`` counts the data handed to the write; ``bytes_stored`` the encoded shards put
-    and ``stored_raw_bytes`` the raw (decoded) bytes those shards hold: for a region write, a
-    shard it covers in part is stored whole, untouched chunks included.
-    ``compression_ratio`` compares these last two, so it means the same for every write.
-
-    Attributes
-    ----------
-    shards_written : int
-        Shards stored.
-    shards_empty : int
-        Shards whose values all equal the fill value: not stored.
-    shards_deleted : int
-        All-fill shards that were stored before and were removed.
-    bytes_stored : int
-        Encoded bytes of the shards stored.
-    raw_bytes : int
-        Bytes of the data handed to the write.
-    stored_raw_bytes : int
-        Raw (decoded) bytes the stored shards hold.
-    chunks_stored : int
-        Inner chunks stored.
-    chunks_empty : int
-        Inner chunks equal to the fill value, not stored.
-    shards_skipped : int
-        Shards a resumed write found done before (``resume=True``).
-    conflicts_retried : int
-        Merges of shared shards done again because another writer committed the shard first.
-    seconds : float
-        The wall time of the write when :func:`shardwise.write_array` computes it, and the
-        summed time of the shard tasks when a ``compute=False`` Delayed is computed.
-    keys : list of str
-        The store keys of the shards stored, sorted.
-    """
-
-    shards_written: int = 0
-    shards_empty: int = 0
-    shards_deleted: int = 0
-    bytes_stored: int = 0
-    raw_bytes: int = 0
-    stored_raw_bytes: int = 0
-    chunks_stored: int = 0
-    chunks_empty: int = 0
-    shards_skipped: int = 0
-    # merges of shared shards done again because another writer committed the shard first
-    conflicts_retried: int = 0
-    seconds: float = 0.0
-    keys: list[str] = field(default_factory=list, repr=False)
-
-    @property
-    def compression_ratio(self) -> float:
-        """``stored_raw_bytes / bytes_stored`` (NaN when nothing was stored)."""
-        return self.stored_raw_bytes / self.bytes_stored if self.bytes_stored else float("nan")
-
-    def __add__(self, other: WriteReport) -> WriteReport:
-        out = WriteReport()
-        for f in fields(self):
-            setattr(out, f.name, getattr(self, f.name) + getattr(other, f.name))
-        return out
-
-    def __str__(self) -> str:
-        mb = 1e6
-        head = (
-            f"{self.shards_written} shards written, {self.shards_empty} all-fill shards skipped "
-            f"({self.shards_deleted} deleted)"
-        )
-        if self.shards_written == 0:
-            # no shard stored: no ratio to give, and no data "written"
-            what = "nothing stored"
-            if self.shards_empty and self.raw_bytes and not self.shards_skipped:
-                what = f"the {self.raw_bytes / mb:.1f} MB of data all equal the fill value: {what}"
-            body = f"{head}; {what}"
-        else:
-            if self.stored_raw_bytes == self.raw_bytes:
-                sizes = (
-                    f"{self.bytes_stored / mb:.1f} MB stored for {self.raw_bytes / mb:.1f} MB raw"
-                )
-            else:  # all-fill shards not stored, or shards merged with what a region write left
-                sizes = (
-                    f"{self.raw_bytes / mb:.1f} MB of data written; the shards written hold "
-                    f"{self.stored_raw_bytes / mb:.1f} MB raw, {self.bytes_stored / mb:.1f} MB "
-                    "stored"
-                )
-            body = (
-                f"{head}, {self.chunks_stored} inner chunks stored, {self.chunks_empty} all-fill; "
-                f"{sizes} (ratio {self.compression_ratio:.2f})"
-            )
-        return (
-            f"{body} in {self.seconds:.2f} s"
-            + (f"; {self.shards_skipped} done before (resumed)" if self.shards_skipped else "")
-            + (
-                f"; {self.conflicts_retried} shard merges redone after another writer's commit"
-                if self.conflicts_retried
-                else ""
-            )
-        )
 
 
 @dataclass(frozen=True)
@@ -146,7 +46,7 @@ class ShardWriter:
     plan: WritePlan
     options: WriteOptions
     # records each stored shard (and forgets emptied ones) for verify and resume
-    journal: Journal | None = None
+    journal: ShardRecorder | None = None
 
     @property
     def layout(self) -> Layout:
@@ -233,16 +133,6 @@ def _parts(enc: EncodedShard) -> list[Any]:
     # many small parts are joined first (one memcpy beats a system call and a checksum call
     # per part); large parts go out as they are (no extra pass over the shard's memory)
     return [enc.data] if enc.nbytes < len(enc.parts) * SMALL_CHUNK else enc.parts
-
-
-def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteReport:
-    total = WriteReport()
-    for r in np.asarray(receipts, dtype=object).flat:
-        total = total + r
-    total.keys = sorted(total.keys)
-    if seconds_since is not None:
-        total.seconds = time.perf_counter() - seconds_since
-    return total
 
 
 class _Uncopied:

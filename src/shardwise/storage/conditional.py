@@ -41,13 +41,13 @@ from typing import Any, Final, Protocol
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import MemoryStore
 
-from ..engine import _pool
 from ..errors import ShardConflictError
+from ..runtime import pool as _pool
 from . import s3
 from .retry import RetryPolicy, any_error
-from .store import ShardStore, fsync_dirs, write_temp
+from .store import JOURNAL, ShardStore, fsync_dirs, write_temp
 
-LOCKS = ".shardwise/locks/"
+LOCKS = f"{JOURNAL}/locks/"
 # read-merge-commit rounds before giving up, and the backoff between them (seconds: the cap of
 # the random wait doubles from BACKOFF up to BACKOFF_MAX)
 TRIES = 12

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
@@ -32,6 +33,10 @@ from ..errors import ArgumentTypeError, ArrayNotFoundError
 from .retry import STORE_REQUESTS
 
 PARTIAL_SUFFIX = ".partial"
+# temp names: ours are "<name>.<uuid hex>.partial", zarr's LocalStore "<stem>.<uuid hex>.partial"
+TEMP = re.compile(r"^(?P<base>.*)\.(?P<hex>[0-9a-f]{32})\.partial$")
+# the objects beside an array's data that are shardwise's own: journal, leases, locks, staging
+JOURNAL = ".shardwise"
 # objects up to this size are read into a per-thread buffer kept for reuse (so at most this
 # much memory per reading thread stays allocated between reads)
 SCRATCH_MAX = 32 * 1024 * 1024

@@ -159,7 +159,7 @@ class ShardwiseDataStore(AbstractDataStore):
         kwargs: dict[str, Any] = {}
         if storage_options:
             kwargs["storage_options"] = storage_options
-        from ..api import node_errors
+        from ..storage.nodes import node_errors
 
         with node_errors(store, group, "group"):  # zarr's errors name its StorePath
             zgroup = zarr.open_group(

@@ -23,8 +23,9 @@ from ..core.sizing import (
     dividing_chunks,
     whole_chunks,
 )
-from ..durability.journal import JOURNAL
-from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, check_mode
+from ..errors import ArgumentTypeError, ArgumentValueError, PlanError
+from ..storage.nodes import open_group
+from ..storage.store import JOURNAL
 
 WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 # xarray's name for a DataArray without a usable name (kept so xr.open_dataarray reads it back)
@@ -158,7 +159,7 @@ def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
 def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: Any) -> WriteMode:
     if mode is None:
         mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
-    check_mode(mode, ("w", "w-", "a", "a-", "r+"))
+    args.check_mode(mode, ("w", "w-", "a", "a-", "r+"))
     # each message also carries xarray's own wording, which callers' code and tests match on
     if append_dim is not None and mode not in ("a", "a-"):
         raise PlanError(
@@ -173,25 +174,9 @@ def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: An
     return mode
 
 
-def _open_group(store: Store, group: str | None) -> Any:
-    import zarr
-
-    from ..api import node_errors
-
-    try:
-        with node_errors(store, group, "group"):  # an array there: NotAGroupError
-            return zarr.open_group(store, path=group or "", mode="r", use_consolidated=False)
-    except (FileNotFoundError, KeyError):
-        return None
-    except Exception as e:  # zarr's GroupNotFoundError and friends
-        if "NotFound" in type(e).__name__:
-            return None
-        raise
-
-
 def _stored_dims(store: Store, group: str | None) -> dict[str, tuple[str, ...]] | None:
     """The dimension names of every array in ``group`` (None when there is no group)."""
-    g = _open_group(store, group)
+    g = open_group(store, group)
     if g is None:
         return None
     out = {}

@@ -35,9 +35,10 @@ from ..core.sizing import (
 )
 from ..durability.journal import read_marker, read_markers
 from ..durability.session import WriteSession, plan_keys
-from ..engine import _pool
-from ..engine.write import ShardWriter, WriteOptions, WriteReport, build_graph, sum_reports
+from ..engine.report import WriteReport, sum_reports
+from ..engine.write import ShardWriter, WriteOptions, build_graph
 from ..errors import ArgumentValueError, PlanError, UnsupportedCodecError
+from ..runtime import pool as _pool
 from ..storage.conditional import versions
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import ShardStore, resolve_store

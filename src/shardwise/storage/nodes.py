@@ -1,0 +1,217 @@
+"""What is at a path of a zarr store: a Zarr v3 array, a group, a Zarr v2 node or nothing.
+
+The one place that answers it, below the engine, for every front end, verify, batch, convert
+and the xarray room. zarr's errors for a missing node or a node of the other kind become
+shardwise errors naming the store and path (:func:`node_errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import zarr
+
+from ..codec.metadata import ArrayInfo, info_from_metadata
+from ..errors import (
+    ArrayNotFoundError,
+    NotAGroupError,
+    NotAnArrayError,
+    PlanError,
+    UnsupportedCodecError,
+)
+from .store import describe
+
+
+def open_info(store: Any, path: str | None = None) -> ArrayInfo:
+    """Read and translate the metadata of the array at ``path`` in a zarr ``store``."""
+    meta = open_zarr_array(store, path).metadata
+    try:
+        return info_from_metadata(meta)
+    except UnsupportedCodecError as e:
+        raise UnsupportedCodecError(f"{describe(store, path)}: {e}") from None
+
+
+def open_zarr_array(store: Any, path: str | None = None) -> Any:
+    """zarr-python's array at ``path`` (Zarr v3), or a shardwise error saying what is there
+    instead: :class:`NotAnArrayError` for a group (listing its arrays),
+    :class:`UnsupportedCodecError` for a Zarr v2 array, :class:`ArrayNotFoundError` for nothing."""
+    try:
+        with node_errors(store, path, "array"):
+            return zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
+    except ArrayNotFoundError:  # maybe a Zarr v2 node, which a format-3 open does not see
+        kind = v2_node(store, path)
+        if kind is None:
+            raise
+    raise UnsupportedCodecError(_v2_message(store, path, kind))
+
+
+def open_node(store: Any, path: str | None = None) -> Any:
+    """zarr-python's array or group at ``path`` (Zarr v2 or v3); nothing there is an
+    :class:`ArrayNotFoundError` naming the store and path, not zarr's own error."""
+    with node_errors(store, path, "node"):
+        return zarr.open(store, path=path or "", mode="r")
+
+
+@contextmanager
+def node_errors(store: Any, path: str | None, want: str) -> Iterator[None]:
+    """zarr's errors for a missing node or a node of the other kind, raised inside, as shardwise
+    errors naming the store and path (zarr's own name the internal StorePath): nothing there is
+    :class:`ArrayNotFoundError` (a ``FileNotFoundError``), a group where ``want`` is "array" is
+    :class:`NotAnArrayError` listing its arrays, an array where ``want`` is "group" is
+    :class:`NotAGroupError` (both ``ValueError``)."""
+    from zarr.errors import (
+        ContainsArrayError,
+        ContainsGroupError,
+        NodeTypeValidationError,
+    )
+
+    try:
+        yield
+    except FileNotFoundError as e:  # zarr's NodeNotFoundError, or a missing local root
+        if isinstance(e, ArrayNotFoundError):
+            raise
+        noun = "zarr array or group" if want == "node" else want
+        raise ArrayNotFoundError(f"no {noun} at {describe(store, path, 'path')}") from None
+    except ContainsArrayError:
+        raise _not_a_group(store, path) from None
+    except (ContainsGroupError, NodeTypeValidationError):
+        # zarr raises NodeTypeValidationError for metadata of the other kind either way round
+        raise (
+            _not_a_group(store, path) if want == "group" else _not_an_array(store, path)
+        ) from None
+
+
+def _not_a_group(store: Any, path: str | None) -> NotAGroupError:
+    return NotAGroupError(
+        f"{describe(store, path, 'path')} is an array, not a group: pass the path of the group "
+        "that holds it, or open it as an array (shardwise.open_array)"
+    )
+
+
+def _not_an_array(store: Any, path: str | None) -> NotAnArrayError:
+    arrays = group_arrays(store, path) or []
+    listed = ", ".join(repr(a) for a in arrays[:20]) + (" ..." if len(arrays) > 20 else "")
+    return NotAnArrayError(
+        f"{describe(store, path, 'group')} is a group, not an array: "
+        + (
+            f"pass path= (CLI: --path) with one of its arrays: {listed}"
+            if arrays
+            else "it has no arrays"
+        ),
+        arrays,
+    )
+
+
+def _array_above(store: Any, path: str | None) -> str | None:
+    """The path of an array (Zarr v2 or v3) that ``path`` would lie inside, else None."""
+    parts = (path or "").strip("/").split("/")[:-1]
+    for i in range(len(parts) + 1) if path and path.strip("/") else ():
+        try:
+            node = zarr.open(store, path="/".join(parts[:i]), mode="r")
+        except (FileNotFoundError, ValueError):  # nothing there, or not zarr metadata
+            continue
+        if isinstance(node, zarr.Array):
+            return "/".join(parts[:i])
+    return None
+
+
+def v2_node(store: Any, path: str | None) -> str | None:
+    """ "array" or "group" when a Zarr v2 node is at ``path``, else None."""
+    try:
+        node = zarr.open(store, path=path or "", mode="r", zarr_format=2)
+    except FileNotFoundError:  # zarr's NodeNotFoundError is one
+        return None
+    return "array" if isinstance(node, zarr.Array) else "group"
+
+
+def _v2_message(store: Any, path: str | None, kind: str) -> str:
+    return (
+        f"{describe(store, path, kind)} is a Zarr v2 {kind}: shardwise reads and writes Zarr v3 "
+        "sharded arrays; read it with zarr-python (zarr.open_array, dask.array.from_zarr) or "
+        "convert it to sharded v3 with `shardwise convert SRC DST` (Python: shardwise.convert)"
+    )
+
+
+def array_exists(store: Any, path: str | None) -> bool:
+    """True when a Zarr v3 array is at ``path``, False when nothing is; anything else there
+    (a group, a Zarr v2 node, a path inside an array) is a :class:`PlanError` saying what to
+    pass instead."""
+    above = _array_above(store, path)
+    if above is not None:  # zarr would refuse only after the write's marker is stored
+        raise PlanError(
+            f"{describe(store, above)} holds no other nodes, so nothing can be written at "
+            f"{describe(store, path, 'path')}: pick a path that is not inside an array"
+        )
+    try:
+        open_zarr_array(store, path)
+    except ArrayNotFoundError:
+        return False
+    except UnsupportedCodecError as e:  # a Zarr v2 node
+        raise PlanError(f"{e}; mode='w' replaces it") from None
+    except NotAnArrayError as e:
+        raise PlanError(
+            f"{describe(store, path, 'path')} is a group, not an array: pass path= to write "
+            "an array inside it, or mode='w' to replace the group"
+        ) from e
+    return True
+
+
+def group_arrays(zstore: Any, path: str | None) -> list[str] | None:
+    """Paths of the arrays below the group at ``path`` (None when it is not a group)."""
+    try:
+        group = zarr.open_group(zstore, path=path or "", mode="r", zarr_format=3)
+    except Exception:  # not a group: an array, or nothing
+        return None
+    prefix = f"{path.strip('/')}/" if path and path.strip("/") else ""
+    return sorted(prefix + name for name, _ in group.arrays()) + [
+        a for name, sub in group.groups() for a in group_arrays(zstore, prefix + name) or []
+    ]
+
+
+def walk(zsrc: Any, path: str) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """(root node, [(relative path, array)], [(relative path, group)]) under ``path``."""
+    node = open_node(zsrc, path)
+    if isinstance(node, zarr.Array):
+        return node, [("", node)], []
+    arrays: list[tuple[str, Any]] = []
+    groups: list[tuple[str, Any]] = []
+    for name, member in node.members(max_depth=None):
+        (arrays if isinstance(member, zarr.Array) else groups).append((name, member))
+    return node, sorted(arrays, key=lambda x: x[0]), sorted(groups, key=lambda x: x[0])
+
+
+def node_exists(zstore: Any, path: str) -> bool:
+    """True when any zarr node (array or group, Zarr v2 or v3) is at ``path``."""
+    try:
+        zarr.open(zstore, path=path or "", mode="r")
+    except (FileNotFoundError, KeyError, ValueError):
+        return False
+    return True
+
+
+def open_group(store: Any, group: str | None) -> Any:
+    """zarr-python's group at ``group`` (v2 or v3, consolidated metadata not used), None when
+    nothing is there; an array there is a :class:`NotAGroupError`."""
+    try:
+        with node_errors(store, group, "group"):  # an array there: NotAGroupError
+            return zarr.open_group(store, path=group or "", mode="r", use_consolidated=False)
+    except (FileNotFoundError, KeyError):
+        return None
+    except Exception as e:  # zarr's GroupNotFoundError and friends
+        if "NotFound" in type(e).__name__:
+            return None
+        raise
+
+
+def same_metadata(probe: Any, zstore: Any, path: str | None) -> bool:
+    """True when the stored array's metadata equals the one this write would create."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    stored = zarr.open_array(zstore, path=path or "", mode="r", zarr_format=3).metadata
+
+    def doc(meta: Any) -> bytes:  # the JSON document: NaN fill values compare equal
+        return bytes(meta.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes())
+
+    return doc(stored) == doc(probe.metadata)
