@@ -42,7 +42,7 @@ from ..storage.s3 import multipart_client
 from ..storage.store import PARTIAL_SUFFIX, ShardStore
 from . import _pool
 from .fetch import read_index
-from .write import WriteOptions, WriteReport, as_dask, run_graph
+from .write import WriteOptions, WriteReport, as_dask
 
 STAGED = f"{JOURNAL}/staged/"
 
@@ -634,19 +634,3 @@ def build_staged(writer: StagedWriter, source: Any, *, copy: bool = True) -> Any
         dsk[(name, *t)] = (writer.receipt, shard, deps)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[receipts])
     return da.Array(graph, name, chunks=out_chunks, meta=meta)
-
-
-def run_staged(
-    writer: StagedWriter,
-    source: Any,
-    *,
-    compute: bool,
-    progress: bool = False,
-    finish: Callable[[WriteReport], WriteReport] | None = None,
-) -> Any:
-    """Run (or with ``compute=False`` return a Delayed of) the staged write's report; the shards
-    in ``writer.skip`` are left out (their tasks are not run)."""
-
-    receipts = build_staged(writer, source, copy=not compute)
-    keep = writer.plan.keep_mask(writer.skip)
-    return run_graph(receipts, compute=compute, progress=progress, keep=keep, finish=finish)
