@@ -4,9 +4,10 @@ Metadata is exactly what ``Dataset.to_zarr`` writes, because xarray writes it: x
 zarr store code runs first against a *dry-run overlay* of the target store (reads fall through,
 read-only; writes and deletes stay in memory). Its array writer is replaced by one that records
 each variable's CF-encoded data, target array and region instead of writing them. With every
-check done (xarray's own, then shard alignment, dtypes and shapes), the recorded data is written
-by :class:`~shardwise.engine.write.ShardWriter` (one task per shard, merging shards that an append
-or region write covers only in part) and the overlay's metadata changes are committed after it.
+check done (xarray's own, then shard alignment, dtypes and shapes), each sharded variable becomes
+one :class:`~shardwise.engine.pipeline.ArrayWrite` and one write pipeline runs them all as one
+graph (one task per shard, merging shards that an append or region write covers only in part);
+the overlay's metadata changes are committed after the data.
 A refused write therefore changes nothing in the store, and an append that fails part-way
 leaves the array at its old length.
 """
