@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import logging
@@ -680,3 +681,46 @@ def _meet_before_commit(meet: dict[int, Any], name: str, attempt: int) -> None:
     parts = name.split("/")
     if attempt == 0 and parts[0] == "c" and int(parts[1]) in meet:
         meet[int(parts[1])].wait(timeout=300)
+
+
+# -- holding a write at a known point (deterministic failure tests) -------------------------------
+
+
+class HeldPut(WrapperStore[Store]):
+    """The first ``set`` of ``key`` sets ``held`` and waits for ``go`` without blocking the
+    store's event loop (other requests go on meanwhile); once stored, it calls ``landed`` (if
+    given) and sets ``resumed``."""
+
+    def __init__(
+        self, store: Store, key: str, held: Any, go: Any, resumed: Any, landed: Any = None
+    ) -> None:
+        super().__init__(store)
+        self.key, self.held, self.go, self.resumed = key, held, go, resumed
+        self.landed = landed
+
+    def _with_store(self, store: Store) -> HeldPut:
+        return HeldPut(store, self.key, self.held, self.go, self.resumed, self.landed)
+
+    async def set(self, key: str, value: Any) -> None:
+        if key == self.key and not self.held.is_set():
+            self.held.set()
+            assert await asyncio.to_thread(self.go.wait, 300), "the held put was never let go"
+            await self._store.set(key, value)
+            if self.landed is not None:
+                self.landed()
+            self.resumed.set()
+            return
+        await self._store.set(key, value)
+
+
+class SeenWaiting(threading.Condition):
+    """The pool's task condition, telling ``waiting`` when someone waits on it: the failed write
+    waiting for its running tasks (``_pool.stop_write``, its only waiter)."""
+
+    def __init__(self, waiting: threading.Event) -> None:
+        super().__init__()
+        self.waiting = waiting
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)

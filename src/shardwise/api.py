@@ -10,16 +10,16 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from .codec.metadata import ArrayInfo, default_compressors
+from .codec.metadata import default_compressors
 from .core import args
 from .core.job import STRATEGIES, Strategy, WriteJob, make_job
 from .core.layout import Region, RegionArg, normalize_region
 from .core.plan import WritePlan
 from .core.sizing import default_layout
-from .durability.session import WriteSession, plan_keys
+from .durability.pipeline import ArrayWrite, Pipeline
 from .engine.read import ShardReader, open_reader
 from .engine.report import WriteReport
-from .engine.write import Mode, ShardWriter, WriteOptions, build_graph, run_graph
+from .engine.write import Mode, WriteOptions
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -28,7 +28,6 @@ from .errors import (
     PlanError,
     ShardwiseError,
 )
-from .runtime import pool as _pool
 from .storage.conditional import versions
 from .storage.nodes import array_exists, open_info, same_metadata
 from .storage.retry import retry_transient
@@ -387,63 +386,31 @@ def write_array(
     job.validate()
     if dry_run:
         return job
-    session = WriteSession.begin(
-        sstore,
-        target,
-        info.layout.shape,
-        lease=compute if lease is None else lease,
+    write = ArrayWrite(
+        store=sstore,
+        info=info,
+        plan=plan,
+        strategy=job.strategy,
+        source=data,
+        options=WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads),
+        blocks=job.blocks,
         # a staged merge commits unconditionally: then this write keeps the others out
         shared=shared and not job.merges_unconditionally,
-        break_lease=break_lease,
+        # our own clear instead of zarr's overwrite, which would delete the lease too
+        clear=("all" if mode == "w" else "journal") if create else "none",
+        create=(lambda: _create_in_store(zstore, path, kwargs, probe)) if create else None,
+        resume=resume,
+        # a finished write is adopted too (its shards skipped, as their records still match)
+        # unless mode "w" asks to replace the array
+        adopt_done=mode != "w",
+        must_adopt=resume and mode == "w-" and exists and not create,
+        copy_source=not compute,
     )
-    try:
-        if create:
-            # our own clear instead of zarr's overwrite, which would delete the lease too
-            session.clear(everything=mode == "w")
-        session.start(
-            resume=resume,
-            keys=plan_keys(plan),
-            # a finished write is adopted too (its shards skipped, as their records still match)
-            # unless mode "w" asks to replace the array
-            adopt_done=mode != "w",
-            must_adopt=resume and mode == "w-" and exists and not create,
-        )
-        if create:
-            _create_in_store(zstore, path, kwargs, probe)
-        options = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
-        skipped = session.done_shards(plan, info.codec)
-        if job.strategy == "staged":
-            report = _run_staged(
-                job, info, sstore, options, session, data, skipped, compute, progress
-            )
-            if not compute:
-                return report
-            report.shards_skipped = len(skipped)
-            return session.finish(report)
-        writer = ShardWriter(
-            info=info,
-            store=session.store,  # tagged with this write's id
-            plan=plan,
-            options=options,
-            journal=session.journal(info.codec),
-        )
-        report = run_graph(
-            build_graph(writer, data, copy=not compute),
-            compute=compute,
-            progress=progress,
-            keep=plan.keep_mask(skipped),
-            finish=None if compute else session.finish,
-        )
-    except BaseException:
-        # tasks of this write still running in this process finish before the lease goes
-        if session.marker is not None:
-            _pool.stop_write(session.marker.id)
-        session.abort()
-        raise
-    if not compute:
-        return report
-    report.shards_skipped = len(skipped)
-    return session.finish(report)
+    with Pipeline(
+        [write], lease=compute if lease is None else lease, break_lease=break_lease
+    ) as pipe:
+        pipe.start()
+        return pipe.run(pipe.parts(), compute=compute, progress=progress)
 
 
 def plan_write(data: Any, store: Any, **kwargs: Any) -> WriteJob:
@@ -481,54 +448,6 @@ def _dask_chunks(data: Any) -> tuple[tuple[int, ...], ...] | None:
     if not _is_dask(data):
         return None
     return tuple(tuple(int(n) for n in c) for c in data.chunks)
-
-
-def _run_staged(
-    job: WriteJob,
-    info: ArrayInfo,
-    sstore: ShardStore,
-    options: WriteOptions,
-    session: WriteSession,
-    data: Any,
-    skipped: set[Any],
-    compute: bool,
-    progress: bool,
-) -> Any:
-    from .engine.staged import StagedWriter, remove_staged, run_staged
-    from .storage.s3 import abort_multipart_uploads, multipart_client
-
-    assert session.marker is not None
-    write_id = session.marker.id
-    writer = StagedWriter(
-        info,
-        sstore,
-        job.plan,
-        options,
-        job.blocks,
-        write_id,
-        session.journal(info.codec),
-        frozenset(skipped),
-    )
-
-    def finish(report: WriteReport) -> WriteReport:
-        # pieces of tasks retried after their worker died, and any other leftovers
-        session.cleaned["staged_pieces"] = session.cleaned.get("staged_pieces", 0) + (
-            remove_staged(sstore, write_id)
-        )
-        if session.leased and multipart_client(sstore) is not None:
-            # every shard task is done: an upload still open was abandoned by a dead worker
-            session.cleaned["multipart_uploads"] = session.cleaned.get(
-                "multipart_uploads", 0
-            ) + len(abort_multipart_uploads(sstore, session.keys))
-        return report
-
-    if not compute:
-
-        def finish_all(report: WriteReport) -> Any:
-            return session.finish(finish(report))
-
-        return run_staged(writer, data, compute=False, finish=finish_all)
-    return finish(run_staged(writer, data, compute=True, progress=progress))
 
 
 def _source(data: Any) -> Any:

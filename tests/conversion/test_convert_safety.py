@@ -2,27 +2,35 @@
 contains it is refused before anything is written (local paths through symlinks and relative
 paths, Store objects, MemoryStore, S3 through fsspec and obstore; arrays and xarray groups), and
 ``verify=True`` decodes what it copied: a corrupt source chunk is reported as ``verify`` reports
-it."""
+it. A conversion whose task fails returns only after its running tasks, and releases its lease
+after them, as a failed write does."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import dask
 import numcodecs
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from zarr.abc.store import Store
 from zarr.codecs import ZstdCodec
-from zarr.storage import FsspecStore, LocalStore, MemoryStore
+from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore
 
 import shardwise
-from faultkit import BUCKET, CREDS, exe, files, moto_s3
+from faultkit import BUCKET, CREDS, HeldPut, SeenWaiting, exe, files, moto_s3
+from shardwise.durability.lease import read_lease
+from shardwise.durability.verify import verify
 from shardwise.errors import PlanError
+from shardwise.storage.store import ShardStore
 
 SWAP = "convert to another location, verify it, then swap it in"
 
@@ -249,3 +257,90 @@ def test_convert_verify_on_the_command_line_exits_1_for_a_corrupt_source_chunk(
     ok = [*exe(), "convert", str(good), str(tmp_path / "ok.zarr"), "--shards", "16,20"]
     proc = subprocess.run([*ok, "--verify", "--no-progress"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# -- a conversion that fails stops its running tasks before it returns ---------------------------
+
+
+class FailingGet(WrapperStore[Store]):
+    """Reading ``key`` waits until ``first`` is set (a put of the destination is under way),
+    then fails, without blocking the store's event loop."""
+
+    def __init__(self, store: Store, key: str, first: threading.Event) -> None:
+        super().__init__(store)
+        self.key, self.first = key, first
+
+    def _with_store(self, store: Store) -> FailingGet:
+        return FailingGet(store, self.key, self.first)
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        if key == self.key:
+            assert await asyncio.to_thread(self.first.wait, 300), "no destination put started"
+            raise RuntimeError("source failed")
+        return await self._store.get(key, prototype, byte_range)
+
+
+FAIL_DATA = np.arange(24 * 20, dtype="i4").reshape(24, 20)
+
+
+def failed_conversion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, landed: Callable[[], None] | None = None
+) -> tuple[bool, Path, Path]:
+    """Convert an unsharded v3 array (chunks 4x4) into 8x8 shards (copied, 9 shard tasks on two
+    threads): reading the source chunk of the last shard fails once the put of shard c/0/0 is
+    under way; that put is held until the conversion, after the failure, waits for its running
+    tasks (or, if it does not wait, until the call has returned). Returns whether the put
+    landed before the call returned, the source and the destination."""
+    from shardwise.engine import _pool
+
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    zarr.create_array(LocalStore(src), shape=(24, 20), chunks=(4, 4), dtype="i4")[...] = FAIL_DATA
+    held, go, resumed = threading.Event(), threading.Event(), threading.Event()
+    monkeypatch.setattr(_pool, "_tasks", SeenWaiting(go))
+    source = FailingGet(LocalStore(src), "c/5/4", held)
+    target = HeldPut(LocalStore(dst), "c/0/0", held, go, resumed, landed)
+    try:
+        with (
+            dask.config.set(scheduler="threads", num_workers=2),
+            pytest.raises(RuntimeError, match="source failed"),
+        ):
+            shardwise.convert(source, target, shards=(8, 8))
+        landed_before_return = resumed.is_set()
+    finally:
+        go.set()  # a conversion that did not wait: its put lands now (the test has seen enough)
+        assert resumed.wait(300), "the held put never landed"
+    return landed_before_return, src, dst
+
+
+def test_a_failed_conversion_returns_after_its_running_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a failed write: nothing of the conversion lands after the call returned; a rerun with
+    resume=True keeps the shard that landed and finishes the copy."""
+    landed_before_return, src, dst = failed_conversion(tmp_path, monkeypatch)
+    assert landed_before_return, "the call returned before its running put had landed"
+    assert (dst / "c" / "0" / "0").exists()
+    assert read_lease(ShardStore(LocalStore(dst))) is None
+    assert [p.kind for p in verify(dst).problems] == ["incomplete"]
+    report = shardwise.convert(src, dst, shards=(8, 8), resume=True)
+    [array] = report.arrays
+    assert array.method == "copy" and array.shards_skipped >= 1
+    assert array.shards_skipped + array.shards_written == 9
+    np.testing.assert_array_equal(shardwise.open_array(dst).compute(), FAIL_DATA)
+    assert verify(dst).ok
+
+
+def test_a_failed_conversion_releases_its_lease_after_its_tasks_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease stays held while a task of the failed conversion still writes: when the held
+    put lands, the lease is there; once the call has returned, it is gone."""
+    dst = tmp_path / "dst.zarr"
+    leased_when_landed: list[bool] = []
+
+    def landed() -> None:
+        leased_when_landed.append(read_lease(ShardStore(LocalStore(dst))) is not None)
+
+    failed_conversion(tmp_path, monkeypatch, landed)
+    assert leased_when_landed == [True], "the lease was released while a task still wrote"
+    assert read_lease(ShardStore(LocalStore(dst))) is None

@@ -6,24 +6,21 @@ zarr's MemoryStore.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
-from zarr.abc.store import Store
-from zarr.storage import LocalStore, MemoryStore, WrapperStore
+from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from faultkit import files
+from faultkit import HeldPut, SeenWaiting, files
 from shardwise import LeaseHeldError
 from shardwise.durability.lease import LEASE, Lease, LeaseInfo, break_lease, part_lease, read_lease
 from shardwise.durability.verify import verify
@@ -177,40 +174,6 @@ def test_a_failed_write_releases_the_lease_and_stays_incomplete(tmp_path: Path) 
     assert read_lease(sstore(root)) is None
     report = verify(root)
     assert [p.kind for p in report.problems] == ["incomplete"]
-
-
-class HeldPut(WrapperStore[Store]):
-    """The first ``set`` of ``key`` sets ``held`` and waits for ``go`` without blocking the
-    store's event loop (other requests go on meanwhile); once stored, it sets ``resumed``."""
-
-    def __init__(self, store: Store, key: str, held: Any, go: Any, resumed: Any) -> None:
-        super().__init__(store)
-        self.key, self.held, self.go, self.resumed = key, held, go, resumed
-
-    def _with_store(self, store: Store) -> HeldPut:
-        return HeldPut(store, self.key, self.held, self.go, self.resumed)
-
-    async def set(self, key: str, value: Any) -> None:
-        if key == self.key and not self.held.is_set():
-            self.held.set()
-            assert await asyncio.to_thread(self.go.wait, 300), "the held put was never let go"
-            await self._store.set(key, value)
-            self.resumed.set()
-            return
-        await self._store.set(key, value)
-
-
-class SeenWaiting(threading.Condition):
-    """The pool's task condition, telling ``waiting`` when someone waits on it: the failed write
-    waiting for its running tasks (``_pool.stop_write``, its only waiter)."""
-
-    def __init__(self, waiting: threading.Event) -> None:
-        super().__init__()
-        self.waiting = waiting
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waiting.set()
-        return super().wait(timeout)
 
 
 @pytest.mark.parametrize("strategy", ["direct", "staged"])

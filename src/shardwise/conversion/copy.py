@@ -1,8 +1,9 @@
 """The copy path of :func:`shardwise.convert`: one task per target shard streams the source's
 encoded inner chunks (chunk objects, or ranges of source shards after their index), a window at
-a time, and the new index into the shard object through ``staged.commit_shard``; inside the
-write session (lease, marker, per-shard records) so a rerun with ``resume=True`` skips the
-shards already committed.
+a time, and the new index into the shard object through ``staged.commit_shard``. It runs as a
+``copy`` write of the write pipeline (:mod:`shardwise.durability.pipeline`: lease, marker, per-shard
+records, running tasks stopped on failure), so a rerun with ``resume=True`` skips the shards
+already committed.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from ..codec.shard import MISSING, ShardIndex
 from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
-from ..engine.report import WriteReport, sum_reports
+from ..engine.report import WriteReport
 from ..errors import ArrayExistsError
+from ..runtime import pool as _pool
 from ..storage.store import ShardStore
 from .plan import ArrayPlan, SourceChunks, WriteSettings
 
@@ -83,6 +85,12 @@ class ChunkReader:
         for w in where:
             yield got.get(w)
 
+    def copier(
+        self, info: ArrayInfo, store: ShardStore, journal: Journal
+    ) -> Callable[[Coord], WriteReport]:
+        """The copy task of the write pipeline (``strategy="copy"``): one call per shard."""
+        return ShardCopier(info, store, self, journal).task
+
     def shard_index(self, key: str) -> ShardIndex | None:
         codec = self.source.shard_codec
         assert codec is not None
@@ -112,6 +120,14 @@ class ShardCopier:
             flats.append(int(np.ravel_multi_index(p, grid)) if grid else 0)
             coords.append(tuple(s * g + i for s, g, i in zip(shard, grid, p, strict=True)))
         return flats, coords
+
+    def task(self, shard: Coord) -> WriteReport:
+        """The shard task: :meth:`copy`, counted as a running task of its write (see
+        ``_pool.running``: a failed write waits for it before it releases its lease)."""
+        if self.journal is None:
+            return self.copy(shard)
+        with _pool.running(self.journal.write_id):
+            return self.copy(shard)
 
     def copy(self, shard: Coord) -> WriteReport:
         from ..engine.staged import commit_shard
@@ -188,13 +204,13 @@ class ShardCopier:
 
 
 def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
-    """The copy path inside a write session (lease, marker, records: resumable)."""
+    """The copy path: a ``copy`` write through the write pipeline (lease, marker, records,
+    running tasks stopped on failure: resumable)."""
     import zarr
-    from dask.delayed import delayed
 
     from ..core.layout import normalize_region
     from ..core.plan import WritePlan
-    from ..durability.session import WriteSession, plan_keys
+    from ..durability.pipeline import ArrayWrite, Pipeline
     from ..storage.nodes import array_exists, open_info, same_metadata
 
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
@@ -209,53 +225,25 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
             "(use mode='w' to replace it)"
         )
     lay = info.layout
-    store = ShardStore(zdst, plan.dst_path, fsync=how.fsync)
     region = normalize_region(tuple(slice(None) for _ in lay.shape), lay.shape)
-    wplan = WritePlan(lay, region)
-    session = WriteSession.begin(
-        store, region, lay.shape, lease=how.lease, break_lease=how.break_lease
+    write = ArrayWrite(
+        store=ShardStore(zdst, plan.dst_path, fsync=how.fsync),
+        info=info,
+        plan=WritePlan(lay, region),
+        strategy="copy",
+        source=ChunkReader(ShardStore(zsrc, plan.src_path), plan.source),
+        clear="all" if create else "none",
+        create=(
+            (lambda: zarr.create_array(zdst, name=dpath, overwrite=False, **plan.create))
+            if create
+            else None
+        ),
+        resume=how.resume,
+        adopt_done=how.mode == "w-",
     )
-    try:
-        if create:
-            session.clear(everything=True)
-        session.start(resume=how.resume, keys=plan_keys(wplan), adopt_done=how.mode == "w-")
-        if create:
-            zarr.create_array(zdst, name=dpath, overwrite=False, **plan.create)
-        skipped = session.done_shards(wplan, info.codec)
-        copier = ShardCopier(
-            info,
-            store,
-            ChunkReader(ShardStore(zsrc, plan.src_path), plan.source),
-            session.journal(info.codec),
+    with Pipeline([write], lease=how.lease, break_lease=how.break_lease) as pipe:
+        pipe.start()
+        report: WriteReport = pipe.run(
+            pipe.parts(), compute=True, progress=how.progress, desc=f"copy {plan.dst_path or '/'}"
         )
-        tok = _tok()
-        tasks = [
-            delayed(copier.copy, pure=False)(s, dask_key_name=f"shardwise-copy-{tok}-{i}")
-            for i, s in enumerate(lay.shards())
-            if s not in skipped
-        ]
-        report = sum_reports(_run(tasks, how.progress, f"copy {plan.dst_path or '/'}"))
-        report.shards_skipped = len(skipped)
-    except BaseException:
-        session.abort()
-        raise
-    result: WriteReport = session.finish(report)
-    return result
-
-
-def _run(tasks: list[Any], progress: bool, desc: str) -> list[WriteReport]:
-    """Compute the shard tasks; ``progress``: the bar over shards and bytes (local schedulers
-    and dask.distributed clients alike)."""
-    if progress:
-        from ..engine.progress import compute_with_progress
-
-        return compute_with_progress(tasks, len(tasks), desc=desc)
-    from dask.base import compute
-
-    return list(compute(*tasks))
-
-
-def _tok() -> str:
-    import uuid
-
-    return uuid.uuid4().hex[:12]
+    return report

@@ -1,7 +1,8 @@
 """One write from the client's side: lease, write marker, resume and clean-up around the graph.
 
-``write_array`` drives it in this order, so that a writer killed at any moment leaves a state a
-rerun with ``resume=True`` can finish::
+:class:`shardwise.durability.pipeline.Pipeline` drives one session per array written, for every
+front end (``write_array``, ``to_zarr``, ``convert``, batch parts), in this order, so that a
+writer killed at any moment leaves a state a rerun with ``resume=True`` can finish::
 
     begin    take the lease (refused: LeaseHeldError, before anything is written): exclusive,
              or shared for writes into an existing array that run side by side
@@ -9,7 +10,9 @@ rerun with ``resume=True`` can finish::
     start    adopt the open marker of the same region (resume) or write a new one; on resume
              remove temp files and abandoned multipart uploads aimed at this write's shards,
              and the staged pieces of the adopted write
+    resume   find the shards a resumed write stored already (``done``): their tasks are left out
     ...      metadata, then the shard tasks (each stores its shard, then its record)
+    tidy     after the tasks: staged pieces of retried tasks, abandoned multipart uploads
     finish   marker -> done, drop older done markers inside this region, release the lease
     abort    (on error) release the lease; the open marker stays for resume and verify
 """
@@ -29,7 +32,7 @@ from ..core.plan import WritePlan
 from ..engine.staged import remove_staged
 from ..errors import ArrayExistsError, LeaseHeldError
 from ..runtime import pool as _pool
-from ..storage.s3 import abort_multipart_uploads
+from ..storage.s3 import abort_multipart_uploads, multipart_client
 from ..storage.store import ShardStore, describe
 from .journal import (
     BATCH,
@@ -60,7 +63,7 @@ class WriteSession:
     resumed: bool = False
     cleaned: dict[str, int] = field(default_factory=dict)
     shared: bool = False  # other writes may run beside this one (see begin)
-    skipped: int = 0  # shards a resumed write found done (set by the caller that skips them)
+    done: frozenset[Coord] = frozenset()  # shards a resumed write found stored (see find_done)
 
     @classmethod
     def begin(
@@ -180,15 +183,36 @@ class WriteSession:
             ok = list(pool.map(lambda s: journal.matches(lay.shard_key(s)), shards))
         return {s for s, good in zip(shards, ok, strict=True) if good}
 
+    @property
+    def skipped(self) -> int:
+        """Shards this (resumed) write leaves out: stored and recorded before."""
+        return len(self.done)
+
+    def find_done(self, plan: WritePlan, codec: ShardCodec) -> frozenset[Coord]:
+        """Remember (as ``done``) and return the shards of ``plan`` stored before (resume)."""
+        self.done = frozenset(self.done_shards(plan, codec))
+        return self.done
+
+    def tidy(self, *, staged: bool, multipart: bool) -> None:
+        """After every shard task ran: remove the ``staged`` pieces of tasks retried after their
+        worker died, and (``multipart``: shards committed by multipart upload) the uploads such
+        workers abandoned; only a leased write may, nobody else then writes its shards."""
+        assert self.marker is not None
+        if staged:
+            self._count("staged_pieces", remove_staged(self.store, self.marker.id))
+        if multipart and self.leased and multipart_client(self.store) is not None:
+            self._count("multipart_uploads", len(abort_multipart_uploads(self.store, self.keys)))
+
+    def _count(self, what: str, n: int) -> None:
+        self.cleaned[what] = self.cleaned.get(what, 0) + n
+
     def finish(self, report: Any) -> Any:
         """Mark the write done, drop done markers it supersedes, release the lease."""
         try:
             assert self.marker is not None
             # a task rerun after its worker died leaves the dead one's temp file behind
             if self.keys:
-                self.cleaned["temp_files"] = self.cleaned.get("temp_files", 0) + len(
-                    self._remove_temp_files()
-                )
+                self._count("temp_files", len(self._remove_temp_files()))
             done = replace(self.marker, status="done", finished=now())
             me = marker_name(self.region)
             self.store.put(me, done.to_bytes())

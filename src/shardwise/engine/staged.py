@@ -43,7 +43,7 @@ from ..storage.store import JOURNAL, PARTIAL_SUFFIX, TEMP, ShardStore
 from .fetch import read_index
 from .recorder import ShardRecorder
 from .report import WriteReport
-from .write import WriteOptions, as_dask, run_graph
+from .write import WriteOptions, as_dask
 
 STAGED = f"{JOURNAL}/staged/"
 
@@ -630,19 +630,3 @@ def build_staged(writer: StagedWriter, source: Any, *, copy: bool = True) -> Any
         dsk[(name, *t)] = (writer.receipt, shard, deps)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[receipts])
     return da.Array(graph, name, chunks=out_chunks, meta=meta)
-
-
-def run_staged(
-    writer: StagedWriter,
-    source: Any,
-    *,
-    compute: bool,
-    progress: bool = False,
-    finish: Callable[[WriteReport], WriteReport] | None = None,
-) -> Any:
-    """Run (or with ``compute=False`` return a Delayed of) the staged write's report; the shards
-    in ``writer.skip`` are left out (their tasks are not run)."""
-
-    receipts = build_staged(writer, source, copy=not compute)
-    keep = writer.plan.keep_mask(writer.skip)
-    return run_graph(receipts, compute=compute, progress=progress, keep=keep, finish=finish)

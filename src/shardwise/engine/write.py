@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -26,7 +26,7 @@ from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
 from ..storage.store import ShardStore
 from .recorder import ShardRecorder
-from .report import WriteReport, sum_reports
+from .report import WriteReport
 
 Mode = Literal["w", "w-", "a", "r+"]
 
@@ -184,41 +184,3 @@ def build_graph(writer: ShardWriter, source: Any, *, copy: bool = True) -> Any:
         # unique per call: two writes computed in one graph must not share task keys
         name=f"shardwise-write-{uuid.uuid4().hex}",
     )
-
-
-def run_graph(
-    receipts: Any,
-    *,
-    compute: bool,
-    progress: bool = False,
-    keep: np.ndarray | None = None,
-    finish: Callable[[WriteReport], WriteReport] | None = None,
-) -> Any:
-    """Compute the receipts into a :class:`WriteReport`, or return a Delayed that does.
-
-    ``keep`` (a boolean grid over the shard tasks) runs only those tasks (resume); ``finish``
-    runs on the report inside the returned Delayed (``compute=False`` only).
-    """
-    from dask.delayed import delayed
-
-    started = time.perf_counter()
-    if compute and progress:
-        from .progress import compute_with_progress
-
-        blocks = receipts.to_delayed()
-        parts = (blocks if keep is None else blocks[keep]).ravel().tolist()
-        report = sum_reports(compute_with_progress(parts, len(parts)))
-        report.seconds = time.perf_counter() - started
-        return report
-    if not compute or keep is not None:
-        # one Delayed per shard task, without materializing/optimizing the graph here:
-        # building stays O(#shards + #blocks) and fast even for huge arrays
-        blocks = receipts.to_delayed(optimize_graph=False)
-        parts = (blocks if keep is None else blocks[keep]).ravel().tolist()
-        summary = delayed(sum_reports, pure=False)(parts)
-        if not compute:
-            return summary if finish is None else delayed(finish, pure=False)(summary)
-        receipts = summary
-    report = sum_reports(receipts.compute())
-    report.seconds = time.perf_counter() - started
-    return report

@@ -4,9 +4,10 @@ Metadata is exactly what ``Dataset.to_zarr`` writes, because xarray writes it: x
 zarr store code runs first against a *dry-run overlay* of the target store (reads fall through,
 read-only; writes and deletes stay in memory). Its array writer is replaced by one that records
 each variable's CF-encoded data, target array and region instead of writing them. With every
-check done (xarray's own, then shard alignment, dtypes and shapes), the recorded data is written
-by :class:`~shardwise.engine.write.ShardWriter` (one task per shard, merging shards that an append
-or region write covers only in part) and the overlay's metadata changes are committed after it.
+check done (xarray's own, then shard alignment, dtypes and shapes), each sharded variable becomes
+one :class:`~shardwise.durability.pipeline.ArrayWrite` and one write pipeline runs them all as one
+graph (one task per shard, merging shards that an append or region write covers only in part);
+the overlay's metadata changes are committed after the data.
 A refused write therefore changes nothing in the store, and an append that fails part-way
 leaves the array at its old length.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -34,11 +35,11 @@ from ..core.sizing import (
     DEFAULT_SHARD_BYTES,
 )
 from ..durability.journal import read_marker, read_markers
-from ..durability.session import WriteSession, plan_keys
-from ..engine.report import WriteReport, sum_reports
-from ..engine.write import ShardWriter, WriteOptions, build_graph
+from ..durability.pipeline import ArrayWrite, Part, Pipeline, compute_parts
+from ..durability.session import WriteSession
+from ..engine.report import WriteReport
+from ..engine.write import WriteOptions
 from ..errors import ArgumentValueError, PlanError, UnsupportedCodecError
-from ..runtime import pool as _pool
 from ..storage.conditional import versions
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import ShardStore, resolve_store
@@ -244,57 +245,37 @@ def to_zarr(
         resume=resume,
     )
     # 2. leases (a refusal removes those taken): from here on the store changes
-    sessions = _begin(
-        xw.zstore,
-        xw.writes,
-        xw.jobs,
-        lease=compute if lease is None else lease,
-        shared=xw.shared,
-        fsync=fsync,
-        break_lease=break_lease,
-    )
-    try:
+    opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
+    arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
+    with Pipeline(
+        list(arrays.values()), lease=compute if lease is None else lease, break_lease=break_lease
+    ) as pipe:
         # 3. clear (mode "w": the old group, but not the leases held nor the variables being
         # resumed) and the write markers
-        keep = _kept_keys(xw, sessions, resume)
+        keep = _kept_keys(xw, arrays, pipe, resume)
         _refuse_foreign_leases(xw.zstore, xw.overlay, keep)
         xw.overlay.commit_deletes(xw.zstore, keep)
         if not compute:  # as xarray: the metadata now, the dask-backed data later
             xw.overlay.commit_writes(xw.zstore)
-        _start(sessions, xw.writes, resume=resume, adopt_done=xw.mode != "w")
+        pipe.start()
         # 4. data, 5. metadata (last: a write that fails part-way, a worker lost or a source that
         # raises, leaves the old metadata, e.g. an append leaves the array at its old length),
         # 6. markers done and leases released
-        opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
         if compute:
-            staged: list[tuple[ShardStore, str]] = []
-            parts = _graph(xw.zstore, xw.writes, opts, xw.jobs, sessions, staged)
-            report = _compute(parts, progress)
-            _tidy(staged)
-            xw.overlay.commit_writes(xw.zstore)
-            return _finish(sessions, report)
+            return pipe.run(
+                _parts(pipe, arrays, xw.zstore, xw.writes),
+                compute=True,
+                progress=progress,
+                then=lambda: xw.overlay.commit_writes(xw.zstore),
+            )
         eager = [w for w in xw.writes if not w.lazy]
         lazy = [w for w in xw.writes if w.lazy]
-        staged = []
         done = (
-            _compute(_graph(xw.zstore, eager, opts, xw.jobs, sessions, staged), progress)
+            compute_parts(_parts(pipe, arrays, xw.zstore, eager), progress)
             if eager
             else WriteReport()
         )
-        _tidy(staged)
-        from dask.delayed import delayed
-
-        later: list[tuple[ShardStore, str]] = []
-        parts = _graph(xw.zstore, lazy, opts, xw.jobs, sessions, later)
-        return delayed(_add_report, pure=False)(done, _summed(parts), later, sessions)
-    except BaseException:
-        # tasks still running in this process finish before the leases go
-        for s in sessions.values():
-            if s.marker is not None:
-                _pool.stop_write(s.marker.id)
-        for s in sessions.values():
-            s.abort()
-        raise
+        return pipe.run(_parts(pipe, arrays, xw.zstore, lazy), compute=False, before=done)
 
 
 @dataclass(frozen=True)
@@ -378,9 +359,12 @@ def _check(
     return _XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
 
 
-def _kept_keys(xw: _XarrayWrite, sessions: dict[int, WriteSession], resume: bool) -> list[str]:
+def _kept_keys(
+    xw: _XarrayWrite, arrays: dict[int, ArrayWrite], pipe: Pipeline, resume: bool
+) -> list[str]:
     """What mode "w"'s deletes spare: the leases this call holds, and on resume the variables
     an interrupted call of this dataset left."""
+    sessions = {i: pipe.session(aw) for i, aw in arrays.items()}
     keep = [f"{w.path}/" for w in xw.writes if resume and _interrupted(sessions.get(id(w)))]
     keep += [
         f"{w.path}/{s.lease.name}" for w in xw.writes if (s := sessions.get(id(w))) and s.lease
@@ -631,38 +615,31 @@ def _open_marker(store: ShardStore) -> bool:
     return any(m is not None and m.status == "open" for m in read_markers(store).values())
 
 
-def _begin(
-    zstore: Store,
-    writes: list[_Write],
-    jobs: dict[int, WriteJob],
-    *,
-    lease: bool,
-    shared: bool,
-    fsync: bool,
-    break_lease: bool,
-) -> dict[int, WriteSession]:
-    """Take the lease of every sharded variable to write (by ``id`` of the write), or none: a
-    refused lease releases those already taken."""
-    out: dict[int, WriteSession] = {}
-    try:
-        for w in writes:
-            job = jobs.get(id(w))
-            if w.info is None or job is None:
-                continue
-            sstore = ShardStore(zstore, w.path, fsync=fsync)
-            out[id(w)] = WriteSession.begin(
-                sstore,
-                w.region,
-                w.shape,
-                lease=lease,
-                # side by side only where shared shards commit conditionally (as write_array)
-                shared=shared and versions(sstore) is not None and not job.merges_unconditionally,
-                break_lease=break_lease,
-            )
-    except BaseException:
-        for s in out.values():
-            s.abort()
-        raise
+def _array_writes(
+    xw: _XarrayWrite, opts: WriteOptions, *, fsync: bool, resume: bool
+) -> dict[int, ArrayWrite]:
+    """The pipeline's write of every sharded variable (by ``id`` of the variable's write)."""
+    out: dict[int, ArrayWrite] = {}
+    for w in xw.writes:
+        job = xw.jobs.get(id(w))
+        if w.info is None or job is None:
+            continue
+        sstore = ShardStore(xw.zstore, w.path, fsync=fsync)
+        out[id(w)] = ArrayWrite(
+            store=sstore,
+            info=w.info,
+            plan=job.plan,
+            strategy=job.strategy,
+            # numpy-backed variables are written now, even with compute=False: no copy
+            source=w.source if w.lazy else np.asarray(w.source),
+            options=opts,
+            blocks=job.blocks,
+            # side by side only where shared shards commit conditionally (as write_array)
+            shared=xw.shared and versions(sstore) is not None and not job.merges_unconditionally,
+            resume=resume,
+            adopt_done=xw.mode != "w",
+            prefix=w.path,
+        )
     return out
 
 
@@ -711,113 +688,39 @@ def _is_lease(key: str) -> bool:
     return k.endswith("/" + LEASE) or f"/{LEASE}.part-" in k or f"/{SHARED}" in k
 
 
-def _start(
-    sessions: dict[int, WriteSession], writes: list[_Write], *, resume: bool, adopt_done: bool
-) -> None:
-    """Write (on resume: adopt) the write marker of every session."""
-    for w in writes:
-        s = sessions.get(id(w))
-        if s is not None and w.info is not None:
-            keys = plan_keys(WritePlan(w.info.layout, w.region))
-            s.start(resume=resume, keys=keys, adopt_done=adopt_done)
-
-
-def _finish(sessions: dict[int, WriteSession], report: WriteReport) -> WriteReport:
-    """Mark every variable's write done and release the leases."""
-    for s in sessions.values():
-        s.finish(None)
-    report.shards_skipped = sum(s.skipped for s in sessions.values())
-    return report
-
-
-def _tidy(staged: list[tuple[ShardStore, str]]) -> None:
-    """After the staged variable writes (store, write id): remove pieces left by retried tasks."""
-    from ..engine.staged import remove_staged
-
-    for store, write_id in staged:
-        remove_staged(store, write_id)
-
-
-def _graph(
-    zstore: Store,
-    writes: list[_Write],
-    opts: WriteOptions,
-    jobs: dict[int, WriteJob],
-    sessions: dict[int, WriteSession],
-    staged: list[tuple[ShardStore, str]],
-) -> list[tuple[str, Any]]:
-    """Dask collections (receipts, or delayed reports) that write ``writes``, run together;
-    shards a resumed session already stored are left out and counted as skipped."""
+def _parts(
+    pipe: Pipeline, arrays: dict[int, ArrayWrite], zstore: Store, writes: list[_Write]
+) -> list[Part]:
+    """The dask work that writes ``writes``, run together: sharded variables through the
+    pipeline's engine (shards a resumed session stored already left out), the others through
+    zarr-python."""
     from dask.delayed import delayed
 
-    parts: list[tuple[str, Any]] = []
+    parts: list[Part] = []
     for w in writes:
         if w.size == 0:
             continue
+        if id(w) in arrays:
+            parts += pipe.parts([arrays[id(w)]])
+            continue
         source: Any = w.source if w.lazy else np.asarray(w.source)
-        session = sessions.get(id(w))
-        if w.info is not None and session is not None:
-            assert session.marker is not None
-            plan = WritePlan(w.info.layout, w.region)
-            skipped = session.done_shards(plan, w.info.codec)
-            session.skipped = len(skipped)
-            # record each shard like write_array does, so verify and resume see these writes
-            journal = session.journal(w.info.codec)
-            job = jobs[id(w)]
-            if job.strategy == "staged":
-                from ..engine.staged import StagedWriter, build_staged
-
-                writer_s = StagedWriter(
-                    w.info,
-                    replace(session.store, tag=""),
-                    job.plan,
-                    opts,
-                    job.blocks,
-                    session.marker.id,
-                    journal,
-                    frozenset(skipped),
-                )
-                # one receipt per shard task, as the direct path's; pieces that retried tasks
-                # leave are removed once the receipts are in (see _tidy)
-                # numpy-backed variables are written now, even with compute=False: no copy
-                receipts = build_staged(writer_s, source, copy=False)
-                staged.append((writer_s.store, session.marker.id))
-            else:
-                writer = ShardWriter(
-                    info=w.info,
-                    store=session.store,  # tagged with this write's id
-                    plan=plan,
-                    options=opts,
-                    journal=journal,
-                )
-                receipts = build_graph(writer, source, copy=False)
-            parts.append((w.path, _kept(receipts, plan, skipped)))
-        elif not w.lazy or not w.chunks:
+        if not w.lazy or not w.chunks:
             part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, w.region, source)
             parts.append((w.path, part))
-        else:
-            # not sharded (an array some other writer created without shards): zarr writes
-            # it, from dask blocks cut at chunk boundaries so that no two tasks share a chunk
-            cuts = WritePlan(Layout(w.shape, w.chunks, w.chunks), w.region).task_chunks
-            blocks = source.rechunk(cuts).to_delayed().ravel()
-            starts = [np.cumsum((0, *c[:-1])) for c in cuts]
-            for idx, block in zip(np.ndindex(*(len(c) for c in cuts)), blocks, strict=True):
-                region = tuple(
-                    slice(r.start + int(st[i]), r.start + int(st[i]) + c[i])
-                    for r, st, c, i in zip(w.region, starts, cuts, idx, strict=True)
-                )
-                part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, region, block)
-                parts.append((w.path, part))
+            continue
+        # not sharded (an array some other writer created without shards): zarr writes it, from
+        # dask blocks cut at chunk boundaries so that no two tasks share a chunk
+        cuts = WritePlan(Layout(w.shape, w.chunks, w.chunks), w.region).task_chunks
+        blocks = source.rechunk(cuts).to_delayed().ravel()
+        starts = [np.cumsum((0, *c[:-1])) for c in cuts]
+        for idx, block in zip(np.ndindex(*(len(c) for c in cuts)), blocks, strict=True):
+            region = tuple(
+                slice(r.start + int(st[i]), r.start + int(st[i]) + c[i])
+                for r, st, c, i in zip(w.region, starts, cuts, idx, strict=True)
+            )
+            part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, region, block)
+            parts.append((w.path, part))
     return parts
-
-
-def _kept(receipts: Any, plan: WritePlan, skipped: set[Any]) -> Any:
-    """``receipts`` without the tasks of ``skipped`` shards: the dask array itself, or a list of
-    one Delayed per shard task to run."""
-    keep = plan.keep_mask(skipped)
-    if keep is None:
-        return receipts
-    return receipts.to_delayed(optimize_graph=False)[keep].ravel().tolist()
 
 
 def _write_plain(
@@ -833,73 +736,3 @@ def _write_plain(
     meta_v3 = ArrayV3Metadata.from_dict(meta)
     zarr.Array(zarr.AsyncArray(metadata=meta_v3, store_path=StorePath(zstore, path)))[region] = data
     return WriteReport(raw_bytes=int(data.nbytes))
-
-
-def _total(parts: list[tuple[str, Any]]) -> WriteReport:
-    """Sum the receipts of all variables; shard keys get their array's path."""
-    total = WriteReport()
-    for path, p in parts:
-        rep = p if isinstance(p, WriteReport) else sum_reports(p)
-        rep.keys = [f"{path}/{k}" for k in rep.keys]
-        total = total + rep
-    total.keys = sorted(total.keys)
-    return total
-
-
-def _summed(parts: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """``parts`` with each variable's list of kept shard tasks (resume) as one Delayed report:
-    dask resolves lists of block keys nested in a Delayed's arguments unreliably (values of
-    other parts were seen in their places)."""
-    from dask.delayed import delayed
-
-    return [
-        (path, delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p)
-        for path, p in parts
-    ]
-
-
-def _add_report(
-    done: WriteReport,
-    parts: list[tuple[str, Any]],
-    staged: list[tuple[ShardStore, str]],
-    sessions: dict[int, WriteSession],
-) -> WriteReport:
-    _tidy(staged)
-    return _finish(sessions, done + _total(parts))
-
-
-def _compute(parts: list[tuple[str, Any]], progress: bool) -> WriteReport:
-    import time
-
-    from dask.delayed import delayed
-
-    started = time.perf_counter()
-    if progress:
-        import dask.array as da
-
-        from ..engine.progress import compute_with_progress
-
-        # one dask part per shard task (and per plain write), so the bar counts shards
-        flat: list[Any] = []
-        spans: list[tuple[str, int, int, bool]] = []
-        nshards = 0
-        for path, p in parts:
-            shard_tasks = isinstance(p, da.Array | list)
-            items = (
-                p
-                if isinstance(p, list)
-                else p.to_delayed().ravel().tolist()
-                if shard_tasks
-                else [p]
-            )
-            nshards += len(items) if shard_tasks else 0
-            spans.append((path, len(flat), len(flat) + len(items), shard_tasks))
-            flat.extend(items)
-        got = compute_with_progress(flat, nshards)
-        report = _total(
-            [(path, sum_reports(got[a:b]) if many else got[a]) for path, a, b, many in spans]
-        )
-    else:
-        report = delayed(_total, pure=False)(_summed(parts)).compute()
-    report.seconds = time.perf_counter() - started
-    return report

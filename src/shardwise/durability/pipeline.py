@@ -1,0 +1,314 @@
+"""The one write pipeline under every front end: an :class:`ArrayWrite` per array, one
+:class:`Pipeline` around them.
+
+A front end (``write_array``, ``to_zarr`` per variable, ``convert`` per copied array, batch
+parts through ``write_array``) checks its arguments, then describes each array it writes as an
+:class:`ArrayWrite` (store, plan, codec, strategy, source, settings) and hands them all to one
+``Pipeline``. The pipeline owns the lifecycle of every array's
+:class:`~shardwise.durability.session.WriteSession`::
+
+    with Pipeline(writes, lease=..., break_lease=...) as pipe:   # every lease, or none
+        pipe.start()              # per array: clear, marker (or adopt it), metadata, done shards
+        parts = pipe.parts()      # one graph per array (build_part), shards done left out
+        return pipe.run(parts, compute=...)   # one combined graph; then tidy, markers done
+
+and, when anything raises inside it, stops the tasks of every array still running in this
+process (:func:`~shardwise.runtime.pool.stop_write`) before the leases are released. N arrays
+run as one dask graph (to_zarr's variables; a DataTree or a pyramid would be N more writes).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+from ..codec.metadata import ArrayInfo
+from ..core.layout import Coord
+from ..core.plan import WritePlan
+from ..engine.report import WriteReport, sum_reports
+from ..engine.write import WriteOptions, build_graph
+from ..runtime import pool as _pool
+from ..storage.store import ShardStore
+from .journal import Journal
+from .session import WriteSession, plan_keys
+
+Kind = Literal["direct", "staged", "copy"]
+Clear = Literal["none", "journal", "all"]
+Part = tuple[str, Any]
+"""A key prefix (the array's path in a group, or "") and its dask work: a dask array of
+receipts, a list of Delayed reports (one per shard task), or one Delayed report."""
+
+
+class ShardTasks(Protocol):
+    """The source of a ``copy`` write: makes the task that writes one shard."""
+
+    def copier(
+        self, info: ArrayInfo, store: ShardStore, journal: Journal
+    ) -> Callable[[Coord], WriteReport]: ...
+
+
+@dataclass(frozen=True)
+class ArrayWrite:
+    """One array to write: what the session and the engine need (the job a front end builds).
+
+    ``source``: a numpy or dask array (direct, staged) or :class:`ShardTasks` (copy).
+    ``clear``: before the marker, drop stale journal state ("journal") or the old array but its
+    lease ("all"). ``create``: writes the metadata after the marker, before any data.
+    ``copy_source``: a numpy source is copied into the graph (it runs later: compute=False).
+    ``prefix``: put before the shard keys of the report (the array's path in a group).
+    """
+
+    store: ShardStore
+    info: ArrayInfo
+    plan: WritePlan
+    strategy: Kind
+    source: Any
+    options: WriteOptions = field(default_factory=WriteOptions)
+    blocks: tuple[tuple[int, ...], ...] = ()
+    shared: bool = False
+    clear: Clear = "none"
+    create: Callable[[], object] | None = None
+    resume: bool = False
+    adopt_done: bool = False
+    must_adopt: bool = False
+    copy_source: bool = False
+    prefix: str = ""
+
+
+class Pipeline:
+    """A context manager over the sessions of ``writes``: leases taken on entry (a refused one
+    releases those taken); on an error inside, the tasks of every write still running in this
+    process finish before the leases go. Finishing is :meth:`run`'s (or the Delayed's)."""
+
+    def __init__(
+        self, writes: Sequence[ArrayWrite], *, lease: bool, break_lease: bool = False
+    ) -> None:
+        self.writes = list(writes)
+        self.lease = lease
+        self.break_lease = break_lease
+        self.sessions: list[WriteSession] = []
+
+    def __enter__(self) -> Pipeline:
+        try:
+            for w in self.writes:
+                self.sessions.append(
+                    WriteSession.begin(
+                        w.store,
+                        w.plan.region,
+                        w.info.layout.shape,
+                        lease=self.lease,
+                        shared=w.shared,
+                        break_lease=self.break_lease,
+                    )
+                )
+        except BaseException:
+            self.fail()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if error is not None:
+            self.fail()
+
+    def fail(self) -> None:
+        """Refuse the tasks not started yet, wait for those running, then release the leases."""
+        for s in self.sessions:
+            if s.marker is not None:
+                _pool.stop_write(s.marker.id)
+        for s in self.sessions:
+            s.abort()
+
+    def session(self, write: ArrayWrite) -> WriteSession:
+        return self.sessions[next(i for i, w in enumerate(self.writes) if w is write)]
+
+    def start(self) -> None:
+        """Per write: clear, marker (adopted on resume), metadata, the shards done before."""
+        for w, s in zip(self.writes, self.sessions, strict=True):
+            if w.clear != "none":
+                s.clear(everything=w.clear == "all")
+            s.start(
+                resume=w.resume,
+                keys=plan_keys(w.plan),
+                adopt_done=w.adopt_done,
+                must_adopt=w.must_adopt,
+            )
+            if w.create is not None:
+                w.create()
+            s.find_done(w.plan, w.info.codec)
+
+    def parts(self, writes: Sequence[ArrayWrite] | None = None) -> list[Part]:
+        """The dask work of ``writes`` (default: all), one part per array."""
+        chosen = self.writes if writes is None else writes
+        return [(w.prefix, build_part(w, self.session(w))) for w in chosen]
+
+    def run(
+        self,
+        parts: list[Part],
+        *,
+        compute: bool,
+        progress: bool = False,
+        desc: str = "shardwise",
+        then: Callable[[], None] | None = None,
+        before: WriteReport | None = None,
+    ) -> Any:
+        """Compute ``parts`` as one graph and :meth:`finish`; with ``compute=False`` a Delayed
+        that does both. ``before``: the report of parts already run (added in)."""
+        done = _Finish(
+            [(w.strategy, s) for w, s in zip(self.writes, self.sessions, strict=True)],
+            then,
+            before,
+        )
+        if not compute:
+            from dask.delayed import delayed
+
+            # the Delayed carries the sessions only, not the writes (their sources)
+            return delayed(done, pure=False)(delayed(_total, pure=False)(deferred(parts)))
+        return done(compute_parts(parts, progress, desc))
+
+
+@dataclass(frozen=True)
+class _Finish:
+    """The end of a write that ran: tidy, ``then`` (e.g. metadata written after the data),
+    markers done, leases released; the report gets ``before`` added and the shards skipped."""
+
+    sessions: list[tuple[Kind, WriteSession]]
+    then: Callable[[], None] | None = None
+    before: WriteReport | None = None
+
+    def __call__(self, report: WriteReport) -> WriteReport:
+        for kind, s in self.sessions:
+            s.tidy(staged=kind == "staged", multipart=kind != "direct")
+        if self.then is not None:
+            self.then()
+        for _, s in self.sessions:
+            s.finish(None)
+        if self.before is not None:
+            report = self.before + report
+        report.shards_skipped = sum(s.skipped for _, s in self.sessions)
+        return report
+
+
+def build_part(write: ArrayWrite, session: WriteSession) -> Any:
+    """The engine: the dask work that writes ``write`` inside ``session`` (marker started), for
+    every strategy; the shards the session found done are left out."""
+    assert session.marker is not None
+    journal = session.journal(write.info.codec)
+    done, plan = session.done, write.plan
+    if write.strategy == "copy":
+        # one Delayed per shard task; the copier counts itself as a running task of the write
+        from dask.delayed import delayed
+
+        copy = write.source.copier(write.info, write.store, journal)
+        tok = uuid.uuid4().hex[:12]
+        return [
+            delayed(copy, pure=False)(s, dask_key_name=f"shardwise-copy-{tok}-{i}")
+            for i, s in enumerate(write.info.layout.shards())
+            if s not in done
+        ]
+    if write.strategy == "staged":
+        from .staged import StagedWriter, build_staged
+
+        staged = StagedWriter(
+            write.info,
+            write.store,
+            plan,
+            write.options,
+            write.blocks,
+            session.marker.id,
+            journal,
+            done,
+        )
+        receipts = build_staged(staged, write.source, copy=write.copy_source)
+    else:
+        from .write import ShardWriter
+
+        writer = ShardWriter(
+            info=write.info,
+            store=session.store,  # tagged with this write's id
+            plan=plan,
+            options=write.options,
+            journal=journal,
+        )
+        receipts = build_graph(writer, write.source, copy=write.copy_source)
+    keep = plan.keep_mask(done)
+    if keep is None:
+        return receipts
+    # one Delayed per shard task to run, without materializing or optimizing the graph here
+    return receipts.to_delayed(optimize_graph=False)[keep].ravel().tolist()
+
+
+def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") -> WriteReport:
+    """Compute every part in one graph into one report (``seconds``: the wall time)."""
+    from dask.base import compute
+
+    started = time.perf_counter()
+    if progress:
+        report = _with_progress(parts, desc)
+    else:
+        from dask.delayed import delayed
+
+        work = [delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p for _, p in parts]
+        got = compute(*work)
+        report = _total([(prefix, g) for (prefix, _), g in zip(parts, got, strict=True)])
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _with_progress(parts: list[Part], desc: str) -> WriteReport:
+    """``parts`` computed with a bar over their shard tasks (one dask item per shard task)."""
+    import dask.array as da
+
+    from .progress import compute_with_progress
+
+    flat: list[Any] = []
+    spans: list[tuple[str, int, int, bool]] = []
+    nshards = 0
+    for prefix, p in parts:
+        shard_tasks = isinstance(p, da.Array | list)
+        if isinstance(p, list):
+            items = p
+        elif isinstance(p, da.Array):
+            items = p.to_delayed().ravel().tolist()
+        else:
+            items = [p]
+        nshards += len(items) if shard_tasks else 0
+        spans.append((prefix, len(flat), len(flat) + len(items), shard_tasks))
+        flat.extend(items)
+    got = compute_with_progress(flat, nshards, desc=desc)
+    return _total([(pre, sum_reports(got[a:b]) if many else got[a]) for pre, a, b, many in spans])
+
+
+def deferred(parts: list[Part]) -> list[Part]:
+    """``parts`` with each one's shard tasks as one Delayed report (for a Delayed's arguments:
+    dask resolves lists of block keys nested in them unreliably); building stays
+    O(#shards + #blocks), no graph materialized or optimized here."""
+    import dask.array as da
+    from dask.delayed import delayed
+
+    out: list[Part] = []
+    for prefix, p in parts:
+        if isinstance(p, da.Array):
+            p = p.to_delayed(optimize_graph=False).ravel().tolist()
+        out.append((prefix, delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p))
+    return out
+
+
+def _total(parts: Sequence[tuple[str, Any]]) -> WriteReport:
+    """Sum the reports (or receipts) of all parts; shard keys get their part's prefix."""
+    total = WriteReport()
+    for prefix, p in parts:
+        rep = p if isinstance(p, WriteReport) else sum_reports(p)
+        if prefix:
+            rep.keys = [f"{prefix}/{k}" for k in rep.keys]
+        total = total + rep
+    total.keys = sorted(total.keys)
+    return total
