@@ -291,7 +291,7 @@ def failed_conversion(
     under way; that put is held until the conversion, after the failure, waits for its running
     tasks (or, if it does not wait, until the call has returned). Returns whether the put
     landed before the call returned, the source and the destination."""
-    from shardwise.engine import _pool
+    from shardwise.runtime import pool as _pool
 
     src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
     zarr.create_array(LocalStore(src), shape=(24, 20), chunks=(4, 4), dtype="i4")[...] = FAIL_DATA

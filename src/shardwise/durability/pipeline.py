@@ -215,7 +215,7 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
             if s not in done
         ]
     if write.strategy == "staged":
-        from .staged import StagedWriter, build_staged
+        from ..engine.staged import StagedWriter, build_staged
 
         staged = StagedWriter(
             write.info,
@@ -229,7 +229,7 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
         )
         receipts = build_staged(staged, write.source, copy=write.copy_source)
     else:
-        from .write import ShardWriter
+        from ..engine.write import ShardWriter
 
         writer = ShardWriter(
             info=write.info,
@@ -267,7 +267,7 @@ def _with_progress(parts: list[Part], desc: str) -> WriteReport:
     """``parts`` computed with a bar over their shard tasks (one dask item per shard task)."""
     import dask.array as da
 
-    from .progress import compute_with_progress
+    from ..engine.progress import compute_with_progress
 
     flat: list[Any] = []
     spans: list[tuple[str, int, int, bool]] = []
