@@ -30,7 +30,7 @@ import shardwise
 from oracles import assert_bit_equal
 from shardwise import CorruptShardError, OutputError, SelectionError
 from shardwise.engine.direct import parse_selection
-from shardwise.engine.read import GROUP_BYTES, ShardReader
+from shardwise.engine.read import ShardReader
 from strategies import cases, examples, selections
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -332,7 +332,7 @@ def _peak(path: str, what: str = "array") -> dict[str, Any]:
 
 def test_memory_is_the_output_plus_a_bound_whatever_the_shard_size(tmp_path: Path) -> None:
     """64 MiB read with small (256 KiB) and large (64 MiB) shards of the same inner chunks: the
-    peak traced memory is the output plus a fixed bound (per-thread buffers, set by GROUP_BYTES),
+    peak traced memory is the output plus a fixed budget (per-thread buffers),
     the same for both."""
     rng = np.random.default_rng(0)
     data = (np.arange(4096, dtype="float32")[:, None] + rng.normal(size=(4096, 4096))).astype(
@@ -345,8 +345,9 @@ def test_memory_is_the_output_plus_a_bound_whatever_the_shard_size(tmp_path: Pat
         got = _peak(path)
         assert got["sum"] == float(data.sum(dtype="f8"))
         peaks[shards[0]] = got["peak"]
-    # per thread: a group's stored bytes, its decoded stack and one joined copy, plus slack
-    fixed = 2 * 4 * GROUP_BYTES
+    # per thread (2): a group of about 1 MiB of inner chunks, its stored bytes, its decoded stack
+    # and one joined copy, plus slack: 4 MiB (test_read_memory.py measures resident memory)
+    fixed = 8 * 2**20
     for shard, peak in peaks.items():
         assert peak <= 1.1 * data.nbytes + fixed, (shard, peak / data.nbytes)
     assert abs(peaks[256] - peaks[4096]) <= fixed, peaks

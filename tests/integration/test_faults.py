@@ -575,7 +575,9 @@ def gate_then_copy(
     return block.copy()
 
 
-@pytest.fixture(scope="module")
+# function scope: its Client is the default scheduler while it lives, so a module-scoped one
+# would run the writes of any test ordered after it (in-memory stores then stay empty here)
+@pytest.fixture
 def cluster() -> Iterator[Any]:
     from distributed import Client, LocalCluster
 

@@ -46,8 +46,18 @@ def run(
     path = pytester.path / MODULE
     path.parent.mkdir(parents=True)
     path.write_text(SUITE)
+    # no:randomly: the report lists skips in run order, and the inner run reads no addopts
+    # (pytest-randomly, when installed, would shuffle it whatever the outer run's order)
     return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:asyncio", "--import-mode=importlib", "-rA", MODULE
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:asyncio",
+        "-p",
+        "no:randomly",
+        "--import-mode=importlib",
+        "-rA",
+        MODULE,
     )
 
 

@@ -356,8 +356,15 @@ def test_an_item_passing_without_reaching_shardwise_fails(pytester: pytest.Pytes
 
     pytester.makeconftest(Path(__file__).with_name("conftest.py").read_text())
     pytester.makepyfile(test_items=_ITEMS)
+    # no:randomly: the failures are listed in run order, and the inner run reads no addopts
+    # (pytest-randomly, when installed, would shuffle it whatever the outer run's order)
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-o", "asyncio_default_fixture_loop_scope=function"
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-o",
+        "asyncio_default_fixture_loop_scope=function",
     )
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(
