@@ -59,7 +59,7 @@ def merge_case(root: str, lo: int, hi: int) -> Any:
 
 def encode_case(root: str) -> Any:
     """encode_shard of one whole 32 MiB shard (the block a direct task holds, resident before)."""
-    from shardwise.api import open_reader
+    from shardwise.engine.read import open_reader
     from shardwise.codec.shard import encode_shard
 
     x = smooth(SHAPE)
