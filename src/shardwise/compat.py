@@ -79,6 +79,27 @@ def normalize_path(path: Any) -> Any:
     return _normalize_path(path)
 
 
+def datatree_from_groups(groups: Mapping[str, Any]) -> Any:
+    """``DataTree.from_dict(groups)`` whose nodes close their datasets' stores, as xarray's
+    engines build trees (``datatree_from_dict_with_io_cleanup``); before that helper, the same
+    with the public ``DataTree.from_dict`` and ``set_close``."""
+    try:
+        from xarray.backends.common import datatree_from_dict_with_io_cleanup
+    except ImportError:
+        from xarray import DataTree
+
+        try:
+            tree = DataTree.from_dict(groups)
+        except Exception:
+            for ds in groups.values():
+                ds.close()
+            raise
+        for path, ds in groups.items():
+            tree[path].set_close(ds.close)
+        return tree
+    return datatree_from_dict_with_io_cleanup(groups)
+
+
 def zarr_store_writers() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """xarray's ``(dump_to_store, get_writable_zarr_store)``."""
     try:

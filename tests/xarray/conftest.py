@@ -1,8 +1,9 @@
 """Accounting for xarray's own suite (``test_xarray_suite.py``): which items reach shardwise.
 
-A test module asks for ``shardwise_calls`` to have its items counted. The fixture wraps the two
+A test module asks for ``shardwise_calls`` to have its items counted. The fixture wraps the
 doors into shardwise that xarray code can go through -- :func:`shardwise.to_zarr` and the
-``engine="shardwise"`` backend's ``open_dataset`` -- and counts the calls of each item. An
+``engine="shardwise"`` backend's ``open_dataset`` and ``open_groups_as_dict`` (which
+``xr.open_datatree`` and ``xr.open_groups`` reach) -- and counts the calls of each item. An
 item that passes without a single call tested xarray, not shardwise: it is reported as failed,
 so the number of passing items can never overstate what shardwise was tested for (an item that
 cannot reach shardwise is skipped with its reason instead, and then does not run at all). The
@@ -44,17 +45,18 @@ def _counted(calls: Counter[str], door: str, func: Callable[..., Any]) -> Callab
 def shardwise_calls(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Counter[str]:
-    """Calls of ``shardwise.to_zarr`` and of the shardwise engine's ``open_dataset`` made by
-    this test (counted per door); the item fails if it passes with none."""
+    """Calls of ``shardwise.to_zarr`` and of the shardwise engine's ``open_dataset`` and
+    ``open_groups_as_dict`` made by this test (counted per door); the item fails if it passes
+    with none."""
     calls: Counter[str] = Counter()
     request.node.stash[CALLS] = calls
     monkeypatch.setattr(
         shardwise, "to_zarr", _counted(calls, "to_zarr", shardwise.to_zarr), raising=False
     )
-    opener = ShardwiseBackendEntrypoint.open_dataset
-    monkeypatch.setattr(
-        ShardwiseBackendEntrypoint, "open_dataset", _counted(calls, "open_dataset", opener)
-    )
+    # a tree's open (open_datatree, open_groups) goes through open_groups_as_dict
+    for door in ("open_dataset", "open_groups_as_dict"):
+        opener = getattr(ShardwiseBackendEntrypoint, door)
+        monkeypatch.setattr(ShardwiseBackendEntrypoint, door, _counted(calls, door, opener))
     return calls
 
 
@@ -85,6 +87,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if reached is not None:
         terminalreporter.write_line(
             f"xarray suite: {reached['items']} passed items reached shardwise "
-            f"({reached['to_zarr']} calls of shardwise.to_zarr, {reached['open_dataset']} opens "
+            f"({reached['to_zarr']} calls of shardwise.to_zarr, "
+            f"{reached['open_dataset'] + reached['open_groups_as_dict']} opens "
             "with the shardwise engine)"
         )

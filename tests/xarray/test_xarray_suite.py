@@ -19,7 +19,8 @@ passes without any, and prints how many passing items reached shardwise.
 Selection (the run takes well under a minute): only these two classes and only
 ``zarr_format=3`` (xarray also runs format 2; shardwise writes format 3 only). Not included
 (yet): xarray's other Zarr classes (``TestZarrDictStore``, ``TestZarrWriteEmpty``,
-``TestZarrRegionAuto``, NCZarr, rectilinear chunks, DataTree).
+``TestZarrRegionAuto``, NCZarr, rectilinear chunks); xarray's DataTree Zarr tests run in
+``test_datatree_suite.py``.
 
 Tests that do not run, by name, with the reason (kept in ``tests/skips.py``, the allowlist of
 skips): ``SKIPPED`` (tests of xarray's own ``ZarrStore``, tests that cannot reach shardwise or

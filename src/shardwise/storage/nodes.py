@@ -1,8 +1,9 @@
 """What is at a path of a zarr store: a Zarr v3 array, a group, a Zarr v2 node or nothing.
 
 The one place that answers it, below the engine, for every front end, verify, batch, convert
-and the xarray room. zarr's errors for a missing node or a node of the other kind become
-shardwise errors naming the store and path (:func:`node_errors`).
+and the xarray room (whose trees walk their groups with :func:`walk_groups`). zarr's errors for a
+missing node or a node of the other kind become shardwise errors naming the store and path
+(:func:`node_errors`).
 """
 
 from __future__ import annotations
@@ -180,6 +181,16 @@ def walk(zsrc: Any, path: str) -> tuple[Any, list[tuple[str, Any]], list[tuple[s
     for name, member in node.members(max_depth=None):
         (arrays if isinstance(member, zarr.Array) else groups).append((name, member))
     return node, sorted(arrays, key=lambda x: x[0]), sorted(groups, key=lambda x: x[0])
+
+
+def walk_groups(group: Any, path: str = "/") -> Iterator[tuple[str, Any]]:
+    """``(path, zarr group)`` for ``group`` (at ``path``) and every group below it, parents
+    before children, in the order zarr lists them: the order xarray's own zarr engine walks a
+    tree in, so that a tree opened either way has its children in the same order. Arrays are
+    not walked: each group's dataset opens its own."""
+    yield path, group
+    for name, sub in group.groups():
+        yield from walk_groups(sub, f"{path.rstrip('/')}/{name}")
 
 
 def node_exists(zstore: Any, path: str) -> bool:

@@ -11,6 +11,7 @@ decoding and encoding -- with two differences for sharded arrays:
 
 Arrays without a top-level sharding codec (xarray writes coordinates unsharded, zarr v2 arrays)
 are read through zarr-python, as the ``zarr`` engine reads them. Opening reads metadata only.
+``xr.open_datatree`` and ``xr.open_groups`` open every group below one, the same way.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from xarray.backends.zarr import ZarrStore
 from xarray.core import indexing
 
 from ..codec.metadata import info_from_metadata
-from ..compat import normalize_path
+from ..compat import datatree_from_groups, normalize_path
 from ..core import args
 from ..engine.direct import read_selection
 from ..engine.gather import read_outer, read_vectorized
 from ..engine.read import ShardReader
 from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, UnsupportedCodecError
+from ..storage.nodes import node_errors, walk_groups
 from ..storage.store import ShardStore
 
 __all__ = [
@@ -132,7 +134,13 @@ class ShardwiseDataStore(AbstractDataStore):
         self.cache_indexes = cache_indexes
 
     @classmethod
-    def open(
+    def open(cls, store: Any, *, group: str | None = None, **kwargs: Any) -> ShardwiseDataStore:
+        """Open the group ``group`` of ``store`` (a path, URL or zarr Store): metadata only.
+        Takes the keywords of :meth:`open_tree` but ``subgroups``."""
+        return cls.open_tree(store, group=group, subgroups=False, **kwargs)["/"]
+
+    @classmethod
+    def open_tree(
         cls,
         store: Any,
         *,
@@ -143,8 +151,11 @@ class ShardwiseDataStore(AbstractDataStore):
         use_zarr_fill_value_as_mask: bool | None = None,
         threads: int | None = None,
         cache_indexes: bool = False,
-    ) -> ShardwiseDataStore:
-        """Open the group ``group`` of ``store`` (a path, URL or zarr Store): metadata only.
+        subgroups: bool = True,
+    ) -> dict[str, ShardwiseDataStore]:
+        """A data store for the group ``group`` of ``store`` (at ``"/"``) and, with
+        ``subgroups``, for every group below it (``"/a"``, ``"/a/b"``, ...): the store and the
+        group are opened once (metadata only), every data store reads through them.
 
         Consolidated metadata is used when present (``consolidated=None``), required with
         ``True`` and ignored with ``False``.
@@ -159,8 +170,6 @@ class ShardwiseDataStore(AbstractDataStore):
         kwargs: dict[str, Any] = {}
         if storage_options:
             kwargs["storage_options"] = storage_options
-        from ..storage.nodes import node_errors
-
         with node_errors(store, group, "group"):  # zarr's errors name its StorePath
             zgroup = zarr.open_group(
                 store,
@@ -173,13 +182,20 @@ class ShardwiseDataStore(AbstractDataStore):
         if use_zarr_fill_value_as_mask is None:
             # the zarr engine's rule: zarr's fill_value masks values in format 2 only
             use_zarr_fill_value_as_mask = zgroup.metadata.zarr_format == 2
-        zstore = ZarrStore(
-            zgroup,
-            mode="r",
-            close_store_on_close=zgroup.store is not store,
-            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-        )
-        return cls(zstore, threads=threads, cache_indexes=cache_indexes)
+        groups = walk_groups(zgroup) if subgroups else iter([("/", zgroup)])
+        return {
+            path: cls(
+                ZarrStore(
+                    node,
+                    mode="r",
+                    close_store_on_close=zgroup.store is not store,
+                    use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+                ),
+                threads=threads,
+                cache_indexes=cache_indexes,
+            )
+            for path, node in groups
+        }
 
     def open_store_variable(self, name: str) -> Variable:
         var: Variable = self.zarr_store.open_store_variable(name)
@@ -218,6 +234,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
 
     description = "Open Zarr v3 sharded stores with shard-aligned lazy reads (shardwise)"
     url = "https://github.com/shardwise/shardwise"
+    supports_groups = True  # open_datatree and open_groups_as_dict
     open_dataset_parameters = (
         "filename_or_obj",
         "mask_and_scale",
@@ -261,8 +278,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         threads: int | None = None,
         cache_indexes: bool = False,
     ) -> Any:
-        if mode != "r":
-            raise PlanError(f"the shardwise engine opens stores read-only (mode='r'): {mode!r}")
+        _read_only(mode)
         if isinstance(filename_or_obj, ShardwiseDataStore):
             store = filename_or_obj
         else:
@@ -276,20 +292,95 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
                 threads=threads,
                 cache_indexes=cache_indexes,
             )
-        try:
-            return StoreBackendEntrypoint().open_dataset(
-                store,
-                mask_and_scale=mask_and_scale,
-                decode_times=decode_times,
-                concat_characters=concat_characters,
-                decode_coords=decode_coords,
-                drop_variables=drop_variables,
-                use_cftime=use_cftime,
-                decode_timedelta=decode_timedelta,
+        decoders = {
+            "mask_and_scale": mask_and_scale,
+            "decode_times": decode_times,
+            "concat_characters": concat_characters,
+            "decode_coords": decode_coords,
+            "drop_variables": drop_variables,
+            "use_cftime": use_cftime,
+            "decode_timedelta": decode_timedelta,
+        }
+        return _decode(store, decoders)
+
+    def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Every group at and below ``group`` (default: the root) as one ``DataTree``, each
+        with the lazy arrays of :meth:`open_dataset`; coordinates are inherited as xarray
+        inherits them. Takes the keywords of :meth:`open_groups_as_dict`."""
+        return datatree_from_groups(self.open_groups_as_dict(filename_or_obj, **kwargs))
+
+    def open_groups_as_dict(  # type: ignore[override]
+        self,
+        filename_or_obj: Any,
+        *,
+        group: str | None = None,
+        mode: str = "r",
+        consolidated: bool | None = None,
+        storage_options: dict[str, Any] | None = None,
+        zarr_format: int | None = None,
+        use_zarr_fill_value_as_mask: bool | None = None,
+        threads: int | None = None,
+        cache_indexes: bool = False,
+        **decoders: Any,
+    ) -> dict[str, Any]:
+        """A dataset per group at and below ``group``, by path as xarray's zarr engine names
+        them (``"/"``, ``"/a"``; relative to ``group`` when it is given: ``"."``, ``"a"``).
+        ``decoders`` are :meth:`open_dataset`'s CF options and ``drop_variables``, for every
+        group. The store is opened once; a missing group is an :class:`ArrayNotFoundError`, an
+        array there a :class:`NotAGroupError`, both naming it."""
+        _read_only(mode)
+        unknown = sorted(set(decoders) - set(_DECODERS))
+        if unknown:
+            raise ArgumentTypeError(
+                f"open_groups_as_dict got unexpected keyword argument(s) {unknown}: it takes "
+                f"{', '.join(_DECODERS)} and the keywords of open_dataset"
             )
+        stores = ShardwiseDataStore.open_tree(
+            normalize_path(filename_or_obj),
+            group=group,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+            threads=threads,
+            cache_indexes=cache_indexes,
+        )
+        try:
+            return {
+                ((path.removeprefix("/") or ".") if group else path): _decode(store, decoders)
+                for path, store in stores.items()
+            }
         except BaseException:
-            store.close()
+            for store in stores.values():
+                store.close()
             raise
+
+
+# open_dataset's keywords that decode (and drop) variables, the same for every group of a tree
+_DECODERS = (
+    "mask_and_scale",
+    "decode_times",
+    "concat_characters",
+    "decode_coords",
+    "drop_variables",
+    "use_cftime",
+    "decode_timedelta",
+)
+
+
+def _read_only(mode: str) -> None:
+    if mode != "r":
+        raise PlanError(f"the shardwise engine opens stores read-only (mode='r'): {mode!r}")
+
+
+def _decode(store: ShardwiseDataStore, decoders: dict[str, Any]) -> Any:
+    """The dataset of one data store, CF-decoded as xarray decodes it; the store is closed
+    when that fails."""
+    try:
+        return StoreBackendEntrypoint().open_dataset(store, **decoders)
+    except BaseException:
+        store.close()
+        raise
 
 
 def open_dataset(
