@@ -199,7 +199,6 @@ def run_graph(
     ``keep`` (a boolean grid over the shard tasks) runs only those tasks (resume); ``finish``
     runs on the report inside the returned Delayed (``compute=False`` only).
     """
-    from dask.delayed import delayed
 
     started = time.perf_counter()
     if compute and progress:
@@ -215,10 +214,22 @@ def run_graph(
         # building stays O(#shards + #blocks) and fast even for huge arrays
         blocks = receipts.to_delayed(optimize_graph=False)
         parts = (blocks if keep is None else blocks[keep]).ravel().tolist()
-        summary = delayed(sum_reports, pure=False)(parts)
+        summary = _lazy_call(sum_reports, [p.key for p in parts], receipts)
         if not compute:
-            return summary if finish is None else delayed(finish, pure=False)(summary)
+            return summary if finish is None else _lazy_call(finish, summary.key, summary)
         receipts = summary
     report = sum_reports(receipts.compute())
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _lazy_call(func: Callable[..., Any], arg: Any, dep: Any) -> Any:
+    """A Delayed of ``func(arg)`` (``arg``: a key of ``dep``'s graph or a list of them), built
+    as one more layer over that graph: ``dask.delayed(func)(...)`` would materialise every task
+    of it (seconds for tens of thousands of blocks)."""
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = f"shardwise-{getattr(func, '__name__', 'call')}-{uuid.uuid4().hex}"
+    graph = HighLevelGraph.from_collections(name, {name: (func, arg)}, dependencies=[dep])
+    return Delayed(name, graph)
