@@ -460,7 +460,7 @@ def test_compute_with_callbacks_or_derived_arrays_runs_the_graph(tmp_path: Path)
     np.testing.assert_array_equal(got, data)
     assert len(seen) >= 16, "every block task runs under the callback"
     part = lazy[3:40, ::3]  # a view of the stored array (tests/engine/test_lazy_reads.py)
-    assert type(part) is ShardArray
+    assert isinstance(part, ShardArray)
     np.testing.assert_array_equal(part.compute(scheduler="threads"), data[3:40, ::3])
     assert float(lazy.sum().compute(scheduler="threads")) == pytest.approx(float(data.sum()))
 

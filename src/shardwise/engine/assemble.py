@@ -39,18 +39,6 @@ class ShardArray(da.Array):  # type: ignore[misc]
     def __dask_postcompute__(self) -> tuple[Any, tuple[Any, ...]]:
         return assemble, (self.chunks,)
 
-    def __getitem__(self, key: Any) -> Any:
-        """A basic selection is a view of the stored array that reads only what it selects
-        (see ``shardwise.engine.lazy``); anything else is dask's indexing of the blocks."""
-        view = getattr(self, "_view", None)
-        if view is not None:
-            from .lazy import getitem
-
-            got = getitem(view, self.chunks, key)
-            if got is not None:
-                return got
-        return super().__getitem__(key)
-
     def compute(self, **kwargs: Any) -> Any:
         """As dask's ``compute()``; on a local scheduler, one direct read (see the module)."""
         view = getattr(self, "_view", None)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from .assemble import ShardArray
+from .direct import read_selection
 from .read import ShardReader
 
 
@@ -91,8 +93,6 @@ class ShardView:
 
     def read(self, reader: ShardReader | None = None) -> np.ndarray:
         """The values of this view (read with ``reader``, default the view's own)."""
-        from .direct import read_selection
-
         shape = self.shape
         if not math.prod(shape):
             return np.empty(shape, dtype=self.dtype)
@@ -104,7 +104,11 @@ class ShardView:
         sub = self.compose(key)
         if not math.prod(sub.shape):
             return np.empty(sub.shape, dtype=self.dtype)
-        return self.reader[sub.selection()].reshape(sub.shape)
+        sel = sub.selection()
+        box = tuple(k for k in sel if isinstance(k, slice) and k.step == 1)
+        if len(box) == len(sel) == sub.ndim:
+            return self.reader[box]  # a box of the stored array (the blocks of open_array)
+        return read_selection(self.reader, sel).reshape(sub.shape)
 
 
 def _as_slice(r: range) -> slice:
@@ -119,8 +123,6 @@ def view_array(view: ShardView, chunks: tuple[tuple[int, ...], ...]) -> Any:
     import dask.array as da
     from dask.base import tokenize
 
-    from .assemble import ShardArray
-
     name = f"shardwise-read-{tokenize(view.token, view.axes, chunks)}"
     arr = da.from_array(
         view,
@@ -131,9 +133,21 @@ def view_array(view: ShardView, chunks: tuple[tuple[int, ...], ...]) -> Any:
         fancy=False,
         meta=np.empty((0,) * view.ndim, dtype=view.dtype),
     )
-    out = ShardArray(arr.dask, arr.name, arr.chunks, meta=arr._meta)
+    out = ViewArray(arr.dask, arr.name, arr.chunks, meta=arr._meta)
     out._view = view
     return out
+
+
+class ViewArray(ShardArray):
+    """The array :func:`view_array` returns: a basic selection of it is a view again."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        """A basic selection: a view that reads only what it selects; anything else is dask's
+        indexing of the blocks."""
+        got = getitem(self._view, self.chunks, key)
+        return super().__getitem__(key) if got is None else got
 
 
 def _is_int(k: Any) -> bool:

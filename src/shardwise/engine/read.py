@@ -103,11 +103,13 @@ class ShardReader:
     def ndim(self) -> int:
         return len(self.shape)
 
-    def __getitem__(self, key: Any) -> np.ndarray:
-        """``array[key]`` for a basic selection (integers, slices with any step, one Ellipsis)."""
-        from .direct import read_selection  # direct builds on this module
+    def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
+        from ..core.layout import normalize_region
 
-        return read_selection(self, key)
+        if not isinstance(key, tuple):
+            key = (key,)
+        key = key + (slice(None),) * (self.ndim - len(key))
+        return self.read(normalize_region(key, self.shape))
 
     # -- reading --------------------------------------------------------------------------------
 
