@@ -588,7 +588,6 @@ def open_array(
     UnsupportedCodecError
         A Zarr v2 array (``convert`` it first), or a codec chain shardwise cannot decode.
     """
-    import dask.array as da
 
     reader = open_reader(
         store,
@@ -601,19 +600,9 @@ def open_array(
     if chunks is None:
         chunks = lay.shard_shape
     chunks = _read_chunks(chunks, lay.shape, reader.dtype)
-    name = f"shardwise-read-{_token(reader)}"
-    arr = da.from_array(
-        reader,
-        chunks=chunks,
-        name=name,
-        lock=False,
-        asarray=False,
-        fancy=False,
-        meta=np.empty((0,) * lay.ndim, dtype=reader.dtype),
-    )
-    from .engine.assemble import as_shard_array
+    from .engine.lazy import ShardView, view_array
 
-    return as_shard_array(arr, reader)
+    return view_array(ShardView.whole(reader, _token(reader)), chunks)
 
 
 def _read_chunks(chunks: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:

@@ -59,8 +59,8 @@ def merge_case(root: str, lo: int, hi: int) -> Any:
 
 def encode_case(root: str) -> Any:
     """encode_shard of one whole 32 MiB shard (the block a direct task holds, resident before)."""
-    from shardwise.engine.read import open_reader
     from shardwise.codec.shard import encode_shard
+    from shardwise.engine.read import open_reader
 
     x = smooth(SHAPE)
     codec = open_reader(root).info.codec

@@ -30,7 +30,7 @@ from ..codec.metadata import ArrayInfo
 from ..core.layout import Coord
 from ..core.plan import WritePlan
 from ..engine.report import WriteReport, sum_reports
-from ..engine.write import WriteOptions, build_graph
+from ..engine.write import WriteOptions, build_graph, lazy_call
 from ..runtime import pool as _pool
 from ..storage.store import ShardStore
 from .journal import Journal
@@ -297,8 +297,15 @@ def deferred(parts: list[Part]) -> list[Part]:
     out: list[Part] = []
     for prefix, p in parts:
         if isinstance(p, da.Array):
-            p = p.to_delayed(optimize_graph=False).ravel().tolist()
-        out.append((prefix, delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p))
+            keys = [d.key for d in p.to_delayed(optimize_graph=False).ravel()]
+            p = lazy_call(sum_reports, keys, p)
+        elif isinstance(p, list) and p and all(d.dask is p[0].dask for d in p):
+            # the shard tasks of one array (resumed: some left out) share its graph: one more
+            # layer over it, not a Delayed per task (seconds for tens of thousands of tasks)
+            p = lazy_call(sum_reports, [d.key for d in p], p[0])
+        elif isinstance(p, list):
+            p = delayed(sum_reports, pure=False)(p)
+        out.append((prefix, p))
     return out
 
 

@@ -606,8 +606,11 @@ def build_staged(writer: StagedWriter, source: Any, *, copy: bool = True) -> Any
     source = as_dask(source, writer.blocks, copy=copy)
     token = uuid.uuid4().hex
     stage = f"shardwise-stage-{token}"
+    # block_id, not block_info: dask builds block_info as one nested dict per block, which
+    # costs seconds to materialise for tens of thousands of blocks; block_id is a lazy dependency
     receipts = source.map_blocks(
-        writer.stage,
+        _stage_block,
+        writer,
         dtype=object,
         chunks=tuple((1,) * len(c) for c in writer.blocks),
         meta=np.empty((0,) * source.ndim, dtype=object),
@@ -630,3 +633,8 @@ def build_staged(writer: StagedWriter, source: Any, *, copy: bool = True) -> Any
         dsk[(name, *t)] = (writer.receipt, shard, deps)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[receipts])
     return da.Array(graph, name, chunks=out_chunks, meta=meta)
+
+
+def _stage_block(block: np.ndarray, writer: StagedWriter, block_id: Any = None) -> np.ndarray:
+    """The block task of :func:`build_staged`: :meth:`StagedWriter.stage` at ``block_id``."""
+    return writer.stage(block, {0: {"chunk-location": block_id}})

@@ -184,3 +184,15 @@ def build_graph(writer: ShardWriter, source: Any, *, copy: bool = True) -> Any:
         # unique per call: two writes computed in one graph must not share task keys
         name=f"shardwise-write-{uuid.uuid4().hex}",
     )
+
+
+def lazy_call(func: Callable[..., Any], arg: Any, dep: Any) -> Any:
+    """A Delayed of ``func(arg)`` (``arg``: a key of ``dep``'s graph or a list of them), built
+    as one more layer over that graph: ``dask.delayed(func)(...)`` would materialise every task
+    of it (seconds for tens of thousands of blocks)."""
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = f"shardwise-{getattr(func, '__name__', 'call')}-{uuid.uuid4().hex}"
+    graph = HighLevelGraph.from_collections(name, {name: (func, arg)}, dependencies=[dep])
+    return Delayed(name, graph)
