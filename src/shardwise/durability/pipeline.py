@@ -19,6 +19,7 @@ run as one dask graph (to_zarr's variables; a DataTree or a pyramid would be N m
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -168,10 +169,20 @@ class Pipeline:
             before,
         )
         if not compute:
-            from dask.delayed import delayed
+            from dask.delayed import Delayed, delayed
 
             # the Delayed carries the sessions only, not the writes (their sources)
-            return delayed(done, pure=False)(delayed(_total, pure=False)(deferred(parts)))
+            items = deferred(parts)
+            if all(isinstance(p, Delayed) for _, p in items):
+                # one layer over the parts' graphs: delayed(...) of them would materialise
+                # every task (seconds for tens of thousands of blocks)
+                total = lazy_call(
+                    functools.partial(_total_of, [prefix for prefix, _ in items]),
+                    [p.key for _, p in items],
+                    [p for _, p in items],
+                )
+                return lazy_call(done, total.key, total)
+            return delayed(done, pure=False)(delayed(_total, pure=False)(items))
         return done(compute_parts(parts, progress, desc))
 
 
@@ -307,6 +318,11 @@ def deferred(parts: list[Part]) -> list[Part]:
             p = delayed(sum_reports, pure=False)(p)
         out.append((prefix, p))
     return out
+
+
+def _total_of(prefixes: list[str], reports: list[Any]) -> WriteReport:
+    """:func:`_total` of the parts' reports given apart from their prefixes."""
+    return _total(list(zip(prefixes, reports, strict=True)))
 
 
 def _total(parts: Sequence[tuple[str, Any]]) -> WriteReport:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -187,12 +187,14 @@ def build_graph(writer: ShardWriter, source: Any, *, copy: bool = True) -> Any:
 
 
 def lazy_call(func: Callable[..., Any], arg: Any, dep: Any) -> Any:
-    """A Delayed of ``func(arg)`` (``arg``: a key of ``dep``'s graph or a list of them), built
-    as one more layer over that graph: ``dask.delayed(func)(...)`` would materialise every task
-    of it (seconds for tens of thousands of blocks)."""
+    """A Delayed of ``func(arg)`` (``arg``: a key of ``dep``'s graph or a list of them; ``dep``
+    a dask collection or a list of them), built as one more layer over their graphs:
+    ``dask.delayed(func)(...)`` would materialise every task of them (seconds for tens of
+    thousands of blocks)."""
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
     name = f"shardwise-{getattr(func, '__name__', 'call')}-{uuid.uuid4().hex}"
-    graph = HighLevelGraph.from_collections(name, {name: (func, arg)}, dependencies=[dep])
+    deps = list(dep) if isinstance(dep, list | tuple) else [dep]
+    graph = HighLevelGraph.from_collections(name, {name: (func, arg)}, dependencies=deps)
     return Delayed(name, graph)
