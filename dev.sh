@@ -2,6 +2,8 @@
 # Set-up and entry point for a fresh machine.
 #   bash dev.sh demo   -> create .venv (Python >= 3.12), install shardwise, run the demo
 #   bash dev.sh test   -> the same set-up, then the whole test suite (lint, types, pytest)
+#   bash dev.sh mutate [MODULE...] -> the same set-up plus mutmut (the `mutate` extra), then the
+#                         mutation-testing lane (mutation/run.py; not part of CI)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -63,6 +65,14 @@ case "$cmd" in
         "$venv/bin/mypy"
         say "tests: pytest $*"
         exec "$venv/bin/python" -m pytest --durations=30 "$@" ;;
+    mutate)
+        setup
+        if ! "$venv/bin/python" -c 'import mutmut' >/dev/null 2>&1; then
+            say "installing mutmut (the mutate extra) into $venv"
+            "$venv/bin/python" -m pip install -q -e ".[test,mutate]"
+        fi
+        say "mutation testing: mutation/run.py $* (one module at a time, one child process)"
+        exec "$venv/bin/python" mutation/run.py "$@" ;;
     *)
-        echo "usage: bash dev.sh demo|test [args]" >&2; exit 2 ;;
+        echo "usage: bash dev.sh demo|test|mutate [args]" >&2; exit 2 ;;
 esac
