@@ -7,10 +7,19 @@ local files and zarr's MemoryStore.
 
 from __future__ import annotations
 
+import datetime
+import getpass
+import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from zarr.storage import LocalStore, MemoryStore
+from zarr.abc.store import Store
+from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 from shardwise import LeaseHeldError
 from shardwise.durability.lease import (
@@ -19,10 +28,11 @@ from shardwise.durability.lease import (
     Lease,
     LeaseInfo,
     break_lease,
+    part_lease,
     read_lease,
     shared_leases,
 )
-from shardwise.storage.store import ShardStore
+from shardwise.storage.store import ShardStore, describe
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -85,3 +95,133 @@ def test_break_lease_returns_the_holder_it_removed(st: ShardStore) -> None:
     gone = _stale_exclusive(st)
     assert break_lease(st) == gone  # the exclusive holder comes first
     assert read_lease(st) is None and shared_leases(st) == {}
+
+
+# -- who holds it, as a refused writer is told -----------------------------------------------------
+
+
+def test_lease_info_new_and_its_stored_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    info = LeaseInfo.new("a job")
+    after = datetime.datetime.now(datetime.UTC)
+    assert (info.purpose, info.host, info.pid) == ("a job", socket.gethostname(), os.getpid())
+    assert info.user == getpass.getuser() and len(info.token) == 32
+    since = datetime.datetime.fromisoformat(info.since)
+    assert since.utcoffset() == datetime.timedelta(0) and before <= since <= after
+    assert info.since == since.isoformat(timespec="seconds")
+    stored = info.to_bytes()
+    assert list(json.loads(stored)) == sorted(json.loads(stored))  # the same bytes every time
+    assert stored == json.dumps(json.loads(stored), sort_keys=True).encode()
+
+    def no_passwd_entry() -> str:
+        raise KeyError("getpwuid(): uid not found")
+
+    monkeypatch.setattr(getpass, "getuser", no_passwd_entry)  # a container without /etc/passwd
+    assert LeaseInfo.new("a job").user == "?"
+
+
+def test_an_unreadable_lease_object_is_described_as_such() -> None:
+    unreadable = LeaseInfo("?", "unreadable lease object", "?", -1, "?", "?")
+    for raw in (b"not json", b'{"token": "t"}', b"[1, 2]"):
+        assert LeaseInfo.from_bytes(raw) == unreadable
+    assert unreadable.describe() == "'unreadable lease object' by ?@? pid -1 since ?"
+
+
+def _gone_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # reaped: its pid names no process now
+    return proc.pid
+
+
+def test_describe_says_whether_the_holder_runs_on_this_host() -> None:
+    here = socket.gethostname()
+
+    def on(host: str, pid: int) -> str:
+        return LeaseInfo("t", "job", host, pid, "u", "2020").describe()
+
+    assert on(here, os.getpid()) == f"'job' by u@{here} pid {os.getpid()} (running) since 2020"
+    assert on(here, 1) == f"'job' by u@{here} pid 1 (running) since 2020"
+    gone = _gone_pid()
+    assert on(here, gone) == f"'job' by u@{here} pid {gone} (that process is gone) since 2020"
+    assert on(here, 0) == f"'job' by u@{here} pid 0 since 2020"  # not a process id
+    assert on("elsewhere", os.getpid()) == f"'job' by u@elsewhere pid {os.getpid()} since 2020"
+
+
+def _message(st: ShardStore, name: str, who: str, where: str = "") -> str:
+    return (
+        f"{where or describe(st.store, st.path)} is being written by another job: lease "
+        f"{st.key(name)!r} held for {who}. If that job is gone, break the lease on "
+        "purpose: break_lease=True (shardwise lease PATH --break), or turn leasing off "
+        "with lease=False."
+    )
+
+
+@pytest.mark.parametrize("where", ["", "the array 'temperature'"])
+def test_refusals_name_the_lease_its_holder_and_the_way_out(st: ShardStore, where: str) -> None:
+    first = Lease.acquire(st)
+    assert first.info.purpose == "write"  # the default purpose
+    with pytest.raises(LeaseHeldError) as err:
+        Lease.acquire(st, purpose="two", where=where)
+    assert str(err.value) == _message(st, LEASE, first.info.describe(), where)
+    with pytest.raises(LeaseHeldError) as err:
+        Lease.acquire_shared(st, where=where)
+    assert str(err.value) == _message(st, LEASE, first.info.describe(), where)
+    first.release()
+    assert first.held is False
+    a = Lease.acquire_shared(st)
+    b = Lease.acquire_shared(st, purpose="b")
+    assert a.info.purpose == "region write"  # the default purpose
+    (name, holder), _ = sorted([(a.name, a.info), (b.name, b.info)])
+    with pytest.raises(LeaseHeldError) as err:
+        Lease.acquire(st, where=where)
+    assert str(err.value) == _message(st, name, f"{holder.describe()} (2 writers)", where)
+
+
+def test_part_leases_ignore_shared_leases_and_break_only_themselves(st: ShardStore) -> None:
+    region = Lease.acquire_shared(st, purpose="a region job")
+    part = part_lease(0, 2)
+    stale = LeaseInfo("1" * 32, "a dead part", "elsewhere", 1, "u", "2020")
+    st.put(part, stale.to_bytes())
+    with Lease.acquire(st, name=part, break_stale=True) as mine:  # the region job is no reason
+        held = read_lease(st, part)
+        assert held is not None and held.token == mine.info.token
+    assert set(shared_leases(st)) == {region.name}
+    st.put(part, stale.to_bytes())
+    assert break_lease(st, part) == stale and read_lease(st, part) is None
+    assert set(shared_leases(st)) == {region.name}  # breaking a part lease leaves them
+
+
+# -- the create, on stores that fail or lose it ----------------------------------------------------
+
+
+class FlakyCreates(WrapperStore[Store]):
+    """A store whose conditional creates fail ``fail`` times (the request errs, nothing is
+    stored), or, with ``lose``, answer success without storing anything."""
+
+    def __init__(self, store: Store, fail: int = 0, lose: bool = False) -> None:
+        super().__init__(store)
+        self.fail, self.lose, self.calls = fail, lose, 0
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise PermissionError(f"flaky create of {key}")
+        if not self.lose:
+            await self._store.set_if_not_exists(key, value)
+
+
+def test_a_failed_create_is_tried_four_times() -> None:
+    flaky = FlakyCreates(MemoryStore(), fail=3)
+    with Lease.acquire(ShardStore(flaky, "arr")) as lease:
+        assert flaky.calls == 4 and lease.held
+    flaky = FlakyCreates(MemoryStore(), fail=4)
+    with pytest.raises(PermissionError, match="flaky create"):
+        Lease.acquire(ShardStore(flaky, "arr"))
+    assert flaky.calls == 4 and read_lease(ShardStore(flaky, "arr")) is None
+
+
+def test_a_lease_that_vanished_after_its_create_is_not_taken() -> None:
+    st = ShardStore(FlakyCreates(MemoryStore(), lose=True), "arr")
+    with pytest.raises(LeaseHeldError) as err:
+        Lease.acquire(st)
+    assert str(err.value) == _message(st, LEASE, "an unknown writer (the lease vanished)")
