@@ -3,6 +3,8 @@
 #   bash dev.sh demo   -> create .venv (Python >= 3.12), install shardwise, run the demo
 #   bash dev.sh test   -> the same set-up, then the whole test suite (lint, types, pytest)
 #   bash dev.sh docs   -> the same set-up, then the API reference into docs/_build/html
+#   bash dev.sh mutate [MODULE...] -> the same set-up plus mutmut (the `mutate` extra), then the
+#                         mutation-testing lane (mutation/run.py; not part of CI)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -70,6 +72,14 @@ case "$cmd" in
         # lists them all before failing
         say "docs: sphinx-build -W --keep-going docs/api docs/_build/html"
         exec "$venv/bin/python" -m sphinx -W --keep-going -b html docs/api docs/_build/html "$@" ;;
+    mutate)
+        setup
+        if ! "$venv/bin/python" -c 'import mutmut' >/dev/null 2>&1; then
+            say "installing mutmut (the mutate extra) into $venv"
+            "$venv/bin/python" -m pip install -q -e ".[test,mutate]"
+        fi
+        say "mutation testing: mutation/run.py $* (one module at a time, one child process)"
+        exec "$venv/bin/python" mutation/run.py "$@" ;;
     *)
-        echo "usage: bash dev.sh demo|test|docs [args]" >&2; exit 2 ;;
+        echo "usage: bash dev.sh demo|test|docs|mutate [args]" >&2; exit 2 ;;
 esac

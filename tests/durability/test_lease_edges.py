@@ -1,0 +1,227 @@
+"""The shared leases beside the exclusive one: breaking a stale lease on purpose removes what it
+should and nothing else, and a refused writer leaves no lease object behind.
+
+test_lease.py has the exclusive lease's rules; these are the edges between the two sides, on
+local files and zarr's MemoryStore.
+"""
+
+from __future__ import annotations
+
+import datetime
+import getpass
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from zarr.abc.store import Store
+from zarr.storage import LocalStore, MemoryStore, WrapperStore
+
+from shardwise import LeaseHeldError
+from shardwise.durability.lease import (
+    LEASE,
+    SHARED,
+    Lease,
+    LeaseInfo,
+    break_lease,
+    part_lease,
+    read_lease,
+    shared_leases,
+)
+from shardwise.storage.store import ShardStore, describe
+
+
+@pytest.fixture(params=["local", "memory"])
+def st(request: pytest.FixtureRequest, tmp_path: Path) -> ShardStore:
+    if request.param == "local":
+        return ShardStore(LocalStore(tmp_path / "a.zarr"), "arr")
+    return ShardStore(MemoryStore(), "arr")
+
+
+def _stale_exclusive(st: ShardStore) -> LeaseInfo:
+    """An exclusive lease left by a job that is gone (its object, written as that job did)."""
+    gone = LeaseInfo("0" * 32, "a crashed write", "elsewhere", 1, "someone", "2020-01-01")
+    st.put(LEASE, gone.to_bytes())
+    return gone
+
+
+def test_acquire_shared_breaking_a_stale_lease_keeps_live_shared_leases(st: ShardStore) -> None:
+    """A region writer that breaks a dead exclusive writer's lease must not remove the shared
+    leases of the region writers still running beside it."""
+    live = Lease.acquire_shared(st, purpose="a running region job")
+    _stale_exclusive(st)
+    with pytest.raises(LeaseHeldError, match="a crashed write"):
+        Lease.acquire_shared(st, purpose="a new region job")
+    assert set(shared_leases(st)) == {live.name}  # the refused writer removed its own
+    mine = Lease.acquire_shared(st, purpose="a new region job", break_stale=True)
+    assert read_lease(st) is None
+    held = shared_leases(st)
+    assert set(held) == {live.name, mine.name}
+    assert held[live.name].purpose == "a running region job"
+    assert held[mine.name].token == mine.info.token and mine.name == SHARED + mine.info.token
+    # and so an exclusive writer is still kept out by the live region job
+    with pytest.raises(LeaseHeldError, match="2 writers"):
+        Lease.acquire(st, purpose="a replacing write")
+    assert read_lease(st) is None  # the refused exclusive writer left nothing
+    live.release()
+    mine.release()
+    assert shared_leases(st) == {}
+
+
+def test_acquire_breaking_a_stale_lease_removes_the_shared_ones_too(st: ShardStore) -> None:
+    """The exclusive side breaks on purpose everything that keeps it out."""
+    Lease.acquire_shared(st, purpose="a dead region job")
+    _stale_exclusive(st)
+    with Lease.acquire(st, purpose="a replacing write", break_stale=True) as lease:
+        held = read_lease(st)
+        assert held is not None and held.token == lease.info.token
+        assert shared_leases(st) == {}
+    assert read_lease(st) is None
+
+
+def test_break_lease_returns_the_holder_it_removed(st: ShardStore) -> None:
+    assert break_lease(st) is None  # nothing held
+    region = Lease.acquire_shared(st, purpose="a region job")
+    got = break_lease(st, shared=False)
+    assert got is None and set(shared_leases(st)) == {region.name}  # shared left alone
+    got = break_lease(st)
+    assert got is not None and got.purpose == "a region job"  # only shared ones: one of them
+    assert shared_leases(st) == {}
+    Lease.acquire_shared(st, purpose="another region job")
+    gone = _stale_exclusive(st)
+    assert break_lease(st) == gone  # the exclusive holder comes first
+    assert read_lease(st) is None and shared_leases(st) == {}
+
+
+# -- who holds it, as a refused writer is told -----------------------------------------------------
+
+
+def test_lease_info_new_and_its_stored_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    info = LeaseInfo.new("a job")
+    after = datetime.datetime.now(datetime.UTC)
+    assert (info.purpose, info.host, info.pid) == ("a job", socket.gethostname(), os.getpid())
+    assert info.user == getpass.getuser() and len(info.token) == 32
+    since = datetime.datetime.fromisoformat(info.since)
+    assert since.utcoffset() == datetime.timedelta(0) and before <= since <= after
+    assert info.since == since.isoformat(timespec="seconds")
+    stored = info.to_bytes()
+    assert list(json.loads(stored)) == sorted(json.loads(stored))  # the same bytes every time
+    assert stored == json.dumps(json.loads(stored), sort_keys=True).encode()
+
+    def no_passwd_entry() -> str:
+        raise KeyError("getpwuid(): uid not found")
+
+    monkeypatch.setattr(getpass, "getuser", no_passwd_entry)  # a container without /etc/passwd
+    assert LeaseInfo.new("a job").user == "?"
+
+
+def test_an_unreadable_lease_object_is_described_as_such() -> None:
+    unreadable = LeaseInfo("?", "unreadable lease object", "?", -1, "?", "?")
+    for raw in (b"not json", b'{"token": "t"}', b"[1, 2]"):
+        assert LeaseInfo.from_bytes(raw) == unreadable
+    assert unreadable.describe() == "'unreadable lease object' by ?@? pid -1 since ?"
+
+
+def _gone_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # reaped: its pid names no process now
+    return proc.pid
+
+
+def test_describe_says_whether_the_holder_runs_on_this_host() -> None:
+    here = socket.gethostname()
+
+    def on(host: str, pid: int) -> str:
+        return LeaseInfo("t", "job", host, pid, "u", "2020").describe()
+
+    assert on(here, os.getpid()) == f"'job' by u@{here} pid {os.getpid()} (running) since 2020"
+    assert on(here, 1) == f"'job' by u@{here} pid 1 (running) since 2020"
+    gone = _gone_pid()
+    assert on(here, gone) == f"'job' by u@{here} pid {gone} (that process is gone) since 2020"
+    assert on(here, 0) == f"'job' by u@{here} pid 0 since 2020"  # not a process id
+    assert on("elsewhere", os.getpid()) == f"'job' by u@elsewhere pid {os.getpid()} since 2020"
+
+
+def _message(st: ShardStore, name: str, who: str, where: str = "") -> str:
+    return (
+        f"{where or describe(st.store, st.path)} is being written by another job: lease "
+        f"{st.key(name)!r} held for {who}. If that job is gone, break the lease on "
+        "purpose: break_lease=True (shardwise lease PATH --break), or turn leasing off "
+        "with lease=False."
+    )
+
+
+@pytest.mark.parametrize("where", ["", "the array 'temperature'"])
+def test_refusals_name_the_lease_its_holder_and_the_way_out(st: ShardStore, where: str) -> None:
+    first = Lease.acquire(st)
+    assert first.info.purpose == "write"  # the default purpose
+    with pytest.raises(LeaseHeldError) as err:
+        Lease.acquire(st, purpose="two", where=where) if where else Lease.acquire(st)
+    assert str(err.value) == _message(st, LEASE, first.info.describe(), where)
+    with pytest.raises(LeaseHeldError) as err:
+        Lease.acquire_shared(st, where=where) if where else Lease.acquire_shared(st)
+    assert str(err.value) == _message(st, LEASE, first.info.describe(), where)
+    first.release()
+    assert first.held is False
+    a = Lease.acquire_shared(st)
+    b = Lease.acquire_shared(st, purpose="b")
+    assert a.info.purpose == "region write"  # the default purpose
+    (name, holder), _ = sorted([(a.name, a.info), (b.name, b.info)])
+    with pytest.raises(LeaseHeldError) as err:
+        Lease.acquire(st, where=where)
+    assert str(err.value) == _message(st, name, f"{holder.describe()} (2 writers)", where)
+
+
+def test_part_leases_ignore_shared_leases_and_break_only_themselves(st: ShardStore) -> None:
+    region = Lease.acquire_shared(st, purpose="a region job")
+    part = part_lease(0, 2)
+    stale = LeaseInfo("1" * 32, "a dead part", "elsewhere", 1, "u", "2020")
+    st.put(part, stale.to_bytes())
+    with Lease.acquire(st, name=part, break_stale=True) as mine:  # the region job is no reason
+        held = read_lease(st, part)
+        assert held is not None and held.token == mine.info.token
+    assert set(shared_leases(st)) == {region.name}
+    st.put(part, stale.to_bytes())
+    assert break_lease(st, part) == stale and read_lease(st, part) is None
+    assert set(shared_leases(st)) == {region.name}  # breaking a part lease leaves them
+
+
+# -- the create, on stores that fail or lose it ----------------------------------------------------
+
+
+class FlakyCreates(WrapperStore[Store]):
+    """A store whose conditional creates fail ``fail`` times (the request errs, nothing is
+    stored), or, with ``lose``, answer success without storing anything."""
+
+    def __init__(self, store: Store, fail: int = 0, lose: bool = False) -> None:
+        super().__init__(store)
+        self.fail, self.lose, self.calls = fail, lose, 0
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise PermissionError(f"flaky create of {key}")
+        if not self.lose:
+            await self._store.set_if_not_exists(key, value)
+
+
+def test_a_failed_create_is_tried_four_times() -> None:
+    flaky = FlakyCreates(MemoryStore(), fail=3)
+    with Lease.acquire(ShardStore(flaky, "arr")) as lease:
+        assert flaky.calls == 4 and lease.held
+    flaky = FlakyCreates(MemoryStore(), fail=4)
+    with pytest.raises(PermissionError, match="flaky create"):
+        Lease.acquire(ShardStore(flaky, "arr"))
+    assert flaky.calls == 4 and read_lease(ShardStore(flaky, "arr")) is None
+
+
+def test_a_lease_that_vanished_after_its_create_is_not_taken() -> None:
+    st = ShardStore(FlakyCreates(MemoryStore(), lose=True), "arr")
+    with pytest.raises(LeaseHeldError) as err:
+        Lease.acquire(st)
+    assert str(err.value) == _message(st, LEASE, "an unknown writer (the lease vanished)")
