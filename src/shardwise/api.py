@@ -395,6 +395,7 @@ def write_array(
         # a staged merge commits unconditionally: then this write keeps the others out
         shared=shared and not job.merges_unconditionally,
         break_lease=break_lease,
+        takeover=resume,  # a resumed write takes over the lease of a holder that is gone
     )
     try:
         if create:

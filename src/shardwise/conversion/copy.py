@@ -213,7 +213,12 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
     region = normalize_region(tuple(slice(None) for _ in lay.shape), lay.shape)
     wplan = WritePlan(lay, region)
     session = WriteSession.begin(
-        store, region, lay.shape, lease=how.lease, break_lease=how.break_lease
+        store,
+        region,
+        lay.shape,
+        lease=how.lease,
+        break_lease=how.break_lease,
+        takeover=how.resume,  # a resumed copy takes over the lease of a holder that is gone
     )
     try:
         if create:
