@@ -18,17 +18,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from zarr.storage import LocalStore, MemoryStore
 
-from faultkit import MotoS3, moto_s3, unique, wait_until
+import shardwise
+from faultkit import MotoS3, exe, moto_s3, records, temp_files, unique, wait_until
 from shardwise import LeaseHeldError
+from shardwise.cli.commands import TASK_ID_VARS
 from shardwise.durability.holder import LeaseInfo, process_start
 from shardwise.durability.lease import LEASE, Lease, read_lease
 from shardwise.storage.store import ShardStore
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TESTS = Path(__file__).resolve().parents[1]
+HELD_CLI = Path(__file__).with_name("held_cli.py")
 
 # takes the lease of the store named by argv and prints its token; holds it until stdin closes
 HOLDER = """
@@ -260,3 +264,103 @@ def test_racing_resumers_one_wins_each_time(
         won[0].release()
         assert read_lease(st) is None
     assert len(winners) == trials
+
+
+# -- the issue's flow: a batch part SIGKILLed mid-write, requeued with --resume -------------------
+
+SHAPE, CHUNKS, SHARDS = (256, 64), "16,16", "32,32"  # 8 x 2 shards; 4 parts of 2 x 2 shards
+
+
+def cli_env() -> dict[str, str]:
+    # no job-array task id from the environment the tests run in
+    return {k: v for k, v in os.environ.items() if k not in (*TASK_ID_VARS, "SHARDWISE_TRACEBACK")}
+
+
+def cli(*args: object) -> subprocess.CompletedProcess[str]:
+    cmd = [*exe(), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), timeout=300)
+
+
+def held_part(flag: Path, block: tuple[int, int], *args: object) -> subprocess.Popen[str]:
+    """``shardwise ARGS`` with source ``block`` held back until ``flag.go`` exists."""
+    cmd = [sys.executable, str(HELD_CLI), str(flag), *map(str, block), *map(str, args)]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env()
+    )
+
+
+def batch_source(tmp_path: Path) -> tuple[np.ndarray, Path, Path]:
+    x = np.arange(np.prod(SHAPE), dtype="float32").reshape(SHAPE) + 1
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    shardwise.write_array(x, src, chunks=(16, 16), shards=(32, 32))
+    init = cli("batch", "init", dst, "--source", src, "--parts", 4, "--chunks", CHUNKS)
+    assert init.returncode == 2  # --shards is required: nothing written
+    init = cli("batch", "init", dst, "--source", src, "--parts", 4, "--chunks", CHUNKS,
+               "--shards", SHARDS)  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    return x, src, dst
+
+
+def part_records(dst: Path, rows: tuple[int, ...]) -> int:
+    return sum(k.split("/")[1] in map(str, rows) for k in records(dst))
+
+
+def test_batch_part_sigkilled_is_requeued_without_break_lease(tmp_path: Path) -> None:
+    x, src, dst = batch_source(tmp_path)
+    flag = tmp_path / "part2"
+    others = [cli_popen("batch", "part", dst, "--source", src, "--part", i) for i in (0, 1, 3)]
+    # part 2 writes shard rows 4 and 5; source block (5, 1) never comes
+    killed = held_part(flag, (5, 1), "batch", "part", dst, "--source", src, "--part", 2)
+    wait_until(
+        lambda: Path(f"{flag}.held").exists() and part_records(dst, (4, 5)) >= 1,
+        "part 2 mid-write: its held block started and a shard of it committed",
+    )
+    killed.kill()
+    assert killed.wait() == -signal.SIGKILL
+    assert [p.wait() for p in others] == [0, 0, 0]
+    status = cli("batch", "status", dst)
+    assert "done: 3 of 4; to do: [2]" in status.stdout
+    assert (dst / ".shardwise" / "lease.part-2-of-4").exists()  # what the killed run left
+    assert cli("lease", dst, "--part", 2).stdout.count("that process is gone") == 1
+
+    again = cli("batch", "part", dst, "--source", src, "--part", 2, "--resume")
+    assert again.returncode == 0, again.stderr
+    assert "took over lease '.shardwise/lease.part-2-of-4'" in again.stderr
+    assert f"pid {killed.pid} (that process is gone)" in again.stderr
+    assert "done before (resumed)" in again.stdout
+    final = cli("batch", "finalize", dst)
+    assert final.returncode == 0, final.stderr
+    checked = cli("verify", dst)
+    assert checked.returncode == 0 and "OK" in checked.stdout, checked.stdout
+    assert temp_files(dst) == [] and not list((dst / ".shardwise").glob("lease*"))
+    np.testing.assert_array_equal(shardwise.open_array(dst).compute(), x)
+
+
+def cli_popen(*args: object) -> subprocess.Popen[str]:
+    cmd = [*exe(), *map(str, args)]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, env=cli_env()
+    )
+
+
+def test_finalize_takes_over_the_leases_of_dead_parts(tmp_path: Path) -> None:
+    x = np.arange(64 * 8, dtype="int32").reshape(64, 8)
+    root = tmp_path / "b.zarr"
+    plan = shardwise.batch.init(root, shape=x.shape, dtype=x.dtype, chunks=(8, 8),
+                                shards=(16, 8), parts=2)  # fmt: skip
+    for i in range(2):
+        shardwise.batch.write_part(x, root, i)
+    st = ShardStore(LocalStore(root))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = replace(LeaseInfo.new("batch part 1 of 2"), pid=gone.pid)
+    st.put(".shardwise/lease.part-1-of-2", dead.to_bytes())
+    live = Lease.acquire(st, name=".shardwise/lease.part-0-of-2", purpose="batch part 0 of 2")
+    with pytest.raises(LeaseHeldError, match=r"parts still running .*part-0-of-2"):
+        shardwise.batch.finalize(root)
+    assert read_lease(st, ".shardwise/lease.part-1-of-2") == dead  # refused: nothing changed
+    live.release()
+    report = shardwise.batch.finalize(root)
+    assert report.ok and plan.nparts == 2
+    assert any("took over lease '.shardwise/lease.part-1-of-2'" in n for n in report.notes)
+    assert read_lease(st, ".shardwise/lease.part-1-of-2") is None

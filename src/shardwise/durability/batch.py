@@ -53,7 +53,7 @@ from ..errors import (
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
 from .holder import lease_expiry as check_expiry
 from .journal import BATCH, PARTS, clear_array, now
-from .lease import LEASE, Lease, Takeover, part_lease, read_lease
+from .lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
 from .verify import VerifyReport, verify_store
 
 Box = list[tuple[int, int]]  # shard-index ranges per dimension
@@ -638,8 +638,12 @@ def _clear_dead_parts(sstore: ShardStore, expiry: float) -> list[Takeover]:
     """Take over (and drop) the lease of every part whose writer is provably gone; raise
     :class:`LeaseHeldError` for a part still running. The takeovers done."""
     running = [n for n in sstore.list(".shardwise") if n.startswith(f"{LEASE}.part-")]
+    # judged all first: a finalize refused for a running part leaves every lease as it was
+    holders = {n: read_lease(sstore, n) for n in running}
+    live = [n for n, h in holders.items() if h is not None and gone_reason(h, expiry) is None]
+    if live:
+        raise LeaseHeldError(f"parts still running (or died holding their lease): {live}")
     took: list[Takeover] = []
-    live = []
     for name in running:
         try:
             with Lease.acquire(
