@@ -23,8 +23,8 @@ import pytest
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from faultkit import MotoS3, exe, moto_s3, records, temp_files, unique, wait_until
-from shardwise import LeaseHeldError
+from faultkit import MotoS3, exe, files, moto_s3, records, temp_files, unique, wait_until
+from shardwise import ArgumentTypeError, ArgumentValueError, LeaseHeldError
 from shardwise.cli.commands import TASK_ID_VARS
 from shardwise.durability.holder import LeaseInfo, process_start
 from shardwise.durability.lease import LEASE, Lease, read_lease
@@ -364,3 +364,34 @@ def test_finalize_takes_over_the_leases_of_dead_parts(tmp_path: Path) -> None:
     assert report.ok and plan.nparts == 2
     assert any("took over lease '.shardwise/lease.part-1-of-2'" in n for n in report.notes)
     assert read_lease(st, ".shardwise/lease.part-1-of-2") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "env", "error", "text"),
+    [
+        (0, None, ArgumentValueError, "lease_expiry must be a positive number of seconds, got 0"),
+        ("60", None, ArgumentTypeError, "lease_expiry must be a positive number.*'60' [(]str[)]"),
+        (True, None, ArgumentTypeError, "lease_expiry must be a positive number"),
+        (None, "soon", ArgumentValueError, "SHARDWISE_LEASE_EXPIRY must be a positive number"),
+        (None, "-5", ArgumentValueError, "SHARDWISE_LEASE_EXPIRY must be a positive number"),
+    ],
+)
+def test_a_bad_lease_expiry_is_refused_before_the_store_changes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    value: object,
+    env: str | None,
+    error: type,
+    text: str,
+) -> None:
+    x = np.arange(64 * 8, dtype="int32").reshape(64, 8)
+    root = tmp_path / "b.zarr"
+    shardwise.batch.init(root, shape=x.shape, dtype=x.dtype, chunks=(8, 8), shards=(16, 8), parts=2)
+    before = files(root, journal=True)
+    if env is not None:
+        monkeypatch.setenv("SHARDWISE_LEASE_EXPIRY", env)
+    with pytest.raises(error, match=text):
+        shardwise.batch.write_part(x, root, 0, lease_expiry=value)  # type: ignore[arg-type]
+    with pytest.raises(error, match=text):
+        shardwise.batch.finalize(root, lease_expiry=value)  # type: ignore[arg-type]
+    assert files(root, journal=True) == before
