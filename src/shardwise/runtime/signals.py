@@ -47,12 +47,11 @@ class Interrupted(KeyboardInterrupt):
     """A signal stopped the work in :func:`stop_on_signals` (a ``KeyboardInterrupt``: code that
     catches ``Exception`` lets it through, as it lets Ctrl-C through).
 
-    Attributes
+    Parameters
     ----------
     signum : int
-        The signal received.
-    exit_status : int
-        ``128 + signum``, the status a shell reports for a process ended by that signal.
+        The signal received (kept as ``.signum``); ``.exit_status`` is ``128 + signum``, the
+        status a shell reports for a process ended by that signal.
     """
 
     def __init__(self, signum: int) -> None:
