@@ -395,3 +395,54 @@ def test_a_bad_lease_expiry_is_refused_before_the_store_changes(
     with pytest.raises(error, match=text):
         shardwise.batch.finalize(root, lease_expiry=value)  # type: ignore[arg-type]
     assert files(root, journal=True) == before
+
+
+def a_gone_pid() -> int:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
+def test_shared_leases_of_gone_writers_and_the_exclusive_one(tmp_path: Path) -> None:
+    """Region writes hold shared leases: a resumer of the whole array drops the gone ones (and
+    is refused by a live one); a resumed region write takes over a gone exclusive holder's."""
+    st = ShardStore(LocalStore(tmp_path))
+    dead = replace(LeaseInfo.new("region write"), pid=a_gone_pid())
+    st.put(f".shardwise/leases/{dead.token}", dead.to_bytes())
+    live = Lease.acquire_shared(st)
+    with pytest.raises(LeaseHeldError, match="region write"):
+        Lease.acquire(st, takeover=True)
+    assert read_lease(st, f".shardwise/leases/{dead.token}") == dead  # refused: left as it was
+    gone = replace(LeaseInfo.new("write"), pid=a_gone_pid())
+    st.put(LEASE, gone.to_bytes())
+    with pytest.raises(LeaseHeldError, match="region write"):
+        Lease.acquire(st, takeover=True)
+    assert read_lease(st) == gone  # a dead exclusive holder's lease too
+    live.release()
+    with Lease.acquire(st, takeover=True) as lease:
+        assert sorted(t.holder.token for t in lease.took_over) == sorted([dead.token, gone.token])
+    assert st.list(".shardwise/leases") == []
+
+    st.put(LEASE, replace(LeaseInfo.new("write"), pid=a_gone_pid()).to_bytes())
+    with pytest.raises(LeaseHeldError, match="that process is gone"):
+        Lease.acquire_shared(st)
+    with Lease.acquire_shared(st, takeover=True) as shared:
+        assert shared.took_over[0].reason == "that process is gone"
+        assert read_lease(st) is None  # the dead exclusive lease is gone, not kept by us
+    assert st.list(".shardwise/leases") == []
+
+
+def test_a_resumed_conversion_takes_over_a_gone_writers_lease(tmp_path: Path) -> None:
+    x = np.arange(40 * 30, dtype="int16").reshape(40, 30)
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    shardwise.write_array(x, src, chunks=(10, 10), shards=(20, 30))
+    shardwise.convert(src, dst, shards=(40, 30))
+    st = ShardStore(LocalStore(dst))
+    st.put(LEASE, replace(LeaseInfo.new("write"), pid=a_gone_pid()).to_bytes())
+    before = files(dst, journal=True)
+    with pytest.raises(LeaseHeldError, match="that process is gone"):
+        shardwise.convert(src, dst, shards=(40, 30), mode="w")
+    assert files(dst, journal=True) == before
+    report = shardwise.convert(src, dst, shards=(40, 30), resume=True)
+    assert report.ok and read_lease(st) is None
+    np.testing.assert_array_equal(shardwise.open_array(dst).compute(), x)

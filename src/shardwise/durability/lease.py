@@ -192,6 +192,12 @@ class Lease:
             break_lease(store, name)
         info = LeaseInfo.new(purpose, expiry)
         took: list[Takeover] = []
+        if takeover and name == LEASE:
+            # a live shared holder refuses this acquire: before any takeover changes the store
+            live = {n: h for n, h in shared_leases(store).items() if gone_reason(h) is None}
+            if live:
+                first, holder = sorted(live.items())[0]
+                raise _held(store, first, f"{holder.describe()} ({len(live)} writers)", where)
         held = _create_or_take(store, name, info, takeover, took)
         if held is None or held.token != info.token:
             who = "an unknown writer (the lease vanished)" if held is None else held.describe()
@@ -347,16 +353,17 @@ def _drop_gone_shared(
     store: ShardStore, others: dict[str, LeaseInfo], took: list[Takeover]
 ) -> dict[str, LeaseInfo]:
     """Remove the shared leases whose holders are gone (each is its holder's alone: nobody
-    else writes it); the ones left."""
-    left = {}
-    for name, holder in others.items():
-        reason = gone_reason(holder)
-        if reason is None:
-            left[name] = holder
-        else:
-            store.delete(name)
-            took.append(Takeover(store.key(name), holder, reason))
-    return left
+    else writes it) unless one is live (then the acquire is refused, and changes nothing); the
+    live ones."""
+    reasons = {name: gone_reason(holder) for name, holder in others.items()}
+    live = {name: others[name] for name, reason in reasons.items() if reason is None}
+    if live:
+        return live
+    for name, reason in reasons.items():
+        assert reason is not None
+        store.delete(name)
+        took.append(Takeover(store.key(name), others[name], reason))
+    return {}
 
 
 def _release_own(store: ShardStore, name: str, info: LeaseInfo) -> None:
