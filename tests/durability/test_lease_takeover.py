@@ -328,6 +328,7 @@ def test_batch_part_sigkilled_is_requeued_without_break_lease(tmp_path: Path) ->
     assert "took over lease '.shardwise/lease.part-2-of-4'" in again.stderr
     assert f"pid {killed.pid} (that process is gone)" in again.stderr
     assert "done before (resumed)" in again.stdout
+    assert "took over lease '.shardwise/lease.part-2-of-4'" in again.stdout  # the report's note
     final = cli("batch", "finalize", dst)
     assert final.returncode == 0, final.stderr
     checked = cli("verify", dst)

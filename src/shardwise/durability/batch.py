@@ -550,6 +550,7 @@ def write_part(
             bytes_stored=report.bytes_stored,
         )
         sstore.put(f"{PARTS}{part}.json", json.dumps(done).encode())
+        report.notes += [str(t) for t in held.took_over] if held is not None else []
     finally:
         if held is not None:
             held.release()
