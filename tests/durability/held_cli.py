@@ -18,12 +18,12 @@ from typing import Any
 import shardwise.cli.commands as commands
 from shardwise.cli import main
 
-flag, row, col, argv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 opened = commands.open_source
+flag, held = "", (-1, -1)
 
 
 def hold(block: Any, block_info: Any = None) -> Any:
-    if block_info is not None and tuple(block_info[0]["chunk-location"]) == (row, col):
+    if block_info is not None and tuple(block_info[0]["chunk-location"]) == held:
         Path(f"{flag}.held").touch()
         t0 = time.monotonic()
         while not Path(f"{flag}.go").exists() and time.monotonic() - t0 < 600:
@@ -36,5 +36,7 @@ def open_held(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
     return data.map_blocks(hold, dtype=data.dtype, meta=data._meta), arr
 
 
-commands.open_source = open_held
-sys.exit(main(argv))
+if __name__ == "__main__":  # imported by the doctest collection too: then it does nothing
+    flag, held = sys.argv[1], (int(sys.argv[2]), int(sys.argv[3]))
+    commands.open_source = open_held
+    sys.exit(main(sys.argv[4:]))
