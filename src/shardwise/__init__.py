@@ -29,6 +29,7 @@ from .errors import (
     UnsupportedCodecError,
     VerifyError,
 )
+from .runtime.signals import Interrupted, stop_on_signals
 
 if TYPE_CHECKING:
     from .xarray.backend import open_dataset
@@ -46,6 +47,7 @@ __all__ = [
     "ConvertReport",
     "CorruptShardError",
     "DependencyError",
+    "Interrupted",
     "LeaseHeldError",
     "NotAGroupError",
     "NotAnArrayError",
@@ -65,6 +67,7 @@ __all__ = [
     "open_dataset",
     "plan_write",
     "read_array",
+    "stop_on_signals",
     "to_zarr",
     "verify",
     "write_array",

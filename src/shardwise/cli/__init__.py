@@ -4,9 +4,12 @@ Exit status: 0 success; 1 the array has problems (``verify``, ``batch finalize``
 ``reshard --verify``); 2 bad usage (arguments: no command, an unknown option, a malformed size,
 shape or count); 3 refused or failed: no array there (or a group, or a Zarr v2 array where a v3
 array is needed), the store cannot be opened or read (e.g. missing credentials), bad plan or
-input, another writer holds the lease, any other error. A failure is one line on stderr;
---traceback (or SHARDWISE_TRACEBACK=1) adds the full traceback. The wording of ``--help`` is
-:data:`~shardwise.cli.status.EXIT_STATUS`.
+input, another writer holds the lease, any other error; 143 stopped by SIGTERM, 130 by SIGINT
+(Ctrl-C): the shards done are kept, the lease is released, and ``--resume`` finishes the work
+(:mod:`shardwise.runtime.signals`). A failure is one line on stderr; --traceback (or
+SHARDWISE_TRACEBACK=1) adds the full traceback. Messages of the ``shardwise`` logger (a lease
+taken over from a writer that is gone, a stop) are lines on stderr too. The wording of
+``--help`` is :data:`~shardwise.cli.status.EXIT_STATUS`.
 
 The modules: :mod:`.parser` (arguments, every value checked there), :mod:`.commands` (what each
 command does), :mod:`.inspection` (``inspect``), :mod:`.status` (exit codes).
@@ -15,11 +18,15 @@ command does), :mod:`.inspection` (``inspect``), :mod:`.status` (exit codes).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from ..errors import ShardwiseError
+from ..runtime import pool as _pool
+from ..runtime.signals import Interrupted, stop_on_signals
 from .commands import compressors, open_source, storage_options
 from .inspection import inspect_array
 from .parser import parser
@@ -56,10 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = f"shardwise {args.cmd}" + (f" {args.batch_cmd}" if args.cmd == "batch" else "")
     try:
         args.storage_options = storage_options(args)
-        code: int = args.func(args)
+        with _log_lines(name), stop_on_signals():
+            code: int = args.func(args)
     except (UsageError, argparse.ArgumentTypeError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except Interrupted as e:
+        again = " (--resume finishes it)" if hasattr(args, "resume") else ""
+        print(f"{name}: {e}: the shards done are kept{again}", file=sys.stderr)
+        if _pool.busy():  # tasks past the grace: the scheduler's SIGKILL would come next
+            sys.stderr.flush()
+            os._exit(e.exit_status)
+        return e.exit_status
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
@@ -78,6 +93,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: {_one_line(e)}{hint}", file=sys.stderr)
         return EXIT_FAILED
     return code
+
+
+@contextmanager
+def _log_lines(name: str) -> Iterator[None]:
+    """The ``shardwise`` logger's messages (a lease taken over, a stop) as lines on stderr."""
+    log = logging.getLogger("shardwise")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{name}: %(message)s"))
+    level = log.level
+    log.addHandler(handler)
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 def _subparser(p: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

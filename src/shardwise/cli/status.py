@@ -10,8 +10,9 @@ EXIT_STATUS = (
     "malformed value (a size such as --shard-bytes 64XB, a shape such as --shards a,b, a count "
     "such as --threads 0); 3 refused or failed: no array there (or a group, or a Zarr v2 array "
     "where a v3 array is needed), the store cannot be opened or read (e.g. missing credentials), "
-    "bad plan or input, another writer holds the lease, any other error. A failure is one line "
-    "on stderr; --traceback (or SHARDWISE_TRACEBACK=1) adds the full traceback."
+    "bad plan or input, another writer holds the lease, any other error; 143 stopped by SIGTERM, "
+    "130 by SIGINT (the shards done are kept, the lease released: --resume finishes). A failure "
+    "is one line on stderr; --traceback (or SHARDWISE_TRACEBACK=1) adds the full traceback."
 )
 
 

@@ -194,7 +194,7 @@ def convert(
     for p in plans:
         create_in_memory(p.create)
     if lease and not break_lease:
-        _refuse_held_leases(zdst, plans)
+        _refuse_held_leases(zdst, plans, resume)
     exists = node_exists(zdst, dst_path)
     if exists and mode == "w-" and not resume:
         raise ArrayExistsError(
@@ -231,15 +231,16 @@ def convert(
     return report
 
 
-def _refuse_held_leases(zdst: Any, plans: Sequence[ArrayPlan]) -> None:
+def _refuse_held_leases(zdst: Any, plans: Sequence[ArrayPlan], resume: bool) -> None:
     """Refuse before writing anything when another writer holds an array's lease (each array's
-    write takes its lease for real later; this only keeps a refused group untouched)."""
-    from ..durability.lease import read_lease
+    write takes its lease for real later; this only keeps a refused group untouched). A resumed
+    conversion takes over the leases of holders that are gone (when it takes them)."""
+    from ..durability.lease import gone_reason, read_lease
     from ..errors import LeaseHeldError
 
     for p in plans:
         held = read_lease(ShardStore(zdst, p.dst_path))
-        if held is not None:
+        if held is not None and not (resume and gone_reason(held) is not None):
             raise LeaseHeldError(
                 f"array {p.dst_path or '/'!r} is leased to another writer ({held.describe()}): "
                 "wait for it, or pass break_lease=True (--break-lease) when it is known to be gone"

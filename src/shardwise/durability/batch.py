@@ -51,8 +51,9 @@ from ..errors import (
     VerifyError,
 )
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
+from .holder import lease_expiry as check_expiry
 from .journal import BATCH, PARTS, clear_array, now
-from .lease import LEASE, Lease, part_lease, read_lease
+from .lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
 from .verify import VerifyReport, verify_store
 
 Box = list[tuple[int, int]]  # shard-index ranges per dimension
@@ -438,14 +439,16 @@ def write_part(
     resume: bool = False,
     lease: bool = True,
     break_lease: bool = False,
+    lease_expiry: float | None = None,
     storage_options: dict[str, Any] | None = None,
     **write: Any,
 ) -> WriteReport:
     """Write part ``part`` of an open batch, holding the lease of that part.
 
-    A requeued copy of the same task is refused while the first runs. Every keyword of the
-    write is checked before the part's lease is taken: a refused write leaves the store as it
-    was.
+    A requeued copy of the same task is refused while the first runs; with ``resume=True`` it
+    takes over the lease of a first run that is provably gone (killed, or preempted on another
+    node and silent for longer than its lease expiry). Every keyword of the write is checked
+    before the part's lease is taken: a refused write leaves the store as it was.
 
     Parameters
     ----------
@@ -459,11 +462,16 @@ def write_part(
     path : str, optional
         The array's path inside ``store`` (default: its root).
     resume : bool, default False
-        Continue an interrupted part, skipping the shards it already stored.
+        Continue an interrupted part, skipping the shards it already stored, and take over the
+        part's lease if its holder is provably gone.
     lease : bool, default True
         Hold the part's lease while it is written.
     break_lease : bool, default False
         Take over the lease of a writer known to be gone.
+    lease_expiry : float, optional
+        Seconds without a heartbeat after which this part's lease counts as abandoned (it is
+        renewed every quarter of that while the part runs); default
+        ``$SHARDWISE_LEASE_EXPIRY`` or 300.
     storage_options : dict, optional
         fsspec options, for a ``store`` given as a URL.
     **write
@@ -487,6 +495,7 @@ def write_part(
     from ..api import write_array
 
     args.flags(resume=resume, lease=lease, break_lease=break_lease)
+    expiry = check_expiry(lease_expiry)
     if not isinstance(part, int) or isinstance(part, bool):
         raise ArgumentTypeError(f"part must be an int, got {part!r} ({type(part).__name__})")
     sstore = _open(store, path, storage_options)
@@ -514,6 +523,8 @@ def write_part(
             name=part_lease(part, plan.nparts),
             purpose=f"batch part {part} of {plan.nparts}",
             break_stale=break_lease,
+            takeover=resume,
+            expiry=expiry,
         )
         whole = read_lease(sstore, LEASE)
         if whole is not None:
@@ -539,6 +550,7 @@ def write_part(
             bytes_stored=report.bytes_stored,
         )
         sstore.put(f"{PARTS}{part}.json", json.dumps(done).encode())
+        report.notes += [str(t) for t in held.took_over] if held is not None else []
     finally:
         if held is not None:
             held.release()
@@ -550,9 +562,13 @@ def finalize(
     *,
     path: str | None = None,
     threads: int | None = None,
+    lease_expiry: float | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> VerifyReport:
     """Check that every part finished and the array verifies; then close the batch.
+
+    The leases of parts whose writers are provably gone are taken over and removed (the
+    report's notes say which); a part still running refuses the finalize.
 
     Parameters
     ----------
@@ -562,6 +578,9 @@ def finalize(
         The array's path inside ``store`` (default: its root).
     threads : int, optional
         How many shards are verified at a time (default: the cores).
+    lease_expiry : float, optional
+        Seconds without a heartbeat after which a lease counts as abandoned (default
+        ``$SHARDWISE_LEASE_EXPIRY`` or 300).
     storage_options : dict, optional
         fsspec options, for a ``store`` given as a URL.
 
@@ -578,22 +597,22 @@ def finalize(
     BatchNotFoundError
         No batch is open for the array.
     LeaseHeldError
-        Parts are still running (or died holding their lease).
+        Parts are still running (or died holding a lease that cannot be judged).
     """
     from ..storage.nodes import open_info
 
     threads = args.thread_count("threads", threads)
+    expiry = check_expiry(lease_expiry)
     sstore = _open(store, path, storage_options)
     plan = open_batch(sstore.store, path=path)
-    running = [n for n in sstore.list(".shardwise") if n.startswith(f"{LEASE}.part-")]
-    if running:
-        raise LeaseHeldError(f"parts still running (or died holding their lease): {running}")
-    with Lease.acquire(sstore, purpose="batch finalize"):
+    took = _clear_dead_parts(sstore, expiry)
+    with Lease.acquire(sstore, purpose="batch finalize", takeover=True, expiry=expiry) as held:
         info = open_info(sstore.store, path)
         report = verify_store(
             info, sstore, where=f"{sstore.store}", threads=threads, check_batch=False
         )
         report.notes = [n for n in report.notes if "batch finalize" not in n]  # our own lease
+        report.notes += [str(t) for t in took + held.took_over]
         missing = sorted(set(range(plan.nparts)) - set(parts_done(sstore)))
         if missing:
             from .verify import Problem
@@ -614,3 +633,26 @@ def finalize(
         for name in sstore.list(PARTS):
             sstore.delete(name)
     return report
+
+
+def _clear_dead_parts(sstore: ShardStore, expiry: float) -> list[Takeover]:
+    """Take over (and drop) the lease of every part whose writer is provably gone; raise
+    :class:`LeaseHeldError` for a part still running. The takeovers done."""
+    running = [n for n in sstore.list(".shardwise") if n.startswith(f"{LEASE}.part-")]
+    # judged all first: a finalize refused for a running part leaves every lease as it was
+    holders = {n: read_lease(sstore, n) for n in running}
+    live = [n for n, h in holders.items() if h is not None and gone_reason(h, expiry) is None]
+    if live:
+        raise LeaseHeldError(f"parts still running (or died holding their lease): {live}")
+    took: list[Takeover] = []
+    for name in running:
+        try:
+            with Lease.acquire(
+                sstore, name=name, purpose="batch finalize", takeover=True, expiry=expiry
+            ) as lease:
+                took += lease.took_over
+        except LeaseHeldError:
+            live.append(name)
+    if live:
+        raise LeaseHeldError(f"parts still running (or died holding their lease): {live}")
+    return took

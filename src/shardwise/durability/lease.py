@@ -15,25 +15,29 @@ shared ones exclude each other: each side creates its own object first and then 
 other side's, and gives up if it finds one, so two writers can both give up but never both
 proceed.
 
-A lease never expires: a job that died keeps it until someone breaks it on purpose
-(``break_lease=True`` or ``shardwise lease PATH --break``). The holder's host, pid and start time
-are in the object, and in the :class:`~shardwise.errors.LeaseHeldError` a refused writer gets.
+A lease records its holder well enough to tell when the holder is gone: host, boot id, pid and
+the process's start time (so a reused pid is not taken for the holder), and a heartbeat: while
+the lease is held a background thread rewrites its ``renewed`` time every quarter of its
+``expiry`` (:data:`DEFAULT_EXPIRY` seconds, or ``SHARDWISE_LEASE_EXPIRY``). A writer that
+resumes (``resume=True``, ``batch part --resume``, ``batch finalize``) takes over a lease whose
+holder is provably gone: on this host, its process has ended (or its pid is another process now,
+or the host rebooted); on another host, its heartbeat is older than its expiry. The takeover is a
+conditional replace of the very object that was judged (a lock plus a stat on local files,
+``If-Match`` on S3), so of two resumers racing for one dead lease one wins and the other is
+refused; a live holder is never taken over. Stores without conditional replace cannot take over:
+there, and for holders that cannot be judged, a lease is broken only on purpose
+(``break_lease=True`` or ``shardwise lease PATH --break``).
 
->>> info = LeaseInfo.new("write")
->>> LeaseInfo.from_bytes(info.to_bytes()) == info
-True
+Who holds a lease, and when that holder is gone: :mod:`.holder`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import getpass
-import json
-import os
-import socket
-import uuid
-from dataclasses import asdict, dataclass
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zarr.core.buffer import default_buffer_prototype
@@ -41,66 +45,33 @@ from zarr.core.sync import sync
 
 from ..errors import LeaseHeldError
 from ..storage import s3
+from ..storage.conditional import CONFLICT, versions
 from ..storage.retry import RetryPolicy, any_error
 from ..storage.store import ShardStore, describe
+from .holder import DEFAULT_EXPIRY, LeaseInfo, gone_reason, lease_expiry
 from .journal import LEASE as LEASE  # the one definition (journal clears around it)
 
+__all__ = [
+    "DEFAULT_EXPIRY",
+    "LEASE",
+    "SHARED",
+    "Lease",
+    "LeaseInfo",
+    "break_lease",
+    "gone_reason",
+    "lease_expiry",
+    "part_lease",
+    "read_lease",
+    "shared_leases",
+]
+
 SHARED = ".shardwise/leases/"
+log = logging.getLogger("shardwise")
 
 
 def part_lease(i: int, n: int) -> str:
     """The lease name of part ``i`` of ``n`` of a batch write."""
     return f"{LEASE}.part-{i}-of-{n}"
-
-
-@dataclass(frozen=True)
-class LeaseInfo:
-    """Who holds a lease (the object's content)."""
-
-    token: str
-    purpose: str
-    host: str
-    pid: int
-    user: str
-    since: str
-
-    @classmethod
-    def new(cls, purpose: str) -> LeaseInfo:
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # pragma: no cover - no passwd entry in some containers
-            user = "?"
-        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        return cls(uuid.uuid4().hex, purpose, socket.gethostname(), os.getpid(), user, now)
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> LeaseInfo:
-        try:
-            d = json.loads(data)
-            return cls(**{k: d[k] for k in cls.__dataclass_fields__})
-        except (ValueError, KeyError, TypeError):
-            return cls("?", "unreadable lease object", "?", -1, "?", "?")
-
-    def describe(self) -> str:
-        alive = ""
-        if self.host == socket.gethostname() and self.pid > 0:
-            alive = " (running)" if _pid_alive(self.pid) else " (that process is gone)"
-        return (
-            f"{self.purpose!r} by {self.user}@{self.host} pid {self.pid}{alive} since {self.since}"
-        )
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _create_exclusive(store: ShardStore, name: str, data: bytes, tries: int = 4) -> None:
@@ -122,6 +93,21 @@ def _create_once(store: ShardStore, name: str, data: bytes) -> None:
     buf = default_buffer_prototype().buffer.from_bytes(data)
     with contextlib.suppress(FileExistsError):
         sync(zstore.set_if_not_exists(key, buf))
+
+
+def _replace_if(store: ShardStore, name: str, data: bytes, judge: Any) -> bool:
+    """Replace object ``name`` by ``data`` if ``judge(its holder)`` is true, atomically: the
+    replace is conditional on the very version judged (False: not judged so, or changed since,
+    or a store that cannot replace conditionally)."""
+    backend = versions(store)
+    if backend is None:
+        return False
+    old, generation = RetryPolicy(tries=4, retry_on=any_error).call(lambda: backend.get(name))
+    if old is None or not judge(LeaseInfo.from_bytes(old)):
+        return False
+    with contextlib.suppress(Exception):  # a lost answer: the read-back that follows decides
+        return backend.commit(name, [data], generation) is not CONFLICT
+    return False
 
 
 def read_lease(store: ShardStore, name: str = LEASE) -> LeaseInfo | None:
@@ -155,14 +141,31 @@ def break_lease(store: ShardStore, name: str = LEASE, *, shared: bool = True) ->
     return held
 
 
+@dataclass(frozen=True)
+class Takeover:
+    """A lease taken over from a holder that was gone."""
+
+    name: str  # the lease object
+    holder: LeaseInfo  # who held it
+    reason: str  # why that holder counts as gone
+
+    def __str__(self) -> str:
+        return f"took over lease {self.name!r} held for {self.holder.describe()}: {self.reason}"
+
+
 @dataclass
 class Lease:
-    """A held lease. Use :meth:`acquire`; release with :meth:`release` or as a context manager."""
+    """A held lease. Use :meth:`acquire`; release with :meth:`release` or as a context manager.
+
+    While held, a background thread renews it (see :mod:`.holder`).
+    """
 
     store: ShardStore
     name: str
     info: LeaseInfo
     held: bool = True
+    took_over: list[Takeover] = field(default_factory=list)
+    _beat: _Heartbeat | None = field(default=None, repr=False)
 
     @classmethod
     def acquire(
@@ -172,27 +175,41 @@ class Lease:
         name: str = LEASE,
         purpose: str = "write",
         break_stale: bool = False,
+        takeover: bool = False,
+        expiry: float | None = None,
         where: str = "",
     ) -> Lease:
         """Create lease ``name`` exclusively or raise :class:`LeaseHeldError`.
 
-        ``break_stale=True`` first removes a lease someone else holds: only on purpose, when
-        that writer is known to be gone.
+        ``takeover=True`` takes over a lease (and removes shared leases) whose holder is
+        provably gone (:func:`gone_reason`), never a live one. ``break_stale=True`` first
+        removes a lease someone else holds: only on purpose, when that writer is known to be
+        gone. ``expiry``: seconds this holder promises to renew within (default
+        :func:`lease_expiry`).
         """
+        expiry = lease_expiry(expiry)
         if break_stale:
             break_lease(store, name)
-        info = LeaseInfo.new(purpose)
-        _create_exclusive(store, name, info.to_bytes())
-        held = read_lease(store, name)
+        info = LeaseInfo.new(purpose, expiry)
+        took: list[Takeover] = []
+        if takeover and name == LEASE:
+            # a live shared holder refuses this acquire: before any takeover changes the store
+            live = {n: h for n, h in shared_leases(store).items() if gone_reason(h) is None}
+            if live:
+                first, holder = sorted(live.items())[0]
+                raise _held(store, first, f"{holder.describe()} ({len(live)} writers)", where)
+        held = _create_or_take(store, name, info, takeover, took)
         if held is None or held.token != info.token:
             who = "an unknown writer (the lease vanished)" if held is None else held.describe()
             raise _held(store, name, who, where)
         others = shared_leases(store) if name == LEASE else {}
+        if others and takeover:
+            others = _drop_gone_shared(store, others, took)
         if others:
             _release_own(store, name, info)
             first, holder = sorted(others.items())[0]
             raise _held(store, first, f"{holder.describe()} ({len(others)} writers)", where)
-        return cls(store, name, info)
+        return cls(store, name, info, took_over=took)._started()
 
     @classmethod
     def acquire_shared(
@@ -201,27 +218,67 @@ class Lease:
         *,
         purpose: str = "region write",
         break_stale: bool = False,
+        takeover: bool = False,
+        expiry: float | None = None,
         where: str = "",
     ) -> Lease:
         """Take a shared lease (writers of shared shards that commit conditionally), or raise
         :class:`LeaseHeldError` while the exclusive lease is held (``break_stale=True`` first
-        removes it: only when its holder is known to be gone)."""
+        removes it: only when its holder is known to be gone; ``takeover=True`` removes it when
+        its holder is provably gone)."""
+        expiry = lease_expiry(expiry)
         if break_stale:
             break_lease(store, LEASE, shared=False)
-        info = LeaseInfo.new(purpose)
+        info = LeaseInfo.new(purpose, expiry)
         name = SHARED + info.token
         store.put(name, info.to_bytes())
+        took: list[Takeover] = []
         held = read_lease(store, LEASE)
+        if held is not None and takeover:
+            # the dead holder's lease becomes ours for a moment, then goes: a new exclusive
+            # writer then finds this shared lease, as with any other
+            mine = LeaseInfo.new(f"{purpose} (taking over)", expiry)
+            if _take_over(store, LEASE, mine, took):
+                _release_own(store, LEASE, mine)
+                held = read_lease(store, LEASE)
         if held is not None:
             store.delete(name)
             raise _held(store, LEASE, held.describe(), where)
-        return cls(store, name, info)
+        return cls(store, name, info, took_over=took)._started()
+
+    def _started(self) -> Lease:
+        for t in self.took_over:
+            log.warning("%s: %s", describe(self.store.store, self.store.path), t)
+        self._beat = _Heartbeat(self)
+        self._beat.start()
+        return self
+
+    def renew(self) -> bool:
+        """Rewrite this lease's heartbeat (``renewed``); False when this writer no longer holds
+        it (broken, or taken over)."""
+        if not self.held:
+            return False
+        info = replace(self.info, renewed=time.time())
+        data = info.to_bytes()
+        if versions(self.store) is not None:
+            _replace_if(self.store, self.name, data, lambda now: now.token == info.token)
+        else:  # no conditional replace: check, then put (a takeover cannot happen there)
+            now = read_lease(self.store, self.name)
+            if now is not None and now.token == info.token:
+                self.store.put(self.name, data)
+        now = read_lease(self.store, self.name)
+        if now is None or now.token != info.token:
+            return False
+        self.info = info
+        return True
 
     def release(self) -> None:
         """Remove the lease if this writer still holds it (a broken lease is left alone)."""
         if not self.held:
             return
         self.held = False
+        if self._beat is not None:
+            self._beat.stop()
         _release_own(self.store, self.name, self.info)
 
     def __enter__(self) -> Lease:
@@ -229,6 +286,84 @@ class Lease:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+class _Heartbeat(threading.Thread):
+    """Renews a lease every quarter of its expiry until the lease is released (one small read
+    and one small conditional put each time)."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(name=f"shardwise-lease-{lease.info.token[:8]}", daemon=True)
+        self.lease = lease
+        self.every = lease.info.expiry / 4
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            try:
+                if not self.lease.renew():
+                    log.error(
+                        "lease %r was broken or taken over while this writer held it",
+                        self.lease.store.key(self.lease.name),
+                    )
+                    return
+            except Exception as e:  # the next beat tries again; the expiry allows for it
+                log.warning("lease %r not renewed: %s", self.lease.store.key(self.lease.name), e)
+
+    def stop(self) -> None:
+        self.done.set()
+        if self is not threading.current_thread():
+            self.join()
+
+
+def _create_or_take(
+    store: ShardStore, name: str, info: LeaseInfo, takeover: bool, took: list[Takeover]
+) -> LeaseInfo | None:
+    """Create lease ``name`` as ``info`` or, with ``takeover``, take it over from a holder that
+    is gone; the holder after that (``info`` itself when this writer holds it)."""
+    held = None
+    for _ in range(3):  # a lease released between the create and the read: create again
+        _create_exclusive(store, name, info.to_bytes())
+        held = read_lease(store, name)
+        if held is not None and held.token != info.token and takeover:
+            _take_over(store, name, info, took)
+            held = read_lease(store, name)
+        if held is not None:
+            return held
+    return held
+
+
+def _take_over(store: ShardStore, name: str, info: LeaseInfo, took: list[Takeover]) -> bool:
+    """Replace lease ``name`` by ``info`` if its holder is gone; True when ``info`` holds it."""
+    judged: dict[str, Any] = {}
+
+    def gone(holder: LeaseInfo) -> bool:
+        judged.update(holder=holder, reason=gone_reason(holder, info.expiry))
+        return judged["reason"] is not None
+
+    _replace_if(store, name, info.to_bytes(), gone)
+    now = read_lease(store, name)
+    if now is None or now.token != info.token:
+        return False
+    took.append(Takeover(store.key(name), judged["holder"], judged["reason"]))
+    return True
+
+
+def _drop_gone_shared(
+    store: ShardStore, others: dict[str, LeaseInfo], took: list[Takeover]
+) -> dict[str, LeaseInfo]:
+    """Remove the shared leases whose holders are gone (each is its holder's alone: nobody
+    else writes it) unless one is live (then the acquire is refused, and changes nothing); the
+    live ones."""
+    reasons = {name: gone_reason(holder) for name, holder in others.items()}
+    live = {name: others[name] for name, reason in reasons.items() if reason is None}
+    if live:
+        return live
+    for name, reason in reasons.items():
+        assert reason is not None
+        store.delete(name)
+        took.append(Takeover(store.key(name), others[name], reason))
+    return {}
 
 
 def _release_own(store: ShardStore, name: str, info: LeaseInfo) -> None:

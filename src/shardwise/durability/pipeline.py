@@ -104,6 +104,8 @@ class Pipeline:
                         lease=self.lease,
                         shared=w.shared,
                         break_lease=self.break_lease,
+                        # a resumed write takes over the lease of a holder that is gone
+                        takeover=w.resume,
                     )
                 )
         except BaseException:

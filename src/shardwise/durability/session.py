@@ -75,15 +75,21 @@ class WriteSession:
         lease: bool,
         shared: bool = False,
         break_lease: bool = False,
+        takeover: bool = False,
     ) -> WriteSession:
         """``shared``: a write into an existing array whose shared shards commit conditionally
         takes a shared lease (side by side with other such writes), any other the exclusive one.
+        ``takeover`` (a resumed write): take over a lease whose holder is provably gone.
         """
         held = None
         if lease and shared:
-            held = Lease.acquire_shared(store, purpose="region write", break_stale=break_lease)
+            held = Lease.acquire_shared(
+                store, purpose="region write", break_stale=break_lease, takeover=takeover
+            )
         elif lease:
-            held = Lease.acquire(store, name=LEASE, purpose="write", break_stale=break_lease)
+            held = Lease.acquire(
+                store, name=LEASE, purpose="write", break_stale=break_lease, takeover=takeover
+            )
         if held is not None and store.get(BATCH) is not None:
             held.release()
             raise LeaseHeldError(

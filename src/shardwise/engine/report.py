@@ -45,6 +45,9 @@ class WriteReport:
         summed time of the shard tasks when a ``compute=False`` Delayed is computed.
     keys : list of str
         The store keys of the shards stored, sorted.
+    notes : list of str
+        What the write found and did besides its shards, e.g. a batch part's lease taken over
+        from a writer that was gone.
     """
 
     shards_written: int = 0
@@ -60,6 +63,7 @@ class WriteReport:
     conflicts_retried: int = 0
     seconds: float = 0.0
     keys: list[str] = field(default_factory=list, repr=False)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def compression_ratio(self) -> float:
@@ -107,6 +111,7 @@ class WriteReport:
                 if self.conflicts_retried
                 else ""
             )
+            + "".join(f"; {n}" for n in self.notes)
         )
 
 

@@ -32,6 +32,9 @@ _fork_hooks: list[Callable[[], None]] = []
 _tasks = threading.Condition()
 _running: Counter[str] = Counter()
 _stopped: set[str] = set()
+# set by stop_all (a signal, see signals.py): every write in this process stops, waiting for
+# its running tasks at most this many seconds
+_stopping_all: float | None = None
 
 
 def on_fork(hook: Callable[[], None]) -> None:
@@ -141,6 +144,8 @@ def running(write_id: str) -> Iterator[None]:
     from ..errors import ShardwiseError
 
     with _tasks:
+        if _stopping_all is not None:
+            raise ShardwiseError(f"write {write_id} is stopping: this task does nothing")
         if write_id in _stopped:
             raise ShardwiseError(f"write {write_id} failed already: this task does nothing")
         _running[write_id] += 1
@@ -159,7 +164,24 @@ def stop_write(write_id: str, timeout: float = 600.0) -> bool:
     ``timeout`` seconds) for those still running in this process. True when none is left."""
     with _tasks:
         _stopped.add(write_id)
+        if _stopping_all is not None:
+            timeout = min(timeout, _stopping_all)
         return _tasks.wait_for(lambda: not _running.get(write_id), timeout)
+
+
+def stop_all(grace: float | None) -> None:
+    """Stop every write of this process (a signal): their tasks not started yet never start,
+    and a stopping write waits at most ``grace`` seconds for those running. None: writes may
+    run again."""
+    global _stopping_all
+    with _tasks:
+        _stopping_all = grace
+
+
+def busy() -> bool:
+    """Whether shard tasks of any write still run in this process."""
+    with _tasks:
+        return bool(_running)
 
 
 def start_write(write_id: str) -> None:
@@ -169,7 +191,8 @@ def start_write(write_id: str) -> None:
 
 
 def _reset_tasks() -> None:
-    global _tasks, _running, _stopped
+    global _tasks, _running, _stopped, _stopping_all
     _tasks = threading.Condition()
     _running = Counter()
     _stopped = set()
+    _stopping_all = None
