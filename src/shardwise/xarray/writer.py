@@ -255,24 +255,35 @@ def to_zarr(
         if not compute:  # as xarray: the metadata now, the dask-backed data later
             xw.overlay.commit_writes(xw.zstore)
         pipe.start()
-        # 4. data, 5. metadata (last: a write that fails part-way, a worker lost or a source that
-        # raises, leaves the old metadata, e.g. an append leaves the array at its old length),
-        # 6. markers done and leases released
-        if compute:
-            return pipe.run(
-                _parts(pipe, arrays, xw.zstore, xw.writes),
-                compute=True,
-                progress=progress,
-                then=lambda: xw.overlay.commit_writes(xw.zstore),
-            )
-        eager = [w for w in xw.writes if not w.lazy]
-        lazy = [w for w in xw.writes if w.lazy]
-        done = (
-            compute_parts(_parts(pipe, arrays, xw.zstore, eager), progress)
-            if eager
-            else WriteReport()
+        # 4. data, 5. metadata, 6. markers done and leases released
+        return _write_data(pipe, arrays, xw, compute=compute, progress=progress)
+
+
+def _write_data(
+    pipe: Pipeline,
+    arrays: dict[int, ArrayWrite],
+    xw: _XarrayWrite,
+    *,
+    compute: bool,
+    progress: bool,
+) -> WriteReport | Any:
+    """The data, then the metadata (last: a write that fails part-way, a worker lost or a
+    source that raises, leaves the old metadata, e.g. an append leaves the array at its old
+    length). ``compute=False``: the variables not backed by dask now, the others in the
+    returned ``Delayed`` (the metadata was committed before, as xarray does)."""
+    if compute:
+        return pipe.run(
+            _parts(pipe, arrays, xw.zstore, xw.writes),
+            compute=True,
+            progress=progress,
+            then=lambda: xw.overlay.commit_writes(xw.zstore),
         )
-        return pipe.run(_parts(pipe, arrays, xw.zstore, lazy), compute=False, before=done)
+    eager = [w for w in xw.writes if not w.lazy]
+    lazy = [w for w in xw.writes if w.lazy]
+    done = (
+        compute_parts(_parts(pipe, arrays, xw.zstore, eager), progress) if eager else WriteReport()
+    )
+    return pipe.run(_parts(pipe, arrays, xw.zstore, lazy), compute=False, before=done)
 
 
 def _check(
