@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from .codec.metadata import default_compressors
+from .codec.metadata import ArrayInfo, default_compressors
 from .core import args
 from .core.job import STRATEGIES, Strategy, WriteJob, make_job
 from .core.layout import Region, RegionArg, normalize_region
@@ -295,16 +297,8 @@ def write_array(
         A shard shared with other writers kept changing between this write's read and its
         commit.
     """
-    # every keyword is checked before the store is looked at
-    if type(zarr_format) is not int or zarr_format != 3:
-        raise ArgumentValueError(
-            f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
-        )
-    args.choice("mode", mode, _MODES)
-    args.choice("strategy", strategy, STRATEGIES)
-    threads = args.thread_count("threads", threads)
-    memory_limit = args.optional_byte_size("memory_limit", memory_limit)
-    args.flags(
+    # 1. every keyword is checked before the store is looked at
+    flags = dict(
         write_empty_chunks=write_empty_chunks,
         fsync=fsync,
         compute=compute,
@@ -313,15 +307,87 @@ def write_array(
         break_lease=break_lease,
         dry_run=dry_run,
     )
-    args.optional_flags(lease=lease)
-    args.optional_str("path", path)
-    args.mapping("storage_options", storage_options)
-    args.region("region", region)
+    threads, memory_limit = _check_write_keywords(
+        zarr_format,
+        mode,
+        strategy,
+        threads,
+        memory_limit,
+        flags,
+        lease,
+        path,
+        storage_options,
+        region,
+    )
+    # 2. the data, then what is at the path (refusals of "w-" and "r+")
     data = _source(data)
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    exists = _check_exists(zstore, path, mode, resume)
+    # 3. the array's metadata: a new one built and checked in memory, else the stored one
+    layout = (shape, data.dtype if dtype is None else dtype, chunks, shards)
+    given = dict(
+        fill_value=fill_value,
+        compressors=default_compressors() if _is_auto(compressors) else compressors,
+        filters=filters,
+        serializer=serializer,
+        dimension_names=dimension_names,
+        attributes=attributes,
+        chunk_key_encoding=chunk_key_encoding,
+    )
+    meta = _target_metadata(zstore, path, exists, mode, resume, region, layout, given)
+    # 4. where the data goes, and the job that puts it there (validated: dry_run stops here)
+    target, data = _placed(data, meta.info, region, shape)
+    sstore = ShardStore(zstore, path or "", fsync=fsync)
+    job, shared = _validated_job(sstore, meta, target, data, mode, strategy, memory_limit)
+    if dry_run:
+        return job
+    # 5. the write: lease, clear, metadata, data, done (the pipeline's order)
+    options = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
+    write = _array_write(sstore, meta, job, data, options, shared, mode, resume, exists, compute)
+    with Pipeline(
+        [write], lease=compute if lease is None else lease, break_lease=break_lease
+    ) as pipe:
+        pipe.start()
+        return pipe.run(pipe.parts(), compute=compute, progress=progress)
+
+
+def _check_write_keywords(
+    zarr_format: Any,
+    mode: Any,
+    strategy: Any,
+    threads: Any,
+    memory_limit: Any,
+    flags: dict[str, Any],
+    lease: Any,
+    path: Any,
+    storage_options: Any,
+    region: Any,
+) -> tuple[int | None, int | None]:
+    """Refuse a keyword of :func:`write_array` of the wrong type or value (in the order of its
+    signature, so the first one wrong is named); returns ``threads`` and ``memory_limit``
+    checked."""
+    if type(zarr_format) is not int or zarr_format != 3:
+        raise ArgumentValueError(
+            f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
+        )
+    args.choice("mode", mode, _MODES)
+    args.choice("strategy", strategy, STRATEGIES)
+    checked_threads = args.thread_count("threads", threads)
+    checked_limit = args.optional_byte_size("memory_limit", memory_limit)
+    args.flags(**flags)
+    args.optional_flags(lease=lease)
+    args.optional_str("path", path)
+    args.mapping("storage_options", storage_options)
+    args.region("region", region)
+    return checked_threads, checked_limit
+
+
+def _check_exists(zstore: Any, path: str | None, mode: Mode, resume: bool) -> bool:
+    """Whether an array is at ``path`` (looked up only where the answer matters): mode "w-"
+    refuses one (unless resuming), "r+" refuses its absence."""
     exists = (mode != "w" or resume) and retry_transient(lambda: array_exists(zstore, path))
     if mode == "w-" and exists and not resume:
         raise ArrayExistsError(
@@ -333,34 +399,53 @@ def write_array(
             f"mode='r+' writes into an existing array, and there is none at "
             f"{describe(zstore, path, 'path')} (use mode='a' or 'w-' to create it)"
         )
+    return bool(exists)
 
-    create = not exists
-    if create or (resume and mode in ("w", "w-") and region is None):
-        if region is not None:
-            raise PlanError("region= needs an existing array (mode='r+' or 'a')")
-        given = dict(
-            fill_value=fill_value,
-            compressors=default_compressors() if _is_auto(compressors) else compressors,
-            filters=filters,
-            serializer=serializer,
-            dimension_names=dimension_names,
-            attributes=attributes,
-            chunk_key_encoding=chunk_key_encoding,
+
+@dataclass(frozen=True)
+class _Target:
+    """The metadata of the array a write goes into; ``create`` stores it when this write
+    creates (or replaces) the array, else None."""
+
+    info: ArrayInfo
+    create: Callable[[], None] | None
+
+
+def _target_metadata(
+    zstore: Any,
+    path: str | None,
+    exists: bool,
+    mode: Mode,
+    resume: bool,
+    region: RegionArg | None,
+    layout: tuple[tuple[int, ...], Any, Any, Any],
+    given: dict[str, Any],
+) -> _Target:
+    """The stored metadata of an existing array, else (and when a create or replace is resumed)
+    the new array's, built and checked in memory before any I/O. ``layout``: shape, dtype,
+    chunks and shards of a new array; ``given``: its other ``zarr.create_array`` keywords."""
+    if exists and not (resume and mode in ("w", "w-") and region is None):
+        return _Target(retry_transient(lambda: open_info(zstore, path)), None)
+    if region is not None:
+        raise PlanError("region= needs an existing array (mode='r+' or 'a')")
+    kwargs, probe = _probe(*layout, given)
+    # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
+    # fill value with a payload is stored as plain "NaN"
+    info = open_info(probe.store)
+    if exists and same_metadata(probe, zstore, path):
+        return _Target(info, None)  # a resumed create: the array is there already
+    if exists and mode == "w-":
+        raise ArrayExistsError(
+            f"{describe(zstore, path)} exists with other metadata: nothing to resume"
         )
-        # build and translate the metadata in memory first: bad arguments fail before any I/O
-        kwargs, probe = _probe(shape, data.dtype if dtype is None else dtype, chunks, shards, given)
-        # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
-        # fill value with a payload is stored as plain "NaN"
-        info = open_info(probe.store)
-        if exists and not same_metadata(probe, zstore, path):
-            if mode == "w-":
-                raise ArrayExistsError(
-                    f"{describe(zstore, path)} exists with other metadata: nothing to resume"
-                )
-            create = True
-    else:
-        info = retry_transient(lambda: open_info(zstore, path))
+    return _Target(info, lambda: _create_in_store(zstore, path, kwargs, probe))
 
+
+def _placed(
+    data: Any, info: ArrayInfo, region: RegionArg | None, shape: tuple[int, ...]
+) -> tuple[Region, Any]:
+    """The region of the array that ``data`` fills (all of it without ``region``), and the data
+    in a form the encoder takes for the array's dtype; a PlanError when either does not fit."""
     target: Region = normalize_region(
         region if region is not None else tuple(slice(None) for _ in info.layout.shape),
         info.layout.shape,
@@ -368,37 +453,61 @@ def write_array(
     want = tuple(s.stop - s.start for s in target)
     if want != shape:
         raise PlanError(f"data of shape {shape} does not fit the region {want} of the array")
-    data = _cast_source(data, info.dtype)
+    return target, _cast_source(data, info.dtype)
 
-    sstore = ShardStore(zstore, path or "", fsync=fsync)
-    plan = WritePlan(info.layout, target)
-    # into an existing array, side by side with other such writes: shards they share are
-    # committed conditionally (on stores that can; the others keep one writer per array)
-    shared = not create and mode in ("a", "r+") and versions(sstore) is not None
+
+def _validated_job(
+    sstore: ShardStore,
+    meta: _Target,
+    target: Region,
+    data: Any,
+    mode: Mode,
+    strategy: Strategy,
+    memory_limit: int | None,
+) -> tuple[WriteJob, bool]:
+    """The validated job that writes ``data`` into ``target``, and whether the write is shared:
+    into an existing array, side by side with other such writes, whose shards they share are
+    committed conditionally (on stores that can; the others keep one writer per array)."""
+    shared = meta.create is None and mode in ("a", "r+") and versions(sstore) is not None
     job = make_job(
-        plan,
+        WritePlan(meta.info.layout, target),
         _dask_chunks(data),
-        np.dtype(info.dtype).itemsize,
+        np.dtype(meta.info.dtype).itemsize,
         strategy=strategy,
         memory_limit=memory_limit,
         shared=shared,
     )
     job.validate()
-    if dry_run:
-        return job
-    write = ArrayWrite(
+    return job, shared
+
+
+def _array_write(
+    sstore: ShardStore,
+    meta: _Target,
+    job: WriteJob,
+    data: Any,
+    options: WriteOptions,
+    shared: bool,
+    mode: Mode,
+    resume: bool,
+    exists: bool,
+    compute: bool,
+) -> ArrayWrite:
+    """The pipeline's write of ``data`` by ``job`` into the array of ``meta`` at ``sstore``."""
+    create = meta.create is not None
+    return ArrayWrite(
         store=sstore,
-        info=info,
-        plan=plan,
+        info=meta.info,
+        plan=job.plan,
         strategy=job.strategy,
         source=data,
-        options=WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads),
+        options=options,
         blocks=job.blocks,
         # a staged merge commits unconditionally: then this write keeps the others out
         shared=shared and not job.merges_unconditionally,
         # our own clear instead of zarr's overwrite, which would delete the lease too
         clear=("all" if mode == "w" else "journal") if create else "none",
-        create=(lambda: _create_in_store(zstore, path, kwargs, probe)) if create else None,
+        create=meta.create,
         resume=resume,
         # a finished write is adopted too (its shards skipped, as their records still match)
         # unless mode "w" asks to replace the array
@@ -406,11 +515,6 @@ def write_array(
         must_adopt=resume and mode == "w-" and exists and not create,
         copy_source=not compute,
     )
-    with Pipeline(
-        [write], lease=compute if lease is None else lease, break_lease=break_lease
-    ) as pipe:
-        pipe.start()
-        return pipe.run(pipe.parts(), compute=compute, progress=progress)
 
 
 def plan_write(data: Any, store: Any, **kwargs: Any) -> WriteJob:

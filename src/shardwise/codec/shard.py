@@ -2,7 +2,8 @@
 
 A shard is the encoded inner chunks followed (or preceded) by an index of ``(offset, nbytes)``
 uint64 pairs, one per inner chunk in C order, ``2**64 - 1`` twice for an empty chunk, encoded
-with ``bytes`` (little or big endian) and optionally ``crc32c``.
+with ``bytes`` (little or big endian) and optionally ``crc32c``. This module holds the codec and
+the encoding (whole shards, merges); the index is in :mod:`.index`, the decoding in :mod:`.decode`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -21,11 +22,45 @@ from ..core.layout import Layout
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
 from ..runtime.units import SMALL_CHUNK, UNIT_BYTES
-from .chunks import ChunkCodec, ChunkDecodeError, Endian
-from .codecs import crc32c
+from .chunks import ChunkCodec, Endian
 
-MISSING = np.uint64(2**64 - 1)
-IndexLocation = Literal["start", "end"]
+# the index and the decoding live in their own modules; their names stay importable from here
+from .decode import (
+    Fetch,
+    box_coords,
+    decode_chunks,
+    decode_into,
+    decode_shard_bytes,
+    reused_array,
+    scatter,
+)
+from .index import MISSING, IndexLocation, ShardIndex, encode_index, index_slice, parse_index
+
+__all__ = [
+    "MISSING",
+    "EncodedShard",
+    "Fetch",
+    "IndexLocation",
+    "ShardCodec",
+    "ShardIndex",
+    "box_coords",
+    "decode_chunks",
+    "decode_into",
+    "decode_shard_bytes",
+    "empty_shard",
+    "encode_chunks",
+    "encode_index",
+    "encode_shard",
+    "index_slice",
+    "merge_shard",
+    "parse_index",
+    "reused_array",
+    "scatter",
+    "units",
+]
+
+# each thread's depth of nested encode_shard calls (its buffers are decode.reused_array's)
+_local = threading.local()
 
 
 @dataclass(frozen=True)
@@ -335,406 +370,3 @@ def merge_shard(
 def empty_shard(codec: ShardCodec) -> list[bytes]:
     """A shard without inner chunks (its index only): every element reads as the fill value."""
     return [ShardIndex.empty(codec.nchunks).to_bytes(codec)]
-
-
-def encode_index(codec: ShardCodec, index: np.ndarray) -> bytes:
-    dt = "<u8" if codec.index_endian == "little" else ">u8"
-    raw = index.astype(dt, copy=False).tobytes()
-    if codec.index_crc:
-        raw += crc32c(raw).to_bytes(4, "little")
-    return raw
-
-
-# -- the index ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class ShardIndex:
-    """The validated index of one shard: an ``(nchunks, 2)`` read-only uint64 array of
-    ``(offset, nbytes)`` pairs in C order of the inner-chunk grid, ``MISSING`` in both fields for
-    an empty chunk; ``key`` names the shard it was read from (in errors), "" for a new one."""
-
-    entries: np.ndarray
-    key: str = ""
-
-    def __post_init__(self) -> None:
-        entries = np.asarray(self.entries, dtype=np.uint64)
-        if entries.ndim != 2 or entries.shape[1] != 2:
-            raise ValueError(f"index entries have shape {entries.shape}, expected (n, 2)")
-        view = entries.view()
-        view.flags.writeable = False
-        object.__setattr__(self, "entries", view)
-
-    @classmethod
-    def empty(cls, nchunks: int) -> ShardIndex:
-        """An index of ``nchunks`` empty chunks."""
-        return cls(np.full((nchunks, 2), MISSING, dtype=np.uint64))
-
-    @classmethod
-    def build(
-        cls, nchunks: int, flat_ids: Any, offsets: Any, lengths: Any, key: str = ""
-    ) -> ShardIndex:
-        """``nchunks`` entries: the chunks at ``flat_ids`` stored at ``(offsets, lengths)``."""
-        entries = np.full((nchunks, 2), MISSING, dtype=np.uint64)
-        entries[flat_ids, 0] = offsets
-        entries[flat_ids, 1] = lengths
-        return cls(entries, key)
-
-    @classmethod
-    def from_bytes(
-        cls, codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str
-    ) -> ShardIndex:
-        """Validate and decode a stored index of ``codec.index_nbytes`` bytes; ``object_size``
-        is the size of the whole stored shard. Raises :class:`CorruptShardError` naming ``key``."""
-        return cls(_parse(codec, raw, object_size, key), key)
-
-    @classmethod
-    def of_shard(cls, codec: ShardCodec, data: bytes | memoryview, key: str) -> ShardIndex:
-        """The validated index of a whole shard held in memory."""
-        mv = memoryview(data)
-        return cls.from_bytes(codec, mv[index_slice(codec, len(mv))], len(mv), key)
-
-    def to_bytes(self, codec: ShardCodec) -> bytes:
-        """The stored form: ``bytes`` in the codec's byte order, then its crc32c if it has one."""
-        return encode_index(codec, self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ShardIndex):
-            return NotImplemented
-        return bool(np.array_equal(self.entries, other.entries))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self.entries[:, 0]
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.entries[:, 1]
-
-    @property
-    def stored(self) -> np.ndarray:
-        """Boolean mask of the stored (non-empty) chunks."""
-        result: np.ndarray = self.entries[:, 0] != MISSING
-        return result
-
-    def is_empty(self, flat: int) -> bool:
-        return bool(self.entries[flat, 0] == MISSING)
-
-    def ranges(self, chunks: Any) -> np.ndarray:
-        """The ``(offset, nbytes)`` entries of the chunks at flat positions ``chunks``."""
-        result: np.ndarray = self.entries[chunks]
-        return result
-
-    @property
-    def nbytes_total(self) -> int:
-        """The bytes of all stored chunks (the index itself not counted)."""
-        return int(self.lengths[self.stored].sum())
-
-
-def parse_index(
-    codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str
-) -> np.ndarray:
-    """The entries of :meth:`ShardIndex.from_bytes` as a plain array."""
-    return ShardIndex.from_bytes(codec, raw, object_size, key).entries
-
-
-def _parse(codec: ShardCodec, raw: bytes | memoryview, object_size: int, key: str) -> np.ndarray:
-    """Validate and decode a shard index of ``codec.index_nbytes`` bytes.
-
-    ``object_size`` is the size of the whole stored shard. Returns an ``(nchunks, 2)`` uint64
-    array in C order of the inner-chunk grid; empty entries are ``MISSING`` in both fields.
-    """
-    need = codec.index_nbytes
-    if object_size < need:
-        raise CorruptShardError(
-            key, f"object is {object_size} bytes, smaller than its {need}-byte shard index"
-        )
-    if len(raw) != need:
-        raise CorruptShardError(key, f"shard index is {len(raw)} bytes, expected {need}")
-    body = memoryview(raw)
-    if codec.index_crc:
-        body, stored = body[:-4], int.from_bytes(body[-4:], "little")
-        actual = crc32c(body)
-        if actual != stored:
-            raise CorruptShardError(
-                key,
-                f"shard index checksum mismatch (stored {stored:#010x}, computed {actual:#010x}); "
-                f"index_location is {codec.index_location!r}",
-            )
-    dt = "<u8" if codec.index_endian == "little" else ">u8"
-    index = np.frombuffer(body, dtype=dt).astype(np.uint64).reshape(-1, 2)
-    offsets, sizes = index[:, 0], index[:, 1]
-    miss_o, miss_n = offsets == MISSING, sizes == MISSING
-    half = np.flatnonzero(miss_o != miss_n)
-    if half.size:
-        i = int(half[0])
-        raise CorruptShardError(
-            key,
-            f"index entry (offset={int(offsets[i])}, nbytes={int(sizes[i])}): only one field is "
-            "the empty marker 2**64-1",
-            chunk=_coord(codec, i),
-        )
-    if codec.index_location == "start":
-        lo, hi = need, object_size
-    else:
-        lo, hi = 0, object_size - need
-    present = ~miss_o
-    o, s = offsets[present], sizes[present]
-    # compare without overflow: nbytes <= hi and offset <= hi - nbytes
-    bad = (o < lo) | (s > hi) | (o > np.uint64(hi) - np.minimum(s, np.uint64(hi)))
-    if bad.any():
-        i = int(np.flatnonzero(present)[np.flatnonzero(bad)[0]])
-        raise CorruptShardError(
-            key,
-            f"index entry (offset={int(offsets[i])}, nbytes={int(sizes[i])}) points outside the "
-            f"data region [{lo}, {hi}) of a {object_size}-byte object",
-            chunk=_coord(codec, i),
-        )
-    return index
-
-
-def _coord(codec: ShardCodec, flat: int) -> tuple[int, ...]:
-    return tuple(int(x) for x in np.unravel_index(flat, codec.grid))
-
-
-def index_slice(codec: ShardCodec, object_size: int) -> slice:
-    if codec.index_location == "start":
-        return slice(0, codec.index_nbytes)
-    return slice(object_size - codec.index_nbytes, object_size)
-
-
-Fetch = Callable[[np.ndarray], tuple[Any, np.ndarray]]
-
-
-def box_coords(box: Sequence[range]) -> np.ndarray:
-    """``(n, ndim)`` C-ordered coordinates of the inner chunks in a box of ranges."""
-    if not box:  # 0-d array: one chunk
-        return np.zeros((1, 0), dtype=np.intp)
-    grids = np.meshgrid(*[np.asarray(r) for r in box], indexing="ij")
-    return np.stack(grids, -1).reshape(-1, len(box))
-
-
-def decode_chunks(
-    codec: ShardCodec,
-    index: ShardIndex,
-    coords: np.ndarray,
-    fetch: Fetch,
-    threads: int | None = None,
-    reuse: bool = False,
-) -> np.ndarray:
-    """Decode the inner chunks at ``coords`` (an ``(n, ndim)`` array of chunk coordinates).
-
-    ``fetch`` takes validated ``(offset, nbytes)`` index entries and returns ``(buffer,
-    segments)``: a bytes-like object holding them and their ``(offset, nbytes)`` within it.
-    Returns a stack of the chunks (see :meth:`ChunkCodec.stack`); empty chunks hold the fill
-    value. ``reuse=True``: the stack is the calling thread's reused buffer (or a new read-only
-    one), valid until its next such call (for callers that copy it out at once). Errors name
-    ``index.key``.
-    """
-    inner, key = codec.inner, index.key
-    if coords.shape[1]:
-        flat = np.ravel_multi_index(tuple(coords.T), codec.grid)
-    else:
-        flat = np.zeros(len(coords), dtype=np.intp)
-    entries = index.ranges(flat)
-    present = np.flatnonzero(entries[:, 0] != MISSING)
-    shape = (len(flat), *inner.stored_shape)
-    if reuse and present.size == len(flat) and (threads == 1 or len(flat) < 2):
-        # every chunk stored: a small-chunk batch decodes into one new buffer used as the stack
-        buf, segs = fetch(entries)
-        stacked = inner.decode_batch(buf, segs)
-        if stacked is not None:
-            return stacked
-        fetch = _fetched(buf, segs)
-    stack = (
-        reused_array(shape, inner.stored_dtype, "stack")
-        if reuse
-        else np.empty(shape, inner.stored_dtype)
-    )
-    if present.size < len(flat):
-        stack[np.flatnonzero(entries[:, 0] == MISSING)] = inner.fill_value
-    if present.size:
-        buf, segs = fetch(entries[present])
-
-        def run(js: Sequence[int]) -> list[None]:
-            sel = np.asarray(js)
-            try:
-                inner.decode_rows(buf, segs[sel], stack, present[sel])
-            except ChunkDecodeError as e:
-                chunk = tuple(int(x) for x in coords[present[sel[e.pos]]])
-                raise CorruptShardError(key, f"cannot decode: {e}", chunk=chunk) from None
-            return [None] * len(js)
-
-        _pool.map_batches(run, list(range(len(present))), threads)
-    return stack
-
-
-def decode_into(
-    codec: ShardCodec,
-    index: ShardIndex,
-    box: Sequence[range],
-    local: Sequence[slice],
-    fetch: Fetch,
-    out: np.ndarray,
-    threads: int | None = None,
-) -> None:
-    """Decode the chunks of ``box`` and copy their part ``local`` (relative to the shard origin)
-    into ``out``.
-
-    The box is cut into slabs of chunk rows handled in parallel, each decoded and copied into
-    ``out`` by the same pool thread: no stack of the whole box, and the copies run in parallel.
-    """
-    inner = codec.inner
-    if box and inner.raw_nbytes >= SMALL_CHUNK and inner.nested is None and not inner.zarr_chain:
-        _decode_each_into(codec, index, box, local, fetch, out, threads)
-        return
-    size = _pool.pool_size() if threads is None else threads
-    if not box or len(box[0]) < 2 or size < 2:
-        stack = decode_chunks(codec, index, box_coords(box), fetch, threads, reuse=True)
-        scatter(codec, stack, box, local, out)
-        return
-    c0 = codec.chunk_shape[0]
-    rows = box[0]
-    nslab = min(len(rows), 4 * size)
-    cuts = [rows.start + len(rows) * i // nslab for i in range(nslab + 1)]
-
-    def run(slabs: Sequence[tuple[int, int]]) -> list[None]:
-        for a, b in slabs:
-            lo, hi = max(local[0].start, a * c0), min(local[0].stop, b * c0)
-            sub_box = [range(a, b), *box[1:]]
-            stack = decode_chunks(codec, index, box_coords(sub_box), fetch, threads=1, reuse=True)
-            sub_local = (slice(lo, hi), *local[1:])
-            o = local[0].start
-            scatter(codec, stack, sub_box, sub_local, out[lo - o : hi - o])
-        return [None] * len(slabs)
-
-    _pool.map_batches(run, list(itertools.pairwise(cuts)), threads)
-
-
-def _decode_each_into(
-    codec: ShardCodec,
-    index: ShardIndex,
-    box: Sequence[range],
-    local: Sequence[slice],
-    fetch: Fetch,
-    out: np.ndarray,
-    threads: int | None,
-) -> None:
-    """:func:`decode_into` for large chunks: each chunk is decoded and copied straight into
-    ``out`` by a pool thread (no stack: one pass over the output's memory)."""
-    inner, cs, key = codec.inner, codec.chunk_shape, index.key
-    coords = box_coords(box)
-    entries = index.ranges(np.ravel_multi_index(tuple(coords.T), codec.grid))
-    inv = None if inner.order is None else [int(i) for i in np.argsort(inner.order)]
-
-    def place(c: Sequence[int]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
-        """Where chunk ``c`` lands in ``out``, and which part of the chunk lands there."""
-        dst, src = [], []
-        for ci, n, sl in zip(c, cs, local, strict=True):
-            lo, hi = max(ci * n, sl.start), min(ci * n + n, sl.stop)
-            dst.append(slice(lo - sl.start, hi - sl.start))
-            src.append(slice(lo - ci * n, hi - ci * n))
-        return tuple(dst), tuple(src)
-
-    present = entries[:, 0] != MISSING
-    for c in coords[~present].tolist():
-        out[place(c)[0]] = inner.fill_value
-    todo = np.flatnonzero(present)
-    if not todo.size:
-        return
-
-    def run(js: Sequence[int]) -> list[None]:
-        # each batch fetches its own chunks: range reads run on the pool, next to the decoding
-        buf, segs = fetch(entries[todo[js[0] : js[-1] + 1]])
-        mv = memoryview(buf)
-        seg_list = segs.tolist()
-        for k, j in enumerate(js):
-            c = coords[todo[j]].tolist()
-            o, n = seg_list[k]
-            dst, src = place(c)
-            try:
-                if inner.decode_to(mv[o : o + n], out[dst]):
-                    continue  # decoded in place: a whole chunk, contiguous in the output
-                value = reused_array(inner.stored_shape, inner.stored_dtype, "chunk")
-                if not inner.decode_to(mv[o : o + n], value):
-                    value = inner.decode(mv[o : o + n])
-            except ValueError as e:
-                raise CorruptShardError(key, f"cannot decode: {e}", chunk=tuple(c)) from None
-            if inv is not None:
-                value = value.transpose(inv)
-            out[dst] = value[src]
-        return [None] * len(js)
-
-    _pool.map_batches(run, list(range(len(todo))), threads)
-
-
-def _fetched(buf: Any, segs: np.ndarray) -> Fetch:
-    """A fetch answering with what was fetched already."""
-    return lambda entries: (buf, segs)
-
-
-_local = threading.local()
-REUSED_MAX = 32 * 2**20  # larger buffers are allocated afresh (and freed) each time
-
-
-def reused_array(shape: tuple[int, ...], dtype: np.dtype[Any], name: str) -> np.ndarray:
-    """A per-thread buffer ``name`` as an array of ``shape`` (valid until the thread's next
-    call for ``name``): decoding shard after shard into it costs no fresh pages."""
-    count = math.prod(shape)
-    nbytes = count * dtype.itemsize
-    if nbytes > REUSED_MAX or dtype.hasobject or dtype.kind not in "biufcmMSUV" or not nbytes:
-        return np.empty(shape, dtype)
-    buf: bytearray | None = getattr(_local, name, None)
-    if buf is None or len(buf) < nbytes:
-        buf = bytearray(nbytes)
-        setattr(_local, name, buf)
-    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
-
-
-def scatter(
-    codec: ShardCodec,
-    stack: np.ndarray,
-    box: Sequence[range],
-    local: Sequence[slice],
-    out: np.ndarray,
-) -> None:
-    """Copy the part ``local`` (relative to the shard origin) of a decoded box into ``out``."""
-    inner = codec.inner
-    bgrid = tuple(len(r) for r in box)
-    cs = codec.chunk_shape
-    aligned = all(
-        sl.start == r.start * c and sl.stop == r.stop * c
-        for sl, r, c in zip(local, box, cs, strict=True)
-    )
-    if aligned and out.shape == tuple(g * c for g, c in zip(bgrid, cs, strict=True)):
-        # split out's axes (always a view) and copy once from the transposed stack
-        split = [x for g, c in zip(bgrid, cs, strict=True) for x in (g, c)]
-        nd = len(cs)
-        axes = [x for i in range(nd) for x in (i, nd + i)]
-        view = stack.reshape((*bgrid, *inner.stored_shape))
-        if inner.order is not None:
-            inv = np.argsort(inner.order)
-            view = view.transpose([*range(nd), *(nd + int(i) for i in inv)])
-        out.reshape(split)[...] = view.transpose(axes)
-        return
-    values = inner.unstack(stack, bgrid)
-    origin = [r.start * c for r, c in zip(box, cs, strict=True)]
-    out[...] = values[
-        tuple(slice(s.start - o, s.stop - o) for s, o in zip(local, origin, strict=True))
-    ]
-
-
-def decode_shard_bytes(
-    codec: ShardCodec, data: bytes, key: str, threads: int | None = 1
-) -> np.ndarray:
-    """Decode a whole shard held in memory into an array of ``codec.shard_shape``."""
-    mv = memoryview(data)
-    index = ShardIndex.of_shard(codec, mv, key)
-    coords = box_coords([range(g) for g in codec.grid])
-    stack = decode_chunks(codec, index, coords, lambda entries: (mv, entries), threads)
-    return codec.inner.unstack(stack, codec.grid)

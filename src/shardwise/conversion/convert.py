@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core import args
-from ..core.shardspec import check_names, check_shards
+from ..core.shardspec import ShardSpec, check_names, check_shards
 from ..engine.report import WriteReport
 from ..errors import ArrayExistsError
 from ..storage.nodes import node_exists, walk
@@ -169,6 +169,52 @@ def convert(
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)
+    root, groups, plans = _plan_all(
+        zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
+    )
+    if lease and not break_lease:
+        _refuse_held_leases(zdst, plans, resume)
+    exists = node_exists(zdst, dst_path)
+    if exists and mode == "w-" and not resume:
+        raise ArrayExistsError(
+            f"{dst!s} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
+            "it, or resume=True to finish an interrupted conversion"
+        )
+    # from here on the destination changes: the groups, then array by array
+    report = ConvertReport(src=str(src), dst=str(dst))
+    if isinstance(root, zarr.Group):
+        _write_groups(
+            zdst, dst_path, [("", root), *groups], replace=exists and mode == "w" and not resume
+        )
+    how = WriteSettings(mode, resume, progress, lease, break_lease, fsync, threads)
+    for p in plans:
+        report.arrays.append(_convert_array(p, zsrc, zdst, how))
+    if isinstance(root, zarr.Group) and _consolidated(root):
+        _consolidate(zdst, dst_path)
+    if verify:
+        from .verify import verify_conversion
+
+        verify_conversion(report, plans, zsrc, zdst, threads=threads)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _plan_all(
+    zsrc: Any,
+    path: str,
+    dst_path: str,
+    spec: ShardSpec,
+    *,
+    shard_bytes: int | None,
+    chunks: Sequence[int] | None,
+    compressors: Any,
+) -> tuple[Any, list[tuple[str, Any]], list[ArrayPlan]]:
+    """The source node at ``path``, its subgroups and the plan of each of its arrays; every
+    target's metadata is built in memory, so bad arguments fail before any byte is written."""
+    import zarr
+
+    from ..api import create_in_memory
+
     root, arrays, groups = walk(zsrc, path)
     xarray_group = any(XARRAY_DIMS in a.attrs for _, a in arrays) or any(
         getattr(a.metadata, "dimension_names", None) for _, a in arrays
@@ -181,54 +227,44 @@ def convert(
             _join(path, rel),
             _join(dst_path, rel),
             shards=spec,
-            shard_bytes=nbytes,
+            shard_bytes=shard_bytes,
             chunks=None if chunks is None else tuple(int(c) for c in chunks),
             compressors=compressors,
             xarray_group=xarray_group and not isinstance(root, zarr.Array),
         )
         for rel, a in arrays
     ]
-    # build every target's metadata in memory: bad arguments fail before any byte is written
-    from ..api import create_in_memory
-
     for p in plans:
         create_in_memory(p.create)
-    if lease and not break_lease:
-        _refuse_held_leases(zdst, plans, resume)
-    exists = node_exists(zdst, dst_path)
-    if exists and mode == "w-" and not resume:
-        raise ArrayExistsError(
-            f"{dst!s} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
-            "it, or resume=True to finish an interrupted conversion"
-        )
-    report = ConvertReport(src=str(src), dst=str(dst))
-    if isinstance(root, zarr.Group):
-        if exists and mode == "w" and not resume:
-            zarr.open_group(zdst, path=dst_path, mode="w", zarr_format=3)
-        for rel, g in [("", root), *groups]:
-            zarr.open_group(
-                zdst,
-                path=_join(dst_path, rel),
-                mode="a",
-                zarr_format=3,
-                attributes=dict(g.attrs),
-            ).attrs.update(dict(g.attrs))
-    how = WriteSettings(mode, resume, progress, lease, break_lease, fsync, threads)
-    for p in plans:
-        rep = _convert_array(p, zsrc, zdst, how)
-        report.arrays.append(rep)
-    if isinstance(root, zarr.Group) and _consolidated(root):
-        import warnings
+    return root, groups, plans
 
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-            zarr.consolidate_metadata(zdst, path=dst_path or None, zarr_format=3)
-    if verify:
-        from .verify import verify_conversion
 
-        verify_conversion(report, plans, zsrc, zdst, threads=threads)
-    report.seconds = time.perf_counter() - started
-    return report
+def _write_groups(zdst: Any, dst_path: str, groups: list[tuple[str, Any]], replace: bool) -> None:
+    """The source's groups (relative path, group) as v3 groups with their attributes;
+    ``replace``: the destination group is emptied first (mode "w")."""
+    import zarr
+
+    if replace:
+        zarr.open_group(zdst, path=dst_path, mode="w", zarr_format=3)
+    for rel, g in groups:
+        zarr.open_group(
+            zdst,
+            path=_join(dst_path, rel),
+            mode="a",
+            zarr_format=3,
+            attributes=dict(g.attrs),
+        ).attrs.update(dict(g.attrs))
+
+
+def _consolidate(zdst: Any, dst_path: str) -> None:
+    """Consolidated metadata for the destination group, as the source had."""
+    import warnings
+
+    import zarr
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+        zarr.consolidate_metadata(zdst, path=dst_path or None, zarr_format=3)
 
 
 def _refuse_held_leases(zdst: Any, plans: Sequence[ArrayPlan], resume: bool) -> None:

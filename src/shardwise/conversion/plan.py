@@ -24,6 +24,7 @@ from ..core.shardspec import ShardSpec, shards_for
 from ..errors import PlanError
 
 Method = Literal["copy", "reencode"]
+Chain = tuple[list[Any], Any, list[Any]] | str  # filters, serializer, compressors; or why not
 XARRAY_DIMS = "_ARRAY_DIMENSIONS"
 FIXED_KINDS = "biufcmMSU"  # fixed-size dtypes: numbers, datetimes, fixed-width strings
 
@@ -119,7 +120,7 @@ def _v2_compressor(comp: Any, itemsize: int) -> list[Any] | str:
     return f"v2 compressor {cid!r} has no equivalent v3 codec"
 
 
-def _v2_chain(meta: Any, dtype: np.dtype[Any]) -> tuple[list[Any], Any, list[Any]] | str:
+def _v2_chain(meta: Any, dtype: np.dtype[Any]) -> Chain:
     """(filters, serializer, compressors) of v3 codecs equivalent to a v2 array's, or why not."""
     from zarr.codecs import BytesCodec, TransposeCodec
 
@@ -140,7 +141,7 @@ def _v2_chain(meta: Any, dtype: np.dtype[Any]) -> tuple[list[Any], Any, list[Any
     return filters, BytesCodec(endian=endian), comp
 
 
-def _v3_chain(codecs: Sequence[Any]) -> tuple[list[Any], Any, list[Any]] | str:
+def _v3_chain(codecs: Sequence[Any]) -> Chain:
     from zarr.abc.codec import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
     from zarr.codecs import ShardingCodec
 
@@ -176,6 +177,18 @@ def _fill_attr(value: Any, dtype: np.dtype[Any]) -> Any:
 # -- one array ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Source:
+    """What a conversion reads of a source array's metadata, whatever its format."""
+
+    dtype: np.dtype[Any]
+    dims: Any
+    fill: Any
+    attrs: dict[str, Any]
+    chunks: SourceChunks
+    chain: Chain  # the codec chain the target can declare, or why the chunks are re-encoded
+
+
 def plan_array(
     arr: Any,
     src_path: str,
@@ -189,99 +202,123 @@ def plan_array(
 ) -> ArrayPlan:
     """The :class:`ArrayPlan` of zarr array ``arr`` (any format). ``chunks`` / ``compressors``
     (given by ``reshard``) replace the source's and force a re-encode when they differ."""
-    from zarr.codecs import ShardingCodec
-
-    from ..codec.metadata import shard_codec_from_zarr
-
     meta = arr.metadata
     shape = tuple(int(n) for n in arr.shape)
     attrs = dict(arr.attrs)
-    dims: Any
-    source: SourceChunks
     if meta.zarr_format == 2:
-        dtype = np.dtype(meta.dtype.to_native_dtype())
-        src_chunks = tuple(int(c) for c in meta.chunks)
-        source = SourceChunks(src_chunks, meta.dimension_separator or ".", "")
-        chain = _v2_chain(meta, dtype)
-        fill = meta.fill_value
-        dims = attrs.pop(XARRAY_DIMS, None)
-        if xarray_group and dims is not None and fill is not None:
-            # xarray masks a v2 array's fill value; in v3 it reads the mask from _FillValue
-            attrs["_FillValue"] = _fill_attr(fill, dtype)
-        if isinstance(fill, np.generic):
-            fill = fill.item()
+        src = _read_v2(meta, attrs, xarray_group)
     else:
-        dtype = np.dtype(meta.data_type.to_native_dtype())
-        dims = meta.dimension_names
-        fill = meta.fill_value
-        enc = meta.chunk_key_encoding
-        v2_keys = type(enc).__name__.startswith("V2")
-        sep, prefix = enc.separator, "" if v2_keys else "c"
-        codecs = tuple(meta.codecs)
-        grid = getattr(meta.chunk_grid, "chunk_shape", None)
-        if grid is None:
-            raise PlanError(
-                f"array {src_path or '/'!r} has a {type(meta.chunk_grid).__name__} chunk grid: "
-                "shardwise converts regular chunk grids only"
-            )
-        outer = tuple(int(x) for x in grid)
-        if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
-            sc = codecs[0]
-            src_chunks = tuple(int(x) for x in sc.chunk_shape)
-            chain = _v3_chain(sc.codecs)
-            try:
-                scodec = shard_codec_from_zarr(sc, outer, meta.data_type, fill)
-            except Exception as e:  # an index the copy cannot read: decode instead
-                chain = f"source shard index: {e}"
-                scodec = None
-            source = SourceChunks(src_chunks, sep, prefix, scodec)
-        else:
-            src_chunks = outer
-            chain = _v3_chain(codecs)
-            source = SourceChunks(src_chunks, sep, prefix)
-    inner = src_chunks if chunks is None else tuple(chunks)
-    reason = "same inner chunks and an equivalent codec chain: encoded chunks copied"
-    method: Method = "copy"
-    if isinstance(chain, str):
-        method, reason = "reencode", chain
-    elif inner != src_chunks:
-        method, reason = "reencode", f"inner chunks {inner} differ from the source's {src_chunks}"
-    elif compressors is not None:
-        method, reason = "reencode", "other compressors asked for"
-    if dtype.kind not in FIXED_KINDS:
+        src = _read_v3(meta, attrs, src_path)
+    inner = src.chunks.chunk_shape if chunks is None else tuple(chunks)
+    method, reason = _method(src, inner, compressors)
+    if src.dtype.kind not in FIXED_KINDS:
         raise PlanError(
-            f"array {src_path or '/'!r} has dtype {dtype}: shardwise converts fixed-size numbers "
-            "and strings only (convert the other arrays one by one with path=)"
+            f"array {src_path or '/'!r} has dtype {src.dtype}: shardwise converts fixed-size "
+            "numbers and strings only (convert the other arrays one by one with path=)"
         )
-    dim_names = None if dims is None else tuple(dims)
+    dim_names = None if src.dims is None else tuple(src.dims)
     shard_shape = shards_for(
-        shards, shape, inner, dtype.itemsize, dim_names, shard_bytes, name=src_path or "/"
+        shards, shape, inner, src.dtype.itemsize, dim_names, shard_bytes, name=src_path or "/"
     )
-    create: dict[str, Any] = dict(
-        shape=shape,
-        dtype=dtype,
-        chunks=inner,
-        shards=shard_shape,
-        fill_value=fill,
-        dimension_names=dim_names,
-        attributes=attrs or None,
-        zarr_format=3,
-    )
-    if not isinstance(chain, str):
-        filters, serializer, comps = chain
-        create.update(filters=filters or None, serializer=serializer)
-        create["compressors"] = (comps or None) if compressors is None else compressors
-    elif compressors is not None:
-        create["compressors"] = compressors
     return ArrayPlan(
         src_path=src_path,
         dst_path=dst_path,
         shape=shape,
-        dtype=dtype,
+        dtype=src.dtype,
         chunks=inner,
         shards=shard_shape,
         method=method,
         reason=reason,
-        source=source,
-        create=create,
+        source=src.chunks,
+        create=_create_kwargs(src, shape, inner, shard_shape, dim_names, compressors),
     )
+
+
+def _read_v2(meta: Any, attrs: dict[str, Any], xarray_group: bool) -> _Source:
+    """A zarr v2 array: one object per chunk; xarray keeps its dimension names in the
+    attributes (taken out of ``attrs``: v3 has a field for them)."""
+    dtype = np.dtype(meta.dtype.to_native_dtype())
+    chunks = SourceChunks(tuple(int(c) for c in meta.chunks), meta.dimension_separator or ".", "")
+    fill = meta.fill_value
+    dims = attrs.pop(XARRAY_DIMS, None)
+    if xarray_group and dims is not None and fill is not None:
+        # xarray masks a v2 array's fill value; in v3 it reads the mask from _FillValue
+        attrs["_FillValue"] = _fill_attr(fill, dtype)
+    if isinstance(fill, np.generic):
+        fill = fill.item()
+    return _Source(dtype, dims, fill, attrs, chunks, _v2_chain(meta, dtype))
+
+
+def _read_v3(meta: Any, attrs: dict[str, Any], src_path: str) -> _Source:
+    """A zarr v3 array: one object per chunk, or inner chunks of shards (their index read by
+    the copy when the sharding codec is one shardwise reads)."""
+    from zarr.codecs import ShardingCodec
+
+    from ..codec.metadata import shard_codec_from_zarr
+
+    dtype = np.dtype(meta.data_type.to_native_dtype())
+    fill = meta.fill_value
+    enc = meta.chunk_key_encoding
+    v2_keys = type(enc).__name__.startswith("V2")
+    sep, prefix = enc.separator, "" if v2_keys else "c"
+    codecs = tuple(meta.codecs)
+    grid = getattr(meta.chunk_grid, "chunk_shape", None)
+    if grid is None:
+        raise PlanError(
+            f"array {src_path or '/'!r} has a {type(meta.chunk_grid).__name__} chunk grid: "
+            "shardwise converts regular chunk grids only"
+        )
+    outer = tuple(int(x) for x in grid)
+    if not (len(codecs) == 1 and isinstance(codecs[0], ShardingCodec)):
+        chunks = SourceChunks(outer, sep, prefix)
+        return _Source(dtype, meta.dimension_names, fill, attrs, chunks, _v3_chain(codecs))
+    sc = codecs[0]
+    chain = _v3_chain(sc.codecs)
+    try:
+        scodec = shard_codec_from_zarr(sc, outer, meta.data_type, fill)
+    except Exception as e:  # an index the copy cannot read: decode instead
+        chain = f"source shard index: {e}"
+        scodec = None
+    chunks = SourceChunks(tuple(int(x) for x in sc.chunk_shape), sep, prefix, scodec)
+    return _Source(dtype, meta.dimension_names, fill, attrs, chunks, chain)
+
+
+def _method(src: _Source, inner: tuple[int, ...], compressors: Any) -> tuple[Method, str]:
+    """Copy the encoded chunks when they already are valid inner chunks of the target, else
+    re-encode; with the reason."""
+    if isinstance(src.chain, str):
+        return "reencode", src.chain
+    if inner != src.chunks.chunk_shape:
+        return "reencode", f"inner chunks {inner} differ from the source's {src.chunks.chunk_shape}"
+    if compressors is not None:
+        return "reencode", "other compressors asked for"
+    return "copy", "same inner chunks and an equivalent codec chain: encoded chunks copied"
+
+
+def _create_kwargs(
+    src: _Source,
+    shape: tuple[int, ...],
+    inner: tuple[int, ...],
+    shard_shape: tuple[int, ...],
+    dim_names: tuple[str, ...] | None,
+    compressors: Any,
+) -> dict[str, Any]:
+    """The target's ``zarr.create_array`` keywords: the source's codec chain where the target
+    can declare it, ``compressors`` when given."""
+    create: dict[str, Any] = dict(
+        shape=shape,
+        dtype=src.dtype,
+        chunks=inner,
+        shards=shard_shape,
+        fill_value=src.fill,
+        dimension_names=dim_names,
+        attributes=src.attrs or None,
+        zarr_format=3,
+    )
+    if not isinstance(src.chain, str):
+        filters, serializer, comps = src.chain
+        create.update(filters=filters or None, serializer=serializer)
+        create["compressors"] = (comps or None) if compressors is None else compressors
+    elif compressors is not None:
+        create["compressors"] = compressors
+    return create

@@ -1,0 +1,226 @@
+"""The data writes of a checked ``to_zarr`` call as pipeline work: each sharded variable's job and
+:class:`~shardwise.durability.pipeline.ArrayWrite`, the leases mode "w" must not delete, and the
+dask parts (variables without shards through zarr-python).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from zarr.abc.store import Store
+
+from ..core.job import Strategy, WriteJob, make_job
+from ..core.layout import Layout, Region
+from ..core.plan import WritePlan
+from ..durability.journal import read_marker, read_markers
+from ..durability.pipeline import ArrayWrite, Part, Pipeline
+from ..durability.session import WriteSession
+from ..engine.report import WriteReport
+from ..engine.write import WriteOptions
+from ..errors import PlanError
+from ..storage.conditional import versions
+from ..storage.overlay import Overlay
+from ..storage.store import ShardStore
+from .capture import _Write
+from .prepare import WriteMode
+
+
+@dataclass(frozen=True)
+class _XarrayWrite:
+    """A checked ``to_zarr`` call: the metadata xarray would write (in ``overlay``, not yet in
+    the store), the data writes and their jobs."""
+
+    zstore: Store
+    overlay: Overlay
+    writes: list[_Write]
+    jobs: dict[int, WriteJob]
+    mode: WriteMode
+    shared: bool  # region and append writes: other processes may write beside this one
+
+
+def _jobs(
+    writes: list[_Write], strategy: Strategy, memory_limit: int | str | None, *, shared: bool
+) -> dict[int, WriteJob]:
+    """The validated job of every sharded variable write (by ``id`` of the write); ``shared``:
+    region and append writes, which other processes may run beside this one."""
+    out = {}
+    for w in writes:
+        if w.info is None or w.size == 0:
+            continue
+        chunks = getattr(w.source, "chunks", None) if w.lazy else None
+        job = make_job(
+            WritePlan(w.info.layout, w.region),
+            None if chunks is None else tuple(tuple(int(n) for n in c) for c in chunks),
+            np.dtype(w.info.dtype).itemsize,
+            strategy=strategy,
+            memory_limit=memory_limit,
+            shared=shared,
+        )
+        try:
+            job.validate()
+            if shared and job.merges_unconditionally:
+                raise PlanError(
+                    f"strategy='staged' would merge the {job.plan.npartial} shards the region "
+                    "covers in part without a conditional commit, and region and append writes "
+                    "may run beside others: use strategy='auto' or 'direct'"
+                )
+        except PlanError as e:
+            raise PlanError(f"variable {w.name!r}: {e}") from None
+        out[id(w)] = job
+    return out
+
+
+def _resumed_mode(base: Store, group: str | None, mode: WriteMode, names: set[str]) -> WriteMode:
+    """Mode "w-" finds the data of the interrupted call it resumes: while the group's metadata
+    (written last) is missing and everything in the group is an interrupted write of one of
+    this dataset's variables, that is no reason to refuse, so the xarray pass runs as "w"
+    (whose deletes spare the variables being resumed). Anything else there keeps "w-", which
+    refuses the call."""
+    if mode != "w-":
+        return mode
+    from zarr.core.sync import sync
+
+    prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
+
+    async def children() -> list[str]:
+        return [c.rstrip("/") async for c in base.list_dir(prefix)]
+
+    if sync(base.exists(prefix + "zarr.json")):
+        return "w-"
+    found = sync(children())
+    if not found:
+        return "w-"  # nothing there: "w-" writes as it is
+    for name in found:
+        if name not in names or not _open_marker(ShardStore(base, prefix + name)):
+            return "w-"
+    return "w"
+
+
+def _open_marker(store: ShardStore) -> bool:
+    """Whether an interrupted write left its open marker in the array at ``store``."""
+    return any(m is not None and m.status == "open" for m in read_markers(store).values())
+
+
+def _array_writes(
+    xw: _XarrayWrite, opts: WriteOptions, *, fsync: bool, resume: bool
+) -> dict[int, ArrayWrite]:
+    """The pipeline's write of every sharded variable (by ``id`` of the variable's write)."""
+    out: dict[int, ArrayWrite] = {}
+    for w in xw.writes:
+        job = xw.jobs.get(id(w))
+        if w.info is None or job is None:
+            continue
+        sstore = ShardStore(xw.zstore, w.path, fsync=fsync)
+        out[id(w)] = ArrayWrite(
+            store=sstore,
+            info=w.info,
+            plan=job.plan,
+            strategy=job.strategy,
+            # numpy-backed variables are written now, even with compute=False: no copy
+            source=w.source if w.lazy else np.asarray(w.source),
+            options=opts,
+            blocks=job.blocks,
+            # side by side only where shared shards commit conditionally (as write_array)
+            shared=xw.shared and versions(sstore) is not None and not job.merges_unconditionally,
+            resume=resume,
+            adopt_done=xw.mode != "w",
+            prefix=w.path,
+        )
+    return out
+
+
+def _interrupted(session: WriteSession | None) -> bool:
+    """Whether an interrupted create (or replace) of this variable left its data: its open
+    marker, and no metadata (a create writes it last, a replace deleted the old first; an older
+    array with an interrupted write of its own still has its metadata, and is replaced)."""
+    if session is None or session.store.get("zarr.json") is not None:
+        return False
+    found = read_marker(session.store, session.region)
+    return found is not None and found.status == "open" and list(found.shape) == list(session.shape)
+
+
+def _refuse_foreign_leases(zstore: Store, overlay: Overlay, keep: list[str]) -> None:
+    """Before mode "w" deletes the group: a lease there that this call does not hold (another
+    job writing a variable this dataset drops, or a region of one) refuses the call."""
+    from zarr.core.sync import sync
+
+    from ..errors import LeaseHeldError
+
+    dirs = overlay.changes[0]
+    if not dirs:
+        return
+
+    async def leases() -> list[str]:
+        out = []
+        for d in dirs:
+            prefix = f"{d.strip('/')}/" if d.strip("/") else ""
+            out += [k async for k in zstore.list_prefix(prefix) if _is_lease(k)]
+        return out
+
+    foreign = sorted(set(sync(leases())) - set(keep))
+    if foreign:
+        raise LeaseHeldError(
+            f"mode='w' would delete {foreign[0]!r}, the lease of another write in progress "
+            f"({len(foreign)} such leases): wait for it, or break it if that writer is gone "
+            "(shardwise lease --break)"
+        )
+
+
+def _is_lease(key: str) -> bool:
+    """An array's exclusive, batch part or shared lease object (under any array path)."""
+    from ..durability.lease import LEASE, SHARED
+
+    k = "/" + key
+    return k.endswith("/" + LEASE) or f"/{LEASE}.part-" in k or f"/{SHARED}" in k
+
+
+def _parts(
+    pipe: Pipeline, arrays: dict[int, ArrayWrite], zstore: Store, writes: list[_Write]
+) -> list[Part]:
+    """The dask work that writes ``writes``, run together: sharded variables through the
+    pipeline's engine (shards a resumed session stored already left out), the others through
+    zarr-python."""
+    from dask.delayed import delayed
+
+    parts: list[Part] = []
+    for w in writes:
+        if w.size == 0:
+            continue
+        if id(w) in arrays:
+            parts += pipe.parts([arrays[id(w)]])
+            continue
+        source: Any = w.source if w.lazy else np.asarray(w.source)
+        if not w.lazy or not w.chunks:
+            part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, w.region, source)
+            parts.append((w.path, part))
+            continue
+        # not sharded (an array some other writer created without shards): zarr writes it, from
+        # dask blocks cut at chunk boundaries so that no two tasks share a chunk
+        cuts = WritePlan(Layout(w.shape, w.chunks, w.chunks), w.region).task_chunks
+        blocks = source.rechunk(cuts).to_delayed().ravel()
+        starts = [np.cumsum((0, *c[:-1])) for c in cuts]
+        for idx, block in zip(np.ndindex(*(len(c) for c in cuts)), blocks, strict=True):
+            region = tuple(
+                slice(r.start + int(st[i]), r.start + int(st[i]) + c[i])
+                for r, st, c, i in zip(w.region, starts, cuts, idx, strict=True)
+            )
+            part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, region, block)
+            parts.append((w.path, part))
+    return parts
+
+
+def _write_plain(
+    zstore: Store, path: str, meta: dict[str, Any], region: Region, block: Any
+) -> WriteReport:
+    """Write ``block`` through zarr-python, into the array as ``meta`` describes it (which the
+    store may not hold yet: metadata is written after the data)."""
+    import zarr
+    from zarr.core.metadata import ArrayV3Metadata
+    from zarr.storage import StorePath
+
+    data = np.asarray(block)
+    meta_v3 = ArrayV3Metadata.from_dict(meta)
+    zarr.Array(zarr.AsyncArray(metadata=meta_v3, store_path=StorePath(zstore, path)))[region] = data
+    return WriteReport(raw_bytes=int(data.nbytes))
