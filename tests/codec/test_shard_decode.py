@@ -19,8 +19,18 @@ import pytest
 from shardwise.codec.chunks import SMALL_CHUNK, ChunkCodec
 from shardwise.codec.codecs import Zstd
 from shardwise.codec.shard import ShardCodec, ShardIndex, decode_into, encode_shard
+from shardwise.runtime import pool
 
 KEY = "arr/c/0/0"
+
+
+@pytest.fixture(autouse=True)
+def _pool_as_it_was() -> Any:
+    """These tests ask for more threads than the machine's cores, which grows the shared pool
+    for the rest of the process (and later default reads then spread over its extra threads);
+    a fresh pool afterwards keeps the tests after them as they would run alone."""
+    yield
+    pool.after_fork()
 
 
 class Shard:

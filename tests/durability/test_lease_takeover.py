@@ -448,3 +448,20 @@ def test_a_resumed_conversion_takes_over_a_gone_writers_lease(tmp_path: Path) ->
     report = shardwise.convert(src, dst, shards=(40, 30), resume=True)
     assert report.ok and read_lease(st) is None
     np.testing.assert_array_equal(shardwise.open_array(dst).compute(), x)
+
+
+def test_a_held_lease_pickles_without_its_heartbeat(tmp_path: Path) -> None:
+    """The finish of a ``compute=False`` write carries its sessions' leases to a worker: the copy
+    pickles, has no heartbeat of its own, and releasing it removes the lease, after which the
+    holder's heartbeat stops at its next beat."""
+    import pickle
+
+    st = ShardStore(LocalStore(tmp_path))
+    lease = Lease.acquire(st, expiry=0.4)
+    copy = pickle.loads(pickle.dumps(lease))
+    assert copy._beat is None and copy.info == lease.info
+    copy.release()
+    assert read_lease(st) is None
+    beat = lease._beat
+    assert beat is not None
+    wait_until(lambda: not beat.is_alive(), "the holder's heartbeat to stop")

@@ -281,6 +281,12 @@ class Lease:
             self._beat.stop()
         _release_own(self.store, self.name, self.info)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy sent to a worker (the finish of a compute=False write runs there) carries no
+        # heartbeat: the thread renewing this lease stays in the process that took it, and
+        # stops at its next beat once the lease is released
+        return {**self.__dict__, "_beat": None}
+
     def __enter__(self) -> Lease:
         return self
 
