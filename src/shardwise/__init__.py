@@ -11,18 +11,19 @@ from .durability.verify import VerifyReport, verify
 from .engine.direct import read_array
 from .engine.report import WriteReport
 from .errors import (
-    ArgumentTypeError,
-    ArgumentValueError,
     ArrayExistsError,
     ArrayNotFoundError,
     BatchNotFoundError,
     CorruptShardError,
     DependencyError,
+    InvalidTypeError,
+    InvalidValueError,
     LeaseHeldError,
     NotAGroupError,
     NotAnArrayError,
     OutputError,
     PlanError,
+    ReadOnlyError,
     SelectionError,
     ShardConflictError,
     ShardwiseError,
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgumentTypeError",
-    "ArgumentValueError",
     "ArrayExistsError",
     "ArrayNotFoundError",
     "ArrayReport",
@@ -48,11 +47,14 @@ __all__ = [
     "CorruptShardError",
     "DependencyError",
     "Interrupted",
+    "InvalidTypeError",
+    "InvalidValueError",
     "LeaseHeldError",
     "NotAGroupError",
     "NotAnArrayError",
     "OutputError",
     "PlanError",
+    "ReadOnlyError",
     "SelectionError",
     "ShardConflictError",
     "ShardwiseError",

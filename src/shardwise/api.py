@@ -23,10 +23,10 @@ from .engine.read import ShardReader, open_reader
 from .engine.report import WriteReport
 from .engine.write import Mode, WriteOptions
 from .errors import (
-    ArgumentTypeError,
-    ArgumentValueError,
     ArrayExistsError,
     ArrayNotFoundError,
+    InvalidTypeError,
+    InvalidValueError,
     PlanError,
     ShardwiseError,
 )
@@ -73,8 +73,8 @@ _BLAMED = (
 
 def create_in_memory(kwargs: dict[str, Any]) -> Any:
     """``zarr.create_array(MemoryStore(), **kwargs)``: the metadata built and checked without a
-    byte written anywhere. What zarr refuses becomes an :class:`ArgumentTypeError` /
-    :class:`ArgumentValueError` naming the keyword at fault, found by building again without
+    byte written anywhere. What zarr refuses becomes an :class:`InvalidTypeError` /
+    :class:`InvalidValueError` naming the keyword at fault, found by building again without
     each one (only on the error path); ``dtype`` is blamed last, a fill value wrong for the
     dtype being the fill value's fault."""
     try:
@@ -99,7 +99,7 @@ def create_in_memory(kwargs: dict[str, Any]) -> Any:
         culprit = "dtype"
     if culprit is None:  # the layout, or a combination: zarr's own words
         raise error
-    kind = ArgumentTypeError if isinstance(error, TypeError) else ArgumentValueError
+    kind = InvalidTypeError if isinstance(error, TypeError) else InvalidValueError
     raise kind(
         f"{culprit}={kwargs[culprit]!r} is not accepted (as zarr.create_array takes it): {error}"
     ) from None
@@ -275,10 +275,10 @@ def write_array(
 
     Raises
     ------
-    ArgumentTypeError
+    InvalidTypeError
         A keyword of the wrong type (a ``TypeError``); the message names the keyword, the value
         and what is accepted.
-    ArgumentValueError
+    InvalidValueError
         A keyword value outside what the keyword accepts (a ``ValueError`` and a
         :class:`PlanError`), e.g. a ``zarr_format`` other than 3.
     ArrayExistsError
@@ -370,7 +370,7 @@ def _check_write_keywords(
     signature, so the first one wrong is named); returns ``threads`` and ``memory_limit``
     checked."""
     if type(zarr_format) is not int or zarr_format != 3:
-        raise ArgumentValueError(
+        raise InvalidValueError(
             f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
         )
     args.choice("mode", mode, _MODES)
@@ -427,7 +427,7 @@ def _target_metadata(
     if exists and not (resume and mode in ("w", "w-") and region is None):
         return _Target(retry_transient(lambda: open_info(zstore, path)), None)
     if region is not None:
-        raise PlanError("region= needs an existing array (mode='r+' or 'a')")
+        raise InvalidValueError("region= needs an existing array (mode='r+' or 'a')")
     kwargs, probe = _probe(*layout, given)
     # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
     # fill value with a payload is stored as plain "NaN"
@@ -586,7 +586,7 @@ def _object_dtype(data: Any) -> Any:
     """The array dtype for object ``data`` when none is given: strings if numpy holds only str."""
     if not _is_dask(data) and all(isinstance(v, str) for v in np.asarray(data).flat):
         return str
-    raise PlanError(
+    raise InvalidValueError(
         "data of dtype object: pass dtype= (e.g. dtype=str for Python strings, stored as zarr "
         "variable-length UTF-8 strings)"
     )
@@ -682,7 +682,7 @@ def open_array(
 
     Raises
     ------
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         A keyword of the wrong type, or a value it does not accept (e.g. chunks that are not
         positive); the message names the keyword.
     ArrayNotFoundError
@@ -718,10 +718,10 @@ def _read_chunks(chunks: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> A
     try:
         out = normalize_chunks(chunks, shape, dtype=dtype)
     except (TypeError, ValueError) as e:
-        kind = ArgumentTypeError if isinstance(e, TypeError) else ArgumentValueError
+        kind = InvalidTypeError if isinstance(e, TypeError) else InvalidValueError
         raise kind(f"chunks must be {accepted}, got {chunks!r} ({e})") from None
     if any(c < 1 for dim, n in zip(out, shape, strict=True) if n for c in dim):
-        raise ArgumentValueError(f"chunks must be {accepted} with positive sizes, got {chunks!r}")
+        raise InvalidValueError(f"chunks must be {accepted} with positive sizes, got {chunks!r}")
     return out
 
 

@@ -1,20 +1,54 @@
-"""All shardwise exceptions. Each also derives from the builtin a caller would expect."""
+"""All shardwise exceptions. Each also derives from the builtin a caller would expect.
+
+The tree (the builtin or zarr class each one also is, in parentheses)::
+
+    ShardwiseError                  base of every error shardwise raises
+    |-- InvalidTypeError            (TypeError) a keyword's value is of a type it cannot take
+    |-- InvalidValueError           (ValueError) a keyword's value, or a combination of them,
+    |                               is outside what is accepted; raised before any I/O
+    |-- PlanError                   (ValueError) a write refused with its figures: memory per
+    |                               task, task count, misaligned or overlapping regions, data
+    |                               that does not fit the stored array; nothing written
+    |-- ReadOnlyError               (ValueError) a write mode asked of the read-only
+    |                               xarray engine
+    |-- ArrayNotFoundError          (zarr.errors.ArrayNotFoundError, so FileNotFoundError and
+    |                               ValueError) no array and no group at the store and path
+    |-- BatchNotFoundError          (FileNotFoundError) no batch write open for the array
+    |-- ArrayExistsError            (FileExistsError) an array, finished write or batch is
+    |                               already there and the mode does not replace it
+    |-- NotAnArrayError             (ValueError) the path names a group, not an array
+    |-- NotAGroupError              (ValueError) the path names an array, not a group
+    |-- SelectionError              (IndexError) a read selection shardwise cannot take
+    |-- OutputError                 (ValueError) a read's out= does not fit the selection
+    |-- CorruptShardError           (ValueError) a stored shard cannot be decoded
+    |-- VerifyError                 (ValueError) a stored array failed verification
+    |-- UnsupportedCodecError       (NotImplementedError) a codec chain or Zarr v2 array
+    |-- LeaseHeldError              (RuntimeError) another writer holds the write lease
+    |-- ShardConflictError          (RuntimeError) a shard kept changing under a commit
+    `-- DependencyError             (RuntimeError) an installed dependency is out of range
+
+Bad arguments (InvalidTypeError, InvalidValueError) are not plan refusals: a PlanError means
+the arguments were usable and the write they describe was refused, with the numbers why.
+"""
 
 from __future__ import annotations
 
+import zarr.errors
+
 __all__ = [
-    "ArgumentTypeError",
-    "ArgumentValueError",
     "ArrayExistsError",
     "ArrayNotFoundError",
     "BatchNotFoundError",
     "CorruptShardError",
     "DependencyError",
+    "InvalidTypeError",
+    "InvalidValueError",
     "LeaseHeldError",
     "NotAGroupError",
     "NotAnArrayError",
     "OutputError",
     "PlanError",
+    "ReadOnlyError",
     "SelectionError",
     "ShardConflictError",
     "ShardwiseError",
@@ -63,8 +97,20 @@ class UnsupportedCodecError(ShardwiseError, NotImplementedError):
     array is a Zarr v2 array (a ``NotImplementedError``)."""
 
 
-class ArrayNotFoundError(ShardwiseError, FileNotFoundError):
-    """No array (and no group) at the given store and path (a ``FileNotFoundError``)."""
+class ArrayNotFoundError(ShardwiseError, zarr.errors.ArrayNotFoundError):
+    """No array (and no group) at the given store and path: zarr's own
+    ``zarr.errors.ArrayNotFoundError`` (so a ``FileNotFoundError`` and a ``ValueError``), which
+    means the same, so ``except`` clauses written for zarr catch it too.
+
+    Parameters
+    ----------
+    message : str
+        The error message.
+    """
+
+    def __init__(self, message: str) -> None:
+        # one preformatted message: zarr's base would format several arguments into its template
+        super().__init__(message)
 
 
 class ArrayExistsError(ShardwiseError, FileExistsError):
@@ -76,7 +122,7 @@ class BatchNotFoundError(ShardwiseError, FileNotFoundError):
     """No batch write is open for the array (a ``FileNotFoundError``)."""
 
 
-class ArgumentTypeError(ShardwiseError, TypeError):
+class InvalidTypeError(ShardwiseError, TypeError):
     """An argument of a type shardwise cannot use (a ``TypeError``); the message names the
     keyword, the value and what it takes. Raised before anything is read or written."""
 
@@ -105,15 +151,21 @@ class NotAGroupError(ShardwiseError, ValueError):
     ``ValueError``)."""
 
 
+class InvalidValueError(ShardwiseError, ValueError):
+    """A keyword argument's value, or a combination of keywords, is outside what is accepted (a
+    ``ValueError``); the message names the keyword, the value and the accepted values. Raised
+    before anything is read or written."""
+
+
 class PlanError(ShardwiseError, ValueError):
-    """A write was refused before anything was written (bad arguments, misaligned region, ...);
-    a ``ValueError``."""
+    """A write was refused before anything was written, with the figures why: memory per task
+    over the limit, too many shard tasks, regions off the shard grid or sharing shards, data
+    that does not fit the stored array (a ``ValueError``)."""
 
 
-class ArgumentValueError(PlanError):
-    """A keyword argument's value is outside what the keyword accepts (a ``ValueError`` and a
-    :class:`PlanError`); the message names the keyword, the value and the accepted values.
-    Raised before anything is read or written."""
+class ReadOnlyError(ShardwiseError, ValueError):
+    """A write mode was asked of the read-only xarray engine (a ``ValueError``, as xarray's own
+    engines raise for a mode they do not take)."""
 
 
 class SelectionError(ShardwiseError, IndexError):

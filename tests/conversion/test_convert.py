@@ -24,7 +24,7 @@ import shardwise
 from faultkit import BUCKET, files, moto_s3, temp_files
 from oracles import assert_bit_equal
 from shardwise.cli import main
-from shardwise.errors import PlanError
+from shardwise.errors import InvalidValueError, PlanError
 from strategies import arrays, dtypes, examples, geometries
 
 SHAPE = (37, 50)
@@ -402,13 +402,13 @@ def test_refusals_leave_the_destination_byte_identical(tmp_path: Path) -> None:
     before = files(dst, journal=True)
     with pytest.raises(FileExistsError, match="mode='w'"):
         shardwise.convert(src, dst, shards=(16, 20))
-    with pytest.raises(PlanError, match="positive sizes"):
+    with pytest.raises(InvalidValueError, match="positive sizes"):
         shardwise.convert(src, dst, shards=(0, 20), mode="w")
-    with pytest.raises(PlanError, match="mode"):
+    with pytest.raises(InvalidValueError, match="mode"):
         shardwise.convert(src, dst, mode="a")
     assert files(dst, journal=True) == before
     fresh = tmp_path / "never.zarr"
-    with pytest.raises(PlanError):
+    with pytest.raises(InvalidValueError):
         shardwise.convert(src, fresh, shards=(7,))
     assert not fresh.exists() or not any(fresh.rglob("*"))
 
@@ -456,7 +456,7 @@ def test_inspect_a_converted_group(tmp_path: Path, capsys: pytest.CaptureFixture
     g = zarr.open_group(src, mode="w", zarr_format=2)
     g.create_array("a", shape=(40,), chunks=(5,), dtype="f4")[...] = np.arange(40.0)
     g.create_array("b", shape=(6, 8), chunks=(2, 2), dtype="i2")[...] = 1
-    with pytest.raises(PlanError, match=r"array 'b' has 2 dimension\(s\)"):
+    with pytest.raises(InvalidValueError, match=r"array 'b' has 2 dimension\(s\)"):
         shardwise.convert(src, dst, shards=(20,))  # a 1-d shape cannot apply to the 2-d "b"
     assert not dst.exists()
     rep = shardwise.convert(src, dst, shard_bytes=80)  # 4 chunks of "a", 6 of "b"

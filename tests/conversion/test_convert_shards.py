@@ -17,7 +17,7 @@ import zarr
 
 import shardwise
 from faultkit import exe, files
-from shardwise.errors import ArgumentTypeError, ArgumentValueError, PlanError
+from shardwise.errors import InvalidTypeError, InvalidValueError
 
 CHUNKS = (8, 10)
 
@@ -44,31 +44,31 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 # (source, keyword arguments, CLI flags, error type, message, exit status: sizes the command
 # line cannot take are usage errors, 2, before any store is opened; refusals of the array, 3)
 REFUSALS: list[tuple[str, dict[str, Any], list[str], type, str, int]] = [
-    ("named", {"shards": {"tme": 365}}, ["--shards", "tme=365"], ArgumentValueError,
+    ("named", {"shards": {"tme": 365}}, ["--shards", "tme=365"], InvalidValueError,
      r"dimension\(s\) \['tme'\] that array '/' does not have \(dimensions: \['time', 'x'\]\)", 3),
-    ("bare", {"shards": {"time": 365}}, ["--shards", "time=365"], ArgumentValueError,
+    ("bare", {"shards": {"time": 365}}, ["--shards", "time=365"], InvalidValueError,
      "array '/' has no dimension names", 3),
-    ("line", {"shards": (4, 4)}, ["--shards", "4,4"], ArgumentValueError,
+    ("line", {"shards": (4, 4)}, ["--shards", "4,4"], InvalidValueError,
      r"array '/' has 1 dimension\(s\) \(40,\), but shards \(4, 4\) has 2", 3),
-    ("named", {"shards": (16,)}, ["--shards", "16"], ArgumentValueError,
+    ("named", {"shards": (16,)}, ["--shards", "16"], InvalidValueError,
      r"array '/' has 2 dimension\(s\)", 3),
-    ("group", {"shards": (5, 2, 3)}, ["--shards", "5,2,3"], ArgumentValueError,
+    ("group", {"shards": (5, 2, 3)}, ["--shards", "5,2,3"], InvalidValueError,
      r"array 'lat' has 1 dimension\(s\) \(4,\), but shards \(5, 2, 3\) has 3", 3),
-    ("group", {"shards": {"tme": 5}}, ["--shards", "tme=5"], ArgumentValueError,
+    ("group", {"shards": {"tme": 5}}, ["--shards", "tme=5"], InvalidValueError,
      r"\['tme'\] that the group does not have", 3),
-    ("named", {"shards": (16, 0)}, ["--shards", "16,0"], ArgumentValueError,
+    ("named", {"shards": (16, 0)}, ["--shards", "16,0"], InvalidValueError,
      r"shards must be a shape of positive sizes .* got \(16, 0\)", 2),
-    ("named", {"shards": (-8, 10)}, ["--shards=-8,10"], ArgumentValueError,
+    ("named", {"shards": (-8, 10)}, ["--shards=-8,10"], InvalidValueError,
      r"got \(-8, 10\)", 2),
-    ("named", {"shards": {"time": 0}}, ["--shards", "time=0"], ArgumentValueError,
+    ("named", {"shards": {"time": 0}}, ["--shards", "time=0"], InvalidValueError,
      r"got \{'time': 0\}", 2),
-    ("named", {"shard_bytes": 0}, ["--shard-bytes", "0"], ArgumentValueError,
+    ("named", {"shard_bytes": 0}, ["--shard-bytes", "0"], InvalidValueError,
      "shard_bytes must be a positive number of bytes", 2),
-    ("named", {"shard_bytes": -5}, ["--shard-bytes=-5"], ArgumentValueError,
+    ("named", {"shard_bytes": -5}, ["--shard-bytes=-5"], InvalidValueError,
      "shard_bytes must be a positive number of bytes", 2),
-    ("named", {"shard_bytes": "lots"}, ["--shard-bytes", "lots"], ArgumentValueError,
+    ("named", {"shard_bytes": "lots"}, ["--shard-bytes", "lots"], InvalidValueError,
      "shard_bytes must be a positive number of bytes", 2),
-    ("named", {"shards": "time=a"}, ["--shards", "time=a"], ArgumentTypeError,
+    ("named", {"shards": "time=a"}, ["--shards", "time=a"], InvalidTypeError,
      "shards must be", 2),
 ]  # fmt: skip
 IDS = [
@@ -175,6 +175,8 @@ def test_sizes_by_name_apply_per_array_of_a_group(sources: dict[str, Path], tmp_
 def test_to_zarr_encoding_chunks_and_shards_still_follow_xarray(tmp_path: Path) -> None:
     """Both in `encoding` is xarray's vocabulary: chunks that split shards are refused there."""
     ds = xr.Dataset({"v": (("t",), np.arange(20))})
-    with pytest.raises(PlanError, match=r"inner chunks \(3,\) must divide the shard shape \(8,\)"):
+    with pytest.raises(
+        InvalidValueError, match=r"inner chunks \(3,\) must divide the shard shape \(8,\)"
+    ):
         shardwise.to_zarr(ds, tmp_path / "a", encoding={"v": {"chunks": (3,), "shards": (8,)}})
     assert not (tmp_path / "a").exists()

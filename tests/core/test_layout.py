@@ -25,7 +25,7 @@ from shardwise.core.layout import (
 )
 from shardwise.core.plan import WritePlan
 from shardwise.engine.read import coalesce
-from shardwise.errors import PlanError
+from shardwise.errors import InvalidValueError
 from strategies import Geometry, examples, geometries, regions
 
 
@@ -143,7 +143,7 @@ slices = st.builds(
 @given(n=st.integers(0, 8), sl=slices)
 def test_normalize_region_follows_python_slicing(n: int, sl: slice) -> None:
     if sl.stop is not None and sl.stop > n:
-        with pytest.raises(PlanError, match="outside the array extent"):
+        with pytest.raises(InvalidValueError, match="outside the array extent"):
             normalize_region((sl,), (n,))
         return
     (got,) = normalize_region((sl,), (n,))
@@ -152,9 +152,9 @@ def test_normalize_region_follows_python_slicing(n: int, sl: slice) -> None:
 
 
 def test_normalize_region_refuses_steps_and_wrong_ndim() -> None:
-    with pytest.raises(PlanError, match="step 1"):
+    with pytest.raises(InvalidValueError, match="step 1"):
         normalize_region((slice(0, 4, 2),), (8,))
-    with pytest.raises(PlanError, match="2 dimensions"):
+    with pytest.raises(InvalidValueError, match="2 dimensions"):
         normalize_region((slice(None), slice(None)), (8,))
 
 
@@ -185,7 +185,7 @@ def test_is_aligned_matches_brute_force(case: tuple[Layout, Region]) -> None:
 def test_invalid_layouts_are_refused(
     shape: tuple[int, ...], shards: tuple[int, ...], chunks: tuple[int, ...], match: str
 ) -> None:
-    with pytest.raises(PlanError, match=match):
+    with pytest.raises(InvalidValueError, match=match):
         Layout(shape, shards, chunks)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shardwise import PlanError
+from shardwise import InvalidValueError
 from shardwise.core.layout import Layout, intersect, is_aligned, normalize_region, shift
 
 LAY = Layout(shape=(10, 7), shard_shape=(4, 4), chunk_shape=(2, 2))
@@ -49,9 +49,9 @@ def test_regions_that_only_touch_do_not_intersect() -> None:
 
 
 def test_refusals_say_what_is_accepted() -> None:
-    with pytest.raises(PlanError, match=r"must have the same number of dimensions$"):
+    with pytest.raises(InvalidValueError, match=r"must have the same number of dimensions$"):
         Layout(shape=(10, 7), shard_shape=(4,), chunk_shape=(2, 2))
-    with pytest.raises(PlanError) as err:
+    with pytest.raises(InvalidValueError) as err:
         normalize_region((slice(0, 2), 3), (10, 7))
     assert str(err.value) == (
         "region dimension 1: 3 is not a slice; a region takes slices with step 1 and one "

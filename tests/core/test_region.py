@@ -16,7 +16,7 @@ import shardwise
 from faultkit import files, snapshot
 from shardwise import batch
 from shardwise.core.layout import normalize_region
-from shardwise.errors import PlanError
+from shardwise.errors import InvalidValueError
 from strategies import Geometry, examples, geometries, regions
 
 
@@ -44,15 +44,17 @@ def test_an_ellipsis_normalizes_as_the_slices_it_stands_for(
 
 
 def test_regions_it_cannot_take_are_refused_naming_what_it_takes() -> None:
-    with pytest.raises(PlanError, match=r"one Ellipsis \(\.\.\.\), got 2"):
+    with pytest.raises(InvalidValueError, match=r"one Ellipsis \(\.\.\.\), got 2"):
         normalize_region((..., slice(0, 2), ...), (4, 4, 4))
-    with pytest.raises(PlanError, match=r"2 dimensions, the array has 3 \(an Ellipsis"):
+    with pytest.raises(InvalidValueError, match=r"2 dimensions, the array has 3 \(an Ellipsis"):
         normalize_region((slice(0, 2), slice(0, 2)), (4, 4, 4))
-    with pytest.raises(PlanError, match=r"4 dimensions, the array has 3$"):
+    with pytest.raises(InvalidValueError, match=r"4 dimensions, the array has 3$"):
         normalize_region((slice(0, 2),) * 4 + (...,), (4, 4, 4))
-    with pytest.raises(PlanError, match=r"dimension 1: 3 is not a slice.*slice\(i, i \+ 1\)"):
+    with pytest.raises(
+        InvalidValueError, match=r"dimension 1: 3 is not a slice.*slice\(i, i \+ 1\)"
+    ):
         normalize_region((slice(0, 2), 3, ...), (4, 4, 4))
-    with pytest.raises(PlanError, match="integer bounds"):
+    with pytest.raises(InvalidValueError, match="integer bounds"):
         normalize_region((slice(0.5, 2), ...), (4, 4))
     # a lone slice or Ellipsis is a region of one item
     assert normalize_region(..., (3, 2)) == (slice(0, 3), slice(0, 2))
@@ -85,11 +87,11 @@ def test_a_refused_region_leaves_the_store_byte_identical(tmp_path: Path) -> Non
     out = tmp_path / "a.zarr"
     shardwise.write_array(np.ones((8, 6, 4), "int16"), out, chunks=(2, 2, 2), shards=(4, 6, 4))
     before = snapshot(out)
-    with pytest.raises(PlanError, match="one Ellipsis"):
+    with pytest.raises(InvalidValueError, match="one Ellipsis"):
         shardwise.write_array(
             np.zeros((2, 6, 4), "int16"), out, region=(..., slice(0, 2), ...), mode="r+"
         )
-    with pytest.raises(PlanError, match=r"2 dimensions, the array has 3 \(an Ellipsis"):
+    with pytest.raises(InvalidValueError, match=r"2 dimensions, the array has 3 \(an Ellipsis"):
         shardwise.write_array(
             np.zeros((2, 6, 4), "int16"), out, region=(slice(0, 2), slice(None)), mode="r+"
         )

@@ -29,7 +29,7 @@ from shardwise.core.sizing import (
     shrink_to_fit,
     whole_chunks,
 )
-from shardwise.errors import ArgumentTypeError, ArgumentValueError
+from shardwise.errors import InvalidTypeError, InvalidValueError
 from strategies import examples
 
 DTYPES = ("bool", "uint8", "int16", "float32", "int64", "complex128")
@@ -165,23 +165,23 @@ def test_parse_shards(text: str, parsed: Any) -> None:
 
 @pytest.mark.parametrize("text", ["", "4,,4", "a,b", "time=a", "=4", "time=4,time=5", "4,x=4"])
 def test_parse_shards_refuses_what_it_cannot_read(text: str) -> None:
-    with pytest.raises(ArgumentValueError, match="shards must be sizes like 256,256,64"):
+    with pytest.raises(InvalidValueError, match="shards must be sizes like 256,256,64"):
         parse_shards(text)
 
 
 @pytest.mark.parametrize(
     ("value", "error"),
     [
-        ((4, 0), ArgumentValueError),
-        ((4, -1), ArgumentValueError),
-        ((), ArgumentValueError),
-        ((4.5, 2), ArgumentValueError),
-        ((True, 2), ArgumentValueError),
-        ({"time": 0}, ArgumentValueError),
-        ({"time": "365"}, ArgumentValueError),
-        ({1: 365}, ArgumentTypeError),
-        ("4,4", ArgumentTypeError),
-        (4, ArgumentTypeError),
+        ((4, 0), InvalidValueError),
+        ((4, -1), InvalidValueError),
+        ((), InvalidValueError),
+        ((4.5, 2), InvalidValueError),
+        ((True, 2), InvalidValueError),
+        ({"time": 0}, InvalidValueError),
+        ({"time": "365"}, InvalidValueError),
+        ({1: 365}, InvalidTypeError),
+        ("4,4", InvalidTypeError),
+        (4, InvalidTypeError),
     ],
 )
 def test_check_shards_refuses_bad_sizes(value: Any, error: type) -> None:
@@ -199,11 +199,11 @@ def test_shards_for_applies_or_refuses() -> None:
     assert shards_for((12, 25), (37, 50), (8, 10), 2, None, None, name="a") == (16, 30)
     # named dimensions rounded, the others sized to the byte target (here: one chunk of x)
     assert shards_for({"t": 9}, (37, 50), (8, 10), 2, ("t", "x"), 320, name="a") == (16, 10)
-    with pytest.raises(ArgumentValueError, match=r"array 'a' has 2 dimension\(s\)"):
+    with pytest.raises(InvalidValueError, match=r"array 'a' has 2 dimension\(s\)"):
         shards_for((12,), (37, 50), (8, 10), 2, None, None, name="a")
-    with pytest.raises(ArgumentValueError, match="array 'a' has no dimension names"):
+    with pytest.raises(InvalidValueError, match="array 'a' has no dimension names"):
         shards_for({"t": 9}, (37, 50), (8, 10), 2, None, None, name="a")
-    with pytest.raises(ArgumentValueError, match=r"\['tme'\] that the group does not have"):
+    with pytest.raises(InvalidValueError, match=r"\['tme'\] that the group does not have"):
         check_names({"tme": 9}, [("a", ("t", "x")), ("b", None)], "the group")
     check_names({"t": 9}, [("a", ("t", "x")), ("b", ("x",))], "the group")  # b: not named
 

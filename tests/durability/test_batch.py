@@ -19,7 +19,7 @@ from zarr.storage import LocalStore
 
 import shardwise
 from faultkit import files, settle
-from shardwise import LeaseHeldError, PlanError, VerifyError, batch
+from shardwise import InvalidValueError, LeaseHeldError, PlanError, VerifyError, batch
 from shardwise.core.layout import Layout, is_aligned
 from shardwise.durability.lease import Lease, part_lease
 from shardwise.durability.verify import verify
@@ -194,7 +194,7 @@ def test_init_is_idempotent_and_guarded(tmp_path: Path) -> None:
         batch.init(root, shape=SHAPE, dtype="uint8", parts=3, **KW)
     replaced = batch.init(root, shape=SHAPE, dtype="uint8", parts=3, mode="w", **KW)
     assert replaced.nparts == 3
-    with pytest.raises(PlanError, match=r"parts are 0\.\.2"):
+    with pytest.raises(InvalidValueError, match=r"parts are 0\.\.2"):
         batch.write_part(data(), root, 3)
     with pytest.raises(PlanError, match="does not fit"):
         batch.write_part(data()[:7], root, 0)

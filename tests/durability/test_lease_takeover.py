@@ -24,7 +24,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from faultkit import MotoS3, exe, files, moto_s3, records, temp_files, unique, wait_until
-from shardwise import ArgumentTypeError, ArgumentValueError, LeaseHeldError
+from shardwise import InvalidTypeError, InvalidValueError, LeaseHeldError
 from shardwise.cli.commands import TASK_ID_VARS
 from shardwise.durability.holder import LeaseInfo, process_start
 from shardwise.durability.lease import LEASE, Lease, read_lease
@@ -371,11 +371,11 @@ def test_finalize_takes_over_the_leases_of_dead_parts(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("value", "env", "error", "text"),
     [
-        (0, None, ArgumentValueError, "lease_expiry must be a positive number of seconds, got 0"),
-        ("60", None, ArgumentTypeError, "lease_expiry must be a positive number.*'60' [(]str[)]"),
-        (True, None, ArgumentTypeError, "lease_expiry must be a positive number"),
-        (None, "soon", ArgumentValueError, "SHARDWISE_LEASE_EXPIRY must be a positive number"),
-        (None, "-5", ArgumentValueError, "SHARDWISE_LEASE_EXPIRY must be a positive number"),
+        (0, None, InvalidValueError, "lease_expiry must be a positive number of seconds, got 0"),
+        ("60", None, InvalidTypeError, "lease_expiry must be a positive number.*'60' [(]str[)]"),
+        (True, None, InvalidTypeError, "lease_expiry must be a positive number"),
+        (None, "soon", InvalidValueError, "SHARDWISE_LEASE_EXPIRY must be a positive number"),
+        (None, "-5", InvalidValueError, "SHARDWISE_LEASE_EXPIRY must be a positive number"),
     ],
 )
 def test_a_bad_lease_expiry_is_refused_before_the_store_changes(

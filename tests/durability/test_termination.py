@@ -24,7 +24,7 @@ from zarr.storage import LocalStore
 
 import shardwise
 from faultkit import exe, records, temp_files, wait_until
-from shardwise import ArgumentTypeError, ArgumentValueError, Interrupted
+from shardwise import Interrupted, InvalidTypeError, InvalidValueError
 from shardwise.cli.commands import TASK_ID_VARS
 from shardwise.durability.lease import read_lease
 from shardwise.durability.verify import verify
@@ -155,11 +155,11 @@ def test_without_the_opt_in_python_keeps_its_default_handling(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("kwargs", "error", "text"),
     [
-        (dict(signals="SIGTERM"), ArgumentTypeError, "signals must be a sequence"),
-        (dict(signals=[12345]), ArgumentValueError, "signals must be signal numbers"),
-        (dict(signals=[signal.SIGKILL]), ArgumentValueError, "SIGKILL cannot be handled"),
-        (dict(grace=0), ArgumentValueError, "grace must be a positive number"),
-        (dict(grace="20"), ArgumentTypeError, "grace must be a positive number"),
+        (dict(signals="SIGTERM"), InvalidTypeError, "signals must be a sequence"),
+        (dict(signals=[12345]), InvalidValueError, "signals must be signal numbers"),
+        (dict(signals=[signal.SIGKILL]), InvalidValueError, "SIGKILL cannot be handled"),
+        (dict(grace=0), InvalidValueError, "grace must be a positive number"),
+        (dict(grace="20"), InvalidTypeError, "grace must be a positive number"),
     ],
 )
 def test_stop_on_signals_refuses_bad_arguments(kwargs: Any, error: type, text: str) -> None:
@@ -176,7 +176,7 @@ def test_stop_on_signals_only_in_the_main_thread() -> None:
         try:
             with shardwise.stop_on_signals():
                 pass
-        except ArgumentValueError as e:
+        except InvalidValueError as e:
             out.append(e)
 
     t = threading.Thread(target=run)

@@ -43,7 +43,7 @@ from faultkit import (
     worker_cluster,
 )
 from oracles import assert_bit_equal
-from shardwise import PlanError, WriteJob, verify
+from shardwise import InvalidValueError, PlanError, WriteJob, verify
 from shardwise.engine.staged import STAGED
 from strategies import cases, dask_chunkings, examples, regions, write
 
@@ -117,7 +117,7 @@ def test_a_job_over_the_memory_limit_is_refused_before_any_byte(tmp_path: Path) 
         shardwise.write_array(src, root, mode="r+", strategy="direct", memory_limit=64 * 2**10)
     with pytest.raises(PlanError, match="rechunk the source into smaller dask chunks"):
         shardwise.write_array(src, root, mode="r+", strategy="staged", memory_limit=64 * 2**10)
-    with pytest.raises(PlanError, match="strategy must be one of"):
+    with pytest.raises(InvalidValueError, match="strategy must be one of"):
         shardwise.write_array(src, root, mode="r+", strategy="fast")  # type: ignore[arg-type]
     assert files(root, journal=True) == before
 

@@ -25,7 +25,7 @@ from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
 from fsevents import FileEvents
-from shardwise import PlanError, WriteReport
+from shardwise import InvalidValueError, PlanError, WriteReport
 from shardwise.core.layout import Layout
 
 SHAPE = (61, 47, 19)
@@ -360,7 +360,7 @@ def test_mode_r_plus_needs_existing(tmp_path: Path) -> None:
     assert mismatches(zarr_read(str(tmp_path)), data - 1) == 0
     with pytest.raises(PlanError):  # wrong shape for the stored array
         write(data[:10], str(tmp_path), mode="r+")
-    with pytest.raises(PlanError):
+    with pytest.raises(InvalidValueError, match="mode must be one of"):
         write(data, str(tmp_path), mode="x")  # type: ignore[arg-type]
     assert mismatches(zarr_read(str(tmp_path)), data - 1) == 0
 

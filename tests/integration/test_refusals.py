@@ -31,6 +31,7 @@ from shardwise.codec.metadata import default_compressors
 from shardwise.durability.lease import Lease
 from shardwise.errors import (
     ArrayNotFoundError,
+    InvalidValueError,
     LeaseHeldError,
     NotAnArrayError,
     PlanError,
@@ -137,18 +138,35 @@ def test_object_strings_into_an_existing_string_array(tmp_path: Path, read_zarr:
 
 
 @pytest.mark.parametrize(
-    ("data", "dtype", "message"),
+    ("data", "dtype", "error", "message"),
     [
-        (np.array(["a", 1, None], dtype=object), str, "Python str values only, got 1 of type int"),
-        (np.array(["a", 1], dtype=object), None, r"pass dtype= \(e.g. dtype=str"),
-        (da.from_array(np.array(["a", "b"], dtype=object), chunks=1), None, "pass dtype="),
+        # values the given dtype cannot hold: the write is refused; object data without a
+        # dtype is an argument shardwise never takes
+        (
+            np.array(["a", 1, None], dtype=object),
+            str,
+            PlanError,
+            "Python str values only, got 1 of type int",
+        ),
+        (
+            np.array(["a", 1], dtype=object),
+            None,
+            InvalidValueError,
+            r"pass dtype= \(e.g. dtype=str",
+        ),
+        (
+            da.from_array(np.array(["a", "b"], dtype=object), chunks=1),
+            None,
+            InvalidValueError,
+            "pass dtype=",
+        ),
     ],
     ids=["non-str-values", "mixed-object", "dask-object-no-dtype"],
 )
 def test_objects_that_are_not_strings_are_refused_before_anything(
-    tmp_path: Path, data: Any, dtype: Any, message: str
+    tmp_path: Path, data: Any, dtype: Any, error: type[Exception], message: str
 ) -> None:
-    with pytest.raises(PlanError, match=message):
+    with pytest.raises(error, match=message):
         shardwise.write_array(data, tmp_path / "s", dtype=dtype, chunks=(2,), shards=(2,))
     assert files(tmp_path, journal=True) == {}
     # into an existing array: byte-identical
@@ -156,7 +174,7 @@ def test_objects_that_are_not_strings_are_refused_before_anything(
         np.array(["x", "y", "z"]), tmp_path / "e", dtype=str, chunks=(1,), shards=(3,)
     )
     before = files(tmp_path / "e", journal=True)
-    with pytest.raises(PlanError):
+    with pytest.raises(InvalidValueError, match="pass dtype="):
         shardwise.write_array(np.array(["a", 1, None], dtype=object), tmp_path / "e", mode="r+")
     assert files(tmp_path / "e", journal=True) == before
 
@@ -179,13 +197,13 @@ def test_write_array_takes_a_dataarray(tmp_path: Path, backing: str, read_zarr: 
 @pytest.mark.parametrize("name", ["zarr.json", ".shardwise", ".", ".."])
 def test_variables_named_like_store_keys_are_refused(tmp_path: Path, name: str) -> None:
     ds = xr.Dataset({name: ("t", np.arange(10.0))})
-    with pytest.raises(PlanError, match="key the store itself uses"):
+    with pytest.raises(InvalidValueError, match="key the store itself uses"):
         shardwise.to_zarr(ds, tmp_path / "new.zarr")
     assert not (tmp_path / "new.zarr").exists()
     path = tmp_path / "a.zarr"
     shardwise.to_zarr(xr.Dataset({"v": ("t", np.arange(10.0))}), path)
     before = files(path, journal=True)
-    with pytest.raises(PlanError, match="rename it"):
+    with pytest.raises(InvalidValueError, match="rename it"):
         shardwise.to_zarr(ds, path, mode="a")
     assert files(path, journal=True) == before
 

@@ -9,6 +9,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+import zarr.errors
 from packaging.version import Version
 
 import shardwise
@@ -85,6 +86,29 @@ def test_every_shardwise_error_is_a_builtin_error_too() -> None:
     # the public ones are exported
     assert issubclass(E.ArrayExistsError, FileExistsError)
     assert issubclass(E.BatchNotFoundError, FileNotFoundError)
-    assert issubclass(E.ArgumentTypeError, TypeError)
+    assert issubclass(E.InvalidTypeError, TypeError)
     for c in errors:  # every one is exported
         assert getattr(shardwise, c.__name__) is c, c
+
+
+def test_error_tree_splits_arguments_refusals_and_read_only() -> None:
+    """Bad arguments are not plan refusals, the read-only engine has its own class, a missing
+    array is zarr's own ArrayNotFoundError too, and ``errors.__all__`` lists every class
+    errors.py defines (and the package exports each)."""
+    assert not issubclass(E.InvalidValueError, E.PlanError)
+    assert issubclass(E.InvalidValueError, ValueError)
+    assert issubclass(E.ReadOnlyError, ValueError)
+    assert not issubclass(E.ReadOnlyError, E.PlanError)
+    assert issubclass(E.ArrayNotFoundError, zarr.errors.ArrayNotFoundError)
+    assert issubclass(E.ArrayNotFoundError, zarr.errors.NodeNotFoundError)
+    with pytest.raises(zarr.errors.ArrayNotFoundError, match="nothing here"):
+        raise E.ArrayNotFoundError("nothing here")
+    defined = {
+        n
+        for n, c in vars(E).items()
+        if inspect.isclass(c) and issubclass(c, Exception) and c.__module__ == E.__name__
+    }
+    assert set(E.__all__) == defined
+    assert defined <= set(shardwise.__all__)
+    for name in defined:  # the docstring's tree names every class
+        assert name in (E.__doc__ or ""), name

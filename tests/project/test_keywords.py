@@ -1,6 +1,6 @@
 """Every public keyword of every public verb, fed wrong types and values: the call is refused
-with a shardwise error that is also the builtin a caller expects (``ArgumentTypeError`` is a
-``TypeError``, ``ArgumentValueError`` a ``ValueError``), whose message names the keyword and what
+with a shardwise error that is also the builtin a caller expects (``InvalidTypeError`` is a
+``TypeError``, ``InvalidValueError`` a ``ValueError``), whose message names the keyword and what
 it accepts, and the store is byte-identical afterwards (a new store is not created).
 
 To cover a new keyword, add a row to ``CASES`` (or a kind to ``KINDS``): ``(verb, keyword, bad
@@ -31,8 +31,8 @@ import shardwise
 from faultkit import snapshot
 from shardwise import batch
 from shardwise.errors import (
-    ArgumentTypeError,
-    ArgumentValueError,
+    InvalidTypeError,
+    InvalidValueError,
     OutputError,
     PlanError,
     SelectionError,
@@ -70,7 +70,7 @@ VERBS: dict[str, Callable[..., Any]] = {
     "batch.finalize": lambda root, **kw: batch.finalize(root / "bt", **kw),
 }
 
-T, V = ArgumentTypeError, ArgumentValueError
+T, V = InvalidTypeError, InvalidValueError
 FLAG = [("yes", T, "True or False"), (1, T, "True or False"), (None, T, "True or False")]
 OPTIONAL_FLAG = [("no", T, "True, False or None"), (0, T, "True, False or None")]
 THREADS = [("2", T, "positive integer"), (1.5, T, "positive integer"), (True, T, "positive")]
@@ -266,7 +266,7 @@ NOT_COUNT = st.one_of(
 )
 def test_any_non_bool_flag_is_refused_before_the_store_is_touched(flag: str, value: Any) -> None:
     held: dict[str, Any] = {}
-    with pytest.raises(ArgumentTypeError, match=f"{flag} must be True or False"):
+    with pytest.raises(InvalidTypeError, match=f"{flag} must be True or False"):
         shardwise.write_array(X, MemoryStore(held), **LAYOUT, **{flag: value})
     assert held == {}
 
@@ -275,7 +275,7 @@ def test_any_non_bool_flag_is_refused_before_the_store_is_touched(flag: str, val
 @given(value=NOT_COUNT, verb=st.sampled_from(["write_array", "to_zarr"]))
 def test_any_non_positive_thread_count_is_refused(value: Any, verb: str) -> None:
     held: dict[str, Any] = {}
-    with pytest.raises((ArgumentTypeError, ArgumentValueError), match="threads must be a posit"):
+    with pytest.raises((InvalidTypeError, InvalidValueError), match="threads must be a posit"):
         if verb == "write_array":
             shardwise.write_array(X, MemoryStore(held), **LAYOUT, threads=value)
         else:

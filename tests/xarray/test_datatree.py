@@ -24,10 +24,10 @@ import shardwise
 from faultkit import moto_s3, snapshot
 from shardwise.compat import datatree_from_groups
 from shardwise.errors import (
-    ArgumentTypeError,
     ArrayNotFoundError,
+    InvalidTypeError,
     NotAGroupError,
-    PlanError,
+    ReadOnlyError,
 )
 from shardwise.xarray.backend import ShardwiseBackendArray
 
@@ -320,9 +320,9 @@ def test_keywords_are_checked_before_the_store_is_opened(tmp_path: Path) -> None
     """An unknown keyword, a mode other than "r" and a bad threads= are refused first (the
     store does not even exist), naming the keyword."""
     missing = tmp_path / "missing.zarr"
-    with pytest.raises(ArgumentTypeError, match="'colour'"):
+    with pytest.raises(InvalidTypeError, match="'colour'"):
         xr.open_datatree(missing, engine="shardwise", colour="red")
-    with pytest.raises(PlanError, match="read-only"):
+    with pytest.raises(ReadOnlyError, match="read-only"):
         xr.open_groups(missing, engine="shardwise", mode="w")
     with pytest.raises(ValueError, match="threads"):
         xr.open_datatree(missing, engine="shardwise", threads=0)
@@ -333,11 +333,11 @@ def test_keywords_are_checked_before_the_store_is_opened(tmp_path: Path) -> None
 
 
 def test_to_zarr_refuses_a_tree_pointing_at_the_per_group_write(tmp_path: Path) -> None:
-    """to_zarr(tree) is an ArgumentTypeError (a TypeError) that shows the per-group write with
+    """to_zarr(tree) is an InvalidTypeError (a TypeError) that shows the per-group write with
     group= and the tree read; nothing is written. That write (write_with_shardwise) reads back
     as the tree."""
     path = tmp_path / "t.zarr"
-    with pytest.raises(ArgumentTypeError, match="not DataTree") as refused:
+    with pytest.raises(InvalidTypeError, match="not DataTree") as refused:
         shardwise.to_zarr(sample_tree(), path)
     assert isinstance(refused.value, TypeError)
     message = str(refused.value)

@@ -48,7 +48,7 @@ from zarr.storage import MemoryStore
 import shardwise
 from faultkit import snapshot
 from shardwise.core.sizing import DEFAULT_CHUNK_BYTES, default_layout
-from shardwise.errors import PlanError
+from shardwise.errors import InvalidValueError
 from skips import XARRAY_KNOWN_FAILURES, XARRAY_SKIPPED, XARRAY_SKIPPED_SMALL_SHARDS
 
 # xarray's test data includes fixed-width bytes and strings, which zarr-python writes with a warning
@@ -313,12 +313,12 @@ def test_refusals_carry_xarray_wording_and_leave_the_store(
     tmp_path: Path, kwargs: dict[str, Any], ours: str, xarrays: str
 ) -> None:
     """Each refusal says it in shardwise's words and in xarray's (callers match on either), is a
-    PlanError and a ValueError, and leaves the store byte-identical."""
+    InvalidValueError and a ValueError, and leaves the store byte-identical."""
     store = tmp_path / "s.zarr"
     shardwise.to_zarr(xr.Dataset({"u": ("x", np.arange(4.0))}), store)
     before = snapshot(store)
     more = xr.Dataset({"u": (("t", "x"), np.ones((1, 4)))})
-    with pytest.raises(PlanError, match=re.escape(ours)) as refused:
+    with pytest.raises(InvalidValueError, match=re.escape(ours)) as refused:
         shardwise.to_zarr(
             more if kwargs.get("append_dim") == "t" else more.isel(t=0), store, **kwargs
         )

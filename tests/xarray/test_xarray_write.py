@@ -29,7 +29,7 @@ from faultkit import snapshot
 from shardwise.codec.metadata import default_compressors
 from shardwise.codec.shard import MISSING, index_slice, parse_index
 from shardwise.core.sizing import default_chunks, default_shards, dividing_chunks
-from shardwise.errors import PlanError
+from shardwise.errors import InvalidValueError, PlanError
 from shardwise.storage.nodes import open_info
 from shardwise.storage.overlay import Overlay
 
@@ -129,7 +129,9 @@ def test_default_shard_size_splits_large_variables(tmp_path: Path) -> None:
 
 
 def test_explicit_chunks_that_do_not_divide_shards_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(PlanError, match=r"inner chunks \(3,\) must divide the shard shape \(8,\)"):
+    with pytest.raises(
+        InvalidValueError, match=r"inner chunks \(3,\) must divide the shard shape \(8,\)"
+    ):
         shardwise.to_zarr(
             sample(), tmp_path / "a.zarr", encoding={"count": {"chunks": (3,), "shards": (8,)}}
         )
@@ -151,7 +153,12 @@ def _with_encoding(**enc: Any) -> xr.Dataset:
         (sample(), {"encoding": {"nothere": {}}}, KeyError, "nothere"),
         (sample(), {"encoding": {"temp": {"foo": 1}}}, ValueError, "unexpected encoding"),
         (_with_encoding(chunks=(5, 4.5)), {}, TypeError, "tuple of ints"),
-        (_with_encoding(chunks=(2, 2), shards=(5, 4)), {}, PlanError, r"\(2, 2\) must divide"),
+        (
+            _with_encoding(chunks=(2, 2), shards=(5, 4)),
+            {},
+            InvalidValueError,
+            r"\(2, 2\) must divide",
+        ),
     ],
     ids=[
         "int-name",
@@ -480,7 +487,7 @@ def test_bad_names_are_refused_before_any_io(tmp_path: Path, make: Any, message:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # xarray warns about duplicate dimension names
         ds = make(sample())
-    with pytest.raises(PlanError, match=message):
+    with pytest.raises(InvalidValueError, match=message):
         shardwise.to_zarr(ds, tmp_path / "a.zarr")
     assert not (tmp_path / "a.zarr").exists()
 
@@ -678,7 +685,7 @@ def test_s3_write_append_and_refusal(tmp_path: Path) -> None:
         store = s3.obstore("xr")
         shardwise.to_zarr(whole.isel(time=slice(11, 20)), store, append_dim="time")
         before = s3.keys("xr")
-        with pytest.raises(PlanError, match="no such dimension"):
+        with pytest.raises(InvalidValueError, match="no such dimension"):
             shardwise.to_zarr(whole.rename(time="t"), store, append_dim="t")
         assert s3.keys("xr") == before
         got = xr.open_zarr(url, storage_options=opts).load()

@@ -33,7 +33,7 @@ def _shards_arg(text: str) -> Any:
 def _checked(option: str, check: Callable[[str, Any], Any], convert: Any = str) -> Any:
     """An argparse ``type`` that runs a :mod:`shardwise.core.args` check: its refusal is a usage
     error naming ``option``, with the check's own account of what the option accepts."""
-    from ..errors import ArgumentTypeError, ArgumentValueError
+    from ..errors import InvalidTypeError, InvalidValueError
 
     def parse(text: str) -> Any:
         try:
@@ -42,7 +42,7 @@ def _checked(option: str, check: Callable[[str, Any], Any], convert: Any = str) 
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         try:
             return check(option, value)
-        except (ArgumentTypeError, ArgumentValueError) as e:
+        except (InvalidTypeError, InvalidValueError) as e:
             raise argparse.ArgumentTypeError(str(e).removeprefix(f"{option} ")) from None
 
     return parse

@@ -135,7 +135,7 @@ def convert(
 
     Raises
     ------
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         A keyword of the wrong type, or a value it does not accept (the shard settings above
         included); the message names the keyword (and the array).
     ArrayExistsError

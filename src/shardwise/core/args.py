@@ -2,8 +2,8 @@
 
 Every public verb checks its keywords through these functions before it touches a store, so a
 refused call names the keyword, what it got and what it accepts, and raises a shardwise error that
-is also the builtin a caller expects: :class:`~shardwise.errors.ArgumentTypeError` (a
-``TypeError``) for a value of the wrong type, :class:`~shardwise.errors.ArgumentValueError` (a
+is also the builtin a caller expects: :class:`~shardwise.errors.InvalidTypeError` (a
+``TypeError``) for a value of the wrong type, :class:`~shardwise.errors.InvalidValueError` (a
 ``ValueError``) for a value of the right type outside what the keyword accepts.
 
 Pure: no store, dask or xarray (byte sizes are parsed by ``dask.utils.parse_bytes``, imported
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "byte_size",
@@ -48,15 +48,15 @@ def positive_int(name: str, value: object) -> int:
     >>> positive_int("threads", 0)
     Traceback (most recent call last):
     ...
-    shardwise.errors.ArgumentValueError: threads must be a positive integer, got 0
+    shardwise.errors.InvalidValueError: threads must be a positive integer, got 0
     """
     if not _is_int(value):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"{name} must be a positive integer, got {value!r} ({type(value).__name__})"
         )
     n = operator.index(value)  # type: ignore[arg-type]
     if n < 1:
-        raise ArgumentValueError(f"{name} must be a positive integer, got {n}")
+        raise InvalidValueError(f"{name} must be a positive integer, got {n}")
     return n
 
 
@@ -75,7 +75,7 @@ def byte_size(name: str, value: object) -> int:
     >>> byte_size("memory_limit", "lots")
     Traceback (most recent call last):
     ...
-    shardwise.errors.ArgumentValueError: memory_limit must be a positive number of bytes ...
+    shardwise.errors.InvalidValueError: memory_limit must be a positive number of bytes ...
     """
     accepted = "a positive number of bytes (an int, or a string such as '256MiB' or '1.5GB')"
     if isinstance(value, str):
@@ -84,17 +84,15 @@ def byte_size(name: str, value: object) -> int:
         try:
             n = int(parse_bytes(value))
         except (ValueError, TypeError, KeyError):
-            raise ArgumentValueError(f"{name} must be {accepted}, got {value!r}") from None
+            raise InvalidValueError(f"{name} must be {accepted}, got {value!r}") from None
     elif _is_int(value):
         n = operator.index(value)  # type: ignore[arg-type]
     elif isinstance(value, float) and value.is_integer():
         n = int(value)
     else:
-        raise ArgumentTypeError(
-            f"{name} must be {accepted}, got {value!r} ({type(value).__name__})"
-        )
+        raise InvalidTypeError(f"{name} must be {accepted}, got {value!r} ({type(value).__name__})")
     if n < 1:
-        raise ArgumentValueError(f"{name} must be {accepted}, got {value!r}")
+        raise InvalidValueError(f"{name} must be {accepted}, got {value!r}")
     return n
 
 
@@ -105,27 +103,27 @@ def optional_byte_size(name: str, value: object) -> int | None:
 
 def choice(name: str, value: object, allowed: Iterable[object]) -> None:
     """Refuse ``value`` unless it is one of ``allowed`` (compared with ``==``, types checked so
-    that an unhashable value gets the same message): :class:`ArgumentTypeError` when its type is
-    none of the allowed values' types, else :class:`ArgumentValueError`.
+    that an unhashable value gets the same message): :class:`InvalidTypeError` when its type is
+    none of the allowed values' types, else :class:`InvalidValueError`.
 
     >>> choice("mode", "w", ("w", "a"))
     >>> choice("mode", "x", ("w", "a"))
     Traceback (most recent call last):
     ...
-    shardwise.errors.ArgumentValueError: mode must be one of 'w', 'a', got 'x'
+    shardwise.errors.InvalidValueError: mode must be one of 'w', 'a', got 'x'
     """
     options = tuple(allowed)
     if not any(type(value) is type(a) and value == a for a in options):
         names = ", ".join(repr(a) for a in options)
         message = f"{name} must be one of {names}, got {value!r}"
         if not any(type(value) is type(a) for a in options):
-            raise ArgumentTypeError(f"{message} ({type(value).__name__})")
-        raise ArgumentValueError(message)
+            raise InvalidTypeError(f"{message} ({type(value).__name__})")
+        raise InvalidValueError(message)
 
 
 def check_mode(mode: object, allowed: tuple[str, ...], what: str = "mode") -> None:
-    """The one check of a ``mode`` argument: :class:`ArgumentValueError` (a :class:`PlanError`)
-    naming the allowed values, :class:`ArgumentTypeError` for a mode that is not a string."""
+    """The one check of a ``mode`` argument: :class:`InvalidValueError` (a :class:`PlanError`)
+    naming the allowed values, :class:`InvalidTypeError` for a mode that is not a string."""
     choice(what, mode, allowed)
 
 
@@ -142,11 +140,11 @@ def flags(**values: object) -> None:
     >>> flags(fsync="no")
     Traceback (most recent call last):
     ...
-    shardwise.errors.ArgumentTypeError: fsync must be True or False, got 'no' (str)
+    shardwise.errors.InvalidTypeError: fsync must be True or False, got 'no' (str)
     """
     for name, value in values.items():
         if not _is_bool(value):
-            raise ArgumentTypeError(
+            raise InvalidTypeError(
                 f"{name} must be True or False, got {value!r} ({type(value).__name__})"
             )
 
@@ -155,7 +153,7 @@ def optional_flags(**values: object) -> None:
     """:func:`flags` for keywords whose ``None`` means "the default"."""
     for name, value in values.items():
         if value is not None and not _is_bool(value):
-            raise ArgumentTypeError(
+            raise InvalidTypeError(
                 f"{name} must be True, False or None, got {value!r} ({type(value).__name__})"
             )
 
@@ -164,7 +162,7 @@ def optional_str(name: str, value: object) -> None:
     """Refuse a ``value`` that is neither a string nor ``None`` (paths inside a store, group
     names)."""
     if value is not None and not isinstance(value, str):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"{name} must be a string or None, got {value!r} ({type(value).__name__})"
         )
 
@@ -172,7 +170,7 @@ def optional_str(name: str, value: object) -> None:
 def mapping(name: str, value: object) -> None:
     """Refuse a ``value`` that is neither a mapping (a dict) nor ``None``."""
     if value is not None and not isinstance(value, Mapping):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"{name} must be a dict or None, got {value!r} ({type(value).__name__})"
         )
 
@@ -187,7 +185,7 @@ def region(name: str, value: object) -> None:
     >>> region("region", (0, 4))
     Traceback (most recent call last):
     ...
-    shardwise.errors.ArgumentTypeError: region must be None or a tuple of slices ...
+    shardwise.errors.InvalidTypeError: region must be None or a tuple of slices ...
     """
     if value is None:
         return
@@ -196,7 +194,7 @@ def region(name: str, value: object) -> None:
     if not isinstance(value, tuple | list) or not all(
         isinstance(s, slice) or s is Ellipsis for s in value
     ):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"{name} must be None or a tuple of slices (one per dimension, or one ... for the "
             f"dimensions not given), got {value!r} "
             f"({type(value).__name__})"
@@ -206,6 +204,6 @@ def region(name: str, value: object) -> None:
             continue
         for bound in (s.start, s.stop, s.step):
             if bound is not None and not _is_int(bound):
-                raise ArgumentTypeError(
+                raise InvalidTypeError(
                     f"{name} slices must have integer bounds (or None), got {s!r}"
                 )

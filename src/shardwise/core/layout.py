@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import EllipsisType
 from typing import Literal
 
-from ..errors import PlanError
+from ..errors import InvalidValueError
 
 Region = tuple[slice, ...]
 # what a caller may pass as region=: a slice per dimension, one Ellipsis for the rest
@@ -45,13 +45,13 @@ class Layout:
     def __post_init__(self) -> None:
         n = len(self.shape)
         if len(self.shard_shape) != n or len(self.chunk_shape) != n:
-            raise PlanError(
+            raise InvalidValueError(
                 f"shape {self.shape}, shards {self.shard_shape} and chunks {self.chunk_shape} "
                 "must have the same number of dimensions"
             )
         for s, c in zip(self.shard_shape, self.chunk_shape, strict=True):
             if c < 1 or s < 1 or s % c:
-                raise PlanError(
+                raise InvalidValueError(
                     f"shard shape {self.shard_shape} must be a positive whole multiple of "
                     f"the inner chunk shape {self.chunk_shape}"
                 )
@@ -159,10 +159,10 @@ def normalize_region(region: RegionArg, shape: Sequence[int]) -> Region:
     items: Sequence[object] = tuple(region) if isinstance(region, Sequence) else (region,)
     nell = sum(1 for k in items if k is Ellipsis)
     if nell > 1:
-        raise PlanError(f"a region may hold one Ellipsis (...), got {nell}: {region!r}")
+        raise InvalidValueError(f"a region may hold one Ellipsis (...), got {nell}: {region!r}")
     given = len(items) - nell
     if given > len(shape) or (not nell and given != len(shape)):
-        raise PlanError(
+        raise InvalidValueError(
             f"region has {given} dimensions, the array has {len(shape)}"
             + ("" if nell else " (an Ellipsis, ..., stands for the dimensions not given)")
         )
@@ -172,18 +172,20 @@ def normalize_region(region: RegionArg, shape: Sequence[int]) -> Region:
     out = []
     for dim, (sl, n) in enumerate(zip(items, shape, strict=True)):
         if not isinstance(sl, slice):
-            raise PlanError(
+            raise InvalidValueError(
                 f"region dimension {dim}: {sl!r} is not a slice; a region takes slices with step "
                 "1 and one Ellipsis (for one index i, give slice(i, i + 1))"
             )
         try:
             start, stop, step = sl.indices(n)
         except TypeError:
-            raise PlanError(f"region dimension {dim}: {sl} needs integer bounds") from None
+            raise InvalidValueError(f"region dimension {dim}: {sl} needs integer bounds") from None
         if step != 1:
-            raise PlanError(f"region slices must have step 1 (dimension {dim}: {sl})")
+            raise InvalidValueError(f"region slices must have step 1 (dimension {dim}: {sl})")
         if sl.stop is not None and sl.stop > n:
-            raise PlanError(f"region {sl} is outside the array extent {n} on dimension {dim}")
+            raise InvalidValueError(
+                f"region {sl} is outside the array extent {n} on dimension {dim}"
+            )
         out.append(slice(start, max(start, stop)))
     return tuple(out)
 

@@ -14,7 +14,7 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..errors import InvalidTypeError, InvalidValueError
 from .layout import ceildiv
 from .sizing import DEFAULT_SHARD_BYTES, default_shards, shrink_to_fit, whole_chunks
 
@@ -47,7 +47,7 @@ def parse_shards(text: str) -> tuple[int, ...] | dict[str, int]:
             out[name] = int(size)
         return out
     except ValueError:
-        raise ArgumentValueError(
+        raise InvalidValueError(
             f"shards must be sizes like 256,256,64 or name=size pairs like time=365,lat=90, "
             f"got {text!r}"
         ) from None
@@ -66,16 +66,16 @@ def check_shards(value: object) -> ShardSpec:
         return None
     if isinstance(value, Mapping):
         if not all(isinstance(k, str) for k in value):
-            raise ArgumentTypeError(f"shards must be {ACCEPTED}: names are strings, got {value!r}")
+            raise InvalidTypeError(f"shards must be {ACCEPTED}: names are strings, got {value!r}")
         sizes = {k: _size(v) for k, v in value.items()}
         if any(v is None for v in sizes.values()):
-            raise ArgumentValueError(f"shards must be {ACCEPTED}, got {dict(value)!r}")
+            raise InvalidValueError(f"shards must be {ACCEPTED}, got {dict(value)!r}")
         return {k: v for k, v in sizes.items() if v is not None}
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise ArgumentTypeError(f"shards must be {ACCEPTED}, got {value!r}")
+        raise InvalidTypeError(f"shards must be {ACCEPTED}, got {value!r}")
     shape = [_size(v) for v in value]
     if not shape or any(v is None for v in shape):
-        raise ArgumentValueError(f"shards must be {ACCEPTED}, got {value!r}")
+        raise InvalidValueError(f"shards must be {ACCEPTED}, got {value!r}")
     return tuple(v for v in shape if v is not None)
 
 
@@ -88,13 +88,13 @@ def check_names(
         return
     known = {d for _, dims in arrays for d in dims or () if d is not None}
     if not known and arrays:
-        raise ArgumentValueError(
+        raise InvalidValueError(
             f"shards={spec} names dimensions, but {where} has no dimension names: give a "
             "shape of sizes instead (e.g. shards=(256, 256))"
         )
     unknown = sorted(set(spec) - known)
     if unknown:
-        raise ArgumentValueError(
+        raise InvalidValueError(
             f"shards names dimension(s) {unknown} that {where} does not have (dimensions: "
             f"{sorted(known)}): sizes by name apply to the dimensions of the data"
         )
@@ -124,13 +124,13 @@ def shards_for(
         return default_shards(shape, chunks, itemsize, target)
     if not isinstance(spec, Mapping):
         if len(spec) != len(shape):
-            raise ArgumentValueError(
+            raise InvalidValueError(
                 f"array {name!r} has {len(shape)} dimension(s) {shape}, but shards {spec} has "
                 f"{len(spec)}: give a shape per array (path=), or sizes per dimension name"
             )
         return whole_chunks(tuple(spec), chunks)
     if shape and not any(dims or ()):
-        raise ArgumentValueError(
+        raise InvalidValueError(
             f"array {name!r} has no dimension names, so shards={spec} cannot apply to it: "
             f"give a shape of {len(shape)} sizes instead"
         )

@@ -42,10 +42,10 @@ from ..core import args
 from ..core.layout import Layout, Region, RegionArg, ceildiv, is_aligned, normalize_region
 from ..engine.report import WriteReport
 from ..errors import (
-    ArgumentTypeError,
-    ArgumentValueError,
     ArrayExistsError,
     BatchNotFoundError,
+    InvalidTypeError,
+    InvalidValueError,
     LeaseHeldError,
     PlanError,
     VerifyError,
@@ -90,7 +90,7 @@ def _split(box: Box, n: int, axis: int) -> list[Box]:
 def split_parts(layout: Layout, n: int) -> list[Region]:
     """``n`` disjoint, shard-aligned regions covering the array: slabs along the first axes."""
     if n < 1:
-        raise PlanError(f"a batch needs at least 1 part, got {n}")
+        raise InvalidValueError(f"a batch needs at least 1 part, got {n}")
     if n > layout.nshards:
         raise PlanError(
             f"{n} parts for {layout.nshards} shards: each part needs at least one whole shard "
@@ -127,7 +127,7 @@ def check_parts(layout: Layout, regions: Sequence[RegionArg]) -> list[Region]:
     out = [normalize_region(r, layout.shape) for r in regions]
     for i, r in enumerate(out):
         if any(s.stop <= s.start for s in r):
-            raise PlanError(f"part {i} region {fmt(r)} is empty")
+            raise InvalidValueError(f"part {i} region {fmt(r)} is empty")
         if not is_aligned(r, layout):
             raise PlanError(
                 f"part {i} region {fmt(r)} would share shards with another part: edges must fall "
@@ -204,11 +204,11 @@ class BatchPlan:
 
         Raises
         ------
-        ArgumentValueError
+        InvalidValueError
             No such part.
         """
         if not 0 <= part < self.nparts:
-            raise ArgumentValueError(
+            raise InvalidValueError(
                 f"part {part} does not exist: the parts are 0..{self.nparts - 1}"
             )
         return self.regions[part]
@@ -357,7 +357,7 @@ def init(
 
     Raises
     ------
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         A keyword of the wrong type, or a value it does not accept.
     PlanError
         Parts that are misaligned, share a shard (the message has the nearest aligned split),
@@ -376,11 +376,11 @@ def init(
         or isinstance(shape, str)
         or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
     ):
-        raise ArgumentTypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
+        raise InvalidTypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
     if isinstance(parts, int) and not isinstance(parts, bool):
         args.positive_int("parts", parts)
     elif isinstance(parts, bool | str) or not isinstance(parts, Sequence):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"parts must be a positive int or a list of regions (tuples of slices), got "
             f"{parts!r} ({type(parts).__name__})"
         )
@@ -487,7 +487,7 @@ def write_part(
     ------
     BatchNotFoundError
         No batch is open for the array.
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         A ``part`` that is not an int or not one of the parts, or another keyword refused.
     LeaseHeldError
         The part (or the whole array) is leased by another writer.
@@ -497,7 +497,7 @@ def write_part(
     args.flags(resume=resume, lease=lease, break_lease=break_lease)
     expiry = check_expiry(lease_expiry)
     if not isinstance(part, int) or isinstance(part, bool):
-        raise ArgumentTypeError(f"part must be an int, got {part!r} ({type(part).__name__})")
+        raise InvalidTypeError(f"part must be an int, got {part!r} ({type(part).__name__})")
     sstore = _open(store, path, storage_options)
     plan = open_batch(sstore.store, path=path)
     region = plan.region(part)

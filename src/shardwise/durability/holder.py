@@ -26,7 +26,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from functools import cache
 
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..errors import InvalidTypeError, InvalidValueError
 
 # seconds without a heartbeat after which a holder on another host counts as gone; the holder
 # renews every quarter of it, so a few lost renewals never make a live holder look dead
@@ -42,7 +42,7 @@ def lease_expiry(value: object = None) -> float:
     >>> lease_expiry(0)
     Traceback (most recent call last):
     ...
-    shardwise.errors.ArgumentValueError: lease_expiry must be a positive number of seconds, got 0
+    shardwise.errors.InvalidValueError: lease_expiry must be a positive number of seconds, got 0
     """
     name = "lease_expiry"
     if value is None:
@@ -53,15 +53,15 @@ def lease_expiry(value: object = None) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise ArgumentValueError(
+            raise InvalidValueError(
                 f"{EXPIRY_ENV} must be a positive number of seconds, got {text!r}"
             ) from None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"{name} must be a positive number of seconds, got {value!r} ({type(value).__name__})"
         )
     if not value > 0 or value == float("inf"):
-        raise ArgumentValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        raise InvalidValueError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(value)
 
 
@@ -200,7 +200,7 @@ def gone_reason(info: LeaseInfo, expiry: float | None = None) -> str | None:
 def _configured_expiry() -> float:
     try:
         return lease_expiry()
-    except ArgumentValueError:  # a bad variable is refused where a lease is taken, not here
+    except InvalidValueError:  # a bad variable is refused where a lease is taken, not here
         return DEFAULT_EXPIRY
 
 

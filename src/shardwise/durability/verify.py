@@ -405,7 +405,7 @@ def verify(
 
     Raises
     ------
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         A keyword of the wrong type, or a value it does not accept.
     """
     from ..core import args

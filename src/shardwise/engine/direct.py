@@ -186,7 +186,7 @@ def read_array(
     OutputError
         An ``out`` that is not a writeable numpy array of the selection's shape and the array's
         dtype; raised before anything is read.
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         A keyword of the wrong type, or a value it does not accept.
     ArrayNotFoundError
         No array or group at ``path``.

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from ..errors import ArgumentTypeError, ArgumentValueError
+from ..errors import InvalidTypeError, InvalidValueError
 from . import pool as _pool
 
 __all__ = ["GRACE", "Interrupted", "stop_on_signals"]
@@ -85,13 +85,13 @@ def stop_on_signals(
 
     Raises
     ------
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         ``signals`` not signal numbers, ``grace`` not a positive number, or not called in the
         main thread.
     """
     wanted = _check(signals, grace)
     if threading.current_thread() is not threading.main_thread():
-        raise ArgumentValueError(
+        raise InvalidValueError(
             "stop_on_signals works in the main thread only (Python runs signal handlers there)"
         )
     stopping: list[int] = []
@@ -117,7 +117,7 @@ def stop_on_signals(
 
 def _check(signals: object, grace: object) -> list[signal.Signals]:
     if isinstance(signals, int | str) or not isinstance(signals, Sequence):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"signals must be a sequence of signal numbers, got {signals!r} "
             f"({type(signals).__name__})"
         )
@@ -126,15 +126,15 @@ def _check(signals: object, grace: object) -> list[signal.Signals]:
         try:
             out.append(signal.Signals(s))
         except ValueError:
-            raise ArgumentValueError(
+            raise InvalidValueError(
                 f"signals must be signal numbers (e.g. signal.SIGTERM), got {s!r}"
             ) from None
         if out[-1] in (signal.SIGKILL, signal.SIGSTOP):
-            raise ArgumentValueError(f"signals: {out[-1].name} cannot be handled")
+            raise InvalidValueError(f"signals: {out[-1].name} cannot be handled")
     if isinstance(grace, bool) or not isinstance(grace, int | float):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"grace must be a positive number of seconds, got {grace!r} ({type(grace).__name__})"
         )
     if not grace > 0:
-        raise ArgumentValueError(f"grace must be a positive number of seconds, got {grace!r}")
+        raise InvalidValueError(f"grace must be a positive number of seconds, got {grace!r}")
     return out

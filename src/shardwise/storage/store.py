@@ -29,7 +29,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
-from ..errors import ArgumentTypeError, ArrayNotFoundError
+from ..errors import ArrayNotFoundError, InvalidTypeError
 from .retry import STORE_REQUESTS
 
 PARTIAL_SUFFIX = ".partial"
@@ -74,7 +74,7 @@ def resolve_store(
         return FsspecStore.from_url(
             store, storage_options=storage_options or {}, read_only=mode == "r"
         )
-    raise ArgumentTypeError(
+    raise InvalidTypeError(
         f"cannot use {type(store).__name__} as a store: pass a zarr Store, path or URL"
     )
 

@@ -36,7 +36,7 @@ from ..core import args
 from ..engine.direct import read_selection
 from ..engine.gather import read_outer, read_vectorized
 from ..engine.read import ShardReader
-from ..errors import ArgumentTypeError, ArgumentValueError, PlanError, UnsupportedCodecError
+from ..errors import InvalidTypeError, InvalidValueError, ReadOnlyError, UnsupportedCodecError
 from ..storage.nodes import node_errors, walk_groups
 from ..storage.store import ShardStore
 
@@ -331,7 +331,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         _read_only(mode)
         unknown = sorted(set(decoders) - set(_DECODERS))
         if unknown:
-            raise ArgumentTypeError(
+            raise InvalidTypeError(
                 f"open_groups_as_dict got unexpected keyword argument(s) {unknown}: it takes "
                 f"{', '.join(_DECODERS)} and the keywords of open_dataset"
             )
@@ -370,7 +370,7 @@ _DECODERS = (
 
 def _read_only(mode: str) -> None:
     if mode != "r":
-        raise PlanError(f"the shardwise engine opens stores read-only (mode='r'): {mode!r}")
+        raise ReadOnlyError(f"the shardwise engine opens stores read-only (mode='r'): {mode!r}")
 
 
 def _decode(store: ShardwiseDataStore, decoders: dict[str, Any]) -> Any:
@@ -428,7 +428,7 @@ def open_dataset(
 
     Raises
     ------
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         A ``chunks`` (or another keyword) of the wrong type, or a value it does not accept.
     """
     import xarray as xr
@@ -451,12 +451,12 @@ def _check_chunks(chunks: Any) -> None:
     accepted = "'shards', 'auto', an int, a dict of dimension name -> chunks, or None"
     if isinstance(chunks, str):
         if chunks not in ("shards", "auto"):
-            raise ArgumentValueError(f"chunks must be {accepted}, got {chunks!r}")
+            raise InvalidValueError(f"chunks must be {accepted}, got {chunks!r}")
     elif not (
         chunks is None
         or isinstance(chunks, dict | tuple)
         or (isinstance(chunks, int) and not isinstance(chunks, bool))
     ):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"chunks must be {accepted}, got {chunks!r} ({type(chunks).__name__})"
         )

@@ -23,7 +23,7 @@ from ..core.sizing import (
     dividing_chunks,
     whole_chunks,
 )
-from ..errors import ArgumentTypeError, ArgumentValueError, PlanError
+from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.nodes import open_group
 from ..storage.store import JOURNAL
 
@@ -58,13 +58,13 @@ def _as_dataset(obj: Any) -> Any:
     if isinstance(obj, xr.DataTree):
         # no DataTree writes yet: each node's dataset goes to its own group, which reads back
         # as the same tree (xr.open_datatree(store, engine="shardwise"))
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             "to_zarr writes an xarray Dataset or DataArray, not DataTree: write each node "
             "to its group, `for node in tree.subtree: shardwise.to_zarr(node.to_dataset("
             "inherit=False), store, group=node.path, mode='a')` (the root first), then read "
             "it back with xr.open_datatree(store, engine='shardwise')"
         )
-    raise ArgumentTypeError(
+    raise InvalidTypeError(
         f"to_zarr writes an xarray Dataset or DataArray, not {type(obj).__name__}"
     )
 
@@ -84,13 +84,13 @@ def check_keywords(
     args.mapping("encoding", encoding)
     accepted = "a dict of dimension name -> slice (or 'auto'), 'auto' or None"
     if isinstance(region, str) and region != "auto":
-        raise ArgumentValueError(f"region must be {accepted}, got {region!r}")
+        raise InvalidValueError(f"region must be {accepted}, got {region!r}")
     if not (region is None or isinstance(region, Mapping | str)):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"region must be {accepted}, got {region!r} ({type(region).__name__})"
         )
     if not isinstance(append_dim, Hashable):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"append_dim must be a dimension name (a str) or None, got {append_dim!r}"
         )
     args.optional_str("group", group)
@@ -105,43 +105,45 @@ def _check_names(ds: Any) -> None:
     for name, var in ds.variables.items():
         if name is not None:  # None is xarray's own: stored as "__values__", read back as None
             if not isinstance(name, str):
-                raise ArgumentTypeError(
+                raise InvalidTypeError(
                     f"Invalid name {name!r} for DataArray or Dataset key: must be either a "
                     "string or None for serialization to zarr"
                 )
             if not name:
-                raise PlanError(
+                raise InvalidValueError(
                     f"Invalid name {name!r} for DataArray or Dataset key: string must be "
                     "length 1 or greater for serialization to zarr"
                 )
             if "/" in name:
-                raise PlanError(
+                raise InvalidValueError(
                     f"variable name {name!r} contains '/': zarr would store it as a nested "
                     f"group path; rename it (e.g. ds.rename({{{name!r}: "
                     f"{name.replace('/', '_')!r}}}))"
                 )
             if name in _STORE_KEYS:
-                raise PlanError(
+                raise InvalidValueError(
                     f"variable name {name!r} is a key the store itself uses (zarr.json holds "
                     f"the group's metadata, {JOURNAL} the writer's records, '.' and '..' are "
                     f"directories): rename it (e.g. ds.rename({{{name!r}: "
                     f"{name.strip('.').replace('.', '_') or 'var'!r}}}))"
                 )
             if name.startswith("__") and name != _DATAARRAY_VARIABLE:
-                raise PlanError(
+                raise InvalidValueError(
                     f"variable name {name!r} starts with '__', which the zarr v3 specification "
                     "reserves for internal use; rename it"
                 )
         dims = tuple(var.dims)
         if len(set(dims)) != len(dims):
             dup = sorted({str(d) for d in dims if dims.count(d) > 1})
-            raise PlanError(
+            raise InvalidValueError(
                 f"variable {name!r} has duplicate dimension names {dims} (repeated: {dup}); "
                 "zarr dimension names must be unique per array: rename one of them"
             )
         for d in dims:
             if not isinstance(d, str):
-                raise PlanError(f"variable {name!r}: dimension names must be strings, got {d!r}")
+                raise InvalidValueError(
+                    f"variable {name!r}: dimension names must be strings, got {d!r}"
+                )
 
 
 def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
@@ -149,7 +151,7 @@ def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
         return dict(value)
     except (TypeError, ValueError):
         # a ValueError, as xarray's own message for it
-        raise ArgumentValueError(
+        raise InvalidValueError(
             f"encoding[{name!r}] must be castable to a dictionary of encoding keys, got {value!r}"
         ) from None
 
@@ -157,12 +159,12 @@ def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
 def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
     for dim, n in shards.items():
         if dim not in ds.dims:
-            raise PlanError(
+            raise InvalidValueError(
                 f"shards names dimension {dim!r}, which the data does not have "
                 f"(dimensions: {sorted(map(str, ds.dims))})"
             )
         if n is not None and (not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1):
-            raise PlanError(f"shards[{dim!r}] must be a positive int or None, got {n!r}")
+            raise InvalidValueError(f"shards[{dim!r}] must be a positive int or None, got {n!r}")
 
 
 def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: Any) -> WriteMode:
@@ -171,12 +173,12 @@ def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: An
     args.check_mode(mode, ("w", "w-", "a", "a-", "r+"))
     # each message also carries xarray's own wording, which callers' code and tests match on
     if append_dim is not None and mode not in ("a", "a-"):
-        raise PlanError(
+        raise InvalidValueError(
             f"append_dim needs mode='a' (or None), got mode={mode!r} "
             "(cannot set append_dim unless mode='a' or mode=None)"
         )
     if region is not None and mode not in ("a", "a-", "r+"):
-        raise PlanError(
+        raise InvalidValueError(
             f"region needs mode='r+' or 'a' (or None), got mode={mode!r} "
             "(cannot set region unless mode='a', mode='a-', mode='r+' or mode=None)"
         )
@@ -203,7 +205,7 @@ def _check_append_dim(
     dims = {d for names in (stored or {}).values() for d in names}
     if dims and append_dim not in dims:
         where = f"group {group!r}" if group else "the store"
-        raise PlanError(
+        raise InvalidValueError(
             f"cannot append along {append_dim!r}: {where} has no such dimension "
             f"(append_dim={append_dim!r} does not match any existing dataset dimensions "
             f"{sorted(dims)}); nothing was written"
@@ -226,19 +228,21 @@ def _encoded_shape(value: Any, ndim: int, name: Any, key: str) -> tuple[int, ...
     if isinstance(value, int | np.integer) and not isinstance(value, bool):
         value = (int(value),) * ndim
     if not isinstance(value, tuple | list):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"encoding[{key!r}] of variable {name!r} must be an int or a tuple of ints, "
             f"got {value!r}"
         )
     if len(value) != ndim:
         return None
     if not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in value):
-        raise ArgumentTypeError(
+        raise InvalidTypeError(
             f"zarr {key} sizes in encoding[{key!r}] must be an int or a tuple of ints; "
             f"variable {name!r} has {value!r}"
         )
     if not all(_positive_int(x) for x in value):
-        raise PlanError(f"encoding[{key!r}] of variable {name!r} must be positive: {value!r}")
+        raise InvalidValueError(
+            f"encoding[{key!r}] of variable {name!r} must be positive: {value!r}"
+        )
     return tuple(int(x) for x in value)
 
 
@@ -277,7 +281,7 @@ def _layout_for(
     if explicit and enc.get("shards") is not None:
         shard = _encoded_shape(enc["shards"], ndim, name, "shards")
         if shard is None:
-            raise PlanError(
+            raise InvalidValueError(
                 f"encoding[{name!r}]['shards'] must be {ndim} positive ints, got {enc['shards']!r}"
             )
         replace_chunks = False
@@ -304,7 +308,7 @@ def _layout_for(
         # rule of write_array and convert (encoding shards follow xarray: refused below)
         return chunks, whole_chunks(shard, chunks)
     if not _divides(chunks, shard):
-        raise PlanError(
+        raise InvalidValueError(
             f"variable {name!r}: the inner chunks {chunks} must divide the shard shape "
             f"{shard} (e.g. chunks={dividing_chunks(shard, itemsize, inner_bytes)})"
         )

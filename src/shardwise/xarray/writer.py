@@ -27,7 +27,7 @@ from ..core.sizing import (
 from ..durability.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..engine.report import WriteReport
 from ..engine.write import WriteOptions
-from ..errors import ArgumentValueError
+from ..errors import InvalidValueError
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from .capture import _Capture, _plan_writes, _run_xarray
@@ -194,7 +194,7 @@ def to_zarr(
 
     Raises
     ------
-    ArgumentTypeError, ArgumentValueError
+    InvalidTypeError, InvalidValueError
         A keyword of the wrong type, or a value it does not accept; the message names the
         keyword, the value and what is accepted.
     PlanError
@@ -313,7 +313,7 @@ def _check(
     unknown = sorted(map(str, set(region) - set(ds.dims))) if isinstance(region, Mapping) else []
     if unknown:
         # xarray's words for it
-        raise ArgumentValueError(
+        raise InvalidValueError(
             f"all keys in ``region`` are not in Dataset dimensions, got {unknown} and "
             f"{sorted(map(str, ds.dims))}: region names dimensions of the data to write"
         )
@@ -322,7 +322,7 @@ def _check(
     shard_bytes = args.byte_size("shard_bytes", shard_bytes)
     mode = _choose_mode(mode, append_dim, region)
     if append_dim is not None and append_dim not in ds.dims:
-        raise ArgumentValueError(  # with xarray's wording, which callers match on
+        raise InvalidValueError(  # with xarray's wording, which callers match on
             f"append_dim={append_dim!r} is not a dimension of the data to write: it "
             f"does not match any existing dataset dimensions {sorted(map(str, ds.dims))}"
         )
