@@ -104,7 +104,7 @@ class Allowed:
 XARRAY_SUITE = "tests/xarray/test_xarray_suite.py"
 DATATREE_SUITE = "tests/xarray/test_datatree_suite.py"
 OVERLAY = "tests/storage/test_overlay_store.py"
-READ_DIRECT = "tests/engine/test_read_direct.py"
+READ_DIRECT = "tests/engine/test_read_load.py"
 
 ALLOWED: list[Allowed] = [
     *(

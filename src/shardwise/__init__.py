@@ -8,7 +8,7 @@ from .conversion.report import ArrayReport, ConvertReport
 from .core.job import WriteJob
 from .durability import batch
 from .durability.verify import VerifyReport, verify
-from .engine.direct import read_array
+from .engine.load import read_array
 from .engine.report import WriteReport
 from .errors import (
     ArrayExistsError,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .assemble import ShardArray
-from .direct import read_selection
+from .load import read_selection
 from .read import ShardReader
 
 

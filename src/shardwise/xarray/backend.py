@@ -33,8 +33,8 @@ from xarray.core import indexing
 from ..codec.metadata import info_from_metadata
 from ..compat import datatree_from_groups, normalize_path
 from ..core import args
-from ..engine.direct import read_selection
 from ..engine.gather import read_outer, read_vectorized
+from ..engine.load import read_selection
 from ..engine.read import ShardReader
 from ..errors import InvalidTypeError, InvalidValueError, ReadOnlyError, UnsupportedCodecError
 from ..storage.nodes import node_errors, walk_groups

@@ -29,7 +29,7 @@ from zarr.storage import LocalStore, MemoryStore
 import shardwise
 from oracles import assert_bit_equal
 from shardwise import CorruptShardError, OutputError, SelectionError
-from shardwise.engine.direct import parse_selection
+from shardwise.engine.load import parse_selection
 from shardwise.engine.read import ShardReader
 from strategies import cases, examples, selections
 
