@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 from .api import open_array, plan_write, write_array
 from .conversion.convert import convert
 from .conversion.report import ArrayReport, ConvertReport
-from .core.job import WriteJob
+from .core.job import WritePlan
 from .durability import batch
 from .durability.verify import VerifyReport, verify
 from .engine.load import read_array
@@ -61,7 +61,7 @@ __all__ = [
     "UnsupportedCodecError",
     "VerifyError",
     "VerifyReport",
-    "WriteJob",
+    "WritePlan",
     "WriteReport",
     "batch",
     "convert",

@@ -14,9 +14,9 @@ from zarr.storage import MemoryStore
 
 from .codec.metadata import ArrayInfo, default_compressors
 from .core import args
-from .core.job import STRATEGIES, Strategy, WriteJob, make_job
+from .core.job import STRATEGIES, Strategy, WritePlan, make_job
 from .core.layout import Region, RegionArg, normalize_region
-from .core.plan import WritePlan
+from .core.plan import ShardPlan
 from .core.sizing import default_layout
 from .durability.pipeline import ArrayWrite, Pipeline
 from .engine.read import ShardReader, open_reader
@@ -265,11 +265,11 @@ def write_array(
         ``"1.5GB"``; default: the dask worker's memory limit per thread, else half the available
         memory per core); a job that would not fit is refused.
     dry_run : bool, default False
-        Return the :class:`WriteJob` without writing anything (see :func:`plan_write`).
+        Return the :class:`WritePlan` without writing anything (see :func:`plan_write`).
 
     Returns
     -------
-    WriteReport or dask.delayed.Delayed or WriteJob
+    WriteReport or dask.delayed.Delayed or WritePlan
         What the write did; with ``compute=False`` a dask ``Delayed`` that computes it; with
         ``dry_run=True`` the job that would run.
 
@@ -464,13 +464,13 @@ def _validated_job(
     mode: Mode,
     strategy: Strategy,
     memory_limit: int | None,
-) -> tuple[WriteJob, bool]:
+) -> tuple[WritePlan, bool]:
     """The validated job that writes ``data`` into ``target``, and whether the write is shared:
     into an existing array, side by side with other such writes, whose shards they share are
     committed conditionally (on stores that can; the others keep one writer per array)."""
     shared = meta.create is None and mode in ("a", "r+") and versions(sstore) is not None
     job = make_job(
-        WritePlan(meta.info.layout, target),
+        ShardPlan(meta.info.layout, target),
         _dask_chunks(data),
         np.dtype(meta.info.dtype).itemsize,
         strategy=strategy,
@@ -484,7 +484,7 @@ def _validated_job(
 def _array_write(
     sstore: ShardStore,
     meta: _Target,
-    job: WriteJob,
+    job: WritePlan,
     data: Any,
     options: WriteOptions,
     shared: bool,
@@ -517,8 +517,8 @@ def _array_write(
     )
 
 
-def plan_write(data: Any, store: Any, **kwargs: Any) -> WriteJob:
-    """The :class:`WriteJob` that :func:`write_array` would run with these arguments.
+def plan_write(data: Any, store: Any, **kwargs: Any) -> WritePlan:
+    """The :class:`WritePlan` that :func:`write_array` would run with these arguments.
 
     Nothing is written (not even metadata); the job is validated. Print it to see shards, tasks,
     strategy, estimated peak memory per task and bytes to move.
@@ -534,7 +534,7 @@ def plan_write(data: Any, store: Any, **kwargs: Any) -> WriteJob:
 
     Returns
     -------
-    WriteJob
+    WritePlan
         The job: strategy, shards, tasks, blocks, peak memory per task, bytes to move.
 
     Raises
@@ -544,7 +544,7 @@ def plan_write(data: Any, store: Any, **kwargs: Any) -> WriteJob:
         refusal of :func:`write_array` that comes before its first write.
     """
     job = write_array(data, store, dry_run=True, **kwargs)
-    assert isinstance(job, WriteJob)
+    assert isinstance(job, WritePlan)
     return job
 
 

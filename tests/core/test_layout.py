@@ -23,7 +23,7 @@ from shardwise.core.layout import (
     normalize_region,
     shift,
 )
-from shardwise.core.plan import WritePlan
+from shardwise.core.plan import ShardPlan
 from shardwise.engine.read import coalesce
 from shardwise.errors import InvalidValueError
 from strategies import Geometry, examples, geometries, regions
@@ -196,7 +196,7 @@ def test_invalid_layouts_are_refused(
 @given(case=layouts_and_regions(allow_empty=False))
 def test_plan_gives_each_touched_shard_exactly_one_task(case: tuple[Layout, Region]) -> None:
     lay, region = case
-    plan = WritePlan(lay, region)
+    plan = ShardPlan(lay, region)
     chunks = plan.task_chunks
     for sl, c, s in zip(region, chunks, lay.shard_shape, strict=True):
         assert sum(c) == sl.stop - sl.start and all(x > 0 for x in c)
@@ -234,10 +234,10 @@ def test_plan_gives_each_touched_shard_exactly_one_task(case: tuple[Layout, Regi
 def test_plan_of_the_zep2_example_is_small() -> None:
     """uint8 25000x18000x6000, 64^3 inner chunks, 2048^3 shards: one task per shard."""
     lay = Layout((25000, 18000, 6000), (2048,) * 3, (64,) * 3)
-    plan = WritePlan(lay, tuple(slice(0, n) for n in lay.shape))
+    plan = ShardPlan(lay, tuple(slice(0, n) for n in lay.shape))
     assert plan.ntasks == lay.nshards == 13 * 9 * 3
     assert plan.npartial == 0 and plan.aligned
-    inner = WritePlan(lay, (slice(100, 5000), slice(0, 18000), slice(2048, 4096)))
+    inner = ShardPlan(lay, (slice(100, 5000), slice(0, 18000), slice(2048, 4096)))
     assert inner.ntasks == 3 * 9 * 1 and inner.npartial == 2 * 9
 
 

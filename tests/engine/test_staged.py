@@ -43,7 +43,7 @@ from faultkit import (
     worker_cluster,
 )
 from oracles import assert_bit_equal
-from shardwise import InvalidValueError, PlanError, WriteJob, verify
+from shardwise import InvalidValueError, PlanError, WritePlan, verify
 from shardwise.engine.staged import STAGED
 from strategies import cases, dask_chunkings, examples, regions, write
 
@@ -90,7 +90,7 @@ def test_plan_write_shows_the_job_and_writes_nothing(tmp_path: Path) -> None:
     aligned = shardwise.plan_write(
         da.zeros((256, 128), dtype="uint16", chunks=(64, 64)), root, **kw
     )
-    assert isinstance(aligned, WriteJob)
+    assert isinstance(aligned, WritePlan)
     assert (aligned.strategy, aligned.tasks, aligned.bytes_to_move) == ("direct", 8, 0)
     small = shardwise.plan_write(da.zeros((256, 128), dtype="uint16", chunks=(30, 64)), root, **kw)
     assert small.strategy == "staged"
@@ -251,7 +251,7 @@ def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
     """As when dask reruns a shard task whose worker died after the commit: the record of this
     write matches the object, so the rerun returns the result without writing again."""
     from shardwise.core.job import make_job
-    from shardwise.core.plan import WritePlan
+    from shardwise.core.plan import ShardPlan
     from shardwise.durability.journal import Journal
     from shardwise.engine.staged import StagedWriter
     from shardwise.engine.write import WriteOptions
@@ -263,7 +263,7 @@ def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
     x = smooth_noise((64, 40))
     shardwise.write_array(x, store, chunks=(8, 8), shards=(32, 40), fill_value=0)
     info = open_info(store)
-    plan = WritePlan(info.layout, (slice(0, 64), slice(0, 40)))
+    plan = ShardPlan(info.layout, (slice(0, 64), slice(0, 40)))
     job = make_job(plan, ((16,) * 4, (40,)), 2, strategy="staged", memory_limit=2**30)
     sstore = ShardStore(store)
     codec = info.codec

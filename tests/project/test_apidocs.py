@@ -46,7 +46,7 @@ VERB_PAGES = {
 BATCH_VERBS = ("init", "write_part", "finalize", "open_batch")
 REPORTS: dict[str, type[Any]] = {
     "shardwise.WriteReport": shardwise.WriteReport,
-    "shardwise.WriteJob": shardwise.WriteJob,
+    "shardwise.WritePlan": shardwise.WritePlan,
     "shardwise.VerifyReport": shardwise.VerifyReport,
     "shardwise.ConvertReport": shardwise.ConvertReport,
     "shardwise.ArrayReport": shardwise.ArrayReport,

@@ -209,7 +209,7 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
     import zarr
 
     from ..core.layout import normalize_region
-    from ..core.plan import WritePlan
+    from ..core.plan import ShardPlan
     from ..durability.pipeline import ArrayWrite, Pipeline
     from ..storage.nodes import array_exists, open_info, same_metadata
 
@@ -229,7 +229,7 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
     write = ArrayWrite(
         store=ShardStore(zdst, plan.dst_path, fsync=how.fsync),
         info=info,
-        plan=WritePlan(lay, region),
+        plan=ShardPlan(lay, region),
         strategy="copy",
         source=ChunkReader(ShardStore(zsrc, plan.src_path), plan.source),
         clear="all" if create else "none",

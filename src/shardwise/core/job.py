@@ -15,8 +15,8 @@ A job is the write plan (which shards, which region) plus the strategy that exec
 the memory budget, staged otherwise. Everything here is pure: no store, no dask.
 
 >>> from shardwise.core.layout import Layout
->>> from shardwise.core.plan import WritePlan
->>> plan = WritePlan(Layout((512, 512), (256, 256), (64, 64)), (slice(0, 512), slice(0, 512)))
+>>> from shardwise.core.plan import ShardPlan
+>>> plan = ShardPlan(Layout((512, 512), (256, 256), (64, 64)), (slice(0, 512), slice(0, 512)))
 >>> job = make_job(plan, ((128,) * 4, (512,)), 2, strategy="auto", memory_limit=2**30)
 >>> job.strategy, job.tasks, job.blocks
 ('staged', 8, ((128, 128, 128, 128), (512,)))
@@ -34,7 +34,7 @@ from ..errors import PlanError
 from ..runtime.probes import default_memory_limit
 from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
-from .plan import WritePlan
+from .plan import ShardPlan
 from .sizing import shrink_to_fit
 
 Strategy = Literal["auto", "direct", "staged"]
@@ -54,7 +54,7 @@ def _edges(chunks: Sequence[int], start: int) -> list[int]:
 
 
 def inner_aligned(
-    plan: WritePlan, source: Chunks | None, target_bytes: int, itemsize: int
+    plan: ShardPlan, source: Chunks | None, target_bytes: int, itemsize: int
 ) -> Chunks:
     """Block chunks for the staged strategy.
 
@@ -66,8 +66,8 @@ def inner_aligned(
     block holds at most ``target_bytes``.
 
     >>> from shardwise.core.layout import Layout
-    >>> from shardwise.core.plan import WritePlan
-    >>> plan = WritePlan(Layout((100,), (40,), (10,)), (slice(0, 100),))
+    >>> from shardwise.core.plan import ShardPlan
+    >>> plan = ShardPlan(Layout((100,), (40,), (10,)), (slice(0, 100),))
     >>> inner_aligned(plan, ((33, 33, 34),), 10**6, 1)  # 33 -> 30, 66 -> 70
     ((30, 40, 30),)
     >>> inner_aligned(plan, ((100,),), 40, 1)  # one 100-byte chunk, 40 bytes per block
@@ -121,14 +121,14 @@ def _largest(chunks: Chunks) -> int:
 
 
 @dataclass(frozen=True)
-class WriteJob:
+class WritePlan:
     """How one write runs: strategy, tasks, memory per task, bytes moved. Printable, pure.
 
     What :func:`shardwise.plan_write` returns; ``print(job)`` shows it.
 
     Attributes
     ----------
-    plan : shardwise.core.plan.WritePlan
+    plan : shardwise.core.plan.ShardPlan
         Which shards and which region of the array the write covers.
     strategy : {"direct", "staged"}
         The strategy that runs.
@@ -153,7 +153,7 @@ class WriteJob:
         An upper bound of the encoded bytes that go through the staging area.
     """
 
-    plan: WritePlan
+    plan: ShardPlan
     strategy: Literal["direct", "staged"]
     requested: Strategy
     blocks: Chunks
@@ -221,7 +221,7 @@ class WriteJob:
     def __str__(self) -> str:
         lay = self.plan.layout
         lines = [
-            f"WriteJob ({self.strategy}"
+            f"WritePlan ({self.strategy}"
             + (f", chosen by {self.requested!r}" if self.requested == "auto" else "")
             + ")",
             f"  array {lay.shape}, shards {lay.shard_shape}, inner chunks {lay.chunk_shape}",
@@ -244,7 +244,7 @@ class WriteJob:
 
     def __repr__(self) -> str:
         return (
-            f"<WriteJob {self.strategy}: {self.shards} shards, {self.tasks} tasks, peak "
+            f"<WritePlan {self.strategy}: {self.shards} shards, {self.tasks} tasks, peak "
             f"~{_size(self.peak_per_task)}/task, {_size(self.bytes_to_move)} to move>"
         )
 
@@ -257,21 +257,21 @@ def _size(n: int) -> str:
 
 
 def make_job(
-    plan: WritePlan,
+    plan: ShardPlan,
     source_chunks: Chunks | None,
     itemsize: int,
     *,
     strategy: Strategy = "auto",
     memory_limit: int | str | None = None,
     shared: bool = False,
-) -> WriteJob:
+) -> WritePlan:
     """The job for writing a source with ``source_chunks`` (None: a numpy array) by ``plan``.
 
     ``shared``: other writers may write this array at the same time (region writes into an
     existing array). The shards the plan covers only in part are then merged and committed
     conditionally, which the direct strategy does (the staged one commits unconditionally): auto
     picks direct for such a plan; an explicit ``strategy="staged"`` keeps it, and the caller
-    must then keep other writers out (see :attr:`WriteJob.merges_unconditionally`).
+    must then keep other writers out (see :attr:`WritePlan.merges_unconditionally`).
     """
     choice("strategy", strategy, STRATEGIES)
     given = optional_byte_size("memory_limit", memory_limit)
@@ -292,7 +292,7 @@ def make_job(
     else:
         chosen = "direct" if trivial else strategy
     if chosen == "direct":
-        return WriteJob(
+        return WritePlan(
             plan,
             "direct",
             strategy,
@@ -317,7 +317,7 @@ def make_job(
         STREAM_BUFFER + PART_BYTES + 3 * index,
     )
     moved = 0 if source_chunks is None or tuple(source_chunks) == blocks else raw_total
-    return WriteJob(
+    return WritePlan(
         plan,
         "staged",
         strategy,

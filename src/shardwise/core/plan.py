@@ -5,7 +5,7 @@ one task, and no two pieces share a shard. A shard the region covers only in par
 what is stored (see :func:`shardwise.codec.shard.merge_shard`) by its one owning task.
 
 >>> from shardwise.core.layout import Layout
->>> plan = WritePlan(Layout((10, 10), (4, 4), (2, 2)), (slice(2, 10), slice(0, 10)))
+>>> plan = ShardPlan(Layout((10, 10), (4, 4), (2, 2)), (slice(2, 10), slice(0, 10)))
 >>> plan.task_chunks
 ((2, 4, 2), (4, 4, 2))
 >>> plan.ntasks, plan.npartial
@@ -44,7 +44,7 @@ def _pieces(start: int, stop: int, step: int) -> int:
 
 
 @dataclass(frozen=True)
-class WritePlan:
+class ShardPlan:
     """Which task owns which shard; refuses (``PlanError``) a plan of more than
     :data:`MAX_TASKS` tasks, before anything lists them."""
 
@@ -124,7 +124,7 @@ class WritePlan:
     def __str__(self) -> str:
         lay = self.layout
         return (
-            f"WritePlan: array {lay.shape}, shards {lay.shard_shape}, inner chunks "
+            f"ShardPlan: array {lay.shape}, shards {lay.shard_shape}, inner chunks "
             f"{lay.chunk_shape}; region {[(s.start, s.stop) for s in self.region]}; "
             f"{self.ntasks} shard tasks ({self.npartial} merge with stored data)"
         )

@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol
 
 from ..codec.metadata import ArrayInfo
 from ..core.layout import Coord
-from ..core.plan import WritePlan
+from ..core.plan import ShardPlan
 from ..engine.report import WriteReport, sum_reports
 from ..engine.write import WriteOptions, build_graph, lazy_call
 from ..runtime import pool as _pool
@@ -65,7 +65,7 @@ class ArrayWrite:
 
     store: ShardStore
     info: ArrayInfo
-    plan: WritePlan
+    plan: ShardPlan
     strategy: Kind
     source: Any
     options: WriteOptions = field(default_factory=WriteOptions)

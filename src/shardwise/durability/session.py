@@ -28,7 +28,7 @@ from typing import Any
 
 from ..codec.shard import ShardCodec
 from ..core.layout import Coord, Layout, Region
-from ..core.plan import WritePlan
+from ..core.plan import ShardPlan
 from ..engine.staged import remove_staged
 from ..errors import ArrayExistsError, LeaseHeldError
 from ..runtime import pool as _pool
@@ -178,7 +178,7 @@ class WriteSession:
             self.store, self.marker.id, codec.index_nbytes, codec.index_location == "end"
         )
 
-    def done_shards(self, plan: WritePlan, codec: ShardCodec) -> set[Coord]:
+    def done_shards(self, plan: ShardPlan, codec: ShardCodec) -> set[Coord]:
         """Shards of ``plan`` this (resumed) write already stored and recorded."""
         if not self.resumed:
             return set()
@@ -194,7 +194,7 @@ class WriteSession:
         """Shards this (resumed) write leaves out: stored and recorded before."""
         return len(self.done)
 
-    def find_done(self, plan: WritePlan, codec: ShardCodec) -> frozenset[Coord]:
+    def find_done(self, plan: ShardPlan, codec: ShardCodec) -> frozenset[Coord]:
         """Remember (as ``done``) and return the shards of ``plan`` stored before (resume)."""
         self.done = frozenset(self.done_shards(plan, codec))
         return self.done
@@ -234,7 +234,7 @@ class WriteSession:
             self.lease.release()
 
 
-def plan_shards(plan: WritePlan) -> Iterable[Coord]:
+def plan_shards(plan: ShardPlan) -> Iterable[Coord]:
     """The shard of every task of ``plan`` (C order)."""
     import itertools
 
@@ -243,6 +243,6 @@ def plan_shards(plan: WritePlan) -> Iterable[Coord]:
         yield plan.shard_of_task(t)
 
 
-def plan_keys(plan: WritePlan) -> list[str]:
+def plan_keys(plan: ShardPlan) -> list[str]:
     lay: Layout = plan.layout
     return [lay.shard_key(s) for s in plan_shards(plan)]

@@ -35,7 +35,7 @@ from ..codec.metadata import ArrayInfo
 from ..codec.shard import MISSING, ShardIndex, encode_shard
 from ..core.job import PART_BYTES, STREAM_BUFFER
 from ..core.layout import Coord, Layout, Region, ceildiv, intersect
-from ..core.plan import WritePlan
+from ..core.plan import ShardPlan
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
 from ..storage.s3 import multipart_client
@@ -65,7 +65,7 @@ class StagedWriter:
 
     info: ArrayInfo
     store: ShardStore
-    plan: WritePlan
+    plan: ShardPlan
     options: WriteOptions
     blocks: tuple[tuple[int, ...], ...]
     write_id: str

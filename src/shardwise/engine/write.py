@@ -20,7 +20,7 @@ import numpy as np
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
-from ..core.plan import WritePlan
+from ..core.plan import ShardPlan
 from ..runtime import pool as _pool
 from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
@@ -43,7 +43,7 @@ class ShardWriter:
 
     info: ArrayInfo
     store: ShardStore
-    plan: WritePlan
+    plan: ShardPlan
     options: WriteOptions
     # records each stored shard (and forgets emptied ones) for verify and resume
     journal: ShardRecorder | None = None

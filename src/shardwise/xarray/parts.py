@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
-from ..core.job import Strategy, WriteJob, make_job
+from ..core.job import Strategy, WritePlan, make_job
 from ..core.layout import Layout, Region
-from ..core.plan import WritePlan
+from ..core.plan import ShardPlan
 from ..durability.journal import read_marker, read_markers
 from ..durability.pipeline import ArrayWrite, Part, Pipeline
 from ..durability.session import WriteSession
@@ -35,14 +35,14 @@ class _XarrayWrite:
     zstore: Store
     overlay: Overlay
     writes: list[_Write]
-    jobs: dict[int, WriteJob]
+    jobs: dict[int, WritePlan]
     mode: WriteMode
     shared: bool  # region and append writes: other processes may write beside this one
 
 
 def _jobs(
     writes: list[_Write], strategy: Strategy, memory_limit: int | str | None, *, shared: bool
-) -> dict[int, WriteJob]:
+) -> dict[int, WritePlan]:
     """The validated job of every sharded variable write (by ``id`` of the write); ``shared``:
     region and append writes, which other processes may run beside this one."""
     out = {}
@@ -51,7 +51,7 @@ def _jobs(
             continue
         chunks = getattr(w.source, "chunks", None) if w.lazy else None
         job = make_job(
-            WritePlan(w.info.layout, w.region),
+            ShardPlan(w.info.layout, w.region),
             None if chunks is None else tuple(tuple(int(n) for n in c) for c in chunks),
             np.dtype(w.info.dtype).itemsize,
             strategy=strategy,
@@ -198,7 +198,7 @@ def _parts(
             continue
         # not sharded (an array some other writer created without shards): zarr writes it, from
         # dask blocks cut at chunk boundaries so that no two tasks share a chunk
-        cuts = WritePlan(Layout(w.shape, w.chunks, w.chunks), w.region).task_chunks
+        cuts = ShardPlan(Layout(w.shape, w.chunks, w.chunks), w.region).task_chunks
         blocks = source.rechunk(cuts).to_delayed().ravel()
         starts = [np.cumsum((0, *c[:-1])) for c in cuts]
         for idx, block in zip(np.ndindex(*(len(c) for c in cuts)), blocks, strict=True):
