@@ -21,7 +21,7 @@ from .core.sizing import default_layout
 from .durability.pipeline import ArrayWrite, Pipeline
 from .engine.read import ShardReader, open_reader
 from .engine.report import WriteReport
-from .engine.write import Mode, WriteOptions
+from .engine.write import Mode, WriteSettings
 from .errors import (
     ArrayExistsError,
     ArrayNotFoundError,
@@ -345,7 +345,7 @@ def write_array(
     if dry_run:
         return job
     # 5. the write: lease, clear, metadata, data, done (the pipeline's order)
-    options = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
+    options = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
     write = _array_write(sstore, meta, job, data, options, shared, mode, resume, exists, compute)
     with Pipeline(
         [write], lease=compute if lease is None else lease, break_lease=break_lease
@@ -486,7 +486,7 @@ def _array_write(
     meta: _Target,
     job: WritePlan,
     data: Any,
-    options: WriteOptions,
+    options: WriteSettings,
     shared: bool,
     mode: Mode,
     resume: bool,

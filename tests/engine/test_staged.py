@@ -254,7 +254,7 @@ def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
     from shardwise.core.plan import ShardPlan
     from shardwise.durability.journal import Journal
     from shardwise.engine.staged import StagedWriter
-    from shardwise.engine.write import WriteOptions
+    from shardwise.engine.write import WriteSettings
     from shardwise.storage.nodes import open_info
     from shardwise.storage.store import ShardStore
 
@@ -268,7 +268,7 @@ def test_a_shard_task_run_again_after_its_commit_commits_nothing() -> None:
     sstore = ShardStore(store)
     codec = info.codec
     journal = Journal(sstore, "w1", codec.index_nbytes, codec.index_location == "end")
-    writer = StagedWriter(info, sstore, plan, WriteOptions(), job.blocks, "w1", journal)
+    writer = StagedWriter(info, sstore, plan, WriteSettings(), job.blocks, "w1", journal)
     new = x[::-1].copy()
     receipts = [
         writer.stage(new[16 * i : 16 * i + 16], {0: {"chunk-location": (i, 0)}}) for i in range(2)

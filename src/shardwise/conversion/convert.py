@@ -24,12 +24,13 @@ from typing import Any
 from ..core import args
 from ..core.shardspec import ShardSpec, check_names, check_shards
 from ..engine.report import WriteReport
+from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
 from .overlap import refuse_overlap
-from .plan import XARRAY_DIMS, ArrayPlan, WriteSettings, plan_array
+from .plan import XARRAY_DIMS, ArrayPlan, plan_array
 from .report import ArrayReport, ConvertReport
 from .source import source_array
 
@@ -186,7 +187,15 @@ def convert(
         _write_groups(
             zdst, dst_path, [("", root), *groups], replace=exists and mode == "w" and not resume
         )
-    how = WriteSettings(mode, resume, progress, lease, break_lease, fsync, threads)
+    how = WriteSettings(
+        threads=threads,
+        mode=mode,
+        resume=resume,
+        progress=progress,
+        lease=lease,
+        break_lease=break_lease,
+        fsync=fsync,
+    )
     for p in plans:
         report.arrays.append(_convert_array(p, zsrc, zdst, how))
     if isinstance(root, zarr.Group) and _consolidated(root):

@@ -24,10 +24,11 @@ from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
 from ..engine.report import WriteReport
+from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError
 from ..runtime import pool as _pool
 from ..storage.store import ShardStore
-from .plan import ArrayPlan, SourceChunks, WriteSettings
+from .plan import ArrayPlan, SourceChunks
 
 WINDOW = 16  # source chunks read ahead by one copy task (bounded memory, overlapped latency)
 

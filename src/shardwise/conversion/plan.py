@@ -30,19 +30,6 @@ FIXED_KINDS = "biufcmMSU"  # fixed-size dtypes: numbers, datetimes, fixed-width 
 
 
 @dataclass(frozen=True)
-class WriteSettings:
-    """How each array of a conversion is written (``convert``'s keywords, carried as one)."""
-
-    mode: str
-    resume: bool
-    progress: bool
-    lease: bool
-    break_lease: bool
-    fsync: bool
-    threads: int | None
-
-
-@dataclass(frozen=True)
 class SourceChunks:
     """Where a source array keeps its encoded chunks: one object per chunk (zarr v2, v3 without
     sharding) or inner chunks of shards (v3 sharded, ``shard_codec`` set)."""

@@ -31,7 +31,7 @@ from ..codec.metadata import ArrayInfo
 from ..core.layout import Coord
 from ..core.plan import ShardPlan
 from ..engine.report import WriteReport, sum_reports
-from ..engine.write import WriteOptions, build_graph, lazy_call
+from ..engine.write import WriteSettings, build_graph, lazy_call
 from ..runtime import pool as _pool
 from ..storage.store import ShardStore
 from .journal import Journal
@@ -68,7 +68,7 @@ class ArrayWrite:
     plan: ShardPlan
     strategy: Kind
     source: Any
-    options: WriteOptions = field(default_factory=WriteOptions)
+    options: WriteSettings = field(default_factory=WriteSettings)
     blocks: tuple[tuple[int, ...], ...] = ()
     shared: bool = False
     clear: Clear = "none"

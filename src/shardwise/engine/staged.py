@@ -43,7 +43,7 @@ from ..storage.store import JOURNAL, PARTIAL_SUFFIX, TEMP, ShardStore
 from .fetch import read_index
 from .recorder import ShardRecorder
 from .report import WriteReport
-from .write import WriteOptions, as_dask
+from .write import WriteSettings, as_dask
 
 STAGED = f"{JOURNAL}/staged/"
 
@@ -66,7 +66,7 @@ class StagedWriter:
     info: ArrayInfo
     store: ShardStore
     plan: ShardPlan
-    options: WriteOptions
+    options: WriteSettings
     blocks: tuple[tuple[int, ...], ...]
     write_id: str
     journal: ShardRecorder | None = None

@@ -32,9 +32,20 @@ Mode = Literal["w", "w-", "a", "r+"]
 
 
 @dataclass(frozen=True)
-class WriteOptions:
+class WriteSettings:
+    """How one call writes: its keywords, carried as one record by every front end.
+
+    Shard tasks read ``write_empty_chunks`` and ``threads`` (the record travels to the workers,
+    configuration only); ``convert`` also hands the rest on to the write it runs per array."""
+
     write_empty_chunks: bool = False
     threads: int | None = None
+    mode: str = "w-"  # validated by each front end (convert takes "w" and "w-" only)
+    resume: bool = False
+    progress: bool = False
+    lease: bool = True
+    break_lease: bool = False
+    fsync: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,7 +55,7 @@ class ShardWriter:
     info: ArrayInfo
     store: ShardStore
     plan: ShardPlan
-    options: WriteOptions
+    options: WriteSettings
     # records each stored shard (and forgets emptied ones) for verify and resume
     journal: ShardRecorder | None = None
 

@@ -18,7 +18,7 @@ from ..durability.journal import read_marker, read_markers
 from ..durability.pipeline import ArrayWrite, Part, Pipeline
 from ..durability.session import WriteSession
 from ..engine.report import WriteReport
-from ..engine.write import WriteOptions
+from ..engine.write import WriteSettings
 from ..errors import PlanError
 from ..storage.conditional import versions
 from ..storage.overlay import Overlay
@@ -104,7 +104,7 @@ def _open_marker(store: ShardStore) -> bool:
 
 
 def _array_writes(
-    xw: _XarrayWrite, opts: WriteOptions, *, fsync: bool, resume: bool
+    xw: _XarrayWrite, opts: WriteSettings, *, fsync: bool, resume: bool
 ) -> dict[int, ArrayWrite]:
     """The pipeline's write of every sharded variable (by ``id`` of the variable's write)."""
     out: dict[int, ArrayWrite] = {}

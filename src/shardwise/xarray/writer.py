@@ -26,7 +26,7 @@ from ..core.sizing import (
 )
 from ..durability.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..engine.report import WriteReport
-from ..engine.write import WriteOptions
+from ..engine.write import WriteSettings
 from ..errors import InvalidValueError
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
@@ -242,7 +242,7 @@ def to_zarr(
         resume=resume,
     )
     # 2. leases (a refusal removes those taken): from here on the store changes
-    opts = WriteOptions(write_empty_chunks=write_empty_chunks, threads=threads)
+    opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
     arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
     with Pipeline(
         list(arrays.values()), lease=compute if lease is None else lease, break_lease=break_lease
