@@ -279,18 +279,17 @@ def write_array(
         A keyword of the wrong type (a ``TypeError``); the message names the keyword, the value
         and what is accepted.
     InvalidValueError
-        A keyword value outside what the keyword accepts (a ``ValueError`` and a
-        :class:`PlanError`), e.g. a ``zarr_format`` other than 3.
+        A keyword value outside what the keyword accepts (a ``ValueError``), e.g. a
+        ``zarr_format`` other than 3, or ``region`` without an existing array.
     ArrayExistsError
         ``mode="w-"`` and an array is already there (with ``resume=True``: one with other
         metadata, so nothing to resume).
     ArrayNotFoundError
         ``mode="r+"`` and no array there.
     PlanError
-        A write that cannot be placed: ``region`` without an existing array, data of another
-        shape than the region, data that cannot be cast to the array's dtype without loss, a
-        dask array of unknown chunk sizes, a task that would not fit ``memory_limit``, or more
-        than 4,194,304 shard tasks.
+        A write that cannot be placed: data of another shape than the region, data that
+        cannot be cast to the array's dtype without loss, a dask array of unknown chunk sizes,
+        a task that would not fit ``memory_limit``, or more than 4,194,304 shard tasks.
     LeaseHeldError
         Another writer holds the array's lease.
     ShardConflictError

@@ -122,7 +122,7 @@ def choice(name: str, value: object, allowed: Iterable[object]) -> None:
 
 
 def check_mode(mode: object, allowed: tuple[str, ...], what: str = "mode") -> None:
-    """The one check of a ``mode`` argument: :class:`InvalidValueError` (a :class:`PlanError`)
+    """The one check of a ``mode`` argument: :class:`InvalidValueError` (a ``ValueError``)
     naming the allowed values, :class:`InvalidTypeError` for a mode that is not a string."""
     choice(what, mode, allowed)
 

@@ -196,11 +196,11 @@ def to_zarr(
     ------
     InvalidTypeError, InvalidValueError
         A keyword of the wrong type, or a value it does not accept; the message names the
-        keyword, the value and what is accepted.
+        keyword, the value and what is accepted; also variable names, dimension names,
+        encodings and an ``append_dim`` the data or the store does not have.
     PlanError
-        A write refused before anything is written: names, dimensions, encodings, dtypes,
-        shapes, alignment (``safe_shards``), ``append_dim``, or a task that would not fit
-        ``memory_limit``.
+        A write refused before anything is written: dtypes, shapes, alignment
+        (``safe_shards``), or a task that would not fit ``memory_limit``.
     LeaseHeldError
         Another writer holds a variable's lease.
     """
