@@ -82,10 +82,24 @@ class MotoS3:
         return out
 
 
+def s3_client(endpoint: str, bucket: str = BUCKET) -> Any:
+    """A boto3 client of the S3 server at ``endpoint``, with ``bucket`` created in it."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=CREDS["key"],
+        aws_secret_access_key=CREDS["secret"],
+        region_name=CREDS["region"],
+    )
+    client.create_bucket(Bucket=bucket)
+    return client
+
+
 @contextmanager
 def moto_s3(bucket: str = BUCKET) -> Iterator[MotoS3]:
     """A moto S3 server on a free port of 127.0.0.1 with ``bucket`` created."""
-    import boto3
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -94,15 +108,7 @@ def moto_s3(bucket: str = BUCKET) -> Iterator[MotoS3]:
     server.start()
     try:
         endpoint = f"http://127.0.0.1:{port}"
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=CREDS["key"],
-            aws_secret_access_key=CREDS["secret"],
-            region_name=CREDS["region"],
-        )
-        client.create_bucket(Bucket=bucket)
-        yield MotoS3(endpoint, client)
+        yield MotoS3(endpoint, s3_client(endpoint, bucket))
     finally:
         server.stop()
 

@@ -21,7 +21,7 @@ import pytest
 from zarr.storage import MemoryStore
 
 import shardwise
-from faultkit import BUCKET, CREDS, MotoS3, free_port
+from faultkit import MotoS3, free_port, s3_client
 from shardwise.engine.assemble import ShardArray
 
 SHAPE, INNER, SHARDS = (512, 2048), (32, 32), (256, 1024)  # 1 MiB shards of 4 KiB chunks
@@ -146,7 +146,6 @@ class CountingApp:
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[tuple[MotoS3, CountingApp]]:
-    import boto3
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
 
@@ -156,15 +155,7 @@ def s3() -> Iterator[tuple[MotoS3, CountingApp]]:
     thread.start()
     try:
         endpoint = f"http://127.0.0.1:{server.server_port}"
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=CREDS["key"],
-            aws_secret_access_key=CREDS["secret"],
-            region_name=CREDS["region"],
-        )
-        client.create_bucket(Bucket=BUCKET)
-        yield MotoS3(endpoint, client), app
+        yield MotoS3(endpoint, s3_client(endpoint)), app
     finally:
         server.shutdown()
         thread.join()
