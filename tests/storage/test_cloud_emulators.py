@@ -21,9 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
+from dask.callbacks import Callback
 from test_conditional import (
     KW,
     SHARED,
@@ -177,10 +179,20 @@ def test_staged_writes_on_azurite(az_store: Callable[[], Store]) -> None:
     store = az_store()
     x = da.random.default_rng(3).random((2048, 2048), chunks=(700, 900)).astype("float32")
     want = x.compute()
-    rep = shardwise.write_array(
-        x, store, chunks=(256, 256), shards=(2048, 2048), strategy="staged", mode="w-"
-    )
+    staged: list[int] = []  # pieces in the container after each task
+
+    class Watch(Callback):
+        def _posttask(self, *_: object) -> None:
+            staged.append(len(ShardStore(store).list(".shardwise/staged")))
+
+    with dask.config.set(scheduler="synchronous"), Watch():
+        rep = shardwise.write_array(
+            x, store, chunks=(256, 256), shards=(2048, 2048), strategy="staged", mode="w-"
+        )
     assert rep.shards_written == 1
+    # the block edges move to inner-chunk edges (768, 1280 rows; 1024, 1792 columns): 3 x 3
+    # blocks, each stored its piece of the one shard before the shard task assembled them
+    assert max(staged) == 9 and staged[-1] == 0
     assert (shardwise.read_array(store) == want).all()
     assert shardwise.verify(store).ok
     assert _leftovers(store) == []
