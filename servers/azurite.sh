@@ -9,19 +9,20 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 prefix="${SHARDWISE_SERVERS:-$here/.servers}"
 bin="$prefix/node_modules/.bin/azurite-blob"
+# the version the suite runs with (3.36 and later need Node.js 22; the machines have 20)
+version="3.35.0"
 say() { echo "azurite.sh: $*" >&2; }
 
 install() {
-    [ -x "$bin" ] && return
+    [ -x "$bin" ] && [ -f "$prefix/node_modules/azurite/package.json" ] \
+        && grep -q "\"version\": \"$version\"" "$prefix/node_modules/azurite/package.json" && return
     command -v npm >/dev/null 2>&1 || { say "npm is needed to install azurite (apt-get install npm)"; exit 3; }
     mkdir -p "$prefix"
     # one installer at a time (two test sessions may start at once)
     exec 9>"$prefix/.install.lock"
     flock 9
-    if [ ! -x "$bin" ]; then
-        say "installing azurite 3 into $prefix (npm; once)"
-        npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error azurite@3 >&2
-    fi
+    say "installing azurite $version into $prefix (npm; once)"
+    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "azurite@$version" >&2
     exec 9>&-
 }
 
