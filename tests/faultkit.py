@@ -631,6 +631,10 @@ def slab_array(trial: int, writers: int) -> np.ndarray:
 def slab_store(kind: str, base: str, trial: int, endpoint: str = "") -> Any:
     if kind in ("local", "xarray"):  # xarray: variable "v" of a Dataset written by to_zarr
         return str(Path(base) / f"t{trial}.zarr")
+    if kind == "azure":  # Azurite (tests/cloudkit.py)
+        from cloudkit import azure_store
+
+        return azure_store(endpoint, f"{base}/t{trial}")
     return MotoS3(endpoint, None).obstore(f"{base}/t{trial}")
 
 
