@@ -119,12 +119,12 @@ node_idle() { [ "$(node_state)" = idle ]; }
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 start() {
-    [ "$(id -u)" = 0 ] || die "needs root (it installs packages and starts the daemons as root)"
     if command -v scontrol >/dev/null && munge_works && ctld_up && node_up &&
-        [ "$(cat "$CONF")" = "$(conf_text)" ]; then
+        [ "$(cat "$CONF" 2>/dev/null)" = "$(conf_text)" ]; then
         say "running already: node $HOST $(node_state)"
         return
     fi
+    [ "$(id -u)" = 0 ] || die "needs root (it installs packages and starts the daemons as root)"
     install
     configure
     if ! munge_works; then
