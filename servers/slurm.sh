@@ -5,7 +5,8 @@
 #                             wait until sinfo shows this node idle; a second start finds it running
 #   servers/slurm.sh stop     stop slurmctld, slurmd and munged (what start started)
 #   servers/slurm.sh status   exit 0 when the node is up (idle, mixed or allocated), else 1
-# SLURM_START_TIMEOUT (seconds, default 60) bounds each wait. The daemons' state and logs live under
+# SLURM_START_TIMEOUT (seconds, default 60) bounds each wait; SLURM_INSTALL=0 starts an installed
+# SLURM but installs nothing (what the tests' fixture does outside CI). The daemons' state and logs live under
 # /var/lib/shardwise-slurm (the logs are the first place to look when the start fails).
 set -euo pipefail
 
@@ -32,6 +33,8 @@ wait_for() {
 install() {
     command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch \
         >/dev/null && command -v munged >/dev/null && return
+    [ "${SLURM_INSTALL:-1}" != 0 ] ||
+        die "slurm-wlm and munge are not installed (SLURM_INSTALL=0: servers/slurm.sh installs them)"
     command -v apt-get >/dev/null || die "slurm-wlm and munge are missing and there is no apt-get"
     say "installing slurm-wlm and munge (apt-get)"
     export DEBIAN_FRONTEND=noninteractive

@@ -33,6 +33,7 @@ import pytest
 import shardwise
 from faultkit import exe, records, wait_until
 from shardwise.cli.commands import TASK_ID_VARS
+from skips import in_ci
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -55,10 +56,12 @@ def doc_script(name: str) -> str:
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[None]:
     """A running single-node SLURM, started through servers/slurm.sh (a second start finds it
-    running). Where it cannot start, a skip that says why (CI=true fails it: tests/skips.py)."""
+    running; outside CI it installs nothing). Where it cannot start, a skip that says why
+    (CI=true fails it: tests/skips.py)."""
+    env = dict(os.environ, SLURM_INSTALL="1" if in_ci() else "0")
     try:
         run = subprocess.run(
-            ["bash", str(SCRIPT)], capture_output=True, text=True, timeout=900, check=False
+            ["bash", str(SCRIPT)], capture_output=True, text=True, timeout=900, env=env
         )
     except OSError as e:
         pytest.skip(f"SLURM did not start: servers/slurm.sh: {e}")
@@ -163,8 +166,9 @@ def run_the_array(jobs: Jobs, dst: Path, flags: Path) -> None:
     wait_until(lambda: mid_write(jobs, dst, flags, 0), "part 0 mid-write")
     slurm_cmd("scontrol", "requeue", f"{jobs.parts}_0")
     wait_until(lambda: mid_write(jobs, dst, flags, 1), "part 1 mid-write")
-    # its time limit now: SLURM sends the script's --signal at its next check (every 30 s)
-    slurm_cmd("scontrol", "update", f"JobId={jobs.parts}_1", "TimeLimit=1")
+    # its time limit now: 2 minutes from its start, inside --signal's 120 s, so SLURM sends the
+    # SIGTERM at its next check (every 30 s), well before the limit itself
+    slurm_cmd("scontrol", "update", f"JobId={jobs.parts}_1", "TimeLimit=2")
     wait_until(lambda: "stopping" in jobs.log(1), "part 1 SIGTERMed by its time limit", 120)
     (flags / "part1.go").touch()  # the held task commits, as a running one does when stopped
     wait_until(lambda: not jobs.pending(), "the jobs done", timeout=300)
