@@ -89,13 +89,15 @@ def test_every_docstring_example_runs_as_a_doctest() -> None:
 
 
 def test_tests_mirror_the_package() -> None:
-    """Each test module sits in the folder of the package part it tests (or project/integration),
-    its basename unique (no __init__.py: tests/ is on sys.path), and tests/README.md maps it."""
+    """Each test module sits in the folder of the package part it tests (or project/integration,
+    or hpc: runs on a real batch scheduler), its basename unique (no __init__.py: tests/ is on
+    sys.path), and tests/README.md maps it."""
     tests, src = ROOT / "tests", ROOT / "src" / "shardwise"
     rooms = {p.name for p in src.iterdir() if (p / "__init__.py").exists()}
     modules = sorted(tests.rglob("test_*.py"))
     assert modules
-    assert [p for p in modules if p.parent.name not in rooms | {"project", "integration"}] == []
+    places = rooms | {"project", "integration", "hpc"}
+    assert [p for p in modules if p.parent.name not in places] == []
     assert len({p.name for p in modules}) == len(modules)
     assert list(tests.rglob("__init__.py")) == []
     mapping = (tests / "README.md").read_text()
