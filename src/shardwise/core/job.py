@@ -258,8 +258,9 @@ class WritePlan:
                 + (", already the shard pieces" if self.bytes_rechunked == 0 else ", rechunked"),
             )
         caption = [
-            f"{self.strategy}: {self.shards} shard tasks T0..T{max(self.shards - 1, 0)}, "
-            f"{self.plan.npartial} merge with stored data; thick: the region written",
+            # the count of merged shards is in the printout below (counting them walks every task)
+            f"{self.strategy}: {self.shards} shard tasks T0..T{max(self.shards - 1, 0)}; "
+            "thick: the region written",
             f"dashed: {blocks}" if drawn is not None else "numpy source: read in place",
         ]
         picture = plan_picture(self.plan, self.strategy, drawn, caption)
