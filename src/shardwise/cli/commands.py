@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import VerifyError
-from .inspection import inspect_array, print_inspect
+from .inspection import inspect_array, print_inspect, shard_map
 from .status import EXIT_OK, EXIT_PROBLEMS, UsageError
 
 # job-array index variables of the common schedulers (0-based as set up in docs/hpc.md)
@@ -92,11 +92,19 @@ def _scheduler(spec: str | None) -> Any:
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
+    if a.plot is not None:
+        from .plot import require_matplotlib, write_png
+
+        require_matplotlib()  # before the store is read
+        drawing = shard_map(a.store, a.path, a.storage_options)
+        write_png(drawing.picture, a.plot)
     d = inspect_array(a.store, a.path, a.storage_options)
     if a.json:
         print(json.dumps(d, indent=2, default=str))
     else:
         print_inspect(d)
+        if a.plot is not None:
+            print(f"  picture  {a.plot}")
     return EXIT_OK
 
 

@@ -1,11 +1,17 @@
-"""``shardwise inspect``: an array's (or a group's arrays') layout, storage and writer state."""
+"""``shardwise inspect``: an array's (or a group's arrays') layout, storage and writer state;
+``--plot FILE.png`` draws its shards (:func:`shard_map`)."""
 
 from __future__ import annotations
 
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..core.layout import Coord, Layout
+    from ..core.svg import Drawing
+    from ..storage.store import ShardStore
 
 
 def inspect_array(
@@ -90,6 +96,44 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
         "lease": None if lease is None else lease.describe(),
         "batch": None if batch is None else json.loads(batch),
     }
+
+
+def shard_states(sstore: ShardStore, lay: Layout) -> tuple[list[Coord], list[Coord]]:
+    """(stored, missing): the shards stored, and those a write recorded that are gone (what
+    ``verify`` reports as missing). Every other shard is empty: it reads as the fill value."""
+    from ..durability.journal import RECORDS
+    from ..storage.store import TEMP
+
+    stored = [c for c in map(lay.parse_shard_key, sstore.list("")) if c is not None]
+    have = set(stored)
+    recorded = (n[len(RECORDS) :] for n in sstore.list(RECORDS) if not TEMP.match(n))
+    missing = [c for c in map(lay.parse_shard_key, recorded) if c is not None and c not in have]
+    return stored, missing
+
+
+def shard_map(
+    store: Any, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> Drawing:
+    """The picture of a stored array's shards: stored, empty (reads as fill) or missing.
+
+    A notebook shows it (SVG); ``shardwise inspect --plot FILE.png`` writes it as PNG. One
+    listing of the array's objects (and of the journal's records); no shard is read.
+    """
+    from ..codec.metadata import info_from_metadata
+    from ..core.picture import stored_picture
+    from ..core.svg import Drawing
+    from ..storage.nodes import open_zarr_array
+    from ..storage.store import ShardStore, resolve_store, store_name
+
+    zstore = resolve_store(store, mode="r", storage_options=storage_options)
+    lay = info_from_metadata(open_zarr_array(zstore, path).metadata).layout
+    stored, missing = shard_states(ShardStore(zstore, path or ""), lay)
+    where = store_name(zstore) + (f" path {path!r}" if path else "")
+    caption = [
+        f"{where}: array {lay.shape}, shards {lay.shard_shape}",
+        f"{len(stored)} of {lay.nshards} shards stored, {len(missing)} missing",
+    ]
+    return Drawing(stored_picture(lay, stored, missing, caption))
 
 
 def print_inspect(d: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ usage error (exit 2) naming the option before any store is opened."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -94,6 +95,16 @@ def _compressor(text: str) -> str:
             f"expected zstd[:level], gzip[:level], blosc[:cname[:clevel]], none or auto, got "
             f"{text!r} ({e})"
         ) from None
+    return text
+
+
+def _png(text: str) -> str:
+    """A ``--plot`` file: a .png name in a directory that exists."""
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"expected a file name ending in .png, got {text!r}")
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"no directory {folder!r} to write {text!r} into")
     return text
 
 
@@ -214,6 +225,14 @@ def _add_inspect_verify(sub: Any) -> None:
     q = sub.add_parser("inspect", help="show an array's layout, storage and writer state")
     _store_args(q)
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    q.add_argument(
+        "--plot",
+        type=_png,
+        default=None,
+        metavar="FILE.png",
+        help="also draw the array's shards (stored, empty, missing) into this PNG file "
+        "(needs matplotlib; N-D arrays: one panel per shard of the leading axes)",
+    )
     q.set_defaults(func=commands.cmd_inspect)
 
     q = sub.add_parser("verify", help="check every shard; exit 1 on any problem")

@@ -242,6 +242,30 @@ class WritePlan:
         ]
         return "\n".join(lines)
 
+    def _repr_html_(self) -> str:
+        """The picture in a notebook: the shard grid, the dask blocks over it, the task that owns
+        each shard, direct or staged (core/picture.py), above the printout."""
+        from .picture import plan_picture
+        from .svg import Drawing
+
+        drawn: Chunks | None
+        if self.strategy == "staged":
+            drawn, blocks = self.blocks, f"the {self.block_tasks} block tasks (staged pieces)"
+        else:
+            drawn, blocks = (
+                self.source_chunks,
+                "the source's dask blocks"
+                + (", already the shard pieces" if self.bytes_rechunked == 0 else ", rechunked"),
+            )
+        caption = [
+            # the count of merged shards is in the printout below (counting them walks every task)
+            f"{self.strategy}: {self.shards} shard tasks T0..T{max(self.shards - 1, 0)}; "
+            "thick: the region written",
+            f"dashed: {blocks}" if drawn is not None else "numpy source: read in place",
+        ]
+        picture = plan_picture(self.plan, self.strategy, drawn, caption)
+        return Drawing(picture, str(self))._repr_html_()
+
     def __repr__(self) -> str:
         return (
             f"<WritePlan {self.strategy}: {self.shards} shards, {self.tasks} tasks, peak "
