@@ -15,7 +15,7 @@ the case reads it; dask's threaded scheduler):
   ``dask.compute-2``);
 * ``read_array``    ``shardwise.read_array(root, path=var)``;
 * ``open_array``    ``shardwise.open_array(root, path=var).compute()``;
-* ``load``          ``ds.load()``;
+* ``load``          ``ds.load()`` (of a shallow copy of ``ds``, as every in-place load here);
 * ``values``        ``ds[var].values``;
 * ``compute``       ``ds.compute()``;
 * ``asarray``       ``np.asarray(ds[var])``;
@@ -35,6 +35,7 @@ Usage::
     python benchmarks/full_loads.py gen    [--small] [--dir D] [--workloads W1,W2,W3]
     python benchmarks/full_loads.py run    [--small] [--dir D] [--reps 3] [--out FILE.jsonl]
     python benchmarks/full_loads.py report FILE.jsonl
+    python benchmarks/full_loads.py warm   [--small] [--dir D] [--reps 5]   # one process, warm
 """
 
 from __future__ import annotations
@@ -144,18 +145,23 @@ def _load(case: str, root: str, var: str) -> Callable[[], list[np.ndarray]]:
         root, engine="shardwise", chunks={}, drop_variables=[] if both else [f"{var}_2"]
     )
     doors: dict[str, Callable[[], list[np.ndarray]]] = {
-        "load": lambda: [ds.load()[var].values],
+        # a shallow copy, so that a repeated load (``warm``) loads again: load() fills the
+        # variables it is called on
+        "load": lambda: [ds.copy().load()[var].values],
         "values": lambda: [ds[var].values],
         "compute": lambda: [ds.compute()[var].values],
         "asarray": lambda: [np.asarray(ds[var])],
-        "DataArray.load": lambda: [ds[var].load().values],
+        "DataArray.load": lambda: [ds.copy()[var].load().values],
         "dask.compute-2": lambda: list(dask.compute(ds[var].data, ds[f"{var}_2"].data)),
     }
     if case == "blocks":
         from dask.array.optimization import optimize
 
-        dask.config.set(array_optimize=optimize)  # dask's own: the block graph runs
-        return lambda: [ds[var].values]
+        def blocks() -> list[np.ndarray]:
+            with dask.config.set(array_optimize=optimize):  # dask's own: the block graph runs
+                return [ds[var].values]
+
+        return blocks
     return doors[case]
 
 
@@ -200,6 +206,27 @@ def run(args: argparse.Namespace) -> None:
                     print(json.dumps(row), flush=True)
 
 
+def warm(args: argparse.Namespace) -> None:
+    """Every case in this one process, after a first run of each (imports, dask's import of
+    distributed on a first compute, the pool's threads): the loads alone, interleaved; medians."""
+    cases = args.cases.split(",") if args.cases else list(CASES)
+    for wl in args.workloads.split(","):
+        var = workloads.WORKLOADS[wl]["var"]
+        loads = {c: _load(c, root_of(args, wl), var) for c in cases}
+        times: dict[str, list[float]] = {c: [] for c in cases}
+        for rep in range(args.reps + 1):
+            for c in cases:
+                t0 = time.perf_counter()
+                _ = loads[c]()
+                if rep:
+                    times[c].append(time.perf_counter() - t0)
+        ts = statistics.median(times["ts"]) if "ts" in times else 0
+        for c in cases:
+            m = statistics.median(times[c])
+            spread = f"{min(times[c]):.4f}-{max(times[c]):.4f}"
+            print(f"{wl} {c:15s} {m:.4f} s ({spread})  x ts {m / ts if ts else 0:.2f}", flush=True)
+
+
 def report(args: argparse.Namespace) -> None:
     with open(args.file) as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -228,7 +255,7 @@ def report(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("gen", "run", "one"):
+    for name in ("gen", "run", "one", "warm"):
         s = sub.add_parser(name)
         s.add_argument("--small", action="store_true")
         s.add_argument("--dir", default="/tmp/bench-loads")
@@ -239,16 +266,17 @@ def main() -> None:
             s.add_argument("--workloads", default="W1,W2,W3")
         if name == "gen":
             s.add_argument("--force", action="store_true")
-        if name == "run":
+        if name in ("run", "warm"):
             s.add_argument("--reps", type=int, default=3)
             s.add_argument("--cases", default="", help="comma-separated (default: all)")
+        if name == "run":
             s.add_argument("--out", default="full-loads.jsonl")
     r = sub.add_parser("report")
     r.add_argument("file")
     args = p.parse_args()
     if getattr(args, "small", False):
         workloads.set_size("small")
-    {"gen": gen, "run": run, "one": one, "report": report}[args.cmd](args)
+    {"gen": gen, "run": run, "one": one, "warm": warm, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":
