@@ -253,3 +253,40 @@ def test_a_full_load_holds_about_its_output(tmp_path: Path, door: str) -> None:
     got = peak_rss(load_case, root=root, door=door)
     assert got.digest == {"shape": list(MEM_SHAPE), "sum": float(x.sum(dtype="f8"))}
     assert got.peak <= x.nbytes + FIXED, (got.mib, x.nbytes // MiB)
+
+
+# -- the benchmark --------------------------------------------------------------------------------
+
+
+def test_full_loads_benchmark_runs_small_in_fresh_processes(tmp_path: Path) -> None:
+    """benchmarks/full_loads.py: gen, a run of a few doors (each in a fresh process) and the
+    report; every case loads the source's values."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "full_loads.py"
+    env = {**os.environ, "BENCH_SRC": str(tmp_path / "src")}
+    env.pop("BENCH_SIZE", None)
+    common = ["--small", "--dir", str(tmp_path / "data"), "--workloads", "W3"]
+    out = tmp_path / "loads.jsonl"
+    cases = "ts,ts-2,values,dask.compute-2,blocks"
+    for args in (
+        ["gen", *common],
+        ["run", *common, "--reps", "1", "--cases", cases, "--out", str(out)],
+        ["report", str(out)],
+    ):
+        got = subprocess.run(
+            [sys.executable, str(script), *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    assert sorted(r["case"] for r in rows) == sorted(cases.split(","))
+    assert all(r["ok"] and r["wl"] == "W3" and r["s_whole"] > r["s_in"] > 0 for r in rows), rows
+    assert "| W3 | dask.compute-2 | 1 |" in got.stdout

@@ -101,7 +101,7 @@ def whole_reads(dsk: Any) -> Any:
     graph itself when there is none, or when the graph is not bound for a local scheduler."""
     from dask.highlevelgraph import HighLevelGraph
 
-    if not isinstance(dsk, HighLevelGraph) or _spec() is None or not default_runs_locally():
+    if not isinstance(dsk, HighLevelGraph) or _spec() is None:
         return dsk
     users: dict[str, int] = {}
     for deps in dsk.dependencies.values():
@@ -112,7 +112,7 @@ def whole_reads(dsk: Any) -> Any:
         for name in dsk.layers
         if users.get(name) == 1 and (key := _getter_source(dsk, name)) is not None
     }
-    if not sources:
+    if not sources or not default_runs_locally():  # graphs of other arrays pay no more
         return dsk
     layers = dict(dsk.layers)
     dependencies = {k: set(v) for k, v in dsk.dependencies.items()}
