@@ -142,6 +142,24 @@ def test_open_array_of_two_arrays_in_one_compute_reads_each_whole(
     assert reads.wholes == 2 and reads.parts == 0, reads
 
 
+def test_a_whole_read_through_xarray_postcompute_is_handed_over_once(
+    root: str, expected: xr.Dataset
+) -> None:
+    """dask.compute of a DataArray: the one output becomes the result without a copy (dask's
+    finalize asks for one); a copy the caller then asks for is a copy."""
+    from shardwise.engine.whole import Fresh
+
+    (got,) = dask.compute(opened(root).a)
+    values = got.values
+    assert type(values) is np.ndarray and not isinstance(values, Fresh)
+    assert not values.flags.owndata and isinstance(values.base, np.ndarray)  # a view of it
+    mine = values.copy()
+    mine[0, 0] += 1
+    assert values[0, 0] == expected.a.values[0, 0]
+    fresh = np.zeros(3).view(Fresh)
+    assert np.shares_memory(fresh.copy(), fresh) and not np.shares_memory(fresh.copy(), fresh)
+
+
 # -- what stays lazy and per shard ----------------------------------------------------------------
 
 

@@ -82,9 +82,15 @@ def read_whole(source: Any, fresh: bool = False) -> np.ndarray:
 class Fresh(np.ndarray):  # type: ignore[type-arg]
     """An output read for one result alone, on its way through xarray's postcompute: dask's
     ``finalize`` there copies a lone block (in case it is a buffer held by the graph); this one
-    is not, and its ``copy()`` hands over the same memory as a plain array instead."""
+    is not, and its first ``copy()`` (that one) hands over the same memory as a plain array
+    instead. Any later ``copy()`` copies."""
+
+    handed = False
 
     def copy(self, order: Any = "C") -> np.ndarray:  # type: ignore[override]
+        if self.handed:
+            return np.array(self, order=order, subok=False)
+        self.handed = True
         return self.view(np.ndarray)
 
 
