@@ -46,7 +46,9 @@ _MAX_WRAPPERS = 12
 def install() -> None:
     """Make :func:`optimize` dask's array optimization, unless one is configured already (a
     user's ``dask.config.set(array_optimize=...)`` is left alone: whole loads then run as
-    dask's block graph)."""
+    dask's block graph). It stays in dask's global configuration, which worker processes
+    inherit (pickled: by reference); a cluster that sends the configuration as JSON
+    (distributed's SSHCluster) cannot serialize it."""
     import dask
 
     if "array_optimize" not in dask.config.config:
