@@ -173,6 +173,32 @@ def runs_locally(collection: Any, scheduler: Any = None) -> bool:
     return get in (dask.threaded.get, dask.local.get_sync)
 
 
+def default_runs_locally() -> bool:
+    """True when dask's default scheduler (no ``scheduler=`` given) is its threaded or synchronous
+    one (no distributed client or other scheduler is set as the default), with no local callbacks
+    (progress bars, profilers) active that expect to see the tasks."""
+    import dask.local
+    import dask.threaded
+    from dask.base import get_scheduler
+    from dask.callbacks import Callback
+
+    if Callback.active:
+        return False
+    get = get_scheduler()
+    return get is None or get in (dask.threaded.get, dask.local.get_sync)
+
+
+def dask_task_spec() -> Any:
+    """dask's graph node classes (``dask._task_spec``: ``Task``, ``TaskRef``, ``List``,
+    ``DataNode``), private, which a graph optimization must build and read; None on a dask
+    without them (before 2024.12: full loads then run the block graph)."""
+    try:
+        import dask._task_spec as spec
+    except ImportError:
+        return None
+    return spec
+
+
 def reset_dask_threaded_pools() -> None:
     """Forget dask's threaded-scheduler pools in a forked child.
 

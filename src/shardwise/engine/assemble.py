@@ -10,6 +10,8 @@ Three steps differ from dask's, and every other operation gives plain dask array
   allocated. The graph's blocks would cost a second array of fresh memory and a copy.
   Distributed and multiprocessing schedulers, and anything else derived from the array (a
   reduction, arithmetic), run the graph.
+- ``dask.compute`` of it whole on a local scheduler (alone or with other arrays) runs one read
+  of it instead of its blocks (``shardwise.engine.whole``, dask's array optimization).
 - When the graph runs, dask assembles the blocks with one single-threaded copy of every block into
   a new array (numpy's, advised into huge pages), and copies even a lone block. Here the output is
   allocated in ordinary pages (see :func:`shardwise.engine.memory.new_array`), the blocks are

@@ -23,6 +23,7 @@ import numpy as np
 from .assemble import ShardArray
 from .load import read_selection
 from .read import ShardReader
+from .whole import install as install_whole_reads
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ def view_array(view: ShardView, chunks: tuple[tuple[int, ...], ...]) -> Any:
     import dask.array as da
     from dask.base import tokenize
 
+    install_whole_reads()  # a graph computing it whole (dask.compute of several) reads it once
     name = f"shardwise-read-{tokenize(view.token, view.axes, chunks)}"
     arr = da.from_array(
         view,

@@ -36,6 +36,7 @@ from ..core import args
 from ..engine.gather import read_outer, read_vectorized
 from ..engine.load import read_selection
 from ..engine.read import ShardReader
+from ..engine.whole import install as install_whole_reads
 from ..errors import InvalidTypeError, InvalidValueError, ReadOnlyError, UnsupportedCodecError
 from ..storage.nodes import node_errors, walk_groups
 from ..storage.store import ShardStore
@@ -111,6 +112,7 @@ def _reader(array: Any, threads: int | None, cache_indexes: bool = False) -> Sha
         info = info_from_metadata(array.metadata)
     except UnsupportedCodecError:
         return None
+    install_whole_reads()  # full loads of the dask arrays xarray builds: one read each
     return ShardReader(
         info=info,
         store=ShardStore(array.store, array.path),
@@ -215,12 +217,10 @@ class ShardwiseDataStore(AbstractDataStore):
         return {k: self.open_store_variable(k) for k in self.zarr_store.array_keys()}
 
     def get_attrs(self) -> dict[str, Any]:
-        attrs: dict[str, Any] = self.zarr_store.get_attrs()
-        return attrs
+        return dict(self.zarr_store.get_attrs())
 
     def get_dimensions(self) -> dict[str, int]:
-        dims: dict[str, int] = self.zarr_store.get_dimensions()
-        return dims
+        return dict(self.zarr_store.get_dimensions())
 
     def close(self) -> None:
         self.zarr_store.close()
