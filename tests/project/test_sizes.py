@@ -25,9 +25,6 @@ EXCEPTIONS: dict[str, int] = {
     "durability/batch.py": 658,
     # the engine's Dataset and DataTree opening in one module: the tree opening is to move out
     "xarray/backend.py": 462,
-    # open_array and open_reader are being changed elsewhere; the module splits into its write
-    # and read verbs after that lands (write_array itself is a sequence of named steps)
-    "api.py": 744,
     # not part of this change: verify_store walks every shard against the journal in one pass
     "durability/verify.py:verify_store": 82,
     "durability/verify.py": 480,
