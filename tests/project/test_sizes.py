@@ -20,9 +20,6 @@ EXCEPTIONS: dict[str, int] = {
     # those three seams (the lazy graph build of the plan-time work landed in it last)
     "engine/staged.py:StagedWriter._assemble": 88,
     "engine/staged.py": 640,
-    # batch writes (init, parts, finalize, the part leases and their takeover): to split into
-    # the plan of the parts and the steps that run them
-    "durability/batch.py": 658,
     # the engine's Dataset and DataTree opening in one module: the tree opening is to move out
     "xarray/backend.py": 462,
     # not part of this change: verify_store walks every shard against the journal in one pass
