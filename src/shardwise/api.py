@@ -8,31 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from .codec.metadata import default_compressors
 from .core.job import Strategy, WritePlan
 from .core.layout import RegionArg
 from .create import create_in_memory as create_in_memory
 from .durability.pipeline import Pipeline
 from .engine.read import ShardReader, open_reader
 from .engine.report import WriteReport
-from .engine.write import Mode, WriteSettings
+from .engine.write import Mode
 from .errors import InvalidTypeError, InvalidValueError
-from .storage.store import ShardStore, describe, resolve_store
-from .target import (
-    _array_write,
-    _check_exists,
-    _check_write_keywords,
-    _object_dtype,
-    _placed,
-    _source,
-    _target_metadata,
-    _validated_job,
-)
+from .storage.store import describe
+from .target import prepare_write
 from .target import refuse_unknown_chunks as refuse_unknown_chunks
-
-
-def _is_auto(value: Any) -> bool:
-    return isinstance(value, str) and value == "auto"
 
 
 def write_array(
@@ -189,58 +175,42 @@ def write_array(
         A shard shared with other writers kept changing between this write's read and its
         commit.
     """
-    # 1. every keyword is checked before the store is looked at
-    flags = dict(
-        write_empty_chunks=write_empty_chunks,
-        fsync=fsync,
-        compute=compute,
-        progress=progress,
-        resume=resume,
-        break_lease=break_lease,
-        dry_run=dry_run,
-    )
-    threads, memory_limit = _check_write_keywords(
-        zarr_format,
-        mode,
-        strategy,
-        threads,
-        memory_limit,
-        flags,
-        lease,
-        path,
-        storage_options,
-        region,
-    )
-    # 2. the data, then what is at the path (refusals of "w-" and "r+")
-    data = _source(data)
-    if dtype is None and data.dtype == object:
-        dtype = _object_dtype(data)
-    shape = tuple(int(n) for n in data.shape)
-    zstore = resolve_store(store, mode="w", storage_options=storage_options)
-    exists = _check_exists(zstore, path, mode, resume)
-    # 3. the array's metadata: a new one built and checked in memory, else the stored one
-    layout = (shape, data.dtype if dtype is None else dtype, chunks, shards)
-    given = dict(
+    # 1-4: every check and the validated job, before the store is written (dry_run stops here)
+    prepared = prepare_write(
+        data,
+        store,
+        path=path,
+        chunks=chunks,
+        shards=shards,
+        dtype=dtype,
         fill_value=fill_value,
-        compressors=default_compressors() if _is_auto(compressors) else compressors,
+        compressors=compressors,
         filters=filters,
         serializer=serializer,
         dimension_names=dimension_names,
         attributes=attributes,
         chunk_key_encoding=chunk_key_encoding,
+        zarr_format=zarr_format,
+        mode=mode,
+        region=region,
+        write_empty_chunks=write_empty_chunks,
+        threads=threads,
+        fsync=fsync,
+        storage_options=storage_options,
+        compute=compute,
+        progress=progress,
+        resume=resume,
+        lease=lease,
+        break_lease=break_lease,
+        strategy=strategy,
+        memory_limit=memory_limit,
+        dry_run=dry_run,
     )
-    meta = _target_metadata(zstore, path, exists, mode, resume, region, layout, given)
-    # 4. where the data goes, and the job that puts it there (validated: dry_run stops here)
-    target, data = _placed(data, meta.info, region, shape)
-    sstore = ShardStore(zstore, path or "", fsync=fsync)
-    job, shared = _validated_job(sstore, meta, target, data, mode, strategy, memory_limit)
     if dry_run:
-        return job
+        return prepared.job
     # 5. the write: lease, clear, metadata, data, done (the pipeline's order)
-    options = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
-    write = _array_write(sstore, meta, job, data, options, shared, mode, resume, exists, compute)
     with Pipeline(
-        [write], lease=compute if lease is None else lease, break_lease=break_lease
+        [prepared.write], lease=compute if lease is None else lease, break_lease=break_lease
     ) as pipe:
         pipe.start()
         return pipe.run(pipe.parts(), compute=compute, progress=progress)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .codec.metadata import ArrayInfo
+from .codec.metadata import ArrayInfo, default_compressors
 from .core import args
 from .core.job import STRATEGIES, Strategy, WritePlan, make_job
 from .core.layout import Region, RegionArg, normalize_region
@@ -25,9 +25,106 @@ from .errors import ArrayExistsError, ArrayNotFoundError, InvalidValueError, Pla
 from .storage.conditional import versions
 from .storage.nodes import array_exists, open_info, same_metadata
 from .storage.retry import retry_transient
-from .storage.store import ShardStore, describe
+from .storage.store import ShardStore, describe, resolve_store
 
 _MODES = ("w", "w-", "a", "r+")
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """A write checked and planned, nothing stored yet: the validated job, and the pipeline's
+    write of it (run by a :class:`~shardwise.durability.pipeline.Pipeline` under the caller's
+    lease: the array's for write_array, a part's for a batch part)."""
+
+    job: WritePlan
+    write: ArrayWrite
+
+
+def prepare_write(
+    data: Any,
+    store: Any,
+    *,
+    path: str | None = None,
+    chunks: Any = "auto",
+    shards: Any = None,
+    dtype: Any = None,
+    fill_value: Any = None,
+    compressors: Any = "auto",
+    filters: Any = "auto",
+    serializer: Any = "auto",
+    dimension_names: Any = None,
+    attributes: dict[str, Any] | None = None,
+    chunk_key_encoding: Any = None,
+    zarr_format: int = 3,
+    mode: Mode = "w-",
+    region: RegionArg | None = None,
+    write_empty_chunks: bool = False,
+    threads: int | None = None,
+    fsync: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    compute: bool = True,
+    progress: bool = False,
+    resume: bool = False,
+    lease: bool | None = None,
+    break_lease: bool = False,
+    strategy: Strategy = "auto",
+    memory_limit: int | str | None = None,
+    dry_run: bool = False,
+) -> PreparedWrite:
+    """Steps 1-4 of :func:`~shardwise.write_array` with its keywords: every check, in the order
+    of its signature, and the validated job, before the store is written."""
+    # 1. every keyword is checked before the store is looked at
+    flags = dict(
+        write_empty_chunks=write_empty_chunks,
+        fsync=fsync,
+        compute=compute,
+        progress=progress,
+        resume=resume,
+        break_lease=break_lease,
+        dry_run=dry_run,
+    )
+    threads, memory_limit = _check_write_keywords(
+        zarr_format,
+        mode,
+        strategy,
+        threads,
+        memory_limit,
+        flags,
+        lease,
+        path,
+        storage_options,
+        region,
+    )
+    # 2. the data, then what is at the path (refusals of "w-" and "r+")
+    data = _source(data)
+    if dtype is None and data.dtype == object:
+        dtype = _object_dtype(data)
+    shape = tuple(int(n) for n in data.shape)
+    zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    exists = _check_exists(zstore, path, mode, resume)
+    # 3. the array's metadata: a new one built and checked in memory, else the stored one
+    layout = (shape, data.dtype if dtype is None else dtype, chunks, shards)
+    given = dict(
+        fill_value=fill_value,
+        compressors=default_compressors() if _is_auto(compressors) else compressors,
+        filters=filters,
+        serializer=serializer,
+        dimension_names=dimension_names,
+        attributes=attributes,
+        chunk_key_encoding=chunk_key_encoding,
+    )
+    meta = _target_metadata(zstore, path, exists, mode, resume, region, layout, given)
+    # 4. where the data goes, and the job that puts it there (validated: dry_run stops here)
+    target, data = _placed(data, meta.info, region, shape)
+    sstore = ShardStore(zstore, path or "", fsync=fsync)
+    job, shared = _validated_job(sstore, meta, target, data, mode, strategy, memory_limit)
+    options = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
+    write = _array_write(sstore, meta, job, data, options, shared, mode, resume, exists, compute)
+    return PreparedWrite(job, write)
 
 
 def _check_write_keywords(

@@ -50,6 +50,8 @@ from .batch_status import FINALIZED, _open, open_batch, parts_done, read_finaliz
 from .holder import lease_expiry as check_expiry
 from .journal import BATCH, PARTS, clear_array, now
 from .lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
+from .pipeline import Pipeline
+from .session import PartLease
 from .verify import VerifyReport, verify_store
 
 # shardwise.batch: the steps, and the plan and state they share (from batch_plan, batch_status)
@@ -258,7 +260,7 @@ def write_part(
     LeaseHeldError
         The part (or the whole array) is leased by another writer.
     """
-    from ..api import write_array
+    from ..target import prepare_write
 
     args.flags(resume=resume, lease=lease, break_lease=break_lease)
     expiry = check_expiry(lease_expiry)
@@ -270,43 +272,14 @@ def write_part(
     shape = tuple(int(n) for n in data.shape)
     if shape == plan.shape and shape != tuple(s.stop - s.start for s in region):
         data = data[region]
-    # every keyword of the write checked before the part's lease is taken: a refused write
-    # leaves the store as it was
-    write_array(
-        data,
-        sstore.store,
-        path=path,
-        mode="r+",
-        region=region,
-        resume=resume,
-        dry_run=True,
-        **write,
+    # every keyword of the write checked (once) before the part's lease is taken: a refused
+    # write leaves the store as it was
+    prepared = prepare_write(
+        data, sstore.store, path=path, mode="r+", region=region, resume=resume, **write
     )
-    held = None
-    if lease:
-        held = Lease.acquire(
-            sstore,
-            name=part_lease(part, plan.nparts),
-            purpose=f"batch part {part} of {plan.nparts}",
-            break_stale=break_lease,
-            takeover=resume,
-            expiry=expiry,
-        )
-        whole = read_lease(sstore, LEASE)
-        if whole is not None:
-            held.release()
-            raise LeaseHeldError(f"the whole array is leased by {whole.describe()}")
-    try:
-        report: WriteReport = write_array(
-            data,
-            sstore.store,
-            path=path,
-            mode="r+",
-            region=region,
-            lease=False,
-            resume=resume,
-            **write,
-        )
+
+    def record(report: WriteReport) -> None:
+        """The part's record, once its write is done, while its lease is still held."""
         done = dict(
             part=part,
             nparts=plan.nparts,
@@ -316,10 +289,17 @@ def write_part(
             bytes_stored=report.bytes_stored,
         )
         sstore.put(f"{PARTS}{part}.json", json.dumps(done).encode())
-        report.notes += [str(t) for t in held.took_over] if held is not None else []
-    finally:
-        if held is not None:
-            held.release()
+
+    leased = PartLease(
+        part_lease(part, plan.nparts), f"batch part {part} of {plan.nparts}", expiry, record
+    )
+    with Pipeline([prepared.write], lease=lease, break_lease=break_lease, part=leased) as pipe:
+        pipe.start()
+        report: WriteReport = pipe.run(
+            pipe.parts(), compute=True, progress=bool(write.get("progress", False))
+        )
+    held = pipe.sessions[0].lease
+    report.notes += [str(t) for t in held.took_over] if held is not None else []
     return report
 
 
