@@ -6,7 +6,9 @@ writes go to real local stores. Parts run as separate OS processes in test_cli.p
 
 from __future__ import annotations
 
+import collections
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from zarr.storage import LocalStore
+from zarr.abc.store import Store
+from zarr.storage import LocalStore, WrapperStore
 
 import shardwise
 from faultkit import files, settle
@@ -284,3 +287,44 @@ def test_rerunning_a_finished_part_with_resume_skips_it(tmp_path: Path) -> None:
     assert files(root) == before
     batch.write_part(data(), root, 1)
     assert batch.finalize(root).ok
+
+
+class MetadataReads(WrapperStore[Store]):
+    """A real store, wrapped: counts the reads of each key (the read-only view zarr opens for
+    its reads shares the count)."""
+
+    def __init__(self, store: Store, reads: collections.Counter[str] | None = None) -> None:
+        super().__init__(store)
+        self.reads = collections.Counter[str]() if reads is None else reads
+
+    def with_read_only(self, read_only: bool = False) -> MetadataReads:
+        return MetadataReads(self._store.with_read_only(read_only), self.reads)
+
+    async def get(self, key: str, *args: Any, **kwargs: Any) -> Any:
+        self.reads[key] += 1
+        return await self._store.get(key, *args, **kwargs)
+
+
+def test_a_part_is_checked_once_then_written_under_its_lease(tmp_path: Path) -> None:
+    """write_part runs the write's checks once (it used to check in a dry run, then again in
+    the write): the array's metadata is read as often as by one dry run of the same write, and
+    the part's lease is taken by the pipeline, its record written while it is held."""
+    root = tmp_path / "b.zarr"
+    plan = batch.init(root, shape=SHAPE, dtype="uint8", parts=2, **KW)
+    dry = MetadataReads(LocalStore(root))
+    shardwise.write_array(
+        data()[plan.region(0)], dry, mode="r+", region=plan.region(0), dry_run=True
+    )
+    once = dry.reads["zarr.json"]
+    assert once >= 1  # the dry run reads it: the count sees zarr's reads
+    store = MetadataReads(LocalStore(root))
+    rep = batch.write_part(data(), store, 0)
+    assert store.reads["zarr.json"] == once
+    assert store.reads[part_lease(0, 2)] >= 1  # the pipeline took the part's lease
+    record = json.loads((root / ".shardwise" / "parts" / "0.json").read_bytes())
+    assert (record["part"], record["batch"]) == (0, plan.id)
+    assert record["shards_written"] == rep.shards_written == 8  # 2 of 5 shard rows, 4 across
+    assert not (root / part_lease(0, 2)).exists()  # released after the record
+    batch.write_part(data(), root, 1)
+    assert batch.finalize(root).ok
+    np.testing.assert_array_equal(shardwise.open_array(root).compute(), data())

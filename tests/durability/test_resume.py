@@ -215,7 +215,7 @@ def test_resume_in_mode_w_without_an_interrupted_write_rewrites(
 def test_records_follow_the_shards(tmp_path: Path) -> None:
     root = tmp_path / "a.zarr"
     shardwise.write_array(data(), root, **KW)
-    recs = read_records(shardwise.api.ShardStore(zarr.storage.LocalStore(root)))
+    recs = read_records(ShardStore(zarr.storage.LocalStore(root)))
     assert set(recs) == {k for k in files(root) if k != "zarr.json"}
     assert all(r is not None and r.size == (root / k).stat().st_size for k, r in recs.items())
     # a shard rewritten as all fill is deleted, and so is its record

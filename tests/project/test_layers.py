@@ -25,9 +25,15 @@ FLOORS: list[tuple[str, ...]] = [
     ("cli",),
     ("shardwise",),  # the package's __init__: the public names
 ]
-# durability/batch.py is the public shardwise.batch, whose write_part runs write_array: a front
-# end over the api, kept beside the journal and leases it finalizes
-ROOM_OF_MODULE = {"shardwise.durability.batch": "batch"}
+# durability/batch.py is the public shardwise.batch, whose write_part runs write_array's checks
+# (target.py): a front end over the api, kept beside the journal and leases it finalizes
+# write_array's checks and planning (target.py) and a new array's metadata (create.py) are the
+# api's own modules, beside it at the top level
+ROOM_OF_MODULE = {
+    "shardwise.durability.batch": "batch",
+    "shardwise.target": "api",
+    "shardwise.create": "api",
+}
 
 
 def modules(package: Path) -> dict[str, Path]:

@@ -1,6 +1,6 @@
 """The copy path of :func:`shardwise.convert`: one task per target shard streams the source's
 encoded inner chunks (chunk objects, or ranges of source shards after their index), a window at
-a time, and the new index into the shard object through ``staged.commit_shard``. It runs as a
+a time, and the new index into the shard object through ``stream.commit_shard``. It runs as a
 ``copy`` write of the write pipeline (:mod:`shardwise.durability.pipeline`: lease, marker, per-shard
 records, running tasks stopped on failure), so a rerun with ``resume=True`` skips the shards
 already committed.
@@ -131,7 +131,7 @@ class ShardCopier:
             return self.copy(shard)
 
     def copy(self, shard: Coord) -> WriteReport:
-        from ..engine.staged import commit_shard
+        from ..engine.stream import commit_shard
 
         started = time.perf_counter()
         lay, codec = self.info.layout, self.info.codec

@@ -27,278 +27,46 @@ aligned split: [0:32, 0:64]
 
 from __future__ import annotations
 
-import itertools
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import zarr
 
 from ..codec.metadata import default_compressors, info_from_metadata
 from ..core import args
-from ..core.layout import Layout, Region, RegionArg, ceildiv, is_aligned, normalize_region
+from ..core.layout import RegionArg
 from ..engine.report import WriteReport
 from ..errors import (
     ArrayExistsError,
-    BatchNotFoundError,
     InvalidTypeError,
-    InvalidValueError,
     LeaseHeldError,
-    PlanError,
     VerifyError,
 )
-from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
+from ..storage.store import ShardStore, describe
+from .batch_plan import BatchPlan, check_coverage, check_parts, nearest_aligned, split_parts
+from .batch_status import FINALIZED, _open, open_batch, parts_done, read_finalized
 from .holder import lease_expiry as check_expiry
 from .journal import BATCH, PARTS, clear_array, now
 from .lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
+from .pipeline import Pipeline
+from .session import PartLease
 from .verify import VerifyReport, verify_store
 
-Box = list[tuple[int, int]]  # shard-index ranges per dimension
-FINALIZED = f"{JOURNAL}/batch-finalized.json"  # what finalize leaves: which batch, when
-
-
-def fmt(region: Sequence[slice]) -> str:
-    return "[" + ", ".join(f"{s.start}:{s.stop}" for s in region) + "]"
-
-
-def _box_region(layout: Layout, box: Box) -> Region:
-    return tuple(
-        slice(lo * s, min(hi * s, n))
-        for (lo, hi), s, n in zip(box, layout.shard_shape, layout.shape, strict=True)
-    )
-
-
-def _split(box: Box, n: int, axis: int) -> list[Box]:
-    if n == 1:
-        return [box]
-    ax = next(a for a in range(axis, len(box)) if box[a][1] - box[a][0] > 1)
-    lo, hi = box[ax]
-    extent = hi - lo
-    if extent >= n:
-        cuts = [lo + extent * i // n for i in range(n + 1)]
-        return [[*box[:ax], (a, b), *box[ax + 1 :]] for a, b in itertools.pairwise(cuts)]
-    out = []
-    for i in range(extent):
-        count = n // extent + (i < n % extent)
-        out += _split([*box[:ax], (lo + i, lo + i + 1), *box[ax + 1 :]], count, ax + 1)
-    return out
-
-
-def split_parts(layout: Layout, n: int) -> list[Region]:
-    """``n`` disjoint, shard-aligned regions covering the array: slabs along the first axes."""
-    if n < 1:
-        raise InvalidValueError(f"a batch needs at least 1 part, got {n}")
-    if n > layout.nshards:
-        raise PlanError(
-            f"{n} parts for {layout.nshards} shards: each part needs at least one whole shard "
-            f"(shard grid {layout.shard_grid}); use at most {layout.nshards} parts or smaller "
-            "shards"
-        )
-    if layout.ndim == 0:
-        return [()]
-    return [_box_region(layout, b) for b in _split([(0, g) for g in layout.shard_grid], n, 0)]
-
-
-def nearest_aligned(layout: Layout, region: Region) -> Region:
-    """``region`` with every edge moved to the nearest shard boundary (or the array end)."""
-    out = []
-    for sl, s, n in zip(region, layout.shard_shape, layout.shape, strict=True):
-        lo = min(int(np.floor(sl.start / s + 0.5)) * s, n)
-        hi = sl.stop if sl.stop == n else min(int(np.floor(sl.stop / s + 0.5)) * s, n)
-        if hi <= lo:
-            hi = min(lo + s, n)
-            lo = min(lo, max(hi - s, 0))
-        out.append(slice(lo, hi))
-    return tuple(out)
-
-
-def _shard_box(layout: Layout, region: Region) -> Box:
-    return [
-        (sl.start // s, ceildiv(sl.stop, s))
-        for sl, s in zip(region, layout.shard_shape, strict=True)
-    ]
-
-
-def check_parts(layout: Layout, regions: Sequence[RegionArg]) -> list[Region]:
-    """Normalized ``regions``; PlanError if one is misaligned or two share a shard."""
-    out = [normalize_region(r, layout.shape) for r in regions]
-    for i, r in enumerate(out):
-        if any(s.stop <= s.start for s in r):
-            raise InvalidValueError(f"part {i} region {fmt(r)} is empty")
-        if not is_aligned(r, layout):
-            raise PlanError(
-                f"part {i} region {fmt(r)} would share shards with another part: edges must fall "
-                f"on multiples of the shard shape {layout.shard_shape} or the array end "
-                f"{layout.shape}; nearest aligned split: {fmt(nearest_aligned(layout, r))}"
-            )
-    boxes = [_shard_box(layout, r) for r in out]
-    for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2):
-        if all(max(x[0], y[0]) < min(x[1], y[1]) for x, y in zip(a, b, strict=True)):
-            raise PlanError(f"parts {i} {fmt(out[i])} and {j} {fmt(out[j])} share shards")
-    return out
-
-
-def check_coverage(layout: Layout, regions: Sequence[Region]) -> None:
-    """PlanError naming the rows no part covers (``regions`` from :func:`check_parts`, disjoint:
-    counting their shards suffices). A new array must be covered whole: rows in no part would
-    never be written, and finalize could not tell."""
-    boxes = [_shard_box(layout, r) for r in regions]
-    covered = sum(int(np.prod([hi - lo for lo, hi in b])) for b in boxes)
-    if covered == layout.nshards:
-        return
-    owned = np.zeros(layout.shard_grid, dtype=bool)
-    for b in boxes:
-        owned[tuple(slice(lo, hi) for lo, hi in b)] = True
-    gaps = np.argwhere(~owned)
-    first = tuple(int(c) for c in gaps[0])
-    region = _box_region(layout, [(c, c + 1) for c in first])
-    raise PlanError(
-        f"the parts leave {len(gaps)} of {layout.nshards} shards in no part, e.g. shard {first} "
-        f"= region {fmt(region)} of the array {layout.shape}: those rows would never be written; "
-        "add parts that cover them, give parts as a count, or (to rewrite only some regions of "
-        "an existing array) use mode='r+'"
-    )
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """The batch record: which region of the array each part writes.
-
-    Attributes
-    ----------
-    id : str
-        The batch's id.
-    shape : tuple of int
-        The array's shape.
-    regions : tuple of tuple of slice
-        The region of each part, disjoint and shard-aligned.
-    created : str
-        When the batch was opened.
-    """
-
-    id: str
-    shape: tuple[int, ...]
-    regions: tuple[Region, ...]
-    created: str
-
-    @property
-    def nparts(self) -> int:
-        """The number of parts."""
-        return len(self.regions)
-
-    def region(self, part: int) -> Region:
-        """The region part ``part`` writes.
-
-        Parameters
-        ----------
-        part : int
-            The part, ``0 .. nparts - 1``.
-
-        Returns
-        -------
-        tuple of slice
-            One slice per dimension.
-
-        Raises
-        ------
-        InvalidValueError
-            No such part.
-        """
-        if not 0 <= part < self.nparts:
-            raise InvalidValueError(
-                f"part {part} does not exist: the parts are 0..{self.nparts - 1}"
-            )
-        return self.regions[part]
-
-    def to_bytes(self) -> bytes:
-        regions = [[[s.start, s.stop] for s in r] for r in self.regions]
-        d = dict(
-            id=self.id,
-            shape=list(self.shape),
-            nparts=self.nparts,
-            regions=regions,
-            created=self.created,
-        )
-        return json.dumps(d, indent=1).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> BatchPlan:
-        d = json.loads(data)
-        regions = tuple(tuple(slice(a, b) for a, b in r) for r in d["regions"])
-        return cls(str(d["id"]), tuple(d["shape"]), regions, str(d["created"]))
-
-    def __str__(self) -> str:
-        rows = [f"batch {self.id[:8]}: array {self.shape} in {self.nparts} parts"]
-        rows += [f"  part {i}: {fmt(r)}" for i, r in enumerate(self.regions)]
-        return "\n".join(rows)
-
-
-def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) -> ShardStore:
-    args.optional_str("path", path)
-    args.mapping("storage_options", storage_options)
-    return ShardStore(resolve_store(store, mode="w", storage_options=storage_options), path or "")
-
-
-def open_batch(
-    store: Any, *, path: str | None = None, storage_options: dict[str, Any] | None = None
-) -> BatchPlan:
-    """The batch record of the array: which region each part writes.
-
-    Parameters
-    ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
-    path : str, optional
-        The array's path inside ``store`` (default: its root).
-    storage_options : dict, optional
-        fsspec options, for a ``store`` given as a URL.
-
-    Returns
-    -------
-    BatchPlan
-        The open batch; ``.region(i)`` is the region part ``i`` writes.
-
-    Raises
-    ------
-    BatchNotFoundError
-        No batch is open (a ``FileNotFoundError``); the message says when the last one was
-        finalized.
-    """
-    sstore = _open(store, path, storage_options)
-    raw = sstore.get(BATCH)
-    if raw is None:
-        done = read_finalized(sstore)
-        where = describe(sstore.store, path)
-        if done is not None:
-            raise BatchNotFoundError(
-                f"no open batch write for {where}: batch {str(done.get('id'))[:8]} was finalized "
-                f"at {done.get('finalized')} (run batch init to start another)"
-            )
-        raise BatchNotFoundError(f"no open batch write for {where} (run batch init first)")
-    return BatchPlan.from_bytes(raw)
-
-
-def read_finalized(sstore: ShardStore) -> dict[str, Any] | None:
-    """What :func:`finalize` recorded about the last batch it closed (None: nothing closed)."""
-    raw = sstore.get(FINALIZED)
-    if raw is None:
-        return None
-    try:
-        done = json.loads(raw)
-    except ValueError:
-        return None
-    return done if isinstance(done, dict) else None
-
-
-def parts_done(sstore: ShardStore) -> list[int]:
-    out = []
-    for name in sstore.list(PARTS):
-        if not TEMP.match(name) and name.endswith(".json"):
-            out.append(int(name[len(PARTS) : -len(".json")]))
-    return sorted(out)
+# shardwise.batch: the steps, and the plan and state they share (from batch_plan, batch_status)
+__all__ = [
+    "BatchPlan",
+    "check_parts",
+    "finalize",
+    "init",
+    "nearest_aligned",
+    "open_batch",
+    "parts_done",
+    "read_finalized",
+    "split_parts",
+    "write_part",
+]
 
 
 def init(
@@ -492,7 +260,7 @@ def write_part(
     LeaseHeldError
         The part (or the whole array) is leased by another writer.
     """
-    from ..api import write_array
+    from ..target import prepare_write
 
     args.flags(resume=resume, lease=lease, break_lease=break_lease)
     expiry = check_expiry(lease_expiry)
@@ -504,43 +272,14 @@ def write_part(
     shape = tuple(int(n) for n in data.shape)
     if shape == plan.shape and shape != tuple(s.stop - s.start for s in region):
         data = data[region]
-    # every keyword of the write checked before the part's lease is taken: a refused write
-    # leaves the store as it was
-    write_array(
-        data,
-        sstore.store,
-        path=path,
-        mode="r+",
-        region=region,
-        resume=resume,
-        dry_run=True,
-        **write,
+    # every keyword of the write checked (once) before the part's lease is taken: a refused
+    # write leaves the store as it was
+    prepared = prepare_write(
+        data, sstore.store, path=path, mode="r+", region=region, resume=resume, **write
     )
-    held = None
-    if lease:
-        held = Lease.acquire(
-            sstore,
-            name=part_lease(part, plan.nparts),
-            purpose=f"batch part {part} of {plan.nparts}",
-            break_stale=break_lease,
-            takeover=resume,
-            expiry=expiry,
-        )
-        whole = read_lease(sstore, LEASE)
-        if whole is not None:
-            held.release()
-            raise LeaseHeldError(f"the whole array is leased by {whole.describe()}")
-    try:
-        report: WriteReport = write_array(
-            data,
-            sstore.store,
-            path=path,
-            mode="r+",
-            region=region,
-            lease=False,
-            resume=resume,
-            **write,
-        )
+
+    def record(report: WriteReport) -> None:
+        """The part's record, once its write is done, while its lease is still held."""
         done = dict(
             part=part,
             nparts=plan.nparts,
@@ -550,10 +289,17 @@ def write_part(
             bytes_stored=report.bytes_stored,
         )
         sstore.put(f"{PARTS}{part}.json", json.dumps(done).encode())
-        report.notes += [str(t) for t in held.took_over] if held is not None else []
-    finally:
-        if held is not None:
-            held.release()
+
+    leased = PartLease(
+        part_lease(part, plan.nparts), f"batch part {part} of {plan.nparts}", expiry, record
+    )
+    with Pipeline([prepared.write], lease=lease, break_lease=break_lease, part=leased) as pipe:
+        pipe.start()
+        report: WriteReport = pipe.run(
+            pipe.parts(), compute=True, progress=bool(write.get("progress", False))
+        )
+    held = pipe.sessions[0].lease
+    report.notes += [str(t) for t in held.took_over] if held is not None else []
     return report
 
 

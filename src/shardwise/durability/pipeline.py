@@ -2,7 +2,7 @@
 :class:`Pipeline` around them.
 
 A front end (``write_array``, ``to_zarr`` per variable, ``convert`` per copied array, batch
-parts through ``write_array``) checks its arguments, then describes each array it writes as an
+parts under their part's lease) checks its arguments, then describes each array it writes as an
 :class:`ArrayWrite` (store, plan, codec, strategy, source, settings) and hands them all to one
 ``Pipeline``. The pipeline owns the lifecycle of every array's
 :class:`~shardwise.durability.session.WriteSession`::
@@ -35,7 +35,7 @@ from ..engine.write import WriteSettings, build_graph, lazy_call
 from ..runtime import pool as _pool
 from ..storage.store import ShardStore
 from .journal import Journal
-from .session import WriteSession, plan_keys
+from .session import PartLease, WriteSession, plan_keys
 
 Kind = Literal["direct", "staged", "copy"]
 Clear = Literal["none", "journal", "all"]
@@ -86,11 +86,17 @@ class Pipeline:
     process finish before the leases go. Finishing is :meth:`run`'s (or the Delayed's)."""
 
     def __init__(
-        self, writes: Sequence[ArrayWrite], *, lease: bool, break_lease: bool = False
+        self,
+        writes: Sequence[ArrayWrite],
+        *,
+        lease: bool,
+        break_lease: bool = False,
+        part: PartLease | None = None,
     ) -> None:
         self.writes = list(writes)
         self.lease = lease
         self.break_lease = break_lease
+        self.part = part  # a batch part's lease, taken instead of the array's
         self.sessions: list[WriteSession] = []
 
     def __enter__(self) -> Pipeline:
@@ -106,6 +112,7 @@ class Pipeline:
                         break_lease=self.break_lease,
                         # a resumed write takes over the lease of a holder that is gone
                         takeover=w.resume,
+                        part=self.part,
                     )
                 )
         except BaseException:
@@ -203,7 +210,7 @@ class _Finish:
         if self.then is not None:
             self.then()
         for _, s in self.sessions:
-            s.finish(None)
+            s.finish(report)
         if self.before is not None:
             report = self.before + report
         report.shards_skipped = sum(s.skipped for _, s in self.sessions)

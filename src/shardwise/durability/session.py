@@ -5,7 +5,8 @@ front end (``write_array``, ``to_zarr``, ``convert``, batch parts), in this orde
 writer killed at any moment leaves a state a rerun with ``resume=True`` can finish::
 
     begin    take the lease (refused: LeaseHeldError, before anything is written): exclusive,
-             or shared for writes into an existing array that run side by side
+             or shared for writes into an existing array that run side by side, or a batch
+             part's own
     clear    mode "w": delete the old array except the lease (zarr's overwrite would delete it)
     start    adopt the open marker of the same region (resume) or write a new one; on resume
              remove temp files and abandoned multipart uploads aimed at this write's shards,
@@ -13,7 +14,8 @@ writer killed at any moment leaves a state a rerun with ``resume=True`` can fini
     resume   find the shards a resumed write stored already (``done``): their tasks are left out
     ...      metadata, then the shard tasks (each stores its shard, then its record)
     tidy     after the tasks: staged pieces of retried tasks, abandoned multipart uploads
-    finish   marker -> done, drop older done markers inside this region, release the lease
+    finish   marker -> done, drop older done markers inside this region, (a batch part) its
+             record, release the lease
     abort    (on error) release the lease; the open marker stays for resume and verify
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -47,9 +49,37 @@ from .journal import (
     region_list,
     remove_temp_files,
 )
-from .lease import LEASE, Lease
+from .lease import LEASE, Lease, read_lease
 
 TAG_DIGITS = 12
+
+
+@dataclass(frozen=True)
+class PartLease:
+    """The lease of one part of a batch write (``shardwise.batch``), held instead of the
+    array's: parts own disjoint shards, so they run side by side; a lease on the whole array
+    refuses the part."""
+
+    name: str  # durability.lease.part_lease(i, n)
+    purpose: str
+    expiry: float | None = None
+    # what the part leaves once its write is done (its record), while it still holds the lease
+    record: Callable[[Any], None] | None = None
+
+    def acquire(self, store: ShardStore, break_stale: bool, takeover: bool) -> Lease:
+        held = Lease.acquire(
+            store,
+            name=self.name,
+            purpose=self.purpose,
+            break_stale=break_stale,
+            takeover=takeover,
+            expiry=self.expiry,
+        )
+        whole = read_lease(store, LEASE)
+        if whole is not None:
+            held.release()
+            raise LeaseHeldError(f"the whole array is leased by {whole.describe()}")
+        return held
 
 
 @dataclass
@@ -64,6 +94,7 @@ class WriteSession:
     cleaned: dict[str, int] = field(default_factory=dict)
     shared: bool = False  # other writes may run beside this one (see begin)
     done: frozenset[Coord] = frozenset()  # shards a resumed write found stored (see find_done)
+    on_done: Callable[[Any], None] | None = None  # given the report once the marker is done
 
     @classmethod
     def begin(
@@ -76,11 +107,16 @@ class WriteSession:
         shared: bool = False,
         break_lease: bool = False,
         takeover: bool = False,
+        part: PartLease | None = None,
     ) -> WriteSession:
         """``shared``: a write into an existing array whose shared shards commit conditionally
         takes a shared lease (side by side with other such writes), any other the exclusive one.
         ``takeover`` (a resumed write): take over a lease whose holder is provably gone.
+        ``part``: a batch part's write takes that part's lease instead (see :class:`PartLease`).
         """
+        if part is not None:
+            mine = part.acquire(store, break_lease, takeover) if lease else None
+            return cls(store, region, shape, mine, shared=shared, on_done=part.record)
         held = None
         if lease and shared:
             held = Lease.acquire_shared(
@@ -225,6 +261,8 @@ class WriteSession:
             for name, m in read_markers(self.store).items():
                 if name != me and m is not None and m.status == "done" and m.inside(done.region):
                     self.store.delete(name)
+            if self.on_done is not None:
+                self.on_done(report)
         finally:
             self.abort()
         return report

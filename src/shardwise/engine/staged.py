@@ -19,48 +19,32 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import shutil
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ..codec.codecs import crc32c
 from ..codec.metadata import ArrayInfo
-from ..codec.shard import MISSING, ShardIndex, encode_shard
-from ..core.job import PART_BYTES, STREAM_BUFFER
-from ..core.layout import Coord, Layout, Region, ceildiv, intersect
+from ..codec.shard import MISSING, encode_shard
+from ..core.layout import Coord, Region, ceildiv, intersect
 from ..core.plan import ShardPlan
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
-from ..storage.s3 import multipart_client
-from ..storage.store import JOURNAL, PARTIAL_SUFFIX, TEMP, ShardStore
-from .fetch import read_index
+from ..storage.store import JOURNAL, TEMP, ShardStore
 from .recorder import ShardRecorder
 from .report import WriteReport
+from .staged_assembly import Piece, ShardAssembly
 from .write import WriteSettings, as_dask
 
 STAGED = f"{JOURNAL}/staged/"
 
 
 @dataclass(frozen=True)
-class Piece:
-    """What one block staged for one shard: the piece's name and its chunks in piece order."""
-
-    shard: Coord
-    name: str | None  # None: every chunk of the block in this shard was empty
-    ids: np.ndarray  # flat C-order positions of the chunks in the shard's chunk grid
-    sizes: np.ndarray  # their encoded sizes (the piece is these chunks back to back)
-    report: WriteReport
-
-
-@dataclass(frozen=True)
-class StagedWriter:
+class StagedWriter(ShardAssembly):
     """Everything the staged tasks need; travels to the workers (configuration only)."""
 
     info: ArrayInfo
@@ -71,10 +55,6 @@ class StagedWriter:
     write_id: str
     journal: ShardRecorder | None = None
     skip: frozenset[Coord] = field(default_factory=frozenset)
-
-    @property
-    def layout(self) -> Layout:
-        return self.info.layout
 
     def block_region(self, loc: Sequence[int]) -> Region:
         """The array region of block ``loc``."""
@@ -213,359 +193,6 @@ class StagedWriter:
             )
         ] = data
         return buf
-
-    def _old_index(self, key: str) -> tuple[ShardIndex, int] | None:
-        return read_index(self.store, self.info.codec, key)
-
-    # -- phase 2 --------------------------------------------------------------------------------
-
-    def receipt(self, shard: Coord, receipts: Sequence[Any]) -> np.ndarray:
-        """The shard task as an element of the receipts array (like the direct path's)."""
-        out = np.empty((1,) * len(shard), dtype=object)
-        out.flat[0] = self.assemble(shard, receipts)
-        return out
-
-    def assemble(self, shard: Coord, receipts: Sequence[Any]) -> WriteReport:
-        """The shard task: stream the staged pieces of ``shard`` into its object, commit once."""
-        with _pool.running(self.write_id):
-            return self._assemble(shard, receipts)
-
-    def _assemble(self, shard: Coord, receipts: Sequence[Any]) -> WriteReport:
-        started = time.perf_counter()
-        lay, codec = self.layout, self.info.codec
-        key = lay.shard_key(shard)
-        pieces = [
-            p
-            for r in receipts
-            for p in np.asarray(r, dtype=object).flat[0]
-            if p.shard == tuple(shard)
-        ]
-        rep = WriteReport()
-        for p in pieces:
-            rep = rep + p.report
-        rep.keys = []
-        if self._committed(key):
-            # a rerun (the worker died after the commit): the shard is this write's already
-            self._drop(pieces)
-            n = sum(len(p.ids) for p in pieces)
-            used = int(np.prod(lay.chunks_in_array(shard)))
-            rep.stored_raw_bytes = self._shard_raw_bytes(shard)
-            return self._done_before(rep, key, used, n, started)
-        # (flat id, source name, offset, nbytes) of every chunk the new shard holds
-        entries: list[tuple[int, str, int, int]] = []
-        for p in pieces:
-            if p.name is None:
-                continue
-            offs = np.concatenate([[0], np.cumsum(p.sizes)[:-1]]).astype(np.int64)
-            entries += zip(
-                p.ids.tolist(),
-                itertools.repeat(p.name),
-                offs.tolist(),
-                p.sizes.tolist(),
-                strict=False,
-            )
-        old_size = None
-        if not self.plan.covers(shard):
-            old = self._old_index(key)
-            if old is not None:
-                index, old_size = old
-                touched = self._touched(shard)
-                keep = np.flatnonzero(index.stored & ~touched)
-                entries += zip(
-                    keep.tolist(),
-                    itertools.repeat(key),
-                    index.offsets[keep].astype(np.int64).tolist(),
-                    index.lengths[keep].astype(np.int64).tolist(),
-                    strict=False,
-                )
-        else:
-            old_size = self.store.size(key)
-        used = int(np.prod(lay.chunks_in_array(shard)))
-        if not entries:
-            rep.shards_empty = 1
-            rep.chunks_stored = 0
-            rep.chunks_empty = used
-            if old_size is not None:
-                self.store.delete(key)
-                rep.shards_deleted = 1
-            if self.journal is not None:
-                self.journal.record(key, None)
-            self._drop(pieces)
-            rep.seconds = time.perf_counter() - started
-            return rep
-        missing = [p.name for p in pieces if p.name is not None and self.store.size(p.name) is None]
-        if missing:
-            raise FileNotFoundError(
-                f"staged pieces {missing[:3]} of shard {key!r} are missing: rerun the write with "
-                "resume=True"
-            )
-        entries.sort(key=lambda e: e[0])
-        ids = np.fromiter((e[0] for e in entries), dtype=np.int64, count=len(entries))
-        sizes = np.fromiter((e[3] for e in entries), dtype=np.uint64, count=len(entries))
-        start = codec.index_nbytes if codec.index_location == "start" else 0
-        offsets = np.cumsum(sizes) - sizes + np.uint64(start)
-        index_bytes = ShardIndex.build(codec.nchunks, ids, offsets, sizes).to_bytes(codec)
-        total = int(sizes.sum()) + len(index_bytes)
-        ranges = _coalesce([(e[1], e[2], e[3]) for e in entries])
-        head = [index_bytes] if codec.index_location == "start" else []
-        tail = [] if head else [index_bytes]
-        crc = self._commit(key, total, head, ranges, tail)
-        if self.journal is not None:
-            self.journal.record_object(key, total, crc, crc32c(index_bytes))
-        self._drop(pieces)
-        rep.shards_written = 1
-        rep.bytes_stored = total
-        rep.stored_raw_bytes = self._shard_raw_bytes(shard)
-        rep.chunks_stored = len(entries)
-        rep.chunks_empty = used - len(entries)
-        rep.keys = [key]
-        rep.seconds = time.perf_counter() - started
-        return rep
-
-    def _shard_raw_bytes(self, shard: Coord) -> int:
-        extent = [s.stop - s.start for s in self.layout.shard_region(shard)]
-        return int(np.prod(extent)) * self.info.dtype.itemsize
-
-    def _done_before(
-        self, rep: WriteReport, key: str, used: int, n: int, started: float
-    ) -> WriteReport:
-        rep.shards_written = 1
-        rep.bytes_stored = int(self.store.size(key) or 0)
-        rep.chunks_stored = n
-        rep.chunks_empty = used - n
-        rep.keys = [key]
-        rep.seconds = time.perf_counter() - started
-        return rep
-
-    def _committed(self, key: str) -> bool:
-        """True when ``key`` holds the object this write recorded for it (one small get when
-        it does not: no record of this write)."""
-        return self.journal is not None and self.journal.matches(key)
-
-    def _touched(self, shard: Coord) -> np.ndarray:
-        """Mask over the shard's chunk grid: chunks the write region touches (rewritten)."""
-        lay, codec = self.layout, self.info.codec
-        mask = np.zeros(codec.grid, dtype=bool)
-        box = tuple(slice(a, b) for a, b in _chunk_span(lay, shard, self.plan.region))
-        mask[box] = True
-        return mask.reshape(-1)
-
-    def _drop(self, pieces: Sequence[Piece]) -> None:
-        for p in pieces:
-            if p.name is not None:
-                self.store.delete(p.name)
-
-    def _commit(
-        self,
-        key: str,
-        total: int,
-        head: list[bytes],
-        ranges: list[tuple[str, int, int]],
-        tail: list[bytes],
-    ) -> int:
-        """Write the shard object atomically from ``head``, ``ranges`` and ``tail``; its crc32c."""
-
-        def feed(sink: Callable[[Any], Any]) -> int:
-            return _stream(self.store, head, ranges, tail, sink)
-
-        return commit_shard(self.store, key, feed, total=total)
-
-
-Feed = Callable[[Callable[[Any], Any]], int]
-"""Gives an object's bytes, in order, to the sink it is called with; returns their crc32c."""
-
-
-def commit_shard(store: ShardStore, key: str, feed: Feed, *, total: int | None = None) -> int:
-    """Store the object ``feed`` produces under ``key`` in one atomic commit; its crc32c.
-
-    Local files: a temp file renamed into place. S3: one multipart upload completed once, when
-    the object is larger than one part or its size (``total``) is not known ahead. Elsewhere:
-    joined in memory, one put. Memory stays one buffer whatever the object's size.
-    """
-    if store.local_root is not None:
-        return _commit_local(store, key, feed)
-    s3 = multipart_client(store) if total is None or total > PART_BYTES else None
-    if s3 is not None:
-        return _commit_multipart(store, s3, key, feed)
-    parts: list[Any] = []
-    crc = feed(parts.append)
-    store.put(key, parts)
-    return crc
-
-
-def _chunk_span(lay: Layout, shard: Coord, region: Region) -> list[tuple[int, int]]:
-    out = []
-    for i, sl, s, c in zip(shard, region, lay.shard_shape, lay.chunk_shape, strict=True):
-        lo = max(sl.start - i * s, 0)
-        hi = min(sl.stop - i * s, s)
-        out.append((lo // c, ceildiv(hi, c)) if hi > lo else (0, 0))
-    return out
-
-
-def _coalesce(ranges: Sequence[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
-    """Merge ranges that continue each other in the same object."""
-    out: list[tuple[str, int, int]] = []
-    for name, off, n in ranges:
-        if out and out[-1][0] == name and out[-1][1] + out[-1][2] == off:
-            out[-1] = (name, out[-1][1], out[-1][2] + n)
-        else:
-            out.append((name, off, n))
-    return out
-
-
-def _stream(
-    store: ShardStore,
-    head: Sequence[bytes],
-    ranges: Sequence[tuple[str, int, int]],
-    tail: Sequence[bytes],
-    sink: Callable[[Any], Any],
-) -> int:
-    """Feed ``head``, the bytes of ``ranges`` (read ``STREAM_BUFFER`` at a time) and ``tail`` to
-    ``sink`` in order; returns their crc32c. The sink must copy what it keeps."""
-    import crc32c as _crc32c
-
-    crc = 0
-    for b in head:
-        crc = _crc32c.crc32c(b, crc)
-        sink(b)
-    local = store.local_root is not None
-    fds: dict[str, int] = {}
-    batch: list[tuple[str, int, int]] = []
-    filled = 0
-
-    def flush() -> None:
-        nonlocal crc, filled
-        if not batch:
-            return
-        if local:
-            view = _buffer(filled)
-            pos = 0
-            for name, off, n in batch:
-                fd = fds.get(name)
-                if fd is None:
-                    fd = fds[name] = os.open(store._file(name), os.O_RDONLY)
-                got = 0
-                while got < n:
-                    k = os.preadv(fd, [view[pos + got : pos + n]], off + got)
-                    if k == 0:
-                        raise OSError(f"{store.key(name)!r} ended before offset {off + n}")
-                    got += k
-                pos += n
-            crc = _crc32c.crc32c(view[:filled], crc)
-            sink(view[:filled])
-        else:
-            by_name: dict[str, list[tuple[int, int]]] = {}
-            for name, off, n in batch:
-                by_name.setdefault(name, []).append((off, n))
-            got_by = {name: iter(store.get_ranges(name, rs)) for name, rs in by_name.items()}
-            for name, _, _ in batch:
-                b = next(got_by[name])
-                crc = _crc32c.crc32c(b, crc)
-                sink(b)
-        batch.clear()
-        filled = 0
-
-    try:
-        for name, off, n in ranges:
-            while n > 0:
-                take = min(n, STREAM_BUFFER - filled)
-                batch.append((name, off, take))
-                filled += take
-                off += take
-                n -= take
-                if filled == STREAM_BUFFER:
-                    flush()
-        flush()
-    finally:
-        for fd in fds.values():
-            os.close(fd)
-    for b in tail:
-        crc = _crc32c.crc32c(b, crc)
-        sink(b)
-    return int(crc)
-
-
-_bufs = threading.local()
-
-
-def _buffer(n: int) -> memoryview:
-    """The calling thread's streaming buffer (fixed size, reused)."""
-    buf: bytearray | None = getattr(_bufs, "buf", None)
-    if buf is None:
-        buf = _bufs.buf = bytearray(STREAM_BUFFER)
-    return memoryview(buf)[:n]
-
-
-def _commit_local(store: ShardStore, key: str, feed: Feed) -> int:
-    path = store._file(key)
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        try:
-
-            def write(b: Any) -> None:
-                view = memoryview(b).cast("B")
-                while view:
-                    view = view[os.write(fd, view) :]
-
-            crc = feed(write)
-            if store.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if store.fsync:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    return crc
-
-
-def _commit_multipart(store: ShardStore, s3: tuple[Any, str, str], key: str, feed: Feed) -> int:
-    """One multipart upload for the shard, parts of ``PART_BYTES`` (the last may be shorter),
-    completed once; aborted when anything fails, so no part of the shard ever becomes visible."""
-    call, bucket, prefix = s3
-    full = "/".join(p for p in (prefix, store.key(key)) if p)
-    upload = call("create_multipart_upload", Bucket=bucket, Key=full)["UploadId"]
-    done: list[dict[str, Any]] = []
-    buf = bytearray()
-
-    def send(data: bytes | bytearray) -> None:
-        n = len(done) + 1
-        got = call(
-            "upload_part", Bucket=bucket, Key=full, UploadId=upload, PartNumber=n, Body=bytes(data)
-        )
-        done.append({"ETag": got["ETag"], "PartNumber": n})
-
-    def sink(b: Any) -> None:
-        buf.extend(b)
-        if len(buf) >= PART_BYTES:
-            send(buf[:PART_BYTES])
-            del buf[:PART_BYTES]
-
-    try:
-        crc = feed(sink)
-        if buf or not done:
-            send(buf)
-        call(
-            "complete_multipart_upload",
-            Bucket=bucket,
-            Key=full,
-            UploadId=upload,
-            MultipartUpload={"Parts": done},
-        )
-    except BaseException:
-        try:
-            call("abort_multipart_upload", Bucket=bucket, Key=full, UploadId=upload)
-        finally:
-            raise
-    return crc
 
 
 # -- the graph ------------------------------------------------------------------------------------

@@ -1,0 +1,137 @@
+"""A new array's metadata: zarr.create_array's keywords completed (the default layout), built
+and checked in memory by zarr-python before any I/O (a refusal names the keyword at fault), then
+stored (again after a transient failure). write_array's and convert's creates go through it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.storage import MemoryStore
+
+from .codec.metadata import default_compressors
+from .core.sizing import default_layout
+from .errors import InvalidTypeError, InvalidValueError, ShardwiseError
+from .storage.nodes import same_metadata
+from .storage.retry import retry_transient
+
+
+def _create_kwargs(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    chunks, shards = _layout(shape, dtype, chunks, shards)
+    out = dict(shape=shape, dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
+    # None means "no codecs" for compressors/filters (as in zarr), "default" for the rest
+    keep_none = ("compressors", "filters")
+    out.update({k: v for k, v in kwargs.items() if v is not None or k in keep_none})
+    return out
+
+
+def _probe(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, given: dict[str, Any]
+) -> tuple[dict[str, Any], Any]:
+    """The keywords of ``zarr.create_array`` and the array they create in memory."""
+    kwargs = _create_kwargs(shape, dtype, chunks, shards, given)
+    return kwargs, create_in_memory(kwargs)
+
+
+# what a keyword of zarr.create_array falls back to when it is left out
+_ZARR_DEFAULTS: dict[str, Any] = {"filters": "auto", "serializer": "auto"}
+# the keywords a refusal may be blamed on; the layout (shape, chunks, shards) keeps zarr's words
+_BLAMED = (
+    "fill_value",
+    "compressors",
+    "filters",
+    "serializer",
+    "dimension_names",
+    "attributes",
+    "chunk_key_encoding",
+)
+
+
+def create_in_memory(kwargs: dict[str, Any]) -> Any:
+    """``zarr.create_array(MemoryStore(), **kwargs)``: the metadata built and checked without a
+    byte written anywhere. What zarr refuses becomes an :class:`InvalidTypeError` /
+    :class:`InvalidValueError` naming the keyword at fault, found by building again without
+    each one (only on the error path); ``dtype`` is blamed last, a fill value wrong for the
+    dtype being the fill value's fault."""
+    try:
+        return zarr.create_array(MemoryStore(), **kwargs)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ShardwiseError):
+            raise
+        error = e
+
+    def builds(**changed: Any) -> bool:
+        try:
+            zarr.create_array(MemoryStore(), **{**kwargs, **changed})
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    def default(name: str) -> Any:
+        return default_compressors() if name == "compressors" else _ZARR_DEFAULTS.get(name)
+
+    culprit = next((n for n in _BLAMED if n in kwargs and builds(**{n: default(n)})), None)
+    if culprit is None and builds(dtype=np.float64, fill_value=None):
+        culprit = "dtype"
+    if culprit is None:  # the layout, or a combination: zarr's own words
+        raise error
+    kind = InvalidTypeError if isinstance(error, TypeError) else InvalidValueError
+    raise kind(
+        f"{culprit}={kwargs[culprit]!r} is not accepted (as zarr.create_array takes it): {error}"
+    ) from None
+
+
+def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tuple[Any, Any]:
+    """Inner chunks and shards for a new array: a missing shard shape or ``chunks="auto"`` is
+    completed by the same rule as :func:`shardwise.to_zarr` (inner chunks always divide the
+    shards); anything else goes to zarr as given."""
+    if isinstance(shards, dict):  # zarr's {"shape": ..., "index_location": ...}
+        shape_of = shards.get("shape")
+        if shape_of is None or chunks not in ("auto", None):
+            return chunks, shards
+        inner, _ = _layout(shape, dtype, chunks, tuple(shape_of))
+        return inner, shards
+    given_chunks = _shape_or_none(chunks, len(shape))
+    given_shards = _shape_or_none(shards, len(shape))
+    if (chunks not in ("auto", None) and given_chunks is None) or (
+        shards is not None and given_shards is None
+    ):
+        return chunks, shards  # other forms: zarr validates them
+    try:
+        itemsize = np.dtype(dtype).itemsize
+    except TypeError:  # a zarr data type object: its numpy form
+        itemsize = getattr(dtype, "to_native_dtype", lambda: np.dtype("V8"))().itemsize
+    return default_layout(shape, itemsize, given_chunks, given_shards)
+
+
+def _shape_or_none(value: Any, ndim: int) -> tuple[int, ...] | None:
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return (int(value),) * ndim
+    if isinstance(value, tuple | list) and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value
+    ):
+        return tuple(int(v) for v in value)
+    return None
+
+
+def _create_in_store(zstore: Any, path: str | None, kwargs: dict[str, Any], probe: Any) -> None:
+    """Store the new array's metadata, again after a transient store failure; a try whose
+    answer was lost may have stored it already, which then counts as done."""
+    from zarr.errors import ContainsArrayError
+
+    tried = False
+
+    def create() -> None:
+        nonlocal tried
+        try:
+            zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
+        except ContainsArrayError:
+            if not (tried and same_metadata(probe, zstore, path)):
+                raise
+        finally:
+            tried = True
+
+    retry_transient(create)

@@ -1,0 +1,80 @@
+"""The state of a batch write in the store: the open batch record (:func:`open_batch`), the parts
+recorded done, and what :func:`~shardwise.batch.finalize` left about the last batch it closed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..core import args
+from ..errors import BatchNotFoundError
+from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
+from .batch_plan import BatchPlan
+from .journal import BATCH, PARTS
+
+FINALIZED = f"{JOURNAL}/batch-finalized.json"  # what finalize leaves: which batch, when
+
+
+def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) -> ShardStore:
+    args.optional_str("path", path)
+    args.mapping("storage_options", storage_options)
+    return ShardStore(resolve_store(store, mode="w", storage_options=storage_options), path or "")
+
+
+def open_batch(
+    store: Any, *, path: str | None = None, storage_options: dict[str, Any] | None = None
+) -> BatchPlan:
+    """The batch record of the array: which region each part writes.
+
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    path : str, optional
+        The array's path inside ``store`` (default: its root).
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+
+    Returns
+    -------
+    BatchPlan
+        The open batch; ``.region(i)`` is the region part ``i`` writes.
+
+    Raises
+    ------
+    BatchNotFoundError
+        No batch is open (a ``FileNotFoundError``); the message says when the last one was
+        finalized.
+    """
+    sstore = _open(store, path, storage_options)
+    raw = sstore.get(BATCH)
+    if raw is None:
+        done = read_finalized(sstore)
+        where = describe(sstore.store, path)
+        if done is not None:
+            raise BatchNotFoundError(
+                f"no open batch write for {where}: batch {str(done.get('id'))[:8]} was finalized "
+                f"at {done.get('finalized')} (run batch init to start another)"
+            )
+        raise BatchNotFoundError(f"no open batch write for {where} (run batch init first)")
+    return BatchPlan.from_bytes(raw)
+
+
+def read_finalized(sstore: ShardStore) -> dict[str, Any] | None:
+    """What :func:`finalize` recorded about the last batch it closed (None: nothing closed)."""
+    raw = sstore.get(FINALIZED)
+    if raw is None:
+        return None
+    try:
+        done = json.loads(raw)
+    except ValueError:
+        return None
+    return done if isinstance(done, dict) else None
+
+
+def parts_done(sstore: ShardStore) -> list[int]:
+    out = []
+    for name in sstore.list(PARTS):
+        if not TEMP.match(name) and name.endswith(".json"):
+            out.append(int(name[len(PARTS) : -len(".json")]))
+    return sorted(out)

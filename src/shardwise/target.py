@@ -1,0 +1,361 @@
+"""What write_array writes into, checked before the first byte: its keywords, the source data
+(numpy, dask or xarray; unknown chunks and lossy casts refused), the array at the path (existing
+or built in memory), the region the data fills, the validated job, and the pipeline's ArrayWrite
+of it."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .codec.metadata import ArrayInfo, default_compressors
+from .core import args
+from .core.job import STRATEGIES, Strategy, WritePlan, make_job
+from .core.layout import Region, RegionArg, normalize_region
+from .core.plan import ShardPlan
+from .create import _create_in_store, _probe
+from .durability.pipeline import ArrayWrite
+from .engine.write import Mode, WriteSettings
+from .errors import ArrayExistsError, ArrayNotFoundError, InvalidValueError, PlanError
+from .storage.conditional import versions
+from .storage.nodes import array_exists, open_info, same_metadata
+from .storage.retry import retry_transient
+from .storage.store import ShardStore, describe, resolve_store
+
+_MODES = ("w", "w-", "a", "r+")
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """A write checked and planned, nothing stored yet: the validated job, and the pipeline's
+    write of it (run by a :class:`~shardwise.durability.pipeline.Pipeline` under the caller's
+    lease: the array's for write_array, a part's for a batch part)."""
+
+    job: WritePlan
+    write: ArrayWrite
+
+
+def prepare_write(
+    data: Any,
+    store: Any,
+    *,
+    path: str | None = None,
+    chunks: Any = "auto",
+    shards: Any = None,
+    dtype: Any = None,
+    fill_value: Any = None,
+    compressors: Any = "auto",
+    filters: Any = "auto",
+    serializer: Any = "auto",
+    dimension_names: Any = None,
+    attributes: dict[str, Any] | None = None,
+    chunk_key_encoding: Any = None,
+    zarr_format: int = 3,
+    mode: Mode = "w-",
+    region: RegionArg | None = None,
+    write_empty_chunks: bool = False,
+    threads: int | None = None,
+    fsync: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    compute: bool = True,
+    progress: bool = False,
+    resume: bool = False,
+    lease: bool | None = None,
+    break_lease: bool = False,
+    strategy: Strategy = "auto",
+    memory_limit: int | str | None = None,
+    dry_run: bool = False,
+) -> PreparedWrite:
+    """Steps 1-4 of :func:`~shardwise.write_array` with its keywords: every check, in the order
+    of its signature, and the validated job, before the store is written."""
+    # 1. every keyword is checked before the store is looked at
+    flags = dict(
+        write_empty_chunks=write_empty_chunks,
+        fsync=fsync,
+        compute=compute,
+        progress=progress,
+        resume=resume,
+        break_lease=break_lease,
+        dry_run=dry_run,
+    )
+    threads, memory_limit = _check_write_keywords(
+        zarr_format,
+        mode,
+        strategy,
+        threads,
+        memory_limit,
+        flags,
+        lease,
+        path,
+        storage_options,
+        region,
+    )
+    # 2. the data, then what is at the path (refusals of "w-" and "r+")
+    data = _source(data)
+    if dtype is None and data.dtype == object:
+        dtype = _object_dtype(data)
+    shape = tuple(int(n) for n in data.shape)
+    zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    exists = _check_exists(zstore, path, mode, resume)
+    # 3. the array's metadata: a new one built and checked in memory, else the stored one
+    layout = (shape, data.dtype if dtype is None else dtype, chunks, shards)
+    given = dict(
+        fill_value=fill_value,
+        compressors=default_compressors() if _is_auto(compressors) else compressors,
+        filters=filters,
+        serializer=serializer,
+        dimension_names=dimension_names,
+        attributes=attributes,
+        chunk_key_encoding=chunk_key_encoding,
+    )
+    meta = _target_metadata(zstore, path, exists, mode, resume, region, layout, given)
+    # 4. where the data goes, and the job that puts it there (validated: dry_run stops here)
+    target, data = _placed(data, meta.info, region, shape)
+    sstore = ShardStore(zstore, path or "", fsync=fsync)
+    job, shared = _validated_job(sstore, meta, target, data, mode, strategy, memory_limit)
+    options = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
+    write = _array_write(sstore, meta, job, data, options, shared, mode, resume, exists, compute)
+    return PreparedWrite(job, write)
+
+
+def _check_write_keywords(
+    zarr_format: Any,
+    mode: Any,
+    strategy: Any,
+    threads: Any,
+    memory_limit: Any,
+    flags: dict[str, Any],
+    lease: Any,
+    path: Any,
+    storage_options: Any,
+    region: Any,
+) -> tuple[int | None, int | None]:
+    """Refuse a keyword of :func:`write_array` of the wrong type or value (in the order of its
+    signature, so the first one wrong is named); returns ``threads`` and ``memory_limit``
+    checked."""
+    if type(zarr_format) is not int or zarr_format != 3:
+        raise InvalidValueError(
+            f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
+        )
+    args.choice("mode", mode, _MODES)
+    args.choice("strategy", strategy, STRATEGIES)
+    checked_threads = args.thread_count("threads", threads)
+    checked_limit = args.optional_byte_size("memory_limit", memory_limit)
+    args.flags(**flags)
+    args.optional_flags(lease=lease)
+    args.optional_str("path", path)
+    args.mapping("storage_options", storage_options)
+    args.region("region", region)
+    return checked_threads, checked_limit
+
+
+def _check_exists(zstore: Any, path: str | None, mode: Mode, resume: bool) -> bool:
+    """Whether an array is at ``path`` (looked up only where the answer matters): mode "w-"
+    refuses one (unless resuming), "r+" refuses its absence."""
+    exists = (mode != "w" or resume) and retry_transient(lambda: array_exists(zstore, path))
+    if mode == "w-" and exists and not resume:
+        raise ArrayExistsError(
+            f"{describe(zstore, path)} already exists (use mode='w' to replace it, 'a' or 'r+' "
+            "to write into it)"
+        )
+    if mode == "r+" and not exists:
+        raise ArrayNotFoundError(
+            f"mode='r+' writes into an existing array, and there is none at "
+            f"{describe(zstore, path, 'path')} (use mode='a' or 'w-' to create it)"
+        )
+    return bool(exists)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The metadata of the array a write goes into; ``create`` stores it when this write
+    creates (or replaces) the array, else None."""
+
+    info: ArrayInfo
+    create: Callable[[], None] | None
+
+
+def _target_metadata(
+    zstore: Any,
+    path: str | None,
+    exists: bool,
+    mode: Mode,
+    resume: bool,
+    region: RegionArg | None,
+    layout: tuple[tuple[int, ...], Any, Any, Any],
+    given: dict[str, Any],
+) -> _Target:
+    """The stored metadata of an existing array, else (and when a create or replace is resumed)
+    the new array's, built and checked in memory before any I/O. ``layout``: shape, dtype,
+    chunks and shards of a new array; ``given``: its other ``zarr.create_array`` keywords."""
+    if exists and not (resume and mode in ("w", "w-") and region is None):
+        return _Target(retry_transient(lambda: open_info(zstore, path)), None)
+    if region is not None:
+        raise InvalidValueError("region= needs an existing array (mode='r+' or 'a')")
+    kwargs, probe = _probe(*layout, given)
+    # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
+    # fill value with a payload is stored as plain "NaN"
+    info = open_info(probe.store)
+    if exists and same_metadata(probe, zstore, path):
+        return _Target(info, None)  # a resumed create: the array is there already
+    if exists and mode == "w-":
+        raise ArrayExistsError(
+            f"{describe(zstore, path)} exists with other metadata: nothing to resume"
+        )
+    return _Target(info, lambda: _create_in_store(zstore, path, kwargs, probe))
+
+
+def _placed(
+    data: Any, info: ArrayInfo, region: RegionArg | None, shape: tuple[int, ...]
+) -> tuple[Region, Any]:
+    """The region of the array that ``data`` fills (all of it without ``region``), and the data
+    in a form the encoder takes for the array's dtype; a PlanError when either does not fit."""
+    target: Region = normalize_region(
+        region if region is not None else tuple(slice(None) for _ in info.layout.shape),
+        info.layout.shape,
+    )
+    want = tuple(s.stop - s.start for s in target)
+    if want != shape:
+        raise PlanError(f"data of shape {shape} does not fit the region {want} of the array")
+    return target, _cast_source(data, info.dtype)
+
+
+def _validated_job(
+    sstore: ShardStore,
+    meta: _Target,
+    target: Region,
+    data: Any,
+    mode: Mode,
+    strategy: Strategy,
+    memory_limit: int | None,
+) -> tuple[WritePlan, bool]:
+    """The validated job that writes ``data`` into ``target``, and whether the write is shared:
+    into an existing array, side by side with other such writes, whose shards they share are
+    committed conditionally (on stores that can; the others keep one writer per array)."""
+    shared = meta.create is None and mode in ("a", "r+") and versions(sstore) is not None
+    job = make_job(
+        ShardPlan(meta.info.layout, target),
+        _dask_chunks(data),
+        np.dtype(meta.info.dtype).itemsize,
+        strategy=strategy,
+        memory_limit=memory_limit,
+        shared=shared,
+    )
+    job.validate()
+    return job, shared
+
+
+def _array_write(
+    sstore: ShardStore,
+    meta: _Target,
+    job: WritePlan,
+    data: Any,
+    options: WriteSettings,
+    shared: bool,
+    mode: Mode,
+    resume: bool,
+    exists: bool,
+    compute: bool,
+) -> ArrayWrite:
+    """The pipeline's write of ``data`` by ``job`` into the array of ``meta`` at ``sstore``."""
+    create = meta.create is not None
+    return ArrayWrite(
+        store=sstore,
+        info=meta.info,
+        plan=job.plan,
+        strategy=job.strategy,
+        source=data,
+        options=options,
+        blocks=job.blocks,
+        # a staged merge commits unconditionally: then this write keeps the others out
+        shared=shared and not job.merges_unconditionally,
+        # our own clear instead of zarr's overwrite, which would delete the lease too
+        clear=("all" if mode == "w" else "journal") if create else "none",
+        create=meta.create,
+        resume=resume,
+        # a finished write is adopted too (its shards skipped, as their records still match)
+        # unless mode "w" asks to replace the array
+        adopt_done=mode != "w",
+        must_adopt=resume and mode == "w-" and exists and not create,
+        copy_source=not compute,
+    )
+
+
+def _dask_chunks(data: Any) -> tuple[tuple[int, ...], ...] | None:
+    if not _is_dask(data):
+        return None
+    return tuple(tuple(int(n) for n in c) for c in data.chunks)
+
+
+def _source(data: Any) -> Any:
+    """``data`` as a numpy or dask array (or another array zarr can read), checked for what
+    cannot be written: every refusal here comes before the store is touched."""
+    xr = sys.modules.get("xarray")
+    if xr is not None and isinstance(data, xr.DataArray | xr.Variable):
+        data = data.data  # the dask or numpy array under it
+    if not hasattr(data, "shape") or not hasattr(data, "dtype"):
+        data = np.asarray(data)
+    refuse_unknown_chunks(data)
+    return data
+
+
+def refuse_unknown_chunks(data: Any, where: str = "") -> None:
+    """A :class:`PlanError` for a dask array of unknown (NaN) chunk sizes, which no write can
+    place: ``where`` starts the message (e.g. the variable's name)."""
+    if _is_dask(data) and any(math.isnan(c) for dim in data.chunks for c in dim):
+        raise PlanError(
+            f"{where}the dask array has unknown chunk sizes (shape {data.shape}, e.g. after "
+            "boolean indexing): call data.compute_chunk_sizes() first, or write it with known "
+            "chunks"
+        )
+
+
+def _is_dask(data: Any) -> bool:
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(data, da.Array)
+
+
+def _object_dtype(data: Any) -> Any:
+    """The array dtype for object ``data`` when none is given: strings if numpy holds only str."""
+    if not _is_dask(data) and all(isinstance(v, str) for v in np.asarray(data).flat):
+        return str
+    raise InvalidValueError(
+        "data of dtype object: pass dtype= (e.g. dtype=str for Python strings, stored as zarr "
+        "variable-length UTF-8 strings)"
+    )
+
+
+def _cast_source(data: Any, dtype: np.dtype[Any]) -> Any:
+    """``data`` in a form the encoder takes for an array of ``dtype``, or a PlanError."""
+    if dtype.kind == "T" and data.dtype.kind in "OUT":  # numpy StringDType: zarr's "string"
+        if data.dtype.kind != "O":
+            return data
+        if _is_dask(data):
+            return data.map_blocks(_to_strings, dtype=dtype)
+        return _to_strings(np.asarray(data), dtype)
+    if not np.can_cast(data.dtype, dtype, casting="same_kind"):
+        raise PlanError(
+            f"cannot write {data.dtype} data into a {dtype} array without loss: convert the "
+            f"data first (e.g. data.astype({str(dtype)!r}))"
+        )
+    return data
+
+
+def _to_strings(block: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """An object block of Python strings as numpy strings; a PlanError names a non-string."""
+    for v in block.flat:
+        if not isinstance(v, str):
+            raise PlanError(
+                f"a string array takes Python str values only, got {v!r} of type "
+                f"{type(v).__name__}: convert the values first"
+            )
+    return block.astype(np.dtypes.StringDType() if dtype is None else dtype)
