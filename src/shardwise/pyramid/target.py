@@ -3,9 +3,12 @@ mode and resume), the group cleared for mode "w", and a level's metadata stored.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import zarr
@@ -82,6 +85,16 @@ def clear_group(group: ShardStore, levels: Sequence[str]) -> None:
         if name.startswith(mine) or _is_lease(name):
             continue
         group.delete(name)
+    root = group.local_root
+    top = root / group.path if root is not None and group.path else root
+    if top is not None and top.is_dir():
+        # local directories of what was deleted (an old level 5 of a deeper pyramid) go too,
+        # so that the group lists only this pyramid's levels
+        for d, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            rel = Path(d).relative_to(top).as_posix()
+            if rel != "." and not f"{rel}/".startswith(mine):
+                with contextlib.suppress(OSError):  # not empty: a lease kept
+                    Path(d).rmdir()
 
 
 def _is_lease(name: str) -> bool:
