@@ -60,13 +60,18 @@ def mean(x: np.ndarray, factors: Sequence[int]) -> np.ndarray:
 
 
 def _integer_mean(x: np.ndarray, factors: Sequence[int], n: np.ndarray) -> np.ndarray:
-    """Exact integer block means: with ``x = q * k + r`` (``k`` the largest block count,
-    ``0 <= r < k``), the sum of q over a block stays between k times the smallest and the
-    largest value, and the sum of r below k * k, so neither overflows the dtype."""
+    """Exact integer block means: with ``x = q * k + r`` (``k`` the largest block count, q
+    rounded toward zero, ``|r| < k``), the sum of q over a block stays between the smallest
+    and the largest value the dtype holds, and the sum of r below k * k, so nothing
+    overflows."""
     k = int(n.max(initial=1))
     dt = x.dtype
     big = np.dtype(np.int64) if dt.kind == "i" else np.dtype(np.uint64)
     q, r = np.divmod(x.astype(big, copy=False), big.type(k))
+    if dt.kind == "i":  # toward zero: k floored quotients of the minimum sum below it
+        neg = (r != 0) & (q < 0)
+        q = q + neg
+        r = r - neg * big.type(k)
     qs = _block_sums(q, factors, big)  # sum of q: a block holds at most k samples
     rs = _block_sums(r, factors, big)
     if np.all(n == k):
@@ -75,8 +80,8 @@ def _integer_mean(x: np.ndarray, factors: Sequence[int], n: np.ndarray) -> np.nd
         return _rounded(qs + whole, rest, k).astype(dt)
     # partial edge blocks: mean = (qs * k + rs) / n, done as exact fractions of small numbers
     nn = np.broadcast_to(n, qs.shape).astype(big)
-    a, b = np.divmod(qs, nn)  # qs = a * n + b, |b| < n
-    whole, rest = np.divmod(b * big.type(k) + rs, nn)  # b * k + rs < n * k + k * k
+    a, b = np.divmod(qs, nn)  # qs = a * n + b, 0 <= b < n
+    whole, rest = np.divmod(b * big.type(k) + rs, nn)  # |b * k + rs| < 2 * n * k
     return _rounded(a * big.type(k) + whole, rest, nn).astype(dt)
 
 
