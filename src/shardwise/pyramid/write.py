@@ -148,10 +148,22 @@ def write_pyramid(
     resume : bool, default False
         Continue an interrupted call with the same arguments: the shards of every level it
         stored (and recorded) are not written again.
-    write_empty_chunks, threads, fsync, storage_options, progress, lease, break_lease
-        As in :func:`write_array`.
+    write_empty_chunks : bool, default False
+        Store inner chunks equal to the fill value too, as :func:`write_array`.
+    threads : int, optional
+        Caps the threads that encode inner chunks, as in :func:`write_array`.
+    fsync : bool, default False
+        Make each shard durable (file and directory fsync) on local filesystems.
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
     compute : bool, default True
         False returns one dask ``Delayed`` that writes every level and computes the report.
+    progress : bool, default False
+        Show a progress bar over the shards of every level.
+    lease : bool, optional
+        Hold every level's lease (default: on when ``compute=True``), as :func:`write_array`.
+    break_lease : bool, default False
+        Take over the leases of a writer known to be gone.
     strategy : {"auto", "direct", "staged"}, default "auto"
         As in :func:`write_array`, for every level.
     memory_limit : int or str, optional
