@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import collections
 import itertools
+import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,17 @@ import zarr
 from zarr.storage import MemoryStore
 
 import shardwise
-from faultkit import files, snapshot
+from faultkit import (
+    MotoS3,
+    files,
+    forkserver,
+    hold_block,
+    moto_s3,
+    snapshot,
+    temp_files,
+    unique,
+    wait_until,
+)
 from shardwise.errors import ArrayExistsError, InvalidTypeError, InvalidValueError, ShardwiseError
 
 
@@ -68,8 +80,12 @@ def levels_of(root: Any, n: int, path: str = "") -> list[np.ndarray]:
 
 
 def shard_keys(root: Path) -> list[str]:
-    """The shard objects of every level (not their journal records)."""
-    return sorted(k for k in files(root) if "/c/" in k and ".shardwise" not in k)
+    """The shard objects of every level (names only: a writer may be busy there; not their
+    journal records, staged pieces or temp files)."""
+    found = (p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    return sorted(
+        k for k in found if "/c/" in k and ".shardwise" not in k and not k.endswith(".partial")
+    )
 
 
 def multiscale(root: Any) -> dict[str, Any]:
@@ -291,6 +307,49 @@ def test_resume_after_a_failure_mid_pyramid_rewrites_no_finished_shard(tmp_path:
         assert shardwise.verify(root, path=str(k)).ok
 
 
+KILL_KW: dict[str, Any] = dict(levels=3, chunks=16, shards=64)
+KILL_HOLD = (3, 2)  # the source block of level 0's last shard: held until the writer is killed
+
+
+def kill_data() -> np.ndarray:
+    return np.random.default_rng(8).random((256, 192)).astype("f4")
+
+
+def kill_pyramid(root: str, started: Any) -> None:
+    """The writer that gets SIGKILLed: a pyramid whose held source block keeps it from ever
+    finishing (every other shard task can run: threads enough)."""
+    src = da.from_array(kill_data(), chunks=(64, 64))
+    src = src.map_blocks(hold_block, KILL_HOLD, dtype=src.dtype, meta=src._meta)
+    started.set()
+    with dask.config.set(scheduler="threads", num_workers=4):
+        shardwise.write_pyramid(src, root, **KILL_KW)
+
+
+def test_a_killed_pyramid_resumes_without_rewriting_a_finished_shard(tmp_path: Path) -> None:
+    reference = tmp_path / "ref.zarr"
+    shardwise.write_pyramid(kill_data(), reference, **KILL_KW)
+    root = tmp_path / "p.zarr"
+    ctx = forkserver()
+    started = ctx.Event()
+    p = ctx.Process(target=kill_pyramid, args=(str(root), started))
+    p.start()
+    assert started.wait(120)
+    # every shard not waiting for the held block: 11 of level 0, 3 of level 1, none of level 2
+    wait_until(lambda: len(shard_keys(root)) >= 14, "14 shards of two levels stored", 300)
+    p.kill()
+    p.join(120)
+    assert p.exitcode == -signal.SIGKILL
+    done = {k: (root / k).stat().st_ino for k in shard_keys(root)}
+    assert {k.split("/")[0] for k in done} == {"0", "1"}
+    # resume takes over the lease of the writer that is gone
+    report = shardwise.write_pyramid(kill_data(), root, resume=True, **KILL_KW)
+    assert report.shards_skipped == len(done) == 14
+    assert {k: (root / k).stat().st_ino for k in done} == done
+    assert temp_files(root) == []
+    journal_free = {k: v for k, v in files(root).items() if ".shardwise" not in k}
+    assert journal_free == {k: v for k, v in files(reference).items() if ".shardwise" not in k}
+
+
 def test_mode_w_replaces_a_larger_pyramid(tmp_path: Path) -> None:
     root = tmp_path / "p"
     x = np.arange(64 * 64, dtype="u2").reshape(64, 64)
@@ -348,3 +407,23 @@ def test_data_the_method_cannot_reduce_is_refused(tmp_path: Path) -> None:
     # labels as bools reduce by mode
     shardwise.write_pyramid(np.eye(8, dtype=bool), tmp_path / "b", levels=2, method="mode")
     assert levels_of(tmp_path / "b", 2)[1].dtype == bool
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[MotoS3]:
+    with moto_s3() as s:
+        yield s
+
+
+def test_a_pyramid_on_s3_resumes_and_reads_back(s3: MotoS3) -> None:
+    x = np.random.default_rng(9).integers(0, 60000, (150, 130)).astype("u2")
+    store = s3.obstore(unique())
+    kw: dict[str, Any] = dict(levels=3, chunks=16, shards=32)
+    with dask.config.set(scheduler="synchronous"), pytest.raises(RuntimeError, match="interr"):
+        shardwise.write_pyramid(failing(x, (50, 65), (2, 1)), store, **kw)
+    report = shardwise.write_pyramid(da.from_array(x, chunks=(50, 65)), store, resume=True, **kw)
+    assert report.shards_skipped > 0
+    assert report.shards_written + report.shards_skipped == 5 * 5 + 3 * 3 + 2 * 2
+    for k, got in enumerate(levels_of(store, 3)):
+        np.testing.assert_array_equal(got, coarsened(x, (2, 2), k))
+    assert [d["path"] for d in multiscale(store)["datasets"]] == ["0", "1", "2"]
