@@ -23,6 +23,7 @@ from zarr.storage import MemoryStore
 
 import shardwise
 from faultkit import (
+    BUCKET,
     MotoS3,
     files,
     forkserver,
@@ -208,6 +209,10 @@ def test_source_read_once_and_one_task_per_shard_per_level(tmp_path: Path, strat
     shapes = [(200, 150), (100, 75), (50, 38), (25, 19)]
     expected = [-(-a // 64) * -(-b // 64) for a, b in shapes]
     assert sorted(per_level.values()) == sorted(expected)
+    # auto: level 0 staged (its dask blocks are not the shard pieces), the reduced levels
+    # direct (their shard tasks fit the memory budget)
+    staged = {k[0] for k in keys if k[0].startswith("shardwise-stage-")}
+    assert len(staged) == {"auto": 1, "direct": 0, "staged": 4}[strategy]
     with dask.config.set(scheduler="threads", num_workers=4):
         report = delayed.compute()
     # every block of the source computed exactly once, for all four levels
@@ -271,12 +276,14 @@ def test_a_dataset_of_one_variable_and_auto_levels(tmp_path: Path) -> None:
     assert not (tmp_path / "q").exists()
 
 
-def failing(x: np.ndarray, chunks: tuple[int, ...], bad: tuple[int, ...]) -> Any:
-    """``x`` as dask whose block ``bad`` raises (the synchronous scheduler has run the blocks
-    before it, and the shard tasks they complete, by then)."""
+def failing(x: np.ndarray, chunks: tuple[int, ...], bad: tuple[int, ...], ready: Any = None) -> Any:
+    """``x`` as dask whose block ``bad`` raises, once ``ready()`` holds (the state to fail in:
+    e.g. every shard not waiting for that block stored)."""
 
     def f(block: np.ndarray, block_info: Any = None) -> np.ndarray:
         if tuple(block_info[0]["chunk-location"]) == bad:
+            if ready is not None:
+                wait_until(ready, "the shards before the failure stored", 300)
             raise RuntimeError("interrupted")
         return block
 
@@ -289,11 +296,13 @@ def test_resume_after_a_failure_mid_pyramid_rewrites_no_finished_shard(tmp_path:
     reference = tmp_path / "ref.zarr"
     shardwise.write_pyramid(x, reference, **kw)
     root = tmp_path / "p.zarr"
-    with dask.config.set(scheduler="synchronous"), pytest.raises(RuntimeError, match="interr"):
-        shardwise.write_pyramid(failing(x, (64, 64), (3, 2)), root, **kw)
+    # every shard not waiting for the failing block: 11 of level 0, 3 of level 1, none of 2
+    ready = lambda: len(shard_keys(root)) >= 14  # noqa: E731
+    threads = dask.config.set(scheduler="threads", num_workers=4)
+    with threads, pytest.raises(RuntimeError, match="interr"):
+        shardwise.write_pyramid(failing(x, (64, 64), (3, 2), ready), root, **kw)
     done = {k: (root / k).stat().st_ino for k in shard_keys(root)}
-    assert {k.split("/")[0] for k in done} >= {"0", "1"}  # shards of more than one level
-    assert len(done) < len(shard_keys(reference))
+    assert {k.split("/")[0] for k in done} == {"0", "1"} and len(done) == 14
     # an interrupted pyramid is not advertised as one: no multiscales yet
     assert "ome" not in zarr.open_group(root, mode="r").attrs
     with pytest.raises(ArrayExistsError):
@@ -417,12 +426,21 @@ def s3() -> Iterator[MotoS3]:
 
 def test_a_pyramid_on_s3_resumes_and_reads_back(s3: MotoS3) -> None:
     x = np.random.default_rng(9).integers(0, 60000, (150, 130)).astype("u2")
-    store = s3.obstore(unique())
     kw: dict[str, Any] = dict(levels=3, chunks=16, shards=32)
-    with dask.config.set(scheduler="synchronous"), pytest.raises(RuntimeError, match="interr"):
-        shardwise.write_pyramid(failing(x, (50, 65), (2, 1)), store, **kw)
+    prefix = unique()
+    store = s3.obstore(prefix)
+
+    def stored() -> int:  # shard objects of every level (names only)
+        page = s3.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")
+        keys = [o["Key"] for o in page.get("Contents", [])]
+        return sum("/c/" in k and ".shardwise" not in k for k in keys)
+
+    threads = dask.config.set(scheduler="threads", num_workers=4)
+    with threads, pytest.raises(RuntimeError, match="interr"):
+        # block (2, 1) feeds 6 of level 0's 25 shards: fail once 10 shards are stored
+        shardwise.write_pyramid(failing(x, (50, 65), (2, 1), lambda: stored() >= 10), store, **kw)
     report = shardwise.write_pyramid(da.from_array(x, chunks=(50, 65)), store, resume=True, **kw)
-    assert report.shards_skipped > 0
+    assert report.shards_skipped >= 10
     assert report.shards_written + report.shards_skipped == 5 * 5 + 3 * 3 + 2 * 2
     for k, got in enumerate(levels_of(store, 3)):
         np.testing.assert_array_equal(got, coarsened(x, (2, 2), k))

@@ -88,8 +88,9 @@ def write_pyramid(
     (``x``, ``y``, ``z``; time ``t`` and channel ``c`` are never reduced). All levels are
     written in one dask graph: each level is reduced from the blocks of the level above while
     they are in memory, so the source is read once, and every shard of every level is written
-    by one task once (each level by the strategy :func:`write_array` would pick for it:
-    ``staged`` where its shards exceed the memory budget). Odd sizes follow the ceil rule of
+    by one task once: level 0 by the strategy :func:`write_array` would pick, the reduced
+    levels ``direct`` where a shard's task fits the memory budget and ``staged`` where it does
+    not (with ``strategy="auto"``). Odd sizes follow the ceil rule of
     ngff-zarr and ome-zarr-py: a level of ``n`` samples has ``ceil(n / f)`` samples at the next,
     its last block reduced over the samples present.
 
@@ -309,15 +310,19 @@ def _job(
     strategy: Strategy,
     memory_limit: int | None,
 ) -> WritePlan:
-    """Level ``k``'s validated job (refusals name the level)."""
+    """Level ``k``'s validated job (refusals name the level). Level 0 by write_array's rule;
+    a reduced level's blocks are this graph's own cut, never the shard pieces, so "auto"
+    writes it direct wherever a shard's task fits the budget (no staging round trip through
+    the store) and staged where its shards exceed it."""
+    plan = ShardPlan(layout, tuple(slice(0, n) for n in layout.shape))
+    chunks = tuple(tuple(int(c) for c in cs) for cs in arr.chunks)
     try:
-        job = make_job(
-            ShardPlan(layout, tuple(slice(0, n) for n in layout.shape)),
-            tuple(tuple(int(c) for c in cs) for cs in arr.chunks),
-            dtype.itemsize,
-            strategy=strategy,
-            memory_limit=memory_limit,
-        )
+        job = make_job(plan, chunks, dtype.itemsize, strategy=strategy, memory_limit=memory_limit)
+        if k and strategy == "auto" and job.strategy == "staged":
+            direct = make_job(
+                plan, chunks, dtype.itemsize, strategy="direct", memory_limit=memory_limit
+            )
+            job = direct if direct.peak_per_task <= direct.memory_limit else job
         job.validate()
     except PlanError as e:
         raise PlanError(f"level {k}: {e}") from None
