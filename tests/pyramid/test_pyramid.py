@@ -445,3 +445,15 @@ def test_a_pyramid_on_s3_resumes_and_reads_back(s3: MotoS3) -> None:
     for k, got in enumerate(levels_of(store, 3)):
         np.testing.assert_array_equal(got, coarsened(x, (2, 2), k))
     assert [d["path"] for d in multiscale(store)["datasets"]] == ["0", "1", "2"]
+
+
+def test_compute_false_writes_the_numpy_array_as_it_was_when_called() -> None:
+    x = np.arange(90 * 70, dtype="f4").reshape(90, 70)
+    store = MemoryStore()
+    delayed = shardwise.write_pyramid(x, store, levels=2, chunks=16, shards=32, compute=False)
+    want = x.copy()
+    x[:] = -1  # changed after the call, before the compute: not seen
+    report = delayed.compute()
+    assert report.shards_written == 3 * 3 + 2 * 2
+    np.testing.assert_array_equal(levels_of(store, 1)[0], want)
+    assert [d["path"] for d in multiscale(store)["datasets"]] == ["0", "1"]
