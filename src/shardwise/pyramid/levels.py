@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..core.pyramid import Level, aligned_chunks, reduced_chunks
 from .reduce import reduce_block
 
@@ -33,7 +35,8 @@ def level_arrays(source: Any, levels: Sequence[Level], method: str) -> list[Any]
             method,
             chunks=tuple(reduced_chunks(c, f) for c, f in zip(chunks, step, strict=True)),
             dtype=x.dtype,
-            meta=x._meta,
+            # the reductions return numpy blocks
+            meta=np.empty((0,) * x.ndim, dtype=x.dtype),
             # named, not tokenized: tokenizing would hash the graph's source arrays again
             name=f"shardwise-pyramid-{token}-{k}",
         )
