@@ -407,17 +407,6 @@ def test_a_refused_call_leaves_the_store_byte_identical(
     assert snapshot(tmp_path) == before
 
 
-def test_data_the_method_cannot_reduce_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(InvalidValueError, match="'nearest' or 'mode'"):
-        shardwise.write_pyramid(np.zeros((8, 8), bool), tmp_path / "b")
-    with pytest.raises(InvalidValueError, match="2-D to 5-D"):
-        shardwise.write_pyramid(np.zeros((2,) * 6), tmp_path / "b")
-    assert not (tmp_path / "b").exists()
-    # labels as bools reduce by mode
-    shardwise.write_pyramid(np.eye(8, dtype=bool), tmp_path / "b", levels=2, method="mode")
-    assert levels_of(tmp_path / "b", 2)[1].dtype == bool
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[MotoS3]:
     with moto_s3() as s:

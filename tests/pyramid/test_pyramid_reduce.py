@@ -1,18 +1,24 @@
 """The reductions and the pyramid geometry against independent references, drawn by
 hypothesis: exact integer means (Python integers) at every value a dtype holds, the mode by
-counting, nearest by slicing, and the chunk arithmetic the levels' graph relies on."""
+counting, nearest by slicing, and the chunk arithmetic the levels' graph relies on; data a
+method cannot reduce refused."""
 
 from __future__ import annotations
 
 import collections
 import itertools
+from pathlib import Path
 
 import numpy as np
+import pytest
+import zarr
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import shardwise
 from shardwise.core.pyramid import aligned_chunks, pyramid_levels, reduced_chunks
+from shardwise.errors import InvalidValueError
 from shardwise.pyramid.reduce import mean, mode, nearest
 
 INTS = st.sampled_from(["uint8", "int8", "uint16", "int16", "int32", "uint32", "int64", "uint64"])
@@ -111,3 +117,16 @@ def test_level_shapes_follow_the_ceil_rule(shape: list[int], n: int) -> None:
     for lv in levels:
         assert lv.scale == tuple(float(f) for f in lv.factors)
         assert lv.translation == tuple((f - 1) / 2 for f in lv.factors)
+
+
+def test_data_the_method_cannot_reduce_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidValueError, match="'nearest' or 'mode'"):
+        shardwise.write_pyramid(np.zeros((8, 8), bool), tmp_path / "b")
+    with pytest.raises(InvalidValueError, match="2-D to 5-D"):
+        shardwise.write_pyramid(np.zeros((2,) * 6), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    # labels as bools reduce by mode
+    shardwise.write_pyramid(np.eye(8, dtype=bool), tmp_path / "b", levels=2, method="mode")
+    level = zarr.open_array(tmp_path / "b", path="1", mode="r")[...]
+    np.testing.assert_array_equal(level, mode(np.eye(8, dtype=bool), (2, 2)))
+    assert level.dtype == bool and level.shape == (4, 4)
