@@ -30,6 +30,7 @@ from .errors import (
     UnsupportedCodecError,
     VerifyError,
 )
+from .pyramid.write import write_pyramid
 from .runtime.signals import Interrupted, stop_on_signals
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ __all__ = [
     "to_zarr",
     "verify",
     "write_array",
+    "write_pyramid",
 ]
 
 

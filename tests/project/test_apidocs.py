@@ -41,6 +41,7 @@ VERB_PAGES = {
         "open_dataset",
         "convert",
         "verify",
+        "write_pyramid",
     )
 }
 BATCH_VERBS = ("init", "write_part", "finalize", "open_batch")

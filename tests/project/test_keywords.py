@@ -68,6 +68,7 @@ VERBS: dict[str, Callable[..., Any]] = {
         X, root / "bt", kw.pop("part", 0), **kw
     ),
     "batch.finalize": lambda root, **kw: batch.finalize(root / "bt", **kw),
+    "write_pyramid": lambda root, **kw: shardwise.write_pyramid(X, root / "pyr", **LAYOUT, **kw),
 }
 
 T, V = InvalidTypeError, InvalidValueError
@@ -98,12 +99,14 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
             "verify": ["strict", "progress"],
             "batch.init": ["lease", "break_lease"],
             "batch.write_part": ["resume", "lease", "break_lease", "fsync", "progress"],
+            "write_pyramid": ["resume", "compute", "fsync", "progress", "write_empty_chunks"],
         },
     ),
     "optional flag": (
         OPTIONAL_FLAG,
         {
             "write_array": ["lease"],
+            "write_pyramid": ["lease"],
             "to_zarr": ["consolidated", "safe_shards", "lease"],
             "open_dataset": ["consolidated"],
         },
@@ -123,14 +126,19 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
                 "verify",
                 "batch.write_part",
                 "batch.finalize",
+                "write_pyramid",
             )
         },
     ),
-    "bytes": (BYTES, {"write_array": ["memory_limit"], "to_zarr": ["memory_limit"]}),
+    "bytes": (
+        BYTES,
+        {v: ["memory_limit"] for v in ("write_array", "to_zarr", "write_pyramid")},
+    ),
     "path": (
         PATH,
         {
             "write_array": ["path"],
+            "write_pyramid": ["path"],
             "open_array": ["path"],
             "read_array": ["path"],
             "to_zarr": ["group"],
@@ -156,11 +164,15 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
                 "batch.init",
                 "batch.write_part",
                 "batch.finalize",
+                "write_pyramid",
             )
         },
     ),
     "region": (REGION, {"write_array r+": ["region"]}),
-    "strategy": (STRATEGY, {"write_array": ["strategy"], "to_zarr": ["strategy"]}),
+    "strategy": (
+        STRATEGY,
+        {v: ["strategy"] for v in ("write_array", "to_zarr", "write_pyramid")},
+    ),
 }
 
 CASES: list[tuple[str, str, Any, type, list[str]]] = [
@@ -207,6 +219,14 @@ CASES: list[tuple[str, str, Any, type, list[str]]] = [
     ("batch.init", "parts", "2", T, ["parts", "list of regions"]),
     ("batch.write_part", "part", "0", T, ["part must be an int"]),
     ("batch.write_part", "part", 7, V, ["part 7", "0..1"]),
+    ("write_pyramid", "mode", "a", V, ["mode", "'w-'"]),
+    ("write_pyramid", "levels", 0, V, ["levels", "positive integer"]),
+    ("write_pyramid", "factors", [2], V, ["factors", "one int per axis"]),
+    ("write_pyramid", "method", "max", V, ["method", "'nearest'"]),
+    ("write_pyramid", "dims", "yx", T, ["dims", "sequence of axis names"]),
+    ("write_pyramid", "scale", 2.0, T, ["scale", "mapping"]),
+    ("write_pyramid", "units", {"x": 1}, T, ["units['x']", "str"]),
+    ("write_pyramid", "compressors", "zstd", T, ["compressors='zstd'"]),
 ]
 
 
@@ -244,7 +264,7 @@ def test_every_public_verb_has_cases() -> None:
     """The table covers every verb of ``shardwise.__all__`` (and the batch verbs)."""
     verbs = {"write_array", "plan_write", "open_array", "read_array", "to_zarr"}
     verbs |= {"open_dataset", "convert", "verify", "batch.init", "batch.write_part"}
-    verbs |= {"batch.finalize"}
+    verbs |= {"batch.finalize", "write_pyramid"}
     assert {v for v in verbs if v in shardwise.__all__ or v.startswith("batch.")} == verbs
     assert verbs <= {verb.split(" ")[0] for verb, *_ in CASES}
 

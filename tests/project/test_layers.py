@@ -21,7 +21,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("engine",),
     ("durability",),
     ("api",),
-    ("conversion", "xarray", "batch"),
+    ("conversion", "xarray", "batch", "pyramid"),
     ("cli",),
     ("shardwise",),  # the package's __init__: the public names
 ]

@@ -1,0 +1,389 @@
+"""``shardwise.write_pyramid``: a multiscale pyramid (OME-Zarr 0.5) from one image, every level
+written in one dask graph through the one write pipeline (one ``ArrayWrite`` per level).
+
+Phases, as every front end: check everything (arguments, the store, every level's metadata
+built in memory, every level's job validated) -> one ``Pipeline`` over the levels: every lease
+or none, clear (mode "w"), markers and level metadata, one graph (level k+1 reduced from level
+k's blocks; every shard of every level written by one task), then the group's ``zarr.json``
+with the ``ome`` attributes (last: a pyramid cut short is not advertised as one), markers done.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..codec.metadata import ArrayInfo, default_compressors
+from ..core import args
+from ..core.job import STRATEGIES, Strategy, WritePlan, make_job
+from ..core.layout import Layout
+from ..core.plan import ShardPlan
+from ..core.pyramid import Level, auto_levels, level_layout, pyramid_levels
+from ..core.sizing import default_layout
+from ..durability.pipeline import ArrayWrite, Pipeline
+from ..engine.report import WriteReport
+from ..engine.write import WriteSettings, as_dask
+from ..errors import PlanError
+from ..storage.nodes import open_info
+from ..storage.store import ShardStore, resolve_store
+from . import options
+from .levels import level_arrays
+from .metadata import group_document, ome_attributes
+from .target import Target, check_target, clear_group, create_level
+
+__all__ = ["write_pyramid"]
+
+
+@dataclass(frozen=True)
+class _Level:
+    """One level to write: its geometry, source, metadata and validated job."""
+
+    path: str
+    geometry: Level
+    source: Any
+    create: dict[str, Any]  # the zarr.create_array keywords
+    probe: Any  # the array built in memory from them
+    info: ArrayInfo
+    job: WritePlan
+
+
+def write_pyramid(
+    data: Any,
+    store: Any,
+    *,
+    levels: int | str = "auto",
+    factors: int | Sequence[int] | Mapping[str, int] = 2,
+    method: str = "mean",
+    dims: Sequence[str] | None = None,
+    path: str | None = None,
+    chunks: Any = "auto",
+    shards: Any = None,
+    compressors: Any = "auto",
+    fill_value: Any = None,
+    scale: Mapping[str, float] | None = None,
+    translation: Mapping[str, float] | None = None,
+    units: Mapping[str, str] | None = None,
+    name: str | None = None,
+    mode: str = "w-",
+    resume: bool = False,
+    write_empty_chunks: bool = False,
+    threads: int | None = None,
+    fsync: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    compute: bool = True,
+    progress: bool = False,
+    lease: bool | None = None,
+    break_lease: bool = False,
+    strategy: Strategy = "auto",
+    memory_limit: int | str | None = None,
+) -> WriteReport | Any:
+    """Write a multiscale pyramid of an image as an OME-Zarr 0.5 group of sharded arrays.
+
+    Level 0 is the image; level k+1 is level k reduced by ``factors`` along the space axes
+    (``x``, ``y``, ``z``; time ``t`` and channel ``c`` are never reduced). All levels are
+    written in one dask graph: each level is reduced from the blocks of the level above while
+    they are in memory, so the source is read once, and every shard of every level is written
+    by one task once: level 0 by the strategy :func:`write_array` would pick, the reduced
+    levels ``direct`` where a shard's task fits the memory budget and ``staged`` where it does
+    not (with ``strategy="auto"``). Odd sizes follow the ceil rule of
+    ngff-zarr and ome-zarr-py: a level of ``n`` samples has ``ceil(n / f)`` samples at the next,
+    its last block reduced over the samples present.
+
+    The group at ``path`` holds the levels as arrays ``"0"``, ``"1"``, ... and, written after
+    their data, its ``zarr.json`` with the ``ome`` attributes: ``version`` "0.5" and one
+    ``multiscales`` entry with the axes (types space, time, channel; units if given) and per
+    level a ``scale`` and a ``translation`` transformation.
+
+    Parameters
+    ----------
+    data : numpy.ndarray, dask.array.Array, xarray.DataArray or xarray.Dataset
+        The image, 2-D to 5-D. A DataArray's dims name its axes; a Dataset must hold one data
+        variable (write each variable of a larger one with its own ``path``).
+    store : zarr.abc.store.Store, str or os.PathLike
+        A zarr ``Store``, a local path or a URL.
+    levels : int or "auto", default "auto"
+        The number of levels, level 0 included (1 to 32); ``"auto"`` reduces until every
+        space axis fits one inner chunk of level 0.
+    factors : int, sequence of int or dict, default 2
+        The factor of each reduction: an int for every space axis, ``{"x": 2, "y": 2}`` (axes
+        not named: 1), or one int per axis (1 on time and channel axes). An axis down to one
+        sample is not reduced further.
+    method : {"mean", "nearest", "mode"}, default "mean"
+        ``"mean"``: the mean of each block (floats accumulate in float64; integers exactly,
+        without overflow, rounded to nearest, halves to even); ``"nearest"``: each block's
+        first sample (labels); ``"mode"``: each block's most frequent value, ties to the
+        smallest (labels).
+    dims : sequence of str, optional
+        The axis names, among ``t``, ``c``, ``z``, ``y``, ``x`` in that order (default: a
+        DataArray's dims, else the last ``ndim`` of them).
+    path : str, optional
+        The pyramid group's path inside ``store`` (default: its root).
+    chunks : int, tuple of int or "auto", default "auto"
+        Level 0's inner chunks, as in :func:`write_array`; smaller levels clip them to their
+        shape.
+    shards : int or tuple of int, optional
+        Level 0's shards, as in :func:`write_array` (default: up to 64 MiB); smaller levels
+        clip them to their shape (in whole chunks).
+    compressors : zarr codec, list of codecs, "auto" or None, default "auto"
+        As in :func:`write_array`, for every level.
+    fill_value : scalar, optional
+        As in :func:`write_array`, for every level.
+    scale : dict, optional
+        Level 0's physical size of one sample per axis (default 1); level k's is scaled by
+        its factor from level 0.
+    translation : dict, optional
+        Level 0's position of its first sample per axis (default 0). Levels reduced by mean or
+        mode move by half a block less half a sample (the centre of their first block).
+    units : dict, optional
+        The unit of each axis, as OME-Zarr names them (``{"x": "micrometer"}``).
+    name : str, optional
+        The ``name`` of the multiscales entry.
+    mode : {"w-", "w"}, default "w-"
+        ``"w-"`` creates the pyramid (refused when anything is at ``path``), ``"w"`` replaces
+        whatever is there.
+    resume : bool, default False
+        Continue an interrupted call with the same arguments: the shards of every level it
+        stored (and recorded) are not written again.
+    write_empty_chunks : bool, default False
+        Store inner chunks equal to the fill value too, as :func:`write_array`.
+    threads : int, optional
+        Caps the threads that encode inner chunks, as in :func:`write_array`.
+    fsync : bool, default False
+        Make each shard durable (file and directory fsync) on local filesystems.
+    storage_options : dict, optional
+        fsspec options, for a ``store`` given as a URL.
+    compute : bool, default True
+        False returns one dask ``Delayed`` that writes every level and computes the report.
+    progress : bool, default False
+        Show a progress bar over the shards of every level.
+    lease : bool, optional
+        Hold every level's lease (default: on when ``compute=True``), as :func:`write_array`.
+    break_lease : bool, default False
+        Take over the leases of a writer known to be gone.
+    strategy : {"auto", "direct", "staged"}, default "auto"
+        As in :func:`write_array`, for every level.
+    memory_limit : int or str, optional
+        Bytes one task may hold, as in :func:`write_array`.
+
+    Returns
+    -------
+    WriteReport or dask.delayed.Delayed
+        What the write did, summed over every level (shard keys prefixed with their level's
+        path), or with ``compute=False`` a ``Delayed`` that computes it.
+
+    Raises
+    ------
+    InvalidTypeError, InvalidValueError
+        A keyword of the wrong type or outside what it accepts (the message names it and what
+        is accepted), axes that are not an OME-Zarr image's, or ``method="mean"`` of data that
+        is not numbers.
+    ArrayExistsError
+        ``mode="w-"`` and something is at ``path`` (with ``resume=True``: levels with other
+        metadata).
+    PlanError
+        A level whose task would not fit ``memory_limit``, or a dask array of unknown chunk
+        sizes.
+    LeaseHeldError
+        Another writer holds a level's lease.
+
+    Examples
+    --------
+    >>> import numpy as np, shardwise, zarr
+    >>> image = np.arange(300 * 200, dtype="uint16").reshape(300, 200)
+    >>> report = shardwise.write_pyramid(image, zarr.storage.MemoryStore(), levels=3,
+    ...                                  chunks=64, shards=128)
+    >>> report.shards_written
+    9
+    """
+    # 1. every keyword, then the image: nothing looked at yet
+    args.choice("mode", mode, ("w-", "w"))
+    args.choice("strategy", strategy, STRATEGIES)
+    args.flags(
+        resume=resume,
+        write_empty_chunks=write_empty_chunks,
+        fsync=fsync,
+        compute=compute,
+        progress=progress,
+        break_lease=break_lease,
+    )
+    args.optional_flags(lease=lease)
+    threads = args.thread_count("threads", threads)
+    memory_limit = args.optional_byte_size("memory_limit", memory_limit)
+    args.optional_str("path", path)
+    args.optional_str("name", name)
+    args.mapping("storage_options", storage_options)
+    img = options.image(data, dims)
+    axes = img.axes
+    given = options.Shape(
+        factors=options.factors(factors, axes),
+        levels=options.levels(levels),
+        method=options.method(method, np.dtype(img.data.dtype)),
+        scale=options.per_axis("scale", scale, axes, float, 1.0),
+        translation=options.per_axis("translation", translation, axes, float, 0.0),
+        units=options.per_axis("units", units, axes, str, ""),
+        chunks=options.shape_of("chunks", chunks, len(axes)),
+        shards=options.shape_of("shards", shards, len(axes)),
+    )
+    # 2. every level planned and checked, the store read but not written
+    zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    create = dict(compressors=compressors, fill_value=fill_value, dimension_names=axes)
+    plan = _plan(img, given, create, strategy, memory_limit, compute)
+    target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], mode, resume)
+    attrs = ome_attributes(
+        axes,
+        [lv.geometry for lv in plan],
+        given.method,
+        units={a: u for a, u in zip(axes, given.units, strict=True) if u},
+        name=name,
+    )
+    # 3. the write: leases, clear, markers and metadata, one graph, the group's metadata
+    settings = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
+    writes = [_write(zstore, lv, target, mode, resume, fsync, compute, settings) for lv in plan]
+    group = ShardStore(zstore, target.prefix, fsync=fsync)
+    with Pipeline(
+        writes, lease=compute if lease is None else lease, break_lease=break_lease
+    ) as pipe:
+        if mode == "w":
+            clear_group(group, [lv.path for lv in plan])
+        pipe.start()
+        return pipe.run(
+            pipe.parts(),
+            compute=compute,
+            progress=progress,
+            desc="shardwise pyramid",
+            then=lambda: group.put("zarr.json", group_document(attrs)),
+        )
+
+
+def _plan(
+    img: options.Image,
+    given: options.Shape,
+    create: dict[str, Any],
+    strategy: Strategy,
+    memory_limit: int | None,
+    compute: bool,
+) -> list[_Level]:
+    """Every level: geometry, layout and metadata (built and checked in memory), dask source
+    and validated job."""
+    from ..api import create_in_memory, refuse_unknown_chunks
+
+    data = img.data
+    refuse_unknown_chunks(data)
+    shape = tuple(int(n) for n in data.shape)
+    dtype = np.dtype(data.dtype)
+    c0, s0 = default_layout(shape, dtype.itemsize, given.chunks, given.shards)
+    kwargs0 = _create_kwargs(shape, dtype, c0, s0, create)
+    # what zarr refuses (codecs, fill values, layouts) is refused here, naming the keyword
+    probe0 = create_in_memory(kwargs0)
+    c0, s0 = tuple(probe0.chunks), tuple(probe0.shards)
+    geometry = pyramid_levels(
+        shape,
+        given.factors,
+        given.levels or auto_levels(shape, given.factors, c0),
+        centered=given.method != "nearest",
+        scale=given.scale,
+        translation=given.translation,
+    )
+    source = data if _is_dask(data) else as_dask(data, s0, copy=not compute)
+    arrays = level_arrays(source, geometry, given.method)
+    out = []
+    for k, (lv, arr) in enumerate(zip(geometry, arrays, strict=True)):
+        ck, sk = level_layout(lv.shape, c0, s0)
+        kwargs = kwargs0 if k == 0 else _create_kwargs(lv.shape, dtype, ck, sk, create)
+        probe = probe0 if k == 0 else create_in_memory(kwargs)
+        info = open_info(probe.store)
+        job = _job(k, info.layout, arr, dtype, strategy, memory_limit)
+        out.append(_Level(str(k), lv, arr, kwargs, probe, info, job))
+    return out
+
+
+def _job(
+    k: int,
+    layout: Layout,
+    arr: Any,
+    dtype: np.dtype[Any],
+    strategy: Strategy,
+    memory_limit: int | None,
+) -> WritePlan:
+    """Level ``k``'s validated job (refusals name the level). Level 0 by write_array's rule;
+    a reduced level's blocks are this graph's own cut, never the shard pieces, so "auto"
+    writes it direct wherever a shard's task fits the budget (no staging round trip through
+    the store) and staged where its shards exceed it."""
+    plan = ShardPlan(layout, tuple(slice(0, n) for n in layout.shape))
+    chunks = tuple(tuple(int(c) for c in cs) for cs in arr.chunks)
+    try:
+        job = make_job(plan, chunks, dtype.itemsize, strategy=strategy, memory_limit=memory_limit)
+        if k and strategy == "auto" and job.strategy == "staged":
+            direct = make_job(
+                plan, chunks, dtype.itemsize, strategy="direct", memory_limit=memory_limit
+            )
+            job = direct if direct.peak_per_task <= direct.memory_limit else job
+        job.validate()
+    except PlanError as e:
+        raise PlanError(f"level {k}: {e}") from None
+    return job
+
+
+def _create_kwargs(
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    chunks: tuple[int, ...],
+    shards: tuple[int, ...],
+    create: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``zarr.create_array`` keywords of one level."""
+    comp = create["compressors"]
+    out: dict[str, Any] = dict(
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        shards=shards,
+        zarr_format=3,
+        compressors=default_compressors() if isinstance(comp, str) and comp == "auto" else comp,
+        dimension_names=list(create["dimension_names"]),
+    )
+    if create["fill_value"] is not None:
+        out["fill_value"] = create["fill_value"]
+    return out
+
+
+def _write(
+    zstore: Any,
+    lv: _Level,
+    target: Target,
+    mode: str,
+    resume: bool,
+    fsync: bool,
+    compute: bool,
+    settings: WriteSettings,
+) -> ArrayWrite:
+    """The pipeline's write of one level; a level a resumed call keeps is neither cleared nor
+    created again."""
+    key = target.key(lv.path)
+    kept = lv.path in target.kept
+    return ArrayWrite(
+        store=ShardStore(zstore, key, fsync=fsync),
+        info=lv.info,
+        plan=lv.job.plan,
+        strategy=lv.job.strategy,
+        source=lv.source,
+        options=settings,
+        blocks=lv.job.blocks,
+        clear="none" if kept else ("all" if mode == "w" else "journal"),
+        create=None if kept else functools.partial(create_level, zstore, key, lv.create),
+        resume=resume,
+        # as write_array: a finished level is adopted (its shards skipped) unless mode "w"
+        adopt_done=mode != "w",
+        copy_source=not compute,
+        prefix=lv.path,
+    )
+
+
+def _is_dask(data: Any) -> bool:
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(data, da.Array)

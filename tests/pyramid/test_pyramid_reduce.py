@@ -1,0 +1,132 @@
+"""The reductions and the pyramid geometry against independent references, drawn by
+hypothesis: exact integer means (Python integers) at every value a dtype holds, the mode by
+counting, nearest by slicing, and the chunk arithmetic the levels' graph relies on; data a
+method cannot reduce refused."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import shardwise
+from shardwise.core.pyramid import aligned_chunks, pyramid_levels, reduced_chunks
+from shardwise.errors import InvalidValueError
+from shardwise.pyramid.reduce import mean, mode, nearest
+
+INTS = st.sampled_from(["uint8", "int8", "uint16", "int16", "int32", "uint32", "int64", "uint64"])
+
+
+@st.composite
+def cases(draw: st.DrawFn, dtypes: st.SearchStrategy[str]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """An array of 1 to 3 axes (sizes 1 to 9) of any value of its dtype, and a factor per
+    axis (1 to 4)."""
+    dtype = np.dtype(draw(dtypes))
+    shape = draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=9))
+    info = np.iinfo(dtype)
+    # mostly the extremes: where sums overflow
+    values = st.one_of(
+        st.sampled_from([info.min, info.max, info.min + 1, info.max - 1]),
+        st.integers(info.min, info.max),
+    )
+    x = draw(hnp.arrays(dtype, shape, elements=values))
+    factors = tuple(draw(st.integers(1, 4)) for _ in shape)
+    return x, factors
+
+
+def blocks(x: np.ndarray, factors: tuple[int, ...]) -> dict[tuple[int, ...], np.ndarray]:
+    """Every block of the ceil rule, by its output index."""
+    shape = tuple(-(-n // f) for n, f in zip(x.shape, factors, strict=True))
+    return {
+        idx: x[tuple(slice(i * f, (i + 1) * f) for i, f in zip(idx, factors, strict=True))]
+        for idx in np.ndindex(*shape)
+    }
+
+
+LOWEST = np.iinfo("int64").min
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases(INTS))
+# floored quotients by 3 of the int64 minimum sum past it: the quotients round toward zero
+@example((np.full(3, LOWEST, dtype="int64"), (3,)))
+@example((np.array([LOWEST, LOWEST, LOWEST, 5], dtype="int64"), (3,)))
+def test_integer_mean_is_the_exact_mean_rounded_half_to_even(
+    case: tuple[np.ndarray, tuple[int, ...]],
+) -> None:
+    x, factors = case
+    got = mean(x, factors)
+    assert got.dtype == x.dtype
+    for idx, block in blocks(x, factors).items():
+        q, r = divmod(sum(int(v) for v in block.ravel()), block.size)
+        want = q + (2 * r > block.size or (2 * r == block.size and q % 2 == 1))
+        assert int(got[idx]) == want, (idx, block)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cases(st.sampled_from(["uint8", "int16", "int64"])))
+def test_mode_is_the_most_frequent_value_the_smallest_on_ties(
+    case: tuple[np.ndarray, tuple[int, ...]],
+) -> None:
+    x, factors = case
+    x = x % 4  # labels: few values, many ties
+    got = mode(x, factors)
+    for idx, block in blocks(x, factors).items():
+        counts = collections.Counter(block.ravel().tolist())
+        assert got[idx] == min(counts, key=lambda v: (-counts[v], v))
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases(st.sampled_from(["int32"])))
+def test_nearest_is_each_blocks_first_sample(case: tuple[np.ndarray, tuple[int, ...]]) -> None:
+    x, factors = case
+    got = nearest(x, factors)
+    for idx, block in blocks(x, factors).items():
+        assert got[idx] == block.flat[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 50), min_size=1, max_size=8),
+    st.integers(1, 5),
+)
+def test_aligned_chunks_cut_only_at_multiples_and_keep_the_length(
+    chunks: list[int], factor: int
+) -> None:
+    out = aligned_chunks(chunks, factor)
+    assert sum(out) == sum(chunks) and all(c > 0 for c in out)
+    assert all(e % factor == 0 for e in list(itertools.accumulate(out))[:-1])
+    # the reduced chunks add up to the ceil of the length: the next level's shape
+    assert sum(reduced_chunks(out, factor)) == -(-sum(chunks) // factor)
+
+
+@given(st.lists(st.integers(1, 300), min_size=2, max_size=3), st.integers(1, 6))
+def test_level_shapes_follow_the_ceil_rule(shape: list[int], n: int) -> None:
+    levels = pyramid_levels(tuple(shape), (2,) * len(shape), n, centered=True)
+    for a, b in itertools.pairwise(levels):
+        for na, nb, fa, fb in zip(a.shape, b.shape, a.factors, b.factors, strict=True):
+            step = fb // fa
+            assert nb == -(-na // step) and step == (2 if na > 1 else 1)
+    for lv in levels:
+        assert lv.scale == tuple(float(f) for f in lv.factors)
+        assert lv.translation == tuple((f - 1) / 2 for f in lv.factors)
+
+
+def test_data_the_method_cannot_reduce_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidValueError, match="'nearest' or 'mode'"):
+        shardwise.write_pyramid(np.zeros((8, 8), bool), tmp_path / "b")
+    with pytest.raises(InvalidValueError, match="2-D to 5-D"):
+        shardwise.write_pyramid(np.zeros((2,) * 6), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    # labels as bools reduce by mode
+    shardwise.write_pyramid(np.eye(8, dtype=bool), tmp_path / "b", levels=2, method="mode")
+    level = zarr.open_array(tmp_path / "b", path="1", mode="r")[...]
+    np.testing.assert_array_equal(level, mode(np.eye(8, dtype=bool), (2, 2)))
+    assert level.dtype == bool and level.shape == (4, 4)
