@@ -214,8 +214,9 @@ def _resumed_tree_mode(
 ) -> WriteMode:
     """Mode "w-" resuming an interrupted tree write (whose metadata, written last, is missing)
     runs the xarray pass as "w", whose deletes spare the variables being resumed: only while
-    every key under the tree's group is the data of an interrupted write of one of its
-    variables. Anything else keeps "w-", which refuses the call."""
+    every key under the tree's group is data (no metadata) of the tree's variables, one of them
+    with the open marker of an interrupted write. Anything else keeps "w-", which refuses the
+    call."""
     if mode != "w-":
         return mode
     from zarr.core.sync import sync
@@ -231,9 +232,10 @@ def _resumed_tree_mode(
     found: set[str] = set()
     for key in sync(keys()):
         owner = next((v for v in variables if key.startswith(v + "/")), None)
-        if owner is None:
-            return "w-"  # metadata or data of something else: not ours to resume
+        if owner is None or key.rsplit("/", 1)[-1] == "zarr.json":
+            return "w-"  # metadata (written last), or something else: not ours to resume
         found.add(owner)
-    if not found or not all(_open_marker(ShardStore(base, v)) for v in found):
+    # variables without shards (0-d ones) are written by zarr-python, without a marker
+    if not any(_open_marker(ShardStore(base, v)) for v in found):
         return "w-"
     return "w"
