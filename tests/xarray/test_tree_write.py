@@ -6,6 +6,7 @@ subtree; refusals that leave the store byte-identical; resume after a failure mi
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from zarr.storage import MemoryStore
 
 import shardwise
 from faultkit import settle, snapshot
-from shardwise.errors import InvalidValueError
+from shardwise.errors import InvalidValueError, LeaseHeldError
 
 NT, NY, NX, SHARD_T = 24, 10, 6, 4  # 6 shards along time
 GROUPS = ["/", "/a", "/a/b", "/c", "/empty"]
@@ -289,3 +290,44 @@ def test_a_tree_into_a_zarr_memory_store() -> None:
     tree = sample_tree(5)
     shardwise.to_zarr(tree, store, shards={"time": SHARD_T})
     xr.testing.assert_identical(open_tree(store, "zarr"), tree.load())
+
+
+def test_a_second_writer_is_refused_while_a_tree_write_holds_its_leases(tmp_path: Path) -> None:
+    """Each variable of every group is written under its lease, as a Dataset's: while a tree
+    write runs (held at a block of /a/u), another tree write over the store is refused and
+    changes nothing; the first then finishes."""
+    path = tmp_path / "t.zarr"
+    shardwise.to_zarr(sample_tree(1), path, shards={"time": SHARD_T})
+    entered, release = threading.Event(), threading.Event()
+
+    def gate(block: np.ndarray) -> np.ndarray:
+        if block.size:  # not dask's probe for the output type
+            entered.set()
+            assert release.wait(300), "the gate was never opened"
+        return block
+
+    tree = sample_tree(2)
+    held = tree.copy()
+    held["a/u"] = tree["a/u"].copy(data=tree["a/u"].data.map_blocks(gate, dtype="float32"))
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            shardwise.to_zarr(held, path, mode="w", shards={"time": SHARD_T})
+        except BaseException as e:  # reported by the test thread below
+            errors.append(e)
+
+    with dask.config.set(scheduler="threads", num_workers=1):
+        t = threading.Thread(target=first)
+        t.start()
+        try:
+            assert entered.wait(300)
+            before = snapshot(path)
+            with pytest.raises(LeaseHeldError):
+                shardwise.to_zarr(sample_tree(3), path, mode="w", shards={"time": SHARD_T})
+            assert snapshot(path) == before
+        finally:
+            release.set()
+            t.join(300)
+    assert not errors, errors
+    xr.testing.assert_identical(open_tree(path, "zarr"), tree.load())
