@@ -332,20 +332,19 @@ def test_keywords_are_checked_before_the_store_is_opened(tmp_path: Path) -> None
 # -- writing a tree -------------------------------------------------------------------------------
 
 
-def test_to_zarr_refuses_a_tree_pointing_at_the_per_group_write(tmp_path: Path) -> None:
-    """to_zarr(tree) is an InvalidTypeError (a TypeError) that shows the per-group write with
-    group= and the tree read; nothing is written. That write (write_with_shardwise) reads back
-    as the tree."""
-    path = tmp_path / "t.zarr"
-    with pytest.raises(InvalidTypeError, match="not DataTree") as refused:
-        shardwise.to_zarr(sample_tree(), path)
-    assert isinstance(refused.value, TypeError)
-    message = str(refused.value)
-    assert "group=node.path" in message and "xr.open_datatree(store, engine='shardwise')" in message
-    assert not path.exists()
-    original = write_with_shardwise(path)
-    with xr.open_datatree(path, engine="shardwise") as back:
+def test_to_zarr_of_a_tree_matches_the_per_group_write(tmp_path: Path) -> None:
+    """to_zarr(tree) writes the tree in one call (shards= by name for every group); it reads
+    back through the engine as the per-group write (write_with_shardwise) does."""
+    whole, per_group = tmp_path / "t.zarr", tmp_path / "g.zarr"
+    tree = sample_tree()
+    shardwise.to_zarr(tree, whole, shards=SHARDS)
+    original = write_with_shardwise(per_group)
+    with (
+        xr.open_datatree(whole, engine="shardwise") as back,
+        xr.open_datatree(per_group, engine="shardwise") as other,
+    ):
         xr.testing.assert_identical(back, original)
+        xr.testing.assert_identical(back, other)
 
 
 # -- compat: the tree from its groups ------------------------------------------------------------

@@ -1,7 +1,8 @@
 """xarray's own DataTree Zarr tests, with every read going through the shardwise engine.
 
 ``TestZarrDatatreeIO`` ships with xarray in ``xarray/tests/test_backends_datatree.py``. Its tests
-write trees with xarray's ``DataTree.to_zarr`` (shardwise writes no DataTree yet) and read them
+write trees with xarray's ``DataTree.to_zarr`` (shardwise's own tree writes are tested in
+``test_tree_write.py``) and read them
 with ``engine="zarr"`` spelled out in each call; the ``_route`` fixture below sends those reads
 (``xr.open_datatree``, ``xr.open_groups``, ``xr.load_datatree`` and ``xr.open_dataset``) to
 ``engine="shardwise"`` instead. Both Zarr formats run: the engine reads format 2 (and unsharded

@@ -14,7 +14,7 @@ parts under their part's lease) checks its arguments, then describes each array 
 
 and, when anything raises inside it, stops the tasks of every array still running in this
 process (:func:`~shardwise.runtime.pool.stop_write`) before the leases are released. N arrays
-run as one dask graph (to_zarr's variables; a DataTree or a pyramid would be N more writes).
+run as one dask graph (to_zarr's variables, every group of a DataTree, every level of a pyramid).
 """
 
 from __future__ import annotations

@@ -55,17 +55,8 @@ def _as_dataset(obj: Any) -> Any:
             ds.attrs[_DATAARRAY_NAME] = obj.name
             return ds
         return obj.to_dataset()
-    if isinstance(obj, xr.DataTree):
-        # no DataTree writes yet: each node's dataset goes to its own group, which reads back
-        # as the same tree (xr.open_datatree(store, engine="shardwise"))
-        raise InvalidTypeError(
-            "to_zarr writes an xarray Dataset or DataArray, not DataTree: write each node "
-            "to its group, `for node in tree.subtree: shardwise.to_zarr(node.to_dataset("
-            "inherit=False), store, group=node.path, mode='a')` (the root first), then read "
-            "it back with xr.open_datatree(store, engine='shardwise')"
-        )
     raise InvalidTypeError(
-        f"to_zarr writes an xarray Dataset or DataArray, not {type(obj).__name__}"
+        f"to_zarr writes an xarray Dataset, DataArray or DataTree, not {type(obj).__name__}"
     )
 
 

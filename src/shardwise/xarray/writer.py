@@ -52,6 +52,7 @@ from .prepare import (
     _with_layout,
     check_keywords,
 )
+from .tree import check_tree, is_tree
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
 
@@ -80,8 +81,9 @@ def to_zarr(
     resume: bool = False,
     lease: bool | None = None,
     break_lease: bool = False,
+    write_inherited_coords: bool = False,
 ) -> WriteReport | Any:
-    """Write an ``xarray.Dataset`` or ``DataArray`` to a sharded Zarr v3 store.
+    """Write an ``xarray.Dataset``, ``DataArray`` or ``DataTree`` to a sharded Zarr v3 store.
 
     Metadata, attributes, coordinates, dimension names, CF encoding (times, timedeltas,
     ``scale_factor``/``add_offset``, ``_FillValue``, strings, bools) and consolidated metadata are
@@ -123,8 +125,11 @@ def to_zarr(
 
     Parameters
     ----------
-    obj : xarray.Dataset or xarray.DataArray
-        What to write.
+    obj : xarray.Dataset, xarray.DataArray or xarray.DataTree
+        What to write. A ``DataTree`` is written group by group as ``DataTree.to_zarr`` writes
+        it (every node a group, empty ones too, with its attributes; the root in ``mode``, the
+        nodes below created or, with ``"a"``/``"r+"``, updated), all of its variables in one
+        graph and one write; its metadata is written once, after the data.
     store : zarr.abc.store.Store, str or os.PathLike
         A zarr ``Store``, a local path or a URL.
     shards : dict, optional
@@ -133,7 +138,9 @@ def to_zarr(
     encoding : dict, optional
         Per-variable encoding, as in ``Dataset.to_zarr`` (``chunks`` = inner chunks, ``shards``
         = shard shape, ``compressors``, CF keys); chunks that do not divide the shards are
-        refused, as xarray refuses them.
+        refused, as xarray refuses them. For a ``DataTree`` keyed by group path first, as in
+        ``DataTree.to_zarr`` (``{"/a/b": {"var": {...}}}``); a group or variable the tree does
+        not have is refused.
     mode : {"w-", "w", "a", "a-", "r+"}, optional
         As in ``Dataset.to_zarr``; defaults to ``"w-"`` (``"a"`` with ``append_dim``, ``"r+"``
         with ``region``).
@@ -185,6 +192,9 @@ def to_zarr(
         :class:`~shardwise.errors.LeaseHeldError` before anything is written.
     break_lease : bool, default False
         Take over the lease of a writer known to be gone.
+    write_inherited_coords : bool, default False
+        ``DataTree`` only, as in ``DataTree.to_zarr``: also write into each group the
+        coordinates it inherits from its parents (else only the root's, read back inherited).
 
     Returns
     -------
@@ -219,12 +229,18 @@ def to_zarr(
             progress=progress,
             resume=resume,
             break_lease=break_lease,
+            write_inherited_coords=write_inherited_coords,
         ),
         optional_flags=dict(consolidated=consolidated, safe_shards=safe_shards, lease=lease),
     )
     threads = args.thread_count("threads", threads)
     memory_limit = args.optional_byte_size("memory_limit", memory_limit)
-    xw = _check(
+    if write_inherited_coords and not is_tree(obj):
+        raise InvalidValueError(
+            "write_inherited_coords=True applies to an xarray DataTree only, got a "
+            f"{type(obj).__name__}"
+        )
+    xw = (check_tree if is_tree(obj) else _check)(
         obj,
         store,
         shards=shards,
@@ -240,6 +256,7 @@ def to_zarr(
         strategy=strategy,
         memory_limit=memory_limit,
         resume=resume,
+        **({"write_inherited_coords": write_inherited_coords} if is_tree(obj) else {}),
     )
     # 2. leases (a refusal removes those taken): from here on the store changes
     opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)

@@ -1,0 +1,241 @@
+"""Write an ``xarray.DataTree``: every group of the tree through the one write of ``to_zarr``.
+
+xarray's own metadata pass runs once per node (parents first) against ONE dry-run overlay, as
+``DataTree.to_zarr`` runs it against one store: the root in the call's mode, the nodes below in
+mode "a" (after a "w" or "w-" of the root, which clears or refuses the whole tree). Every node's
+variable writes are recorded by one capture, so the checked call is one ``_XarrayWrite`` like a
+Dataset's: ``to_zarr`` then runs its one pipeline over the variables of every group (one graph,
+one task per shard across all groups), and the overlay's metadata (every group's ``zarr.json``,
+consolidated only when asked) is committed once, after the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from ..api import refuse_unknown_chunks
+from ..core import args
+from ..core.job import Strategy
+from ..errors import InvalidTypeError, InvalidValueError
+from ..storage.overlay import Overlay, read_only
+from ..storage.store import resolve_store
+from .capture import _Capture, _plan_writes, _run_xarray
+from .parts import _jobs, _open_marker, _XarrayWrite
+from .prepare import (
+    WriteMode,
+    _as_dict,
+    _check_append_dim,
+    _check_names,
+    _choose_mode,
+    _stored_dims,
+    _with_layout,
+)
+
+
+def is_tree(obj: Any) -> bool:
+    """Whether ``obj`` is an ``xarray.DataTree`` (xarray is loaded: the caller writes xarray)."""
+    import xarray as xr
+
+    return isinstance(obj, xr.DataTree)
+
+
+def check_tree(
+    tree: Any,
+    store: Any,
+    *,
+    shards: Mapping[Hashable, int | None] | None,
+    encoding: Mapping[Hashable, Any] | None,
+    mode: WriteMode | None,
+    append_dim: Hashable | None,
+    region: Any,
+    group: str | None,
+    consolidated: bool | None,
+    storage_options: dict[str, Any] | None,
+    safe_shards: bool | None,
+    shard_bytes: int | str,
+    strategy: Strategy,
+    memory_limit: int | str | None,
+    resume: bool,
+    write_inherited_coords: bool,
+) -> _XarrayWrite:
+    """Every check of a tree write, every group's metadata built in one overlay; nothing is
+    written. Returns the call as ``to_zarr`` runs a Dataset's."""
+    args.flags(write_inherited_coords=write_inherited_coords)
+    nodes = _node_datasets(tree, write_inherited_coords)
+    encodings = _group_encodings(encoding, nodes)
+    dims = {str(d) for ds in nodes.values() for d in ds.dims}
+    _refuse_unknown_dims("shards", shards, dims)
+    _refuse_unknown_dims("region", region if isinstance(region, Mapping) else None, dims)
+    if append_dim is not None and append_dim not in dims:
+        raise InvalidValueError(
+            f"append_dim={append_dim!r} is not a dimension of any group of the tree "
+            f"(dimensions: {sorted(dims)})"
+        )
+    shard_bytes = args.byte_size("shard_bytes", shard_bytes)
+    mode = _choose_mode(mode, append_dim, region)
+    zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    base = read_only(zstore)
+    root_mode = _resumed_tree_mode(base, group, mode, nodes) if resume else mode
+    overlay, capture = Overlay(base), _Capture()
+    for i, (path, ds) in enumerate(nodes.items()):
+        where = _join(group, path)
+        node_mode: WriteMode = root_mode if i == 0 else "a" if mode in ("w", "w-") else mode
+        node_region = _node_region(region, ds)
+        if region is not None and node_region is None:
+            continue  # no variable of this group lies in the region: the group stays as stored
+        node_append = append_dim if append_dim in ds.dims else None
+        stored = _stored_dims(base, where) if mode in ("a", "a-", "r+") else None
+        if node_append is not None:
+            _check_append_dim(stored, where, node_append)
+        ds, enc = _with_layout(
+            ds,
+            encodings.get(path, {}),
+            set(stored or ()),
+            _node_shards(shards, ds),
+            shard_bytes,
+        )
+        _run_xarray(
+            ds,
+            overlay,
+            capture,
+            mode=node_mode,
+            group=where or None,
+            consolidated=False,  # once for the whole tree, below
+            append_dim=node_append,
+            region=node_region,
+            encoding=enc,
+        )
+    if consolidated:
+        _consolidate(overlay, group)
+    writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
+    shared = region is not None or append_dim is not None
+    jobs = _jobs(writes, strategy, memory_limit, shared=shared)
+    return _XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
+
+
+def _node_datasets(tree: Any, inherited: bool) -> dict[str, Any]:
+    """Each node's dataset by its path in the tree ("" for the root), parents first: a node's
+    own coordinates only (xarray reads inherited ones back from the parents) unless
+    ``write_inherited_coords``; every name checked as for a Dataset."""
+    out = {}
+    for node in tree.subtree:
+        ds = node.to_dataset(inherit=inherited or node is tree)
+        _check_names(ds)
+        for name, var in ds.variables.items():
+            refuse_unknown_chunks(var.data, f"group {node.path!r}, variable {name!r}: ")
+        out[node.relative_to(tree) if node is not tree else ""] = ds
+    return out
+
+
+def _group_encodings(
+    encoding: Mapping[Hashable, Any] | None, nodes: Mapping[str, Any]
+) -> dict[str, dict[Hashable, dict[str, Any]]]:
+    """``encoding`` keyed by group path ("/", "/a/b", as ``DataTree.to_zarr`` takes it) as the
+    per-variable encoding of each node; a group or a variable the tree does not have is
+    refused, naming what it has."""
+    groups = {"/" + p if p else "/": p for p in nodes}
+    out: dict[str, dict[Hashable, dict[str, Any]]] = {}
+    for key, value in (encoding or {}).items():
+        path = groups.get("/" + str(key).strip("/")) if isinstance(key, str) else None
+        if path is None:
+            raise InvalidValueError(
+                f"encoding names group {key!r}, which the tree does not have: a DataTree's "
+                f"encoding is keyed by group path (groups: {sorted(groups)})"
+            )
+        if not isinstance(value, Mapping):
+            raise InvalidTypeError(
+                f"encoding[{key!r}] must be a dict of variable name -> encoding, got {value!r}"
+            )
+        names = set(nodes[path].variables)
+        unknown = sorted(map(str, set(value) - names))
+        if unknown:
+            raise InvalidValueError(
+                f"encoding[{key!r}] names variables {unknown} that group {key!r} does not "
+                f"have (variables: {sorted(map(str, names))})"
+            )
+        out[path] = {k: _as_dict(v, k) for k, v in value.items()}
+    return out
+
+
+def _refuse_unknown_dims(
+    keyword: str, given: Mapping[Hashable, Any] | None, dims: set[str]
+) -> None:
+    """``shards=`` and ``region=`` name dimensions of at least one group."""
+    for dim, n in (given or {}).items():
+        if dim not in dims:
+            raise InvalidValueError(
+                f"{keyword} names dimension {dim!r}, which no group of the tree has "
+                f"(dimensions: {sorted(dims)})"
+            )
+        if keyword == "shards" and n is not None and not _positive(n):
+            raise InvalidValueError(f"shards[{dim!r}] must be a positive int or None, got {n!r}")
+
+
+def _positive(n: Any) -> bool:
+    import numpy as np
+
+    return isinstance(n, int | np.integer) and not isinstance(n, bool) and bool(n >= 1)
+
+
+def _node_shards(
+    shards: Mapping[Hashable, int | None] | None, ds: Any
+) -> Mapping[Hashable, int | None] | None:
+    """``shards=`` for one group: the sizes of the dimensions it has."""
+    if shards is None:
+        return None
+    return {d: n for d, n in shards.items() if d in ds.dims}
+
+
+def _node_region(region: Any, ds: Any) -> Any:
+    """``region=`` for one group: the dimensions it has; None when its variables have none of
+    them (an "auto" region goes to every group with variables)."""
+    if region is None or not ds.variables:
+        return None
+    if not isinstance(region, Mapping):
+        return region
+    mine = {d: s for d, s in region.items() if d in ds.dims}
+    return mine or None
+
+
+def _join(group: str | None, path: str) -> str:
+    return "/".join(p for p in ((group or "").strip("/"), path) if p)
+
+
+def _consolidate(overlay: Overlay, group: str | None) -> None:
+    """Consolidated metadata of the whole tree, in the overlay (committed with the rest)."""
+    import zarr
+
+    zarr.consolidate_metadata(overlay, path=(group or "").strip("/") or None)
+
+
+def _resumed_tree_mode(
+    base: Any, group: str | None, mode: WriteMode, nodes: Mapping[str, Any]
+) -> WriteMode:
+    """Mode "w-" resuming an interrupted tree write (whose metadata, written last, is missing)
+    runs the xarray pass as "w", whose deletes spare the variables being resumed: only while
+    every key under the tree's group is data (no metadata) of the tree's variables, one of them
+    with the open marker of an interrupted write. Anything else keeps "w-", which refuses the
+    call."""
+    if mode != "w-":
+        return mode
+    from zarr.core.sync import sync
+
+    from ..storage.store import ShardStore
+
+    prefix = f"{_join(group, '')}/" if _join(group, "") else ""
+    variables = {_join(group, _join(p, str(v))) for p, ds in nodes.items() for v in ds.variables}
+
+    async def keys() -> list[str]:
+        return [k async for k in base.list_prefix(prefix)]
+
+    found: set[str] = set()
+    for key in sync(keys()):
+        owner = next((v for v in variables if key.startswith(v + "/")), None)
+        if owner is None or key.rsplit("/", 1)[-1] == "zarr.json":
+            return "w-"  # metadata (written last), or something else: not ours to resume
+        found.add(owner)
+    # variables without shards (0-d ones) are written by zarr-python, without a marker
+    if not any(_open_marker(ShardStore(base, v)) for v in found):
+        return "w-"
+    return "w"
