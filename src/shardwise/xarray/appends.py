@@ -108,7 +108,10 @@ def reserve(
     try:
         for w, axis in zip(appended[1:], axes[1:], strict=True):
             update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
-        moved = {id(w): _moved(w, axis, res) for w, axis in zip(appended, axes, strict=True)}
+        # a staged write merges without a condition (it is refused where it would merge), so its
+        # last shard stays clipped: strategy="staged" appends are one at a time (README)
+        pad = strategy != "staged"
+        moved = {id(w): _moved(w, axis, res, pad) for w, axis in zip(appended, axes, strict=True)}
         writes = [moved.get(id(w), w) for w in xw.writes]
         jobs = _jobs(writes, strategy, memory_limit, shared=True)
     except BaseException:
@@ -140,7 +143,7 @@ def _shrink(store: ShardStore, axis: int, end: int, start: int) -> None:
     update_json(store, META, change)
 
 
-def _moved(w: _Write, axis: int, res: Reservation) -> _Write:
+def _moved(w: _Write, axis: int, res: Reservation, pad: bool) -> _Write:
     """``w`` written to the reserved rows, in an array padded to whole shards along the append
     axis (its last shard merged, never clipped: see the module's step 3)."""
     from zarr.core.metadata import ArrayV3Metadata
@@ -150,7 +153,7 @@ def _moved(w: _Write, axis: int, res: Reservation) -> _Write:
     region = list(w.region)
     region[axis] = slice(res.start, res.end)
     shape = list(w.shape)
-    shape[axis] = ceildiv(res.end, w.chunks[axis]) * w.chunks[axis]
+    shape[axis] = ceildiv(res.end, w.chunks[axis]) * w.chunks[axis] if pad else res.end
     meta = {**w.meta, "shape": shape}
     info = None if w.info is None else info_from_metadata(ArrayV3Metadata.from_dict(meta))
     return replace(w, region=tuple(region), shape=tuple(shape), meta=meta, info=info)
