@@ -14,6 +14,7 @@ race ran). The control turns conditional commits off and loses rows in every tri
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -22,9 +23,13 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
+from zarr.storage import LocalStore
 
 import shardwise
-from faultkit import MotoS3, forkserver, moto_s3, record_figures, unique
+from faultkit import MotoS3, files, forkserver, moto_s3, record_figures, unique, wait_until
+from shardwise.durability.lease import Lease
+from shardwise.errors import LeaseHeldError
+from shardwise.storage.store import ShardStore
 
 START, SHARD, CHUNK, WIDTH = 5, 4, 2, 3
 TRIALS = 20
@@ -204,6 +209,72 @@ def test_concurrent_appends_without_conditional_commits_lose_rows(
     record_figures(f"appends-unchecked-{kind}", res)
     assert res["errors"] == [] and res["redone"] == 0, res
     assert res["rows_lost"] >= 2 * 3, res  # each aligned trial loses at least the 3 rows of one
+
+
+# -- one process: reservations given back, or kept after a later one ------------------------------
+
+ENC = {
+    "v": {"chunks": (CHUNK, WIDTH), "shards": (SHARD, WIDTH)},
+    "w": {"chunks": (CHUNK,), "shards": (SHARD,)},
+    "t": {"chunks": (CHUNK,), "shards": (SHARD,)},
+}
+
+
+def test_a_refused_append_leaves_the_store_byte_identical(tmp_path: Path) -> None:
+    """Refused after its reservation (another writer holds an array's exclusive lease): the
+    reservation is given back, byte for byte."""
+    root = tmp_path / "a.zarr"
+    shardwise.to_zarr(rows(ids(0, -1)), root, encoding=ENC)
+    before = files(root, journal=True)
+    with Lease.acquire(ShardStore(LocalStore(root), "w"), purpose="a replacing job"):
+        with pytest.raises(LeaseHeldError, match="a replacing job"):
+            shardwise.to_zarr(rows(ids(0, 0)), root, append_dim="t")
+        assert {k: v for k, v in files(root, journal=True).items() if "lease" not in k} == before
+    assert files(root, journal=True) == before
+
+
+def test_a_failed_append_keeps_the_rows_of_a_later_one(tmp_path: Path) -> None:
+    """Append A reserves rows and fails after append B reserved the next ones and finished: B's
+    rows stay where B wrote them, A's rows read as the fill value (the array never shrinks
+    under B), and verify reports A's unfinished write."""
+    import dask
+    import dask.array as da
+
+    root = tmp_path / "a.zarr"
+    shardwise.to_zarr(rows(ids(0, -1)), root, encoding=ENC)
+    go, failed = threading.Event(), []
+
+    def held(block: np.ndarray) -> np.ndarray:
+        if block.size == 0:  # dask's probe of the output type, while building the graph
+            return block
+        assert go.wait(60)
+        raise RuntimeError("source lost")
+
+    a = rows(ids(0, 0))
+    a["w"] = a["w"].copy(
+        data=da.from_array(a["w"].values, chunks=-1).map_blocks(held, dtype="float64")
+    )
+
+    def append_a() -> None:
+        with pytest.raises(RuntimeError, match="source lost"):
+            shardwise.to_zarr(a, root, append_dim="t")
+        failed.append(True)
+
+    with dask.config.set(scheduler="threads", num_workers=4):
+        thread = threading.Thread(target=append_a)
+        thread.start()
+        wait_until(lambda: xr.open_zarr(root, consolidated=False).sizes["t"] > START, "A's rows")
+        rep = shardwise.to_zarr(rows(ids(0, 1)), root, append_dim="t")
+        go.set()
+        thread.join(60)
+    assert failed == [True]
+    assert f"rows {START + 3}:{START + 7} reserved" in " ".join(rep.notes)
+    ds = xr.open_zarr(root).load()
+    assert ds.sizes["t"] == START + 3 + 4
+    np.testing.assert_array_equal(ds["t"].values[START + 3 :], ids(0, 1))
+    np.testing.assert_array_equal(ds["v"].values[START + 3 :, 0], ids(0, 1) * 4)
+    assert np.isnan(ds["w"].values[START : START + 3]).all()  # A's rows: never written
+    assert not shardwise.verify(root).ok
 
 
 # -- overlapping region writes: per shard, the last commit wins -----------------------------------

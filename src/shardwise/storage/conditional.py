@@ -184,7 +184,8 @@ def update_json[T](
         return result, [json.dumps(doc, indent=2).encode()]
 
     try:
-        done = read_merge_commit(store, name, merge)
+        # metadata commits are small and every appender makes them: more rounds than a shard's
+        done = read_merge_commit(store, name, merge, tries=TRIES * 4)
     except _NoChange as same:
         return same.result, 0
     return done.result, done.conflicts
