@@ -8,8 +8,9 @@ check done (xarray's own, then shard alignment, dtypes and shapes), each sharded
 one :class:`~shardwise.durability.pipeline.ArrayWrite` and one write pipeline runs them all as one
 graph (one task per shard, merging shards that an append or region write covers only in part);
 the overlay's metadata changes are committed after the data.
-A refused write therefore changes nothing in the store, and an append that fails part-way
-leaves the array at its old length.
+A refused write therefore changes nothing in the store. An append reserves its rows in the
+arrays' metadata first (``appends.py``: concurrent appends all land); one that fails part-way
+leaves the array at its old length while no later append reserved rows after it.
 """
 
 from __future__ import annotations
