@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import threading
 import zlib
@@ -41,13 +42,14 @@ from typing import Any, Final, Protocol
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import MemoryStore
 
-from ..errors import ShardConflictError
+from ..errors import ArrayNotFoundError, ShardConflictError
 from ..runtime import pool as _pool
 from . import s3
 from .retry import RetryPolicy, any_error
 from .store import JOURNAL, ShardStore, fsync_dirs, write_temp
 
 LOCKS = f"{JOURNAL}/locks/"
+META = "zarr.json"  # metadata documents: locked in place (object_lock)
 # read-merge-commit rounds before giving up, and the backoff between them (seconds: the cap of
 # the random wait doubles from BACKOFF up to BACKOFF_MAX)
 TRIES = 12
@@ -158,6 +160,37 @@ def read_merge_commit[T](
     raise ShardConflictError(store.key(name), tries)
 
 
+class _NoChange(Exception):
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
+def update_json[T](
+    store: ShardStore, name: str, change: Callable[[dict[str, Any]], tuple[T, bool]]
+) -> tuple[T, int]:
+    """Update the JSON document ``name`` (an array's or a group's ``zarr.json``) without losing
+    another writer's update: ``change(doc)`` edits the parsed document in place and returns
+    ``(result, changed)``; the edit is committed only if the object is still the one read (else
+    read and changed again), as shared shards are. Nothing is written when nothing changed.
+    Returns ``(result, rounds lost to other writers)``."""
+
+    def merge(data: bytes | None) -> tuple[T, list[bytes]]:
+        if data is None:  # removed meanwhile (mode="w" of another call): nothing to update
+            raise ArrayNotFoundError(f"{store.key(name)!r} is gone: nothing to update")
+        doc = json.loads(data)
+        result, changed = change(doc)
+        if not changed:
+            raise _NoChange(result)
+        return result, [json.dumps(doc, indent=2).encode()]
+
+    try:
+        # metadata commits are small and every appender makes them: more rounds than a shard's
+        done = read_merge_commit(store, name, merge, tries=TRIES * 4)
+    except _NoChange as same:
+        return same.result, 0
+    return done.result, done.conflicts
+
+
 def commit_beside(
     store: ShardStore, name: str, data: bytes | None, *, owner: str, generation: Any
 ) -> None:
@@ -225,6 +258,37 @@ def file_lock(path: Path) -> Iterator[None]:
             os.close(fd)  # releases the lock
 
 
+@contextlib.contextmanager
+def object_lock(path: Path) -> Iterator[None]:
+    """Hold the exclusive lock on the file at ``path`` itself, the one that is there once the
+    lock is held: a commit renames a new file into place, so a writer that waited on the old
+    one locks the new one instead. Nothing is locked when no file is there (the caller's
+    generation check then finds the change)."""
+    with _thread_locks[zlib.crc32(str(path).encode()) % _STRIPES]:
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                yield
+                return
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+                if _same_file(fd, path):
+                    yield
+                    return
+            finally:
+                os.close(fd)  # releases the lock
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
 def _stat_generation(path: Path) -> tuple[int, ...] | None:
     try:
         st = os.stat(path)
@@ -257,6 +321,15 @@ class _Local:
     def head(self, name: str) -> Any:
         return _stat_generation(self._path(name))
 
+    def _lock(
+        self, name: str, path: Path, expected: Any
+    ) -> contextlib.AbstractContextManager[None]:
+        if expected is not None and name.rsplit("/", 1)[-1] == META:
+            # a metadata document locks itself: a lock directory beside a group's zarr.json
+            # would be a node zarr does not know (a warning on every listing)
+            return object_lock(path)
+        return file_lock(self.root / self.store.key(LOCKS + name))
+
     def commit(self, name: str, parts: Sequence[Any] | None, expected: Any) -> Any:
         path = self._path(name)
         fsync = self.store.fsync
@@ -266,7 +339,7 @@ class _Local:
             else write_temp(path, parts, fsync=fsync, tag=self.store.tag)
         )
         try:
-            with file_lock(self.root / self.store.key(LOCKS + name)):
+            with self._lock(name, path, expected):
                 if _stat_generation(path) != expected:
                     return CONFLICT
                 if tmp is None:

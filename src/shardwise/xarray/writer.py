@@ -8,8 +8,9 @@ check done (xarray's own, then shard alignment, dtypes and shapes), each sharded
 one :class:`~shardwise.durability.pipeline.ArrayWrite` and one write pipeline runs them all as one
 graph (one task per shard, merging shards that an append or region write covers only in part);
 the overlay's metadata changes are committed after the data.
-A refused write therefore changes nothing in the store, and an append that fails part-way
-leaves the array at its old length.
+A refused write therefore changes nothing in the store. An append reserves its rows in the
+arrays' metadata first (``appends.py``: concurrent appends all land); one that fails part-way
+leaves the array at its old length while no later append reserved rows after it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..engine.write import WriteSettings
 from ..errors import InvalidValueError
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
+from .appends import Reservation, commit_metadata, reserve
 from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import (
     _array_writes,
@@ -258,28 +260,42 @@ def to_zarr(
         resume=resume,
         **({"write_inherited_coords": write_inherited_coords} if is_tree(obj) else {}),
     )
-    # 2. leases (a refusal removes those taken): from here on the store changes
-    opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
-    arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
-    with Pipeline(
-        list(arrays.values()), lease=compute if lease is None else lease, break_lease=break_lease
-    ) as pipe:
-        # 3. clear (mode "w": the old group, but not the leases held nor the variables being
-        # resumed) and the write markers
-        keep = _kept_keys(xw, arrays, pipe, resume)
-        _refuse_foreign_leases(xw.zstore, xw.overlay, keep)
-        xw.overlay.commit_deletes(xw.zstore, keep)
-        if not compute:  # as xarray: the metadata now, the dask-backed data later
-            xw.overlay.commit_writes(xw.zstore)
-        pipe.start()
-        # 4. data, 5. metadata, 6. markers done and leases released
-        return _write_data(pipe, arrays, xw, compute=compute, progress=progress)
+    # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
+    # store changes; a call that fails gives them back while no later append reserved after
+    xw, held = reserve(xw, append_dim, strategy, memory_limit)
+    try:
+        # 3. leases (a refusal removes those taken)
+        opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
+        arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
+        with Pipeline(
+            list(arrays.values()),
+            lease=compute if lease is None else lease,
+            break_lease=break_lease,
+        ) as pipe:
+            # 4. clear (mode "w": the old group, but not the leases held nor the variables
+            # being resumed) and the write markers
+            keep = _kept_keys(xw, arrays, pipe, resume)
+            _refuse_foreign_leases(xw.zstore, xw.overlay, keep)
+            xw.overlay.commit_deletes(xw.zstore, keep)
+            if not compute:  # as xarray: the metadata now, the dask-backed data later
+                commit_metadata(xw, held)
+            pipe.start()
+            # 5. data, 6. metadata, 7. markers done and leases released
+            out = _write_data(pipe, arrays, xw, held, compute=compute, progress=progress)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    if held is not None and isinstance(out, WriteReport):
+        out.notes.append(held.note())
+    return out
 
 
 def _write_data(
     pipe: Pipeline,
     arrays: dict[int, ArrayWrite],
     xw: _XarrayWrite,
+    held: Reservation | None,
     *,
     compute: bool,
     progress: bool,
@@ -293,7 +309,7 @@ def _write_data(
             _parts(pipe, arrays, xw.zstore, xw.writes),
             compute=True,
             progress=progress,
-            then=lambda: xw.overlay.commit_writes(xw.zstore),
+            then=lambda: commit_metadata(xw, held),
         )
     eager = [w for w in xw.writes if not w.lazy]
     lazy = [w for w in xw.writes if w.lazy]
