@@ -237,14 +237,10 @@ def to_zarr(
     )
     threads = args.thread_count("threads", threads)
     memory_limit = args.optional_byte_size("memory_limit", memory_limit)
-    if write_inherited_coords and not is_tree(obj):
-        raise InvalidValueError(
-            "write_inherited_coords=True applies to an xarray DataTree only, got a "
-            f"{type(obj).__name__}"
-        )
-    xw = (check_tree if is_tree(obj) else _check)(
+    xw = _check_any(
         obj,
         store,
+        write_inherited_coords,
         shards=shards,
         encoding=encoding,
         mode=mode,
@@ -258,7 +254,6 @@ def to_zarr(
         strategy=strategy,
         memory_limit=memory_limit,
         resume=resume,
-        **({"write_inherited_coords": write_inherited_coords} if is_tree(obj) else {}),
     )
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
@@ -286,9 +281,20 @@ def to_zarr(
         if held is not None:
             held.release()
         raise
-    if held is not None and isinstance(out, WriteReport):
-        out.notes.append(held.note())
     return out
+
+
+def _check_any(obj: Any, store: Any, write_inherited_coords: bool, **kw: Any) -> _XarrayWrite:
+    """A DataTree's checks (xarray/tree.py) or a Dataset's; ``write_inherited_coords`` is a
+    tree's keyword only."""
+    if is_tree(obj):
+        return check_tree(obj, store, write_inherited_coords=write_inherited_coords, **kw)
+    if write_inherited_coords:
+        raise InvalidValueError(
+            "write_inherited_coords=True applies to an xarray DataTree only, got a "
+            f"{type(obj).__name__}"
+        )
+    return _check(obj, store, **kw)
 
 
 def _write_data(
@@ -305,12 +311,15 @@ def _write_data(
     length). ``compute=False``: the variables not backed by dask now, the others in the
     returned ``Delayed`` (the metadata was committed before, as xarray does)."""
     if compute:
-        return pipe.run(
+        report = pipe.run(
             _parts(pipe, arrays, xw.zstore, xw.writes),
             compute=True,
             progress=progress,
             then=lambda: commit_metadata(xw, held),
         )
+        if held is not None:
+            report.notes.append(held.note())
+        return report
     eager = [w for w in xw.writes if not w.lazy]
     lazy = [w for w in xw.writes if w.lazy]
     done = (
