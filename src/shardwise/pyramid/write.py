@@ -90,7 +90,7 @@ def write_pyramid(
     written in one dask graph: each level is reduced from the blocks of the level above while
     they are in memory, so the source is read once, and every shard of every level is written
     by one task once: level 0 by the strategy :func:`write_array` would pick, the reduced
-    levels ``direct`` where a shard's task fits the memory budget and ``staged`` where it does
+    levels ``direct`` where a shard's task fits half the memory budget and ``staged`` where it does
     not (with ``strategy="auto"``). Odd sizes follow the ceil rule of
     ngff-zarr and ome-zarr-py: a level of ``n`` samples has ``ceil(n / f)`` samples at the next,
     its last block reduced over the samples present.
@@ -354,8 +354,8 @@ def _job(
 ) -> WritePlan:
     """Level ``k``'s validated job (refusals name the level). Level 0 by write_array's rule;
     a reduced level's blocks are this graph's own cut, never the shard pieces, so "auto"
-    writes it direct wherever a shard's task fits the budget (no staging round trip through
-    the store) and staged where its shards exceed it."""
+    writes it direct wherever a shard's task fits half the budget (no staging round trip
+    through the store) and staged where it does not."""
     plan = ShardPlan(layout, tuple(slice(0, n) for n in layout.shape))
     chunks = tuple(tuple(int(c) for c in cs) for cs in arr.chunks)
     try:
@@ -364,7 +364,10 @@ def _job(
             direct = make_job(
                 plan, chunks, dtype.itemsize, strategy="direct", memory_limit=memory_limit
             )
-            job = direct if direct.peak_per_task <= direct.memory_limit else job
+            # half: a worker's budget (its memory_limit / threads) also holds the worker itself
+            # and the blocks it keeps for other tasks; a direct task near the whole budget
+            # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
+            job = direct if 2 * direct.peak_per_task <= direct.memory_limit else job
         job.validate()
     except PlanError as e:
         raise PlanError(f"level {k}: {e}") from None
