@@ -125,3 +125,33 @@ def test_geozarr_refusals_name_the_problem_and_leave_the_store_unchanged(tmp_pat
     with pytest.raises(InvalidValueError, match="needs data variables"):
         shardwise.write_pyramid(ds.drop_vars("x"), root, layout="geozarr", mode="w")
     assert listing(root) == before
+
+
+def test_cli_inspect_and_verify_walk_every_level_of_both_layouts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardwise.cli import main
+
+    ny, nx = 64, 48
+    ds = geo_dataset(np.ones((ny, nx), "f4"), np.ones((2, ny, nx)), ny, nx)
+    geo, ome = tmp_path / "geo.zarr", tmp_path / "ome.zarr"
+    kw: dict[str, Any] = dict(levels=3, chunks=(16, 16), shards=(32, 32))
+    shardwise.write_pyramid(ds, geo, layout="geozarr", **kw)
+    shardwise.write_pyramid(np.ones((ny, nx), "f4"), ome, **kw)
+    capsys.readouterr()
+    for root, names in (
+        (geo, [f"{k}/{v}" for k in range(3) for v in ("b1", "b2")]),
+        (ome, ["0", "1", "2"]),
+    ):
+        assert main(["inspect", str(root)]) == 0
+        shown = capsys.readouterr().out
+        for name in names:  # every level's arrays, with their shards
+            assert f"  {name}  " in shown and "shards stored" in shown.split(f"  {name}  ")[1]
+        assert main(["verify", str(root), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["ok"] and report["shards_stored"] == (18 if root == geo else 6)
+    # a damaged shard of a reduced level is found by verifying the pyramid group
+    shard = geo / "2" / "b2" / "c" / "1" / "0" / "0"
+    shard.write_bytes(b"\0" * len(shard.read_bytes()))
+    assert main(["verify", str(geo)]) == 1
+    assert "2/b2" in capsys.readouterr().out
