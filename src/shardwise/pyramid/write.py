@@ -31,9 +31,9 @@ from ..engine.write import WriteSettings, as_dask
 from ..errors import PlanError
 from ..storage.nodes import open_info
 from ..storage.store import ShardStore, resolve_store
-from . import options
+from . import geozarr, options
 from .levels import level_arrays
-from .metadata import group_document, ome_attributes
+from .metadata import ome_attributes
 from .target import Target, check_target, clear_group, create_level
 
 __all__ = ["write_pyramid"]
@@ -81,6 +81,7 @@ def write_pyramid(
     break_lease: bool = False,
     strategy: Strategy = "auto",
     memory_limit: int | str | None = None,
+    layout: str = "ome",
 ) -> WriteReport | Any:
     """Write a multiscale pyramid of an image as an OME-Zarr 0.5 group of sharded arrays.
 
@@ -89,7 +90,7 @@ def write_pyramid(
     written in one dask graph: each level is reduced from the blocks of the level above while
     they are in memory, so the source is read once, and every shard of every level is written
     by one task once: level 0 by the strategy :func:`write_array` would pick, the reduced
-    levels ``direct`` where a shard's task fits the memory budget and ``staged`` where it does
+    levels ``direct`` where a shard's task fits half the memory budget and ``staged`` where it does
     not (with ``strategy="auto"``). Odd sizes follow the ceil rule of
     ngff-zarr and ome-zarr-py: a level of ``n`` samples has ``ceil(n / f)`` samples at the next,
     its last block reduced over the samples present.
@@ -169,6 +170,17 @@ def write_pyramid(
         As in :func:`write_array`, for every level.
     memory_limit : int or str, optional
         Bytes one task may hold, as in :func:`write_array`.
+    layout : {"ome", "geozarr"}, default "ome"
+        ``"ome"``: the OME-Zarr 0.5 image above. ``"geozarr"``: the GeoZarr multiscales
+        layout of a geospatial Dataset (or DataArray): child groups ``"0"``, ``"1"``, ...
+        (a DataTree of levels), each holding every data variable over ``(..., "y", "x")``
+        with its ``y``/``x`` coordinates reduced as the data (block means for mean and mode,
+        each block's first for nearest), the other coordinates, the grid-mapping (CRS)
+        variable and the attributes carried over; the group carries the zarr-conventions
+        ``multiscales`` attributes (``layout`` of levels, each derived from the one before,
+        ``resampling_method``). ``factors`` is then an int or ``{"y": .., "x": ..}``, and
+        ``dims``, ``scale``, ``translation``, ``units`` and ``name`` are not taken (the
+        coordinates say it).
 
     Returns
     -------
@@ -217,30 +229,32 @@ def write_pyramid(
     args.optional_str("path", path)
     args.optional_str("name", name)
     args.mapping("storage_options", storage_options)
-    img = options.image(data, dims)
-    axes = img.axes
-    given = options.Shape(
-        factors=options.factors(factors, axes),
-        levels=options.levels(levels),
-        method=options.method(method, np.dtype(img.data.dtype)),
-        scale=options.per_axis("scale", scale, axes, float, 1.0),
-        translation=options.per_axis("translation", translation, axes, float, 0.0),
-        units=options.per_axis("units", units, axes, str, ""),
-        chunks=options.shape_of("chunks", chunks, len(axes)),
-        shards=options.shape_of("shards", shards, len(axes)),
-    )
-    # 2. every level planned and checked, the store read but not written
-    zstore = resolve_store(store, mode="w", storage_options=storage_options)
-    create = dict(compressors=compressors, fill_value=fill_value, dimension_names=axes)
-    plan = _plan(img, given, create, strategy, memory_limit, compute)
+    args.choice("layout", layout, ("ome", "geozarr"))
+    create = dict(compressors=compressors, fill_value=fill_value)
+    if layout == "geozarr":
+        geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))
+        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        plan_var = functools.partial(
+            _plan, strategy=strategy, memory_limit=memory_limit, compute=compute
+        )
+        plan, attrs, extras = geozarr.geo_plan(
+            geo, factors, levels, method, chunks, shards, create, plan_var
+        )
+    else:
+        img = options.image(data, dims)
+        given = _given(img, factors, levels, method, scale, translation, units, chunks, shards)
+        # 2. every level planned and checked, the store read but not written
+        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        plan = _plan(img, given, create, strategy, memory_limit, compute)
+        attrs = ome_attributes(
+            img.axes,
+            [lv.geometry for lv in plan],
+            given.method,
+            units={a: u for a, u in zip(img.axes, given.units, strict=True) if u},
+            name=name,
+        )
+        extras = []
     target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], mode, resume)
-    attrs = ome_attributes(
-        axes,
-        [lv.geometry for lv in plan],
-        given.method,
-        units={a: u for a, u in zip(axes, given.units, strict=True) if u},
-        name=name,
-    )
     # 3. the write: leases, clear, markers and metadata, one graph, the group's metadata
     settings = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
     writes = [_write(zstore, lv, target, mode, resume, fsync, compute, settings) for lv in plan]
@@ -256,8 +270,33 @@ def write_pyramid(
             compute=compute,
             progress=progress,
             desc="shardwise pyramid",
-            then=lambda: group.put("zarr.json", group_document(attrs)),
+            then=lambda: geozarr.finish(zstore, group, target, extras, attrs),
         )
+
+
+def _given(
+    img: options.Image,
+    factors: Any,
+    levels: Any,
+    method: Any,
+    scale: Any,
+    translation: Any,
+    units: Any,
+    chunks: Any,
+    shards: Any,
+) -> options.Shape:
+    """The pyramid keywords checked against the image's axes."""
+    axes = img.axes
+    return options.Shape(
+        factors=options.factors(factors, axes),
+        levels=options.levels(levels),
+        method=options.method(method, np.dtype(img.data.dtype)),
+        scale=options.per_axis("scale", scale, axes, float, 1.0),
+        translation=options.per_axis("translation", translation, axes, float, 0.0),
+        units=options.per_axis("units", units, axes, str, ""),
+        chunks=options.shape_of("chunks", chunks, len(axes)),
+        shards=options.shape_of("shards", shards, len(axes)),
+    )
 
 
 def _plan(
@@ -267,10 +306,13 @@ def _plan(
     strategy: Strategy,
     memory_limit: int | None,
     compute: bool,
+    var: str | None = None,
 ) -> list[_Level]:
     """Every level: geometry, layout and metadata (built and checked in memory), dask source
-    and validated job."""
+    and validated job; a GeoZarr variable's level ``k`` is at ``k/var``."""
     from ..api import create_in_memory, refuse_unknown_chunks
+
+    create = {**create, "dimension_names": img.axes}
 
     data = img.data
     refuse_unknown_chunks(data)
@@ -298,7 +340,7 @@ def _plan(
         probe = probe0 if k == 0 else create_in_memory(kwargs)
         info = open_info(probe.store)
         job = _job(k, info.layout, arr, dtype, strategy, memory_limit)
-        out.append(_Level(str(k), lv, arr, kwargs, probe, info, job))
+        out.append(_Level(f"{k}/{var}" if var else str(k), lv, arr, kwargs, probe, info, job))
     return out
 
 
@@ -312,8 +354,8 @@ def _job(
 ) -> WritePlan:
     """Level ``k``'s validated job (refusals name the level). Level 0 by write_array's rule;
     a reduced level's blocks are this graph's own cut, never the shard pieces, so "auto"
-    writes it direct wherever a shard's task fits the budget (no staging round trip through
-    the store) and staged where its shards exceed it."""
+    writes it direct wherever a shard's task fits half the budget (no staging round trip
+    through the store) and staged where it does not."""
     plan = ShardPlan(layout, tuple(slice(0, n) for n in layout.shape))
     chunks = tuple(tuple(int(c) for c in cs) for cs in arr.chunks)
     try:
@@ -322,7 +364,10 @@ def _job(
             direct = make_job(
                 plan, chunks, dtype.itemsize, strategy="direct", memory_limit=memory_limit
             )
-            job = direct if direct.peak_per_task <= direct.memory_limit else job
+            # half: a worker's budget (its memory_limit / threads) also holds the worker itself
+            # and the blocks it keeps for other tasks; a direct task near the whole budget
+            # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
+            job = direct if 2 * direct.peak_per_task <= direct.memory_limit else job
         job.validate()
     except PlanError as e:
         raise PlanError(f"level {k}: {e}") from None
@@ -349,6 +394,8 @@ def _create_kwargs(
     )
     if create["fill_value"] is not None:
         out["fill_value"] = create["fill_value"]
+    if create.get("attributes"):
+        out["attributes"] = create["attributes"]
     return out
 
 

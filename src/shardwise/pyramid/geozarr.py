@@ -1,0 +1,261 @@
+"""The GeoZarr multiscales layout of a pyramid (``layout="geozarr"``): a group whose child
+groups ``0``, ``1``, ... are the levels, each a Dataset holding the data variables with their
+reduced ``y``/``x`` coordinates, the other coordinates and the grid-mapping (CRS) variable
+carried over, and the group's ``multiscales`` attributes as the zarr-conventions multiscales
+convention (which GeoZarr and EOPF GeoZarr use): one ``layout`` entry per level, each derived
+from the one before with its relative ``scale`` and ``translation``.
+
+>>> from shardwise.core.pyramid import pyramid_levels
+>>> attrs = multiscales_attributes(pyramid_levels((4, 4), (2, 2), 2, centered=True), "mean", {})
+>>> attrs["multiscales"]["layout"][1]["transform"]
+{'scale': [2.0, 2.0], 'translation': [0.5, 0.5]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core import args
+from ..core.pyramid import Level
+from ..errors import InvalidTypeError, InvalidValueError
+from ..storage.store import ShardStore
+from . import options
+from .metadata import group_document
+from .options import Image
+from .reduce import reduce_block
+from .target import Target
+
+__all__ = [
+    "CONVENTION",
+    "Extra",
+    "Geo",
+    "finish",
+    "geo_factors",
+    "geo_inputs",
+    "geo_plan",
+    "level_extras",
+    "multiscales_attributes",
+]
+
+CONVENTION = {
+    "uuid": "d35379db-88df-4056-af3a-620245f8e347",
+    "schema_url": "https://raw.githubusercontent.com/zarr-conventions/multiscales/refs/tags/v0.1/schema.json",
+    "spec_url": "https://github.com/zarr-conventions/multiscales/blob/v0.1/README.md",
+    "name": "multiscales",
+    "description": "Multiscale layout of zarr datasets",
+}
+"""The multiscales convention's metadata object (zarr-conventions/multiscales v0.1)."""
+# the multiscales convention's names of the reductions
+_RESAMPLING = {"mean": "average", "nearest": "nearest", "mode": "mode"}
+
+
+@dataclass(frozen=True)
+class Extra:
+    """A small variable of a level, written whole after the data: a coordinate or the
+    grid-mapping variable."""
+
+    values: np.ndarray
+    dims: tuple[str, ...]
+    attrs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Geo:
+    """A geospatial Dataset checked: its data variables over ``y``/``x`` (each an image), the
+    variables carried to every level, and the group's attributes."""
+
+    images: dict[str, Image]
+    attrs: dict[str, dict[str, Any]]  # per data variable, for its arrays
+    coords: dict[str, Extra]  # y/x and the rest, at level 0
+    group_attrs: dict[str, Any]
+
+
+def geo_inputs(data: Any, ome_only: Sequence[Any] = ()) -> Geo:
+    """``data`` (an xarray Dataset or DataArray whose data variables end in dims ``y``, ``x``)
+    checked for the GeoZarr layout; ``ome_only``: the values of ``dims``, ``scale``,
+    ``translation``, ``units`` and ``name``, which this layout refuses."""
+    import xarray as xr
+
+    if any(v is not None for v in ome_only):
+        raise InvalidValueError(
+            "dims, scale, translation, units and name are of layout='ome'; "
+            "layout='geozarr' takes them from the Dataset's coordinates"
+        )
+    if isinstance(data, xr.DataArray):
+        data = data.to_dataset(name=str(data.name) if data.name is not None else "data")
+    if not isinstance(data, xr.Dataset):
+        raise InvalidTypeError(
+            f"layout='geozarr' writes an xarray Dataset or DataArray, got {type(data).__name__}"
+        )
+    images: dict[str, Image] = {}
+    attrs: dict[str, dict[str, Any]] = {}
+    coords: dict[str, Extra] = {}
+    for name, var in data.variables.items():
+        dims = tuple(str(d) for d in var.dims)
+        if name in data.data_vars and dims[-2:] == ("y", "x"):
+            images[str(name)] = Image(var.data, dims)
+            attrs[str(name)] = _json(dict(var.attrs))
+        elif ("y" in dims or "x" in dims) and dims not in (("y",), ("x",)):
+            raise InvalidValueError(
+                f"layout='geozarr' reduces variables whose last dims are ('y', 'x') and 1-D y/x "
+                f"coordinates; {name!r} has dims {dims}"
+            )
+        else:
+            coords[str(name)] = Extra(np.asarray(var.values), dims, _json(dict(var.attrs)))
+    if not images or "y" not in coords or "x" not in coords:
+        raise InvalidValueError(
+            "layout='geozarr' needs data variables over dims (..., 'y', 'x') with 1-D 'y' and "
+            f"'x' coordinates; the Dataset has data variables {list(data.data_vars)} and "
+            f"coordinates {list(data.coords)}"
+        )
+    others = sorted(str(c) for c in data.coords if str(c) not in ("y", "x") and str(c) in coords)
+    for name in images:
+        if others:
+            attrs[name]["coordinates"] = " ".join(others)
+    return Geo(images, attrs, coords, _json(dict(data.attrs)))
+
+
+def geo_factors(value: Any) -> dict[str, int]:
+    """``factors=`` of the GeoZarr layout: an int for y and x, or a mapping of them."""
+    if isinstance(value, Mapping):
+        unknown = [k for k in value if k not in ("y", "x")]
+        if unknown:
+            raise InvalidValueError(f"factors names {unknown!r}; layout='geozarr' reduces y, x")
+        out = {k: args.positive_int(f"factors[{k!r}]", v) for k, v in value.items()}
+    else:
+        f = args.positive_int("factors", value)
+        out = {"y": f, "x": f}
+    if all(out.get(a, 1) == 1 for a in ("y", "x")):
+        raise InvalidValueError(f"factors must reduce y or x, got {value!r}: nothing reduces")
+    return out
+
+
+def level_extras(
+    coords: Mapping[str, Extra], levels: Sequence[Level], method: str
+) -> list[dict[str, Extra]]:
+    """The small variables of every level: ``y``/``x`` reduced as the data are (the mean of
+    each block of coordinates for mean and mode, so a sample sits at its block's centre; the
+    first of each block for nearest), the others unchanged."""
+    out: list[dict[str, Extra]] = []
+    how = "nearest" if method == "nearest" else "mean"
+    for k, lv in enumerate(levels):
+        here = dict(out[-1]) if out else dict(coords)
+        if k:
+            for axis, i in (("y", -2), ("x", -1)):
+                step = lv.factors[i] // levels[k - 1].factors[i]
+                c = here[axis]
+                v = c.values if how == "nearest" else c.values.astype(np.float64)
+                here[axis] = Extra(reduce_block(v, (step,), how), c.dims, c.attrs)
+        out.append(here)
+    return out
+
+
+def multiscales_attributes(
+    levels: Sequence[Level], method: str, attrs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The pyramid group's attributes: the source's, the convention and the ``multiscales``
+    layout (each level's transform relative to the level it derives from, in its samples)."""
+    layout: list[dict[str, Any]] = [{"asset": "0"}]
+    for k in range(1, len(levels)):
+        step = [
+            b // a for a, b in zip(levels[k - 1].factors[-2:], levels[k].factors[-2:], strict=True)
+        ]
+        shift = [0.0 if method == "nearest" else (s - 1) / 2 for s in step]
+        layout.append(
+            {
+                "asset": str(k),
+                "derived_from": str(k - 1),
+                "transform": {"scale": [float(s) for s in step], "translation": shift},
+                "resampling_method": _RESAMPLING[method],
+            }
+        )
+    multiscales = {"layout": layout, "resampling_method": _RESAMPLING[method]}
+    return {**attrs, "zarr_conventions": [CONVENTION], "multiscales": multiscales}
+
+
+def geo_plan(
+    geo: Geo,
+    factors: Any,
+    levels: Any,
+    method: Any,
+    chunks: Any,
+    shards: Any,
+    create: dict[str, Any],
+    plan_var: Callable[..., list[Any]],
+) -> tuple[list[Any], dict[str, Any], list[dict[str, Extra]]]:
+    """Every level of every data variable of a GeoZarr pyramid (paths ``"k/name"``; as many
+    levels for each as for the first), its group attributes and its levels' small variables."""
+    per_axis = geo_factors(factors)
+    plan: list[Any] = []
+    count = options.levels(levels)
+    for var, img in geo.images.items():
+        f = tuple(per_axis.get(a, 1) if a in ("y", "x") else 1 for a in img.axes)
+        given = options.Shape(
+            factors=f,
+            levels=count,
+            method=options.method(method, np.dtype(img.data.dtype)),
+            scale=(1.0,) * len(f),
+            translation=(0.0,) * len(f),
+            units=("",) * len(f),
+            chunks=options.shape_of("chunks", _yx(chunks, len(f)), len(f)),
+            shards=options.shape_of("shards", _yx(shards, len(f)), len(f)),
+        )
+        mine = plan_var(img, given, {**create, "attributes": geo.attrs[var]}, var=var)
+        count = len(mine)
+        plan.extend(mine)
+    geometry = [lv.geometry for lv in plan[:count]]
+    extras = level_extras(geo.coords, geometry, str(method))
+    attrs = multiscales_attributes(geometry, str(method), geo.group_attrs)
+    # level by level, so that a level's variables are listed together
+    plan.sort(key=lambda lv: int(lv.path.split("/")[0]))
+    return plan, attrs, extras
+
+
+def finish(
+    zstore: Any,
+    group: ShardStore,
+    target: Target,
+    extras: Sequence[Mapping[str, Extra]],
+    attrs: dict[str, Any],
+) -> None:
+    """After every level's data: a GeoZarr pyramid's level groups and small variables, then
+    the pyramid group's ``zarr.json`` (last: a pyramid cut short is not advertised as one)."""
+    import zarr
+
+    for k, small in enumerate(extras):
+        group.put(f"{k}/zarr.json", group_document({}))
+        for name, x in small.items():
+            zarr.create_array(
+                zstore,
+                name=target.key(f"{k}/{name}"),
+                data=x.values,
+                overwrite=True,
+                dimension_names=list(x.dims) if x.dims else None,
+                attributes=x.attrs,
+            )
+    group.put("zarr.json", group_document(attrs))
+
+
+def _yx(value: Any, ndim: int) -> Any:
+    """A (y, x) pair of ``chunks=`` / ``shards=`` for a variable with more axes: one sample
+    along the others (variables of different dims share the keyword)."""
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2:
+        return (1,) * (ndim - 2) + tuple(value)
+    return value
+
+
+def _json(value: Any) -> Any:
+    """Attributes as JSON values (xarray attributes may hold numpy scalars and arrays)."""
+    if isinstance(value, Mapping):
+        return {str(k): _json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _json(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
