@@ -34,7 +34,7 @@ from .pyramid.write import write_pyramid
 from .runtime.signals import Interrupted, stop_on_signals
 
 if TYPE_CHECKING:
-    from .xarray.backend import open_dataset
+    from .xarray.opening import open_dataset
     from .xarray.writer import to_zarr
 
 __version__ = "0.1.0"
@@ -82,7 +82,7 @@ def __getattr__(name: str) -> Any:
     # the xarray parts load xarray and pandas: import them on first use, so that array reads
     # and writes do not pay for them
     if name == "open_dataset":
-        from .xarray.backend import open_dataset
+        from .xarray.opening import open_dataset
 
         return open_dataset
     if name == "to_zarr":

@@ -37,7 +37,7 @@ from ..engine.gather import read_outer, read_vectorized
 from ..engine.load import read_selection
 from ..engine.read import ShardReader
 from ..engine.whole import install as install_whole_reads
-from ..errors import InvalidTypeError, InvalidValueError, ReadOnlyError, UnsupportedCodecError
+from ..errors import InvalidTypeError, ReadOnlyError, UnsupportedCodecError
 from ..storage.nodes import node_errors, walk_groups
 from ..storage.store import ShardStore
 
@@ -45,7 +45,6 @@ __all__ = [
     "ShardwiseBackendArray",
     "ShardwiseBackendEntrypoint",
     "ShardwiseDataStore",
-    "open_dataset",
 ]
 
 
@@ -381,82 +380,3 @@ def _decode(store: ShardwiseDataStore, decoders: dict[str, Any]) -> Any:
     except BaseException:
         store.close()
         raise
-
-
-def open_dataset(
-    store: Any,
-    *,
-    group: str | None = None,
-    drop_variables: str | Iterable[str] | None = None,
-    chunks: Any = "shards",
-    threads: int | None = None,
-    cache_indexes: bool = False,
-    **kwargs: Any,
-) -> Any:
-    """Open a Zarr group as an ``xarray.Dataset`` with the shardwise engine.
-
-    The same as ``xr.open_dataset(store, engine="shardwise", chunks={})`` by default. It opens
-    stores written by xarray and zarr-python too (unsharded arrays are read through
-    zarr-python).
-
-    Parameters
-    ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
-    group : str, optional
-        The group to open (default: the root), as in ``xr.open_dataset``.
-    drop_variables : str or iterable of str, optional
-        Variables not to open, as in ``xr.open_dataset``.
-    chunks : "shards", "auto", int, dict or None, default "shards"
-        ``"shards"`` (the same as xarray's ``chunks={}``) gives dask arrays with one chunk per
-        shard (per stored chunk for unsharded arrays); ``None`` gives lazily indexed
-        numpy-backed variables; any other xarray ``chunks`` value works too, and dask chunks
-        that split shards read only the inner chunks each needs.
-    threads : int, optional
-        Caps the threads that decode inner chunks.
-    cache_indexes : bool, default False
-        Cache shard indexes on non-local stores (local files always cache them, validated
-        against the file).
-    **kwargs
-        The other keyword arguments of ``xr.open_dataset`` (CF decoding options,
-        ``consolidated``, ``storage_options``, ...).
-
-    Returns
-    -------
-    xarray.Dataset
-        The dataset, its variables lazy (dask arrays, or lazily indexed with ``chunks=None``).
-
-    Raises
-    ------
-    InvalidTypeError, InvalidValueError
-        A ``chunks`` (or another keyword) of the wrong type, or a value it does not accept.
-    """
-    import xarray as xr
-
-    _check_chunks(chunks)
-    return xr.open_dataset(
-        store,
-        engine=ShardwiseBackendEntrypoint,
-        group=group,
-        drop_variables=drop_variables,
-        chunks={} if isinstance(chunks, str) and chunks == "shards" else chunks,
-        threads=threads,
-        cache_indexes=cache_indexes,
-        **kwargs,
-    )
-
-
-def _check_chunks(chunks: Any) -> None:
-    """``chunks=`` of :func:`open_dataset`: what xarray takes, refused here with its name."""
-    accepted = "'shards', 'auto', an int, a dict of dimension name -> chunks, or None"
-    if isinstance(chunks, str):
-        if chunks not in ("shards", "auto"):
-            raise InvalidValueError(f"chunks must be {accepted}, got {chunks!r}")
-    elif not (
-        chunks is None
-        or isinstance(chunks, dict | tuple)
-        or (isinstance(chunks, int) and not isinstance(chunks, bool))
-    ):
-        raise InvalidTypeError(
-            f"chunks must be {accepted}, got {chunks!r} ({type(chunks).__name__})"
-        )
