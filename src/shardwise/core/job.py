@@ -4,7 +4,8 @@ A job is the write plan (which shards, which region) plus the strategy that exec
 
 ``direct``
     the source is rechunked to the pieces of the region cut at shard boundaries and one task per
-    shard encodes the whole raw shard (no extra copy; a task holds about 3x one shard's raw bytes).
+    shard encodes the whole raw shard (no extra copy; a task holds about 3x one shard's raw bytes,
+    and the source blocks its shard is joined from when the dask chunks are not the pieces).
 ``staged``
     the source keeps its chunks (moved at most to inner-chunk boundaries); one task per dask block
     encodes the inner chunks inside the block and stores them as one staged piece per shard it
