@@ -72,6 +72,7 @@ def test_misaligned_auto_on_threads_writes_direct_the_bytes_staged_writes(
     auto = _write(source, tmp_path / "auto")
     staged = _write(source, tmp_path / "staged", strategy="staged")
     # auto ran one write task per shard (3 x 3 x 2) and no staged block task; staged ran both
+    # (TaskNames is an active dask callback: a watched local scheduler is still local)
     assert auto.count("shardwise-write") == 18 and auto.count("shardwise-stage") == 0
     assert staged.count("shardwise-stage") == plan_staged.block_tasks > 0
     assert staged.count("shardwise-write") == 18
@@ -96,6 +97,13 @@ def test_xarray_writes_misaligned_variables_direct_on_threads(tmp_path: Path) ->
         shardwise.to_zarr(ds, tmp_path / "a.zarr", encoding=enc)
     assert seen.count("shardwise-stage") == 0 and seen.count("shardwise-write") == 18
     assert_bit_equal(zarr.open_array(tmp_path / "a.zarr", path="v", mode="r")[...], data)
+
+
+def test_plan_write_asks_the_scheduler_the_write_will_run_on(tmp_path: Path) -> None:
+    source = da.zeros(SHAPE, dtype="uint16", chunks=CHUNKINGS["crossing"])
+    for scheduler, strategy in (("sync", "direct"), ("threads", "direct"), ("processes", "staged")):
+        with dask.config.set(scheduler=scheduler):
+            assert shardwise.plan_write(source, tmp_path / "p", **LAYOUT).strategy == strategy
 
 
 # -- memory: what plan_write says a misaligned direct task holds, measured --------------------

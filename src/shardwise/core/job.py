@@ -316,8 +316,9 @@ def make_job(
     must then keep other writers out (see :attr:`WritePlan.merges_unconditionally`).
 
     ``runs_locally``: the write will run on dask's threaded or synchronous scheduler in this
-    process (the front ends ask ``compat.default_runs_locally``; nothing here probes dask). Auto
-    then rechunks a misaligned source in memory (direct) when its shard tasks fit the budget.
+    process (the front ends ask ``compat.default_scheduler_is_local``; nothing here probes
+    dask). Auto then rechunks a misaligned source in memory (direct) when its shard tasks fit
+    the budget.
     """
     choice("strategy", strategy, STRATEGIES)
     given = optional_byte_size("memory_limit", memory_limit)
