@@ -137,8 +137,10 @@ def write_array(
         ``"direct"`` encodes each shard in one task from its raw data (the source is rechunked to
         the shard pieces; a task holds about 3x one shard); ``"staged"`` encodes the inner chunks
         where the dask blocks are and streams each shard from the encoded pieces (a task holds
-        one block plus a fixed buffer, whatever the shard size); ``"auto"`` is direct when the
-        dask chunks already are the shard pieces and fit ``memory_limit``, else staged.
+        one block plus a fixed buffer, whatever the shard size); ``"auto"`` is direct when a
+        shard's direct task fits ``memory_limit`` and the dask chunks already are the shard
+        pieces or the write runs on dask's threads in this process (a rechunk in memory), else
+        staged (the plan's ``reason`` says why).
     memory_limit : int or str, optional
         Bytes one task may hold, an int or a string as dask takes it (``"256MiB"``,
         ``"1.5GB"``; default: the dask worker's memory limit per thread, else half the available

@@ -177,13 +177,24 @@ def default_runs_locally() -> bool:
     """True when dask's default scheduler (no ``scheduler=`` given) is its threaded or synchronous
     one (no distributed client or other scheduler is set as the default), with no local callbacks
     (progress bars, profilers) active that expect to see the tasks."""
+    from dask.callbacks import Callback
+
+    return not Callback.active and default_scheduler_is_local()
+
+
+def default_scheduler_is_local() -> bool:
+    """True when dask's default scheduler (no ``scheduler=`` given) is its threaded or synchronous
+    one, whose tasks share this process's memory (callbacks may be active: they watch the tasks,
+    they do not move them)."""
+    import dask
     import dask.local
     import dask.threaded
     from dask.base import get_scheduler
-    from dask.callbacks import Callback
 
-    if Callback.active:
-        return False
+    if "distributed" not in sys.modules and not dask.config.get("scheduler", None):
+        # no client can exist: dask would import distributed to look for one (a fraction of a
+        # second a write would spend between its checks and its first byte)
+        return True
     get = get_scheduler()
     return get is None or get in (dask.threaded.get, dask.local.get_sync)
 

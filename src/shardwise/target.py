@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .codec.metadata import ArrayInfo, default_compressors
+from .compat import default_scheduler_is_local
 from .core import args
 from .core.job import STRATEGIES, Strategy, WritePlan, make_job
 from .core.layout import Region, RegionArg, normalize_region
@@ -249,6 +250,7 @@ def _validated_job(
         strategy=strategy,
         memory_limit=memory_limit,
         shared=shared,
+        runs_locally=default_scheduler_is_local(),
     )
     job.validate()
     return job, shared

@@ -4,15 +4,20 @@ A job is the write plan (which shards, which region) plus the strategy that exec
 
 ``direct``
     the source is rechunked to the pieces of the region cut at shard boundaries and one task per
-    shard encodes the whole raw shard (no extra copy; a task holds about 3x one shard's raw bytes).
+    shard encodes the whole raw shard (no extra copy; a task holds about 3x one shard's raw bytes,
+    and the source blocks its shard is joined from when the dask chunks are not the pieces).
 ``staged``
     the source keeps its chunks (moved at most to inner-chunk boundaries); one task per dask block
     encodes the inner chunks inside the block and stores them as one staged piece per shard it
     touches; one task per shard then streams the pieces into the shard object. A task holds one
     dask block plus a fixed streaming buffer, whatever the shard size.
 
-``auto`` picks direct when the dask chunks already are the shard pieces and a shard's task fits
-the memory budget, staged otherwise. Everything here is pure: no store, no dask.
+``auto`` picks direct when a shard's direct task fits the memory budget and either the dask
+chunks already are the shard pieces, or the write runs on dask's threads in this process (the
+caller says so: ``runs_locally``), where a rechunk in memory costs one copy and staging would
+write and read every piece through the store. On a distributed cluster a misaligned source is
+staged: only small receipts travel between workers, where a rechunk moves every block. The
+job records why (``reason``). Everything here is pure: no store, no dask.
 
 >>> from shardwise.core.layout import Layout
 >>> from shardwise.core.plan import ShardPlan
@@ -20,10 +25,16 @@ the memory budget, staged otherwise. Everything here is pure: no store, no dask.
 >>> job = make_job(plan, ((128,) * 4, (512,)), 2, strategy="auto", memory_limit=2**30)
 >>> job.strategy, job.tasks, job.blocks
 ('staged', 8, ((128, 128, 128, 128), (512,)))
+>>> job.reason
+'staged: distributed scheduler, staging moves less'
+>>> local = make_job(plan, ((128,) * 4, (512,)), 2, memory_limit=2**30, runs_locally=True)
+>>> local.strategy, local.tasks, local.peak_per_task // 2**10
+('direct', 4, 640)
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -151,6 +162,8 @@ class WritePlan:
         The raw bytes a rechunk moves between tasks.
     bytes_staged : int
         An upper bound of the encoded bytes that go through the staging area.
+    reason : str
+        Why this strategy runs, with the figures that decided it (printed by ``print(job)``).
     """
 
     plan: ShardPlan
@@ -164,6 +177,7 @@ class WritePlan:
     peak_per_task: int
     bytes_rechunked: int
     bytes_staged: int
+    reason: str
 
     @property
     def shards(self) -> int:
@@ -206,7 +220,9 @@ class WritePlan:
                 "use strategy='staged' (memory bounded by one dask block, whatever the shard "
                 "size), smaller shards, or a larger memory_limit"
             )
-            what = f"a shard task of shape {lay.shard_shape}"
+            what = f"a shard task of shape {lay.shard_shape}" + (
+                " (with the dask blocks its rechunk joins)" if self.bytes_rechunked else ""
+            )
         else:
             hint = (
                 "rechunk the source into smaller dask chunks (the staged strategy holds one "
@@ -224,6 +240,7 @@ class WritePlan:
             f"WritePlan ({self.strategy}"
             + (f", chosen by {self.requested!r}" if self.requested == "auto" else "")
             + ")",
+            f"  reason: {self.reason}",
             f"  array {lay.shape}, shards {lay.shard_shape}, inner chunks {lay.chunk_shape}",
             f"  region {[(s.start, s.stop) for s in self.plan.region]}, "
             f"{_size(self.raw_bytes)} raw",
@@ -288,6 +305,7 @@ def make_job(
     strategy: Strategy = "auto",
     memory_limit: int | str | None = None,
     shared: bool = False,
+    runs_locally: bool = False,
 ) -> WritePlan:
     """The job for writing a source with ``source_chunks`` (None: a numpy array) by ``plan``.
 
@@ -296,61 +314,117 @@ def make_job(
     conditionally, which the direct strategy does (the staged one commits unconditionally): auto
     picks direct for such a plan; an explicit ``strategy="staged"`` keeps it, and the caller
     must then keep other writers out (see :attr:`WritePlan.merges_unconditionally`).
+
+    ``runs_locally``: the write will run on dask's threaded or synchronous scheduler in this
+    process (the front ends ask ``compat.default_scheduler_is_local``; nothing here probes
+    dask). Auto then rechunks a misaligned source in memory (direct) when its shard tasks fit
+    the budget.
     """
     choice("strategy", strategy, STRATEGIES)
     given = optional_byte_size("memory_limit", memory_limit)
-    conditional = shared and plan.npartial > 0
     if given is None:
         limit, limit_from = default_memory_limit()
     else:
         limit, limit_from = given, "memory_limit="
-    direct_blocks = plan.task_chunks
+    aligned = source_chunks is None or tuple(source_chunks) == plan.task_chunks
+    direct_peak = direct_task_peak(plan, None if aligned else source_chunks, itemsize)
+    chosen, reason = _choose(
+        plan,
+        strategy,
+        source_chunks,
+        aligned,
+        (direct_peak, limit),
+        shared=shared,
+        runs_locally=runs_locally,
+    )
     raw_total = math.prod(s.stop - s.start for s in plan.region) * itemsize
-    direct_peak = DIRECT_FACTOR * _largest(direct_blocks) * itemsize
-    aligned = source_chunks is None or tuple(source_chunks) == direct_blocks
-    # nothing to stage in a 0-d array or an empty region: one trivial task either way
-    trivial = plan.layout.ndim == 0 or plan.ntasks == 0
-    if strategy == "auto":
-        direct = trivial or conditional or (aligned and direct_peak <= limit)
-        chosen = "direct" if direct else "staged"
-    else:
-        chosen = "direct" if trivial else strategy
     if chosen == "direct":
+        moved = 0 if aligned else raw_total
+        figures = (limit, limit_from, direct_peak, moved, 0)
         return WritePlan(
-            plan,
-            "direct",
-            strategy,
-            direct_blocks,
-            source_chunks,
-            itemsize,
-            limit,
-            limit_from,
-            direct_peak,
-            0 if aligned else raw_total,
-            0,
+            plan, "direct", strategy, plan.task_chunks, source_chunks, itemsize, *figures, reason
         )
     # a block task holds the block and its encoded chunks; the shard task a fixed buffer
-    target = max(1, limit // (STAGED_FACTOR + 1))
-    blocks = inner_aligned(plan, source_chunks, target, itemsize)
+    blocks = inner_aligned(plan, source_chunks, max(1, limit // (STAGED_FACTOR + 1)), itemsize)
+    moved = 0 if source_chunks is None or tuple(source_chunks) == blocks else raw_total
+    peak = _staged_peak(plan, blocks, itemsize)
+    figures = (limit, limit_from, peak, moved, raw_total)
+    return WritePlan(plan, "staged", strategy, blocks, source_chunks, itemsize, *figures, reason)
+
+
+def direct_task_peak(plan: ShardPlan, misaligned: Chunks | None, itemsize: int) -> int:
+    """The estimated peak memory of the largest direct shard task: the shard's block, its
+    encoded chunks and the joined shard (``DIRECT_FACTOR`` shards); with ``misaligned`` dask
+    chunks also the source blocks the task's rechunk concatenates the block from (held whole:
+    the pieces dask cuts from them are views)."""
+    shard = _largest(plan.task_chunks) * itemsize
+    if misaligned is None:
+        return DIRECT_FACTOR * shard
+    return DIRECT_FACTOR * shard + _overlap(plan.task_chunks, misaligned) * itemsize
+
+
+def _overlap(pieces: Chunks, source: Chunks) -> int:
+    """Elements of the source blocks one piece overlaps, at most: per dimension the longest run
+    of source chunks a piece touches (their product bounds every piece's)."""
+    total = 1
+    for cut, src in zip(pieces, source, strict=True):
+        edges = _edges(src, 0)
+        span = 0
+        for a, b in itertools.pairwise(_edges(cut, 0)):
+            lo = edges[bisect.bisect_right(edges, a) - 1]
+            hi = edges[bisect.bisect_left(edges, b)]
+            span = max(span, hi - lo)
+        total *= span
+    return total
+
+
+def _staged_peak(plan: ShardPlan, blocks: Chunks, itemsize: int) -> int:
+    """The estimated peak of a staged job's largest task: a block task (the block, its encoded
+    chunks and each encoding thread's unit of chunks, codec.shard.units) or a shard task (the
+    streaming buffer, one upload part and the index)."""
     block_bytes = _largest(blocks) * itemsize
     index = 16 * plan.layout.nchunks_per_shard
-    # and each encoding thread one unit of chunks (codec.shard.units)
     chunk_bytes = math.prod(plan.layout.chunk_shape) * itemsize
-    peak = max(
+    return max(
         STAGED_FACTOR * block_bytes + min(block_bytes, max(UNIT_BYTES, chunk_bytes)),
         STREAM_BUFFER + PART_BYTES + 3 * index,
     )
-    moved = 0 if source_chunks is None or tuple(source_chunks) == blocks else raw_total
-    return WritePlan(
-        plan,
-        "staged",
-        strategy,
-        blocks,
-        source_chunks,
-        itemsize,
-        limit,
-        limit_from,
-        peak,
-        moved,
-        raw_total,
-    )
+
+
+def _choose(
+    plan: ShardPlan,
+    strategy: Strategy,
+    source_chunks: Chunks | None,
+    aligned: bool,
+    peak_and_limit: tuple[int, int],
+    *,
+    shared: bool,
+    runs_locally: bool,
+) -> tuple[Literal["direct", "staged"], str]:
+    """The strategy that runs, and why (what :attr:`WritePlan.reason` says)."""
+    if plan.layout.ndim == 0 or plan.ntasks == 0:
+        # one trivial task either way: nothing to stage
+        return "direct", "direct: nothing to stage (0-d array or empty region)"
+    if strategy != "auto":
+        return strategy, f"{strategy}: asked for (strategy={strategy!r})"
+    if shared and plan.npartial > 0:
+        return "direct", (
+            "direct: shards shared with other writers are merged and committed conditionally"
+        )
+    peak, limit = peak_and_limit
+    if peak > limit:
+        return "staged", (
+            f"staged: a shard's direct task ({_size(peak)}) exceeds the budget ({_size(limit)})"
+        )
+    if source_chunks is None:
+        return "direct", "direct: numpy source, each shard's block read in place"
+    if aligned:
+        return "direct", "direct: dask chunks are the shard pieces"
+    if runs_locally:
+        return "direct", (
+            f"direct: misaligned, rechunked in memory on local threads (peak {_size(peak)} "
+            f"<= budget {_size(limit)})"
+        )
+    # on a cluster a rechunk sends every block to the worker of its shard; staging sends
+    # only receipts (the pieces go through the store)
+    return "staged", "staged: distributed scheduler, staging moves less"

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from ..compat import default_scheduler_is_local
 from ..core.job import Strategy, WritePlan, make_job
 from ..core.layout import Layout, Region
 from ..core.plan import ShardPlan
@@ -46,6 +47,7 @@ def _jobs(
     """The validated job of every sharded variable write (by ``id`` of the write); ``shared``:
     region and append writes, which other processes may run beside this one."""
     out = {}
+    local = default_scheduler_is_local()
     for w in writes:
         if w.info is None or w.size == 0:
             continue
@@ -57,6 +59,7 @@ def _jobs(
             strategy=strategy,
             memory_limit=memory_limit,
             shared=shared,
+            runs_locally=local,
         )
         try:
             job.validate()
