@@ -12,9 +12,10 @@ from zarr.storage import MemoryStore
 
 from .codec.metadata import default_compressors
 from .core.sizing import default_layout
-from .errors import InvalidTypeError, InvalidValueError, ShardwiseError
+from .errors import ArrayExistsError, InvalidTypeError, InvalidValueError, ShardwiseError
 from .storage.nodes import same_metadata
 from .storage.retry import retry_transient
+from .storage.store import describe
 
 
 def _create_kwargs(
@@ -128,9 +129,14 @@ def _create_in_store(zstore: Any, path: str | None, kwargs: dict[str, Any], prob
         nonlocal tried
         try:
             zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
-        except ContainsArrayError:
+        except ContainsArrayError as e:
             if not (tried and same_metadata(probe, zstore, path)):
-                raise
+                # another writer created it after this call's existence check (both passed
+                # it, the other took the lease first and finished): mode "w-" refused late
+                raise ArrayExistsError(
+                    f"{describe(zstore, path)} was created by another writer while this write "
+                    "started (use mode='w' to replace it, 'a' or 'r+' to write into it)"
+                ) from e
         finally:
             tried = True
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from shardwise.cli import main
 from shardwise.codec.metadata import default_compressors
 from shardwise.durability.lease import Lease
 from shardwise.errors import (
+    ArrayExistsError,
     ArrayNotFoundError,
     InvalidValueError,
     LeaseHeldError,
@@ -415,3 +417,48 @@ def test_cli_usage_without_storage_option_value(
         assert out == ""
         assert err.strip() == f"shardwise {cmd[0]}: --storage-option takes KEY=VALUE, got 'novalue'"
         assert files(root, journal=True) == before
+
+
+class _OtherWriterFirst(zarr.storage.WrapperStore[Any]):
+    """Runs a whole other ``mode="w-"`` write of the same array (another process) just before
+    this writer takes its lease: both passed the existence check, the other finished first (the
+    window the process race of test_faults.py hits by chance)."""
+
+    def __init__(self, store: Any, root: str, fired: list[bool] | None = None) -> None:
+        super().__init__(store)
+        self.root, self.fired = root, [False] if fired is None else fired
+
+    def _with_store(self, store: Any) -> _OtherWriterFirst:
+        return _OtherWriterFirst(store, self.root, self.fired)  # views share the flag
+
+    def _other_first(self, key: str) -> None:
+        if key.endswith(".shardwise/lease") and not self.fired[0]:
+            self.fired[0] = True
+            code = (
+                "import numpy as np, shardwise; shardwise.write_array("
+                f"np.full((8, 8), 7, 'int16'), {self.root!r}, chunks=(4, 4))"
+            )
+            subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+    async def set(self, key: str, value: Any) -> None:
+        self._other_first(key)
+        await self._store.set(key, value)
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        self._other_first(key)
+        await self._store.set_if_not_exists(key, value)
+
+
+def test_a_write_that_finds_the_array_created_after_its_check_is_refused_as_existing(
+    tmp_path: Path,
+) -> None:
+    root = str(tmp_path / "a.zarr")
+    store = _OtherWriterFirst(zarr.storage.LocalStore(root), root)
+    with pytest.raises(ArrayExistsError, match="created by another writer"):
+        shardwise.write_array(np.full((8, 8), 1, "int16"), store, chunks=(4, 4))
+    assert store.fired[0]
+    # the other writer's array is whole, and this writer left no lease behind
+    np.testing.assert_array_equal(shardwise.read_array(root), np.full((8, 8), 7, "int16"))
+    assert not list((tmp_path / "a.zarr" / ".shardwise").glob("lease*"))
+    rep = shardwise.verify(root)
+    assert rep.ok, rep.problems  # the other writer's records and finished marker stayed

@@ -32,8 +32,9 @@ from ..core.layout import Coord
 from ..core.plan import ShardPlan
 from ..engine.report import WriteReport, sum_reports
 from ..engine.write import WriteSettings, build_graph, lazy_call
+from ..errors import ArrayExistsError
 from ..runtime import pool as _pool
-from ..storage.store import ShardStore
+from ..storage.store import ShardStore, describe
 from .journal import Journal
 from .session import PartLease, WriteSession, plan_keys
 
@@ -143,6 +144,8 @@ class Pipeline:
     def start(self) -> None:
         """Per write: clear, marker (adopted on resume), metadata, the shards done before."""
         for w, s in zip(self.writes, self.sessions, strict=True):
+            if w.create is not None and w.clear != "all" and not w.resume:
+                _still_absent(w.store)
             if w.clear != "none":
                 s.clear(everything=w.clear == "all")
             s.start(
@@ -215,6 +218,18 @@ class _Finish:
             report = self.before + report
         report.shards_skipped = sum(s.skipped for _, s in self.sessions)
         return report
+
+
+def _still_absent(store: ShardStore) -> None:
+    """A new array's metadata must still be absent once its lease is held: another writer may
+    have created (and finished) it after this call's existence check. Checked before the
+    journal is cleared and the marker written: that writer's records and finished marker (of
+    the same name) must stay."""
+    if store.size("zarr.json") is not None:
+        raise ArrayExistsError(
+            f"{describe(store.store, store.path)} was created by another writer while this "
+            "write started (use mode='w' to replace it, 'a' or 'r+' to write into it)"
+        )
 
 
 def build_part(write: ArrayWrite, session: WriteSession) -> Any:
