@@ -28,6 +28,7 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -141,16 +142,34 @@ def run(module: Module, names: list[str]) -> None:
     subprocess.run(cmd, cwd=module.work, env=env, check=False)
 
 
-def keep_verdicts(module: Module, before: dict[str, int | None]) -> None:
+def _meta(module: Module) -> dict[str, Any]:
+    meta = module.work / "mutants" / (module.source + ".meta")
+    return json.loads(meta.read_text()) if meta.exists() else {}
+
+
+def _function(mutant: str) -> str:
+    """``pkg.mod.x_name__mutmut_3`` -> ``x_name``, the key of mutmut's hash_by_function_name."""
+    return mutant.rpartition(".")[2].rpartition("__mutmut_")[0]
+
+
+def keep_verdicts(module: Module, before: dict[str, Any]) -> None:
     """Put back the verdicts mutmut dropped when the module's list of test files grew (it resets
     every verdict on any change of the test selection): a mutant a test killed stays killed when
-    tests are added, so only the mutants just run need a new verdict."""
-    meta = module.work / "mutants" / (module.source + ".meta")
-    data = json.loads(meta.read_text())
+    tests are added. Not for a function whose source changed since (``before``'s hashes): its
+    mutants are new, numbered anew, and need a verdict of their own."""
+    data = _meta(module)
     codes = data["exit_code_by_key"]
-    kept = {k: c for k, c in before.items() if codes.get(k, 0) is None and c is not None}
+    old_hash, new_hash = before.get("hash_by_function_name", {}), data["hash_by_function_name"]
+    kept = {
+        k: c
+        for k, c in before.get("exit_code_by_key", {}).items()
+        if c is not None
+        and codes.get(k, 0) is None
+        and old_hash.get(_function(k)) == new_hash.get(_function(k))
+    }
     if kept:
         codes.update(kept)
+        meta = module.work / "mutants" / (module.source + ".meta")
         meta.write_text(json.dumps(data, indent=4))
         print(f"mutate: {module.name}: {len(kept)} verdicts of the tests before kept", flush=True)
 
@@ -225,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 names = sample(module, args.sample)
                 print(f"mutate: {module.name}: a sample of {len(names)} mutants", flush=True)
             if names or not (args.rerun or args.sample):
-                before = results(module)
+                before = _meta(module)
                 run(module, names)
                 if args.rerun:
                     keep_verdicts(module, before)
