@@ -10,6 +10,7 @@ and a later run only tests the mutants without a result yet.
     python mutation/run.py                 # every module, smallest first
     python mutation/run.py core/layout     # one module
     python mutation/run.py --rerun core/layout   # again the survivors (after new tests)
+    python mutation/run.py --sample 0.4 durability/journal  # 40% of the mutants, evenly spread
     python mutation/run.py --report        # the numbers of the runs so far, nothing run
 
 Survivors that are not listed in ``equivalents.md`` (with the reason each cannot be killed) are
@@ -27,6 +28,7 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -104,6 +106,31 @@ def results(module: Module) -> dict[str, int | None]:
     return codes
 
 
+# mutmut 3.8's own first step of `mutmut run` (the mutants and their .meta files, no test run):
+# the mutants' names exist only after it, and a sample is chosen among them
+GENERATE = """
+from mutmut.__main__ import create_mutants
+from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir
+from pathlib import Path
+Path("mutants").mkdir(exist_ok=True)
+copy_src_dir()
+copy_also_copy_files()
+create_mutants(1)
+"""
+
+
+def sample(module: Module, fraction: float) -> list[str]:
+    """An evenly spread ``fraction`` of the module's mutants (in source order) that have no
+    verdict yet; a later ``--sample`` run adds to the verdicts kept, ``--report`` counts them."""
+    prepare(module)
+    subprocess.run(
+        [sys.executable, "-c", GENERATE], cwd=module.work, check=True, stdout=subprocess.DEVNULL
+    )
+    names = list(results(module))
+    picked = [n for i, n in enumerate(names) if int((i + 1) * fraction) > int(i * fraction)]
+    return [n for n in picked if results(module)[n] is None]
+
+
 def run(module: Module, names: list[str]) -> None:
     prepare(module)
     # one child process: the machine is shared; mutmut runs the selected mutants (all when none)
@@ -113,6 +140,38 @@ def run(module: Module, names: list[str]) -> None:
     # mutmut puts mutants/src first on sys.path itself; the project's src stays reachable
     env["PYTHONPATH"] = str(ROOT / "src")
     subprocess.run(cmd, cwd=module.work, env=env, check=False)
+
+
+def _meta(module: Module) -> dict[str, Any]:
+    meta = module.work / "mutants" / (module.source + ".meta")
+    return json.loads(meta.read_text()) if meta.exists() else {}
+
+
+def _function(mutant: str) -> str:
+    """``pkg.mod.x_name__mutmut_3`` -> ``x_name``, the key of mutmut's hash_by_function_name."""
+    return mutant.rpartition(".")[2].rpartition("__mutmut_")[0]
+
+
+def keep_verdicts(module: Module, before: dict[str, Any]) -> None:
+    """Put back the verdicts mutmut dropped when the module's list of test files grew (it resets
+    every verdict on any change of the test selection): a mutant a test killed stays killed when
+    tests are added. Not for a function whose source changed since (``before``'s hashes): its
+    mutants are new, numbered anew, and need a verdict of their own."""
+    data = _meta(module)
+    codes = data["exit_code_by_key"]
+    old_hash, new_hash = before.get("hash_by_function_name", {}), data["hash_by_function_name"]
+    kept = {
+        k: c
+        for k, c in before.get("exit_code_by_key", {}).items()
+        if c is not None
+        and codes.get(k, 0) is None
+        and old_hash.get(_function(k)) == new_hash.get(_function(k))
+    }
+    if kept:
+        codes.update(kept)
+        meta = module.work / "mutants" / (module.source + ".meta")
+        meta.write_text(json.dumps(data, indent=4))
+        print(f"mutate: {module.name}: {len(kept)} verdicts of the tests before kept", flush=True)
 
 
 def equivalents() -> dict[str, str]:
@@ -130,16 +189,18 @@ def report(module: Module, equivalent: dict[str, str]) -> bool:
     if not codes:
         print(f"{module.name}: not run yet")
         return False
+    untested = sum(c is None for c in codes.values())  # outside a --sample so far
     killed = sum(c in KILLED for c in codes.values())
     survived = [k for k, c in codes.items() if c in SURVIVED]
     no_tests = [k for k, c in codes.items() if c in NO_TESTS]
-    other = len(codes) - killed - len(survived) - len(no_tests)
+    other = len(codes) - untested - killed - len(survived) - len(no_tests)
     unkilled = survived + no_tests
     listed = [k for k in unkilled if k in equivalent]
-    total = len(codes)
+    total = len(codes) - untested  # the score is over the mutants tested
     print(
-        f"{module.name}: {total} mutants, {killed} killed, {len(survived)} survived, "
-        f"{len(no_tests)} without a covering test, {other} not run/other; "
+        f"{module.name}: {len(codes)} mutants, {untested} not tested yet; of the {total} tested: "
+        f"{killed} killed, {len(survived)} survived, "
+        f"{len(no_tests)} without a covering test, {other} other; "
         f"score {100 * killed / total:.1f}% "
         f"({100 * killed / max(1, total - len(listed)):.1f}% without the "
         f"{len(listed)} equivalent)"
@@ -156,7 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("module", nargs="*", help=f"default: all, in order ({', '.join(mods)})")
     p.add_argument("--rerun", action="store_true", help="test the survivors again")
     p.add_argument("--report", action="store_true", help="only print the numbers so far")
+    p.add_argument(
+        "--sample",
+        type=float,
+        metavar="FRACTION",
+        help="test only this fraction (0 < FRACTION <= 1) of the mutants without a verdict, "
+        "evenly spread over the module",
+    )
     args = p.parse_args(argv)
+    if args.sample is not None and not 0 < args.sample <= 1:
+        p.error(f"--sample takes a fraction in (0, 1], not {args.sample}")
     unknown = [n for n in args.module if n not in mods]
     if unknown:
         p.error(f"unknown module {unknown[0]!r}; the lane's modules: {', '.join(mods)}")
@@ -170,8 +240,14 @@ def main(argv: list[str] | None = None) -> int:
                 names = sorted(k for k, c in results(module).items() if c in SURVIVED | NO_TESTS)
                 if not names:
                     print(f"mutate: {module.name}: no survivors to test again")
-            if names or not args.rerun:
+            elif args.sample is not None:
+                names = sample(module, args.sample)
+                print(f"mutate: {module.name}: a sample of {len(names)} mutants", flush=True)
+            if names or not (args.rerun or args.sample):
+                before = _meta(module)
                 run(module, names)
+                if args.rerun:
+                    keep_verdicts(module, before)
         ok = report(module, equivalent) and ok
     return 0 if ok else 1
 

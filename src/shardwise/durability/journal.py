@@ -267,7 +267,8 @@ def remove_temp_files(
         names = []
         for d in {k.rpartition("/")[0] for k in keys}:
             try:
-                entries = os.listdir(root / store.key(d) if d else root / store.path)
+                # store.key, not store.path: a path given as "/grp/arr" must stay inside root
+                entries = os.listdir(root / store.key(d))
             except (FileNotFoundError, NotADirectoryError):
                 continue
             names += [f"{d}/{e}" if d else e for e in entries if TEMP.match(e)]
@@ -294,7 +295,9 @@ def clear_array(store: ShardStore, keep: set[str], *, journal_only: bool = False
     """
     root = store.local_root
     if root is not None:
-        top = root / store.path if store.path else root
+        # store.key(""): the array path without its slashes; root / "/grp/arr" would be an
+        # absolute path outside the store (a write with mode="w" would clear that directory)
+        top = root / store.key("")
         if not top.is_dir():
             return
         for entry in top.iterdir():
