@@ -346,3 +346,59 @@ def shard_order(column: np.ndarray, start: int) -> tuple[int, ...] | None:
         if (want == column).all():
             return order
     return None
+
+
+def test_a_whole_shard_write_never_lands_inside_another_writers_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writer A merges rows 0:3 into a shard; writer B covers the whole shard. B is started
+    exactly while A holds the shard's lock between its generation check and its rename (the
+    window the process race above hits by chance). B must wait for that lock and commit after
+    A; a plain put of B's shard would land in the window and A's rename, made from the zeros it
+    read, would then drop B's rows 3:8."""
+    import dask
+
+    from shardwise.storage import conditional as cond
+
+    root = str(tmp_path / "a.zarr")
+    shardwise.write_array(np.zeros(8, "int32"), root, chunks=(2,), shards=(8,))
+    stat, lock = cond._stat_generation, cond.file_lock
+    a_thread: list[threading.Thread] = []
+    b_waits_or_done = threading.Event()
+    b_thread = threading.Thread(target=lambda: write_b(root, b_waits_or_done))
+
+    def hook(name: str, attempt: int) -> None:  # in A's thread, just before its commit
+        if not a_thread:
+            a_thread.append(threading.current_thread())
+
+    def checked(path: Path) -> Any:
+        here = threading.current_thread()
+        if a_thread and here is a_thread[0] and b_thread.ident is None:
+            seen = stat(path)  # A holds the lock: its check is this very call
+            b_thread.start()
+            b_waits_or_done.wait()
+            return seen
+        return stat(path)
+
+    def locking(path: Path) -> Any:
+        if threading.current_thread() is b_thread:
+            b_waits_or_done.set()  # B is at the lock A holds
+        return lock(path)
+
+    monkeypatch.setattr(cond, "before_commit", hook)
+    monkeypatch.setattr(cond, "_stat_generation", checked)
+    monkeypatch.setattr(cond, "file_lock", locking)
+    with dask.config.set(scheduler="synchronous"):
+        shardwise.write_array(np.ones(3, "int32"), root, region=(slice(0, 3),), mode="r+")
+    b_thread.join(60)
+    assert b_thread.ident is not None and not b_thread.is_alive()
+    # B committed after A: its whole shard, nothing of A's stale merge
+    np.testing.assert_array_equal(shardwise.read_array(root), np.full(8, 2, "int32"))
+    assert shardwise.verify(root).ok
+
+
+def write_b(root: str, done: threading.Event) -> None:
+    try:
+        shardwise.write_array(np.full(8, 2, "int32"), root, region=(slice(0, 8),), mode="r+")
+    finally:
+        done.set()

@@ -272,6 +272,7 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
             plan=plan,
             options=write.options,
             journal=journal,
+            shared=write.shared,
         )
         receipts = build_graph(writer, write.source, copy=write.copy_source)
     keep = plan.keep_mask(done)

@@ -24,6 +24,7 @@ from ..core.plan import ShardPlan
 from ..runtime import pool as _pool
 from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
+from ..storage.replace import replace_whole
 from ..storage.store import ShardStore
 from .recorder import ShardRecorder
 from .report import WriteReport
@@ -58,6 +59,8 @@ class ShardWriter:
     options: WriteSettings
     # records each stored shard (and forgets emptied ones) for verify and resume
     journal: ShardRecorder | None = None
+    # other writers may merge into this array's shards meanwhile (region writes, appends)
+    shared: bool = False
 
     @property
     def layout(self) -> Layout:
@@ -66,9 +69,10 @@ class ShardWriter:
     def write_piece(self, shard: Sequence[int], block: np.ndarray) -> WriteReport:
         """Write ``block`` into ``shard``: the whole body of one shard task.
 
-        A shard the write covers whole is encoded and put as it is (nobody else writes it). A
-        shard covered in part may be shared with other writers: it is read, merged and committed
-        only if unchanged since the read (:func:`~shardwise.storage.conditional.read_merge_commit`).
+        A shard the write covers whole is encoded and put as it is (in a shared write, through
+        the conditional commit others merge by: storage/replace.py). A shard covered in part
+        may be shared with other writers: it is read, merged and committed only if unchanged
+        since the read (:func:`~shardwise.storage.conditional.read_merge_commit`).
         """
         lay, codec = self.layout, self.info.codec
         key = lay.shard_key(shard)
@@ -81,13 +85,18 @@ class ShardWriter:
                 codec, block, write_empty_chunks=opts.write_empty_chunks, threads=opts.threads
             )
             stored: Sequence[Any] | None = None if enc is None else _parts(enc)
-            exists = False
-            if stored is not None:
-                self.store.put(key, stored)
-            elif self.store.size(key) is not None:
-                exists = True
-                self.store.delete(key)
-            generation: Any = UNCHECKED
+            if self.shared:  # others may be merging into it: through their check (replace.py)
+                whole = replace_whole(self.store, key, stored, empty=empty_shard(codec))
+                stored, exists, generation = whole.stored, whole.existed, whole.generation
+                rep.conflicts_retried = whole.conflicts
+            else:
+                exists = False
+                if stored is not None:
+                    self.store.put(key, stored)
+                elif self.store.size(key) is not None:
+                    exists = True
+                    self.store.delete(key)
+                generation = UNCHECKED
         else:
             piece = self.plan.piece_in_shard(shard)
 
