@@ -86,7 +86,7 @@ class ShardWriter:
             )
             stored: Sequence[Any] | None = None if enc is None else _parts(enc)
             if self.shared:  # others may be merging into it: through their check (replace.py)
-                whole = replace_whole(self.store, key, stored, empty=empty_shard(codec))
+                whole = replace_whole(self.store, key, stored)
                 stored, exists, generation = whole.stored, whole.existed, whole.generation
                 rep.conflicts_retried = whole.conflicts
             else:

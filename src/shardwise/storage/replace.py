@@ -23,13 +23,15 @@ from .store import ShardStore
 
 
 def replace_whole(
-    store: ShardStore, name: str, parts: Sequence[Any] | None, *, empty: Sequence[Any] | None
+    store: ShardStore, name: str, parts: Sequence[Any] | None
 ) -> cond.Committed[None]:
     """Store ``parts`` as object ``name`` (None: delete it) through the conditional commit of
-    ``store``, whatever it holds now; as a plain put or delete where ``store`` has none.
-    ``empty`` is stored instead of deleting where the store cannot delete conditionally."""
+    ``store``, whatever it holds now; as a plain put or delete where ``store`` has none, and a
+    plain delete where it cannot delete conditionally (object stores without conditional
+    deletes check the other writers' commits on the server: a delete changes the generation
+    they expect, so they merge again)."""
     backend = cond.versions(store) if cond.ENABLED else None
-    if backend is None:
+    if backend is None or (parts is None and not backend.can_delete):
         existed = store.size(name) is not None
         if parts is not None:
             store.put(name, parts)
@@ -38,13 +40,10 @@ def replace_whole(
         return cond.Committed(None, parts, existed, cond.UNCHECKED, 0)
     for attempt in range(cond.TRIES):
         gen = cond._retrying(partial(backend.head, name))
-        now = parts
-        if now is None and not backend.can_delete:
-            now = None if gen is None else empty
-        if now is None and gen is None:
+        if parts is None and gen is None:
             return cond.Committed(None, None, False, None, attempt)
-        new = cond._retrying(partial(backend.commit, name, now, gen))
+        new = cond._retrying(partial(backend.commit, name, parts, gen))
         if new is not cond.CONFLICT:
-            return cond.Committed(None, now, gen is not None, new, attempt)
+            return cond.Committed(None, parts, gen is not None, new, attempt)
         RetryPolicy(backoff=cond.BACKOFF, backoff_max=cond.BACKOFF_MAX, jitter=1.0).pause(attempt)
     raise ShardConflictError(store.key(name), cond.TRIES)
