@@ -390,8 +390,8 @@ def test_a_whole_shard_write_never_lands_inside_another_writers_commit(
     monkeypatch.setattr(cond, "file_lock", locking)
     with dask.config.set(scheduler="synchronous"):
         shardwise.write_array(np.ones(3, "int32"), root, region=(slice(0, 3),), mode="r+")
-    b_thread.join(60)
-    assert b_thread.ident is not None and not b_thread.is_alive()
+    b_thread.join()  # B waited for A's lock, or (old code) finished inside A's window
+    assert b_thread.ident is not None
     # B committed after A: its whole shard, nothing of A's stale merge
     np.testing.assert_array_equal(shardwise.read_array(root), np.full(8, 2, "int32"))
     assert shardwise.verify(root).ok
