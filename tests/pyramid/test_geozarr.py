@@ -53,7 +53,9 @@ def test_geozarr_levels_match_coarsen_and_the_multiscales_validate(tmp_path: Pat
     # the source read once for all four levels of b2
     assert src.calls == {loc: 1 for loc in itertools.product(range(2), range(3), range(3))}
     shards = [-(-ny // (16 * 2**k)) * -(-nx // (16 * 2**k)) for k in range(3)] + [1]
-    assert report.shards_written == 3 * sum(shards)  # b1 once, b2 twice (time) per shard
+    # b1 once, b2 twice (time) per shard; per level y, x and time (the CRS variable holds the
+    # fill value: an all-fill shard, not stored)
+    assert report.shards_written == 3 * sum(shards) + 3 * 4 and report.shards_empty == 4
     document = json.loads((root / "zarr.json").read_text())
     zcm.validate_group_metadata(document)  # raises unless the convention is declared and valid
     attrs = document["attributes"]
@@ -149,7 +151,8 @@ def test_cli_inspect_and_verify_walk_every_level_of_both_layouts(
             assert f"  {name}  " in shown and "shards stored" in shown.split(f"  {name}  ")[1]
         assert main(["verify", str(root), "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
-        assert report["ok"] and report["shards_stored"] == (18 if root == geo else 6)
+        # the GeoZarr levels' small arrays too: y, x and time of each (not the all-fill CRS)
+        assert report["ok"] and report["shards_stored"] == (18 + 9 if root == geo else 6)
     # a damaged shard of a reduced level is found by verifying the pyramid group
     shard = geo / "2" / "b2" / "c" / "1" / "0" / "0"
     shard.write_bytes(b"\0" * len(shard.read_bytes()))

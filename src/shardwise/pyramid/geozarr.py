@@ -3,7 +3,15 @@ groups ``0``, ``1``, ... are the levels, each a Dataset holding the data variabl
 reduced ``y``/``x`` coordinates, the other coordinates and the grid-mapping (CRS) variable
 carried over, and the group's ``multiscales`` attributes as the zarr-conventions multiscales
 convention (which GeoZarr and EOPF GeoZarr use): one ``layout`` entry per level, each derived
-from the one before with its relative ``scale`` and ``translation``.
+from the one before with its relative ``scale`` and ``translation``, composed with the ``proj``
+and ``spatial`` conventions (:mod:`.geo_attrs`: the CRS, and each level's affine transform,
+shape and bbox, on the pyramid group's layout entries and on each level group).
+
+Every array is one ``ArrayWrite`` of the pyramid's pipeline: the data variables' levels and
+each level's small variables (:class:`Small`: the reduced ``y``/``x``, the other coordinates,
+the grid-mapping variable), so that these too are leased, recorded and skipped on resume; the
+level groups' and the pyramid group's ``zarr.json`` are written after all of them
+(:func:`finish`).
 
 >>> from shardwise.core.pyramid import pyramid_levels
 >>> attrs = multiscales_attributes(pyramid_levels((4, 4), (2, 2), 2, centered=True), "mean", {})
@@ -19,26 +27,40 @@ from typing import Any
 
 import numpy as np
 
+from ..codec.metadata import ArrayInfo, default_compressors
 from ..core import args
+from ..core.job import WritePlan, make_job
+from ..core.plan import ShardPlan
 from ..core.pyramid import Level
+from ..core.sizing import default_layout
 from ..errors import InvalidTypeError, InvalidValueError
+from ..storage.nodes import open_info
 from ..storage.store import ShardStore
 from . import options
+from .geo_attrs import (
+    Grid,
+    crs_attributes,
+    level_attributes,
+    level_spatial,
+    pyramid_attributes,
+    regular_grid,
+)
 from .metadata import group_document
 from .options import Image
 from .reduce import reduce_block
-from .target import Target
 
 __all__ = [
     "CONVENTION",
     "Extra",
     "Geo",
+    "Small",
     "finish",
     "geo_factors",
     "geo_inputs",
     "geo_plan",
     "level_extras",
     "multiscales_attributes",
+    "plan_small",
 ]
 
 CONVENTION = {
@@ -55,8 +77,8 @@ _RESAMPLING = {"mean": "average", "nearest": "nearest", "mode": "mode"}
 
 @dataclass(frozen=True)
 class Extra:
-    """A small variable of a level, written whole after the data: a coordinate or the
-    grid-mapping variable."""
+    """A small variable of a level, its values in memory: a coordinate or the grid-mapping
+    variable (written whole, by one task: :class:`Small`)."""
 
     values: np.ndarray
     dims: tuple[str, ...]
@@ -72,6 +94,22 @@ class Geo:
     attrs: dict[str, dict[str, Any]]  # per data variable, for its arrays
     coords: dict[str, Extra]  # y/x and the rest, at level 0
     group_attrs: dict[str, Any]
+    crs: dict[str, str]  # proj:code / proj:wkt2, when the Dataset says its CRS
+    grid: Grid | None  # level 0's regular y/x grid, when they are one
+
+
+@dataclass(frozen=True)
+class Small:
+    """A level's small variable planned as :mod:`.write` plans a level (the same fields), so
+    that it is one more ``ArrayWrite`` of the pyramid's pipeline: one shard task, its metadata
+    created with the others', its shard recorded and skipped on resume."""
+
+    path: str
+    source: np.ndarray
+    create: dict[str, Any]  # the zarr.create_array keywords
+    probe: Any  # the array built in memory from them
+    info: ArrayInfo
+    job: WritePlan
 
 
 def geo_inputs(data: Any, ome_only: Sequence[Any] = ()) -> Geo:
@@ -116,7 +154,8 @@ def geo_inputs(data: Any, ome_only: Sequence[Any] = ()) -> Geo:
     for name in images:
         if others:
             attrs[name]["coordinates"] = " ".join(others)
-    return Geo(images, attrs, coords, _json(dict(data.attrs)))
+    grid = regular_grid(coords["y"].values, coords["x"].values)
+    return Geo(images, attrs, coords, _json(dict(data.attrs)), crs_attributes(data), grid)
 
 
 def geo_factors(value: Any) -> dict[str, int]:
@@ -186,9 +225,11 @@ def geo_plan(
     shards: Any,
     create: dict[str, Any],
     plan_var: Callable[..., list[Any]],
-) -> tuple[list[Any], dict[str, Any], list[dict[str, Extra]]]:
-    """Every level of every data variable of a GeoZarr pyramid (paths ``"k/name"``; as many
-    levels for each as for the first), its group attributes and its levels' small variables."""
+) -> tuple[list[Any], dict[str, Any], list[dict[str, Any]]]:
+    """Every array of a GeoZarr pyramid: every level of every data variable (paths
+    ``"k/name"``; as many levels for each as for the first) and every level's small variables
+    (:class:`Small`), listed level by level; the pyramid group's attributes and each level
+    group's."""
     per_axis = geo_factors(factors)
     plan: list[Any] = []
     count = options.levels(levels)
@@ -208,36 +249,72 @@ def geo_plan(
         count = len(mine)
         plan.extend(mine)
     geometry = [lv.geometry for lv in plan[:count]]
-    extras = level_extras(geo.coords, geometry, str(method))
-    attrs = multiscales_attributes(geometry, str(method), geo.group_attrs)
+    for k, small in enumerate(level_extras(geo.coords, geometry, str(method))):
+        plan.extend(plan_small(f"{k}/{name}", x, create) for name, x in small.items())
     # level by level, so that a level's variables are listed together
     plan.sort(key=lambda lv: int(lv.path.split("/")[0]))
-    return plan, attrs, extras
+    spatial = [
+        level_spatial(geo.grid, _pair(lv.shape), _pair(lv.factors), str(method))
+        for lv in geometry
+        if geo.grid is not None
+    ]
+    attrs = multiscales_attributes(geometry, str(method), geo.group_attrs)
+    places: list[dict[str, Any] | None] = list(spatial) or [None] * len(geometry)
+    groups = [level_attributes(geo.crs, s) for s in places]
+    return plan, pyramid_attributes(attrs, geo.crs, spatial), groups
+
+
+def plan_small(path: str, x: Extra, create: Mapping[str, Any]) -> Small:
+    """A small variable's array (default chunks and shards: one shard but for the largest),
+    built and checked in memory, and its validated job (written whole, from numpy)."""
+    from ..create import create_in_memory
+
+    values = x.values
+    if values.dtype == object:
+        if not all(isinstance(v, str) for v in values.flat):
+            raise InvalidValueError(
+                f"layout='geozarr' stores the variable {path.split('/', 1)[1]!r} of dtype "
+                "object only when it holds Python strings: convert it first"
+            )
+        values = values.astype(np.dtypes.StringDType())
+    dtype: Any = str if values.dtype.kind == "T" else values.dtype
+    shape = tuple(int(n) for n in values.shape)
+    chunks, shards = default_layout(shape, values.dtype.itemsize)
+    comp = create["compressors"]
+    kwargs: dict[str, Any] = dict(
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        shards=shards,
+        zarr_format=3,
+        compressors=default_compressors() if isinstance(comp, str) and comp == "auto" else comp,
+        dimension_names=list(x.dims) if x.dims else None,
+        attributes=x.attrs,
+    )
+    probe = create_in_memory(kwargs)
+    info = open_info(probe.store)
+    region = tuple(slice(0, n) for n in shape)
+    job = make_job(
+        ShardPlan(info.layout, region), None, np.dtype(info.dtype).itemsize, strategy="direct"
+    )
+    job.validate()
+    return Small(path, values, kwargs, probe, info, job)
 
 
 def finish(
-    zstore: Any,
-    group: ShardStore,
-    target: Target,
-    extras: Sequence[Mapping[str, Extra]],
-    attrs: dict[str, Any],
+    group: ShardStore, levels: Sequence[Mapping[str, Any]], attrs: Mapping[str, Any]
 ) -> None:
-    """After every level's data: a GeoZarr pyramid's level groups and small variables, then
-    the pyramid group's ``zarr.json`` (last: a pyramid cut short is not advertised as one)."""
-    import zarr
-
-    for k, small in enumerate(extras):
-        group.put(f"{k}/zarr.json", group_document({}))
-        for name, x in small.items():
-            zarr.create_array(
-                zstore,
-                name=target.key(f"{k}/{name}"),
-                data=x.values,
-                overwrite=True,
-                dimension_names=list(x.dims) if x.dims else None,
-                attributes=x.attrs,
-            )
+    """After every array's data: a GeoZarr pyramid's level groups (``levels``: their
+    attributes; none for OME-Zarr), then the pyramid group's ``zarr.json`` (last: a pyramid
+    cut short is not advertised as one)."""
+    for k, level in enumerate(levels):
+        group.put(f"{k}/zarr.json", group_document(level))
     group.put("zarr.json", group_document(attrs))
+
+
+def _pair(values: Sequence[int]) -> tuple[int, int]:
+    """The (y, x) of a level's shape or factors (the last two axes)."""
+    return int(values[-2]), int(values[-1])
 
 
 def _yx(value: Any, ndim: int) -> Any:

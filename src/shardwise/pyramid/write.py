@@ -237,7 +237,8 @@ def write_pyramid(
         plan_var = functools.partial(
             _plan, strategy=strategy, memory_limit=memory_limit, compute=compute
         )
-        plan, attrs, extras = geozarr.geo_plan(
+        # the levels' small variables are in the plan too; groups: the level groups' attributes
+        plan, attrs, groups = geozarr.geo_plan(
             geo, factors, levels, method, chunks, shards, create, plan_var
         )
     else:
@@ -253,7 +254,7 @@ def write_pyramid(
             units={a: u for a, u in zip(img.axes, given.units, strict=True) if u},
             name=name,
         )
-        extras = []
+        groups = []
     target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], mode, resume)
     # 3. the write: leases, clear, markers and metadata, one graph, the group's metadata
     settings = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
@@ -270,7 +271,7 @@ def write_pyramid(
             compute=compute,
             progress=progress,
             desc="shardwise pyramid",
-            then=lambda: geozarr.finish(zstore, group, target, extras, attrs),
+            then=lambda: geozarr.finish(group, groups, attrs),
         )
 
 
