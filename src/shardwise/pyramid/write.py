@@ -178,7 +178,9 @@ def write_pyramid(
         each block's first for nearest), the other coordinates, the grid-mapping (CRS)
         variable and the attributes carried over; the group carries the zarr-conventions
         ``multiscales`` attributes (``layout`` of levels, each derived from the one before,
-        ``resampling_method``). ``factors`` is then an int or ``{"y": .., "x": ..}``, and
+        ``resampling_method``) and, with every level group, the ``proj`` (the source's CRS)
+        and ``spatial`` (each level's affine transform, shape and bbox, for a regular y/x
+        grid) conventions. ``factors`` is then an int or ``{"y": .., "x": ..}``, and
         ``dims``, ``scale``, ``translation``, ``units`` and ``name`` are not taken (the
         coordinates say it).
 
