@@ -172,6 +172,23 @@ def test_refusals_leave_the_destination_byte_identical(tmp_path: Path) -> None:
     assert snapshot(dst) == before and snapshot(image) == image_before
 
 
+def test_a_pyramid_next_to_its_source_in_the_same_store(tmp_path: Path) -> None:
+    x = np.random.default_rng(6).random((64, 96)).astype("f4")
+    root = tmp_path / "s.zarr"
+    zarr.create_array(root, name="raw", data=x, chunks=(16, 16), dimension_names=("y", "x"))
+    before = snapshot(root)
+    report = shardwise.convert(root, root, path="raw", dst_path="raw_pyramid", pyramid=True)
+    # auto levels: until x (96 -> 48 -> 24 -> 12) fits one inner chunk of 16: 4 levels, each
+    # one shard; the group's and every level's metadata; the source untouched beside them
+    rep = report.arrays[0]
+    assert (rep.objects_before, rep.objects_after) == (1 + 4 * 6, 1 + 4 + 4)
+    assert {k: v for k, v in snapshot(root).items() if k.startswith("raw/")} == {
+        k: v for k, v in before.items() if k.startswith("raw/")
+    }
+    for k, got in enumerate(stored(root, 4, "raw_pyramid")):
+        np.testing.assert_allclose(got, expected_levels(x, 4)[k], rtol=1e-6)
+
+
 class FailingGets(WrapperStore[Store]):
     """Raises on every chunk ``get`` after ``allowed`` of them (metadata reads pass)."""
 

@@ -155,4 +155,5 @@ def _multiscale(zdst: Any, path: str) -> dict[str, Any]:
 def _objects(store: ShardStore) -> int:
     from ..storage.store import JOURNAL
 
-    return sum(1 for n in store.list("") if not n.startswith(JOURNAL))
+    # every level's own journal (``k/.shardwise/...``) is bookkeeping, not the pyramid's
+    return sum(1 for n in store.list("") if JOURNAL not in n.split("/"))

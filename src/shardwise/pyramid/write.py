@@ -75,13 +75,19 @@ def write_pyramid(
     The group at ``path`` holds the levels as arrays ``"0"``, ``"1"``, ... and, written after
     their data, its ``zarr.json`` with the ``ome`` attributes: ``version`` "0.5" and one
     ``multiscales`` entry with the axes (types space, time, channel; units if given) and per
-    level a ``scale`` and a ``translation`` transformation.
+    level a ``scale`` and a ``translation`` transformation. A Dataset of several data
+    variables is one OME-Zarr image per variable, each in the subgroup named after it
+    (levels ``"<var>/0"``, ``"<var>/1"``, ..., the ``ome`` attributes on ``"<var>"``), all in
+    the same graph; the group at ``path`` is then a plain group (OME-Zarr 0.5 defines no
+    metadata for a collection of images: readers open each subgroup as an image).
 
     Parameters
     ----------
     data : numpy.ndarray, dask.array.Array, xarray.DataArray or xarray.Dataset
-        The image, 2-D to 5-D. A DataArray's dims name its axes; a Dataset must hold one data
-        variable (write each variable of a larger one with its own ``path``).
+        The image, 2-D to 5-D. A DataArray's dims name its axes; a Dataset of one data
+        variable is that image, of several one image per variable (each 2-D to 5-D, named
+        by its own dims; its name a group name). The coordinates of a DataArray's (or a
+        variable's) space axes give their scale, translation and units (below).
     store : zarr.abc.store.Store, str or os.PathLike
         A zarr ``Store``, a local path or a URL.
     levels : int or "auto", default "auto"
@@ -112,13 +118,18 @@ def write_pyramid(
     fill_value : scalar, optional
         As in :func:`write_array`, for every level.
     scale : dict, optional
-        Level 0's physical size of one sample per axis (default 1); level k's is scaled by
-        its factor from level 0.
+        Level 0's physical size of one sample per axis; level k's is scaled by its factor
+        from level 0. Default: a space axis with a 1-D numeric coordinate whose values step
+        up uniformly (within 1e-6 of the step) takes that step, every other axis 1 (not
+        uniform, descending or not numbers: 1, as OME-Zarr's scale and translation cannot
+        say them). An axis named here wins over its coordinate.
     translation : dict, optional
-        Level 0's position of its first sample per axis (default 0). Levels reduced by mean or
-        mode move by half a block less half a sample (the centre of their first block).
+        Level 0's position of its first sample per axis (default: a uniform coordinate's
+        first value, as for ``scale``, else 0). Levels reduced by mean or mode move by half a
+        block less half a sample (the centre of their first block).
     units : dict, optional
-        The unit of each axis, as OME-Zarr names them (``{"x": "micrometer"}``).
+        The unit of each axis, as OME-Zarr names them (``{"x": "micrometer"}``; default: a
+        uniform coordinate's ``units`` attribute when it is one of OME-Zarr's space units).
     name : str, optional
         The ``name`` of the multiscales entry.
     mode : {"w-", "w"}, default "w-"
@@ -169,8 +180,8 @@ def write_pyramid(
     ------
     InvalidTypeError, InvalidValueError
         A keyword of the wrong type or outside what it accepts (the message names it and what
-        is accepted), axes that are not an OME-Zarr image's, or ``method="mean"`` of data that
-        is not numbers.
+        is accepted), axes that are not an OME-Zarr image's (a Dataset's: naming the
+        variable), or ``method="mean"`` of data that is not numbers.
     ArrayExistsError
         ``mode="w-"`` and something is at ``path`` (with ``resume=True``: levels with other
         metadata).
