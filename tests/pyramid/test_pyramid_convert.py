@@ -6,6 +6,7 @@ the destination byte-identical; an interrupted conversion resumed."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -190,11 +191,12 @@ def test_a_pyramid_next_to_its_source_in_the_same_store(tmp_path: Path) -> None:
 
 
 class FailingGets(WrapperStore[Store]):
-    """Raises on every chunk ``get`` after ``allowed`` of them (metadata reads pass)."""
+    """Raises on every chunk ``get`` after ``allowed`` of them (metadata reads pass); counts
+    the chunk reads by key."""
 
-    def __init__(self, store: Store, allowed: int, state: dict[str, int] | None = None) -> None:
+    def __init__(self, store: Store, allowed: int, state: dict[str, Any] | None = None) -> None:
         super().__init__(store)
-        self.state = state if state is not None else {"left": allowed}
+        self.state = state if state is not None else {"left": allowed, "reads": Counter()}
 
     def _with_store(self, store: Store) -> FailingGets:
         return FailingGets(store, 0, self.state)
@@ -206,7 +208,19 @@ class FailingGets(WrapperStore[Store]):
             if self.state["left"] <= 0:
                 raise OSError(f"source went away reading {key}")
             self.state["left"] -= 1
+            self.state["reads"][key] += 1
         return await self._store.get(key, prototype, byte_range)
+
+
+def test_the_source_is_read_once_for_every_level(tmp_path: Path) -> None:
+    x = np.random.default_rng(7).random((160, 96)).astype("f4")
+    src = tmp_path / "v2.zarr"
+    v2_image(src, x)
+    counted = FailingGets(LocalStore(src, read_only=True), allowed=10**6)
+    report = shardwise.convert(counted, tmp_path / "out.zarr", shards=(64, 64), pyramid=True)
+    assert "of 4 levels" in report.arrays[0].reason  # auto: y 160 -> 80 -> 40 -> 20 < 32
+    # each of the 5 x 3 source chunks read once, for level 0 and every reduced level
+    assert counted.state["reads"] == {f"{i}.{j}": 1 for i in range(5) for j in range(3)}
 
 
 def test_an_interrupted_pyramid_conversion_resumes(tmp_path: Path) -> None:
