@@ -157,11 +157,27 @@ def cmd_convert(a: argparse.Namespace) -> int:
             fsync=a.fsync,
             threads=a.threads,
             storage_options=a.storage_options,
+            pyramid=_pyramid(a),
         )
     print(json.dumps(report.to_dict(), indent=2, default=str) if a.json else report)
     if a.verify:
         print("OK" if report.ok else "verification FAILED")
     return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _pyramid(a: argparse.Namespace) -> dict[str, Any] | None:
+    """convert's ``--pyramid`` and its options as ``convert(pyramid=...)``; reshard has none."""
+    given = {
+        k: getattr(a, k, None)
+        for k in ("levels", "factors", "method")
+        if getattr(a, k, None) is not None
+    }
+    if not getattr(a, "pyramid", False):
+        if given:
+            named = ", ".join(f"--{k}" for k in given)
+            raise UsageError(f"{named} shape a pyramid: add --pyramid")
+        return None
+    return given
 
 
 def _compressors(a: argparse.Namespace) -> Any:

@@ -98,6 +98,18 @@ def _compressor(text: str) -> str:
     return text
 
 
+def _levels(text: str) -> Any:
+    """``--levels``: ``auto`` or a count of levels, level 0 included (checked as
+    write_pyramid checks ``levels=``)."""
+    from ..pyramid.options import levels
+
+    return _checked("--levels", lambda _, v: v if v == "auto" else levels(v), _auto_or_int)(text)
+
+
+def _auto_or_int(text: str) -> Any:
+    return text if text == "auto" else int(text)
+
+
 def _png(text: str) -> str:
     """A ``--plot`` file: a .png name in a directory that exists."""
     if not text.lower().endswith(".png"):
@@ -268,6 +280,7 @@ def _add_convert_reshard(sub: Any) -> None:
         metavar="SIZE",
         help="target shard size, e.g. 64MiB or 1.5GB (default 64 MiB)",
     )
+    _pyramid_args(q)
     _write_args(q)
     _finish_args(q, "check the result against the source; exit 1 when it differs")
     q.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -279,6 +292,38 @@ def _add_convert_reshard(sub: Any) -> None:
     _write_args(q)
     _finish_args(q, "verify the result afterwards; exit 1 when it differs")
     q.set_defaults(func=commands.cmd_reshard)
+
+
+def _pyramid_args(q: argparse.ArgumentParser) -> None:
+    """convert's pyramid: the keywords of ``convert(pyramid={...})`` under their own names."""
+    q.add_argument(
+        "--pyramid",
+        action="store_true",
+        help="write the array as an OME-Zarr 0.5 pyramid at DST: level 0 the array (group "
+        "member 0), levels 1.. reduced from it in the same graph (the source read once)",
+    )
+    q.add_argument(
+        "--levels",
+        type=_levels,
+        default=None,
+        metavar="N",
+        help="with --pyramid: the number of levels, level 0 included, or auto (the default: "
+        "until the image fits one inner chunk)",
+    )
+    q.add_argument(
+        "--factors",
+        type=_positive("--factors"),
+        default=None,
+        metavar="F",
+        help="with --pyramid: the reduction of each space axis from one level to the next "
+        "(default 2)",
+    )
+    q.add_argument(
+        "--method",
+        choices=["mean", "nearest", "mode"],
+        default=None,
+        help="with --pyramid: mean (default), nearest or mode (labels)",
+    )
 
 
 def _add_batch(sub: Any) -> None:

@@ -31,6 +31,7 @@ from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
 from .overlap import refuse_overlap
 from .plan import XARRAY_DIMS, ArrayPlan, plan_array
+from .pyramid import convert_pyramid, plan_source, pyramid_options, verify_pyramid
 from .report import ArrayReport, ConvertReport
 from .source import source_array
 
@@ -72,6 +73,7 @@ def convert(
     fsync: bool = False,
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    pyramid: bool | Mapping[str, Any] | None = None,
 ) -> ConvertReport:
     """Convert a zarr v2 or v3 array or group into sharded Zarr v3, one dask task per shard.
 
@@ -127,6 +129,19 @@ def convert(
         Caps the threads that encode inner chunks, as in :func:`shardwise.write_array`.
     storage_options : dict, optional
         fsspec options, for stores given as URLs.
+    pyramid : bool or dict, optional
+        Write the source array (``path`` must be an array) as an OME-Zarr 0.5 pyramid at
+        ``dst_path``, through :func:`shardwise.write_pyramid`: ``True`` with its defaults, or a
+        dict of its keywords ``levels``, ``factors``, ``method``, ``dims``, ``scale``,
+        ``translation``, ``units``, ``name``. Level 0 (array ``"0"`` of the group) holds the
+        source's values with the shards, inner chunks and codecs a plain conversion would
+        give it (re-encoded); levels 1.. are reduced from its blocks in the same dask graph,
+        so the source is read once. The axes are the source's dimension names (they must
+        be among ``t``, ``c``, ``z``, ``y``, ``x``; else pass ``dims``), unnamed axes the last
+        of them. ``resume``, ``mode``, ``lease`` and ``verify`` (every level checked, level 0
+        against the source by value) work as for the array itself. The pyramid goes next to
+        nothing else: the source's own group is refused as the destination (it contains the
+        source), so convert it elsewhere, then swap.
 
     Returns
     -------
@@ -145,6 +160,17 @@ def convert(
         Nothing at ``path`` in ``src``.
     PlanError
         A destination that is the source, lies inside it or contains it.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> src, dst = zarr.storage.MemoryStore(), zarr.storage.MemoryStore()
+    >>> a = zarr.create_array(src, shape=(256, 200), chunks=(64, 64), dtype="uint16",
+    ...                       zarr_format=2, attributes={"_ARRAY_DIMENSIONS": ["y", "x"]})
+    >>> a[...] = np.arange(256 * 200, dtype="uint16").reshape(256, 200)
+    >>> report = shardwise.convert(src, dst, shards=(128, 128), pyramid={"levels": 3})
+    >>> [zarr.open_array(dst, path=str(k)).shape for k in range(3)]
+    [(256, 200), (128, 100), (64, 50)]
     """
     import zarr
 
@@ -165,11 +191,22 @@ def convert(
     args.mapping("storage_options", storage_options)
     nbytes = args.optional_byte_size("shard_bytes", shard_bytes)
     spec = check_shards(shards)
+    levels = pyramid_options(pyramid)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     zdst = resolve_store(dst, mode="w", storage_options=storage_options)
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)
+    how = WriteSettings(threads=threads, mode=mode, resume=resume, progress=progress, lease=lease,
+                        break_lease=break_lease, fsync=fsync)  # fmt: skip
+    if levels is not None:
+        one = plan_source(
+            zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
+        )
+        report = _to_pyramid(ConvertReport(src=str(src), dst=str(dst)), one, zsrc, zdst,
+                             dst_path, levels, how, verify)  # fmt: skip
+        report.seconds = time.perf_counter() - started
+        return report
     root, groups, plans = _plan_all(
         zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
     )
@@ -187,15 +224,6 @@ def convert(
         _write_groups(
             zdst, dst_path, [("", root), *groups], replace=exists and mode == "w" and not resume
         )
-    how = WriteSettings(
-        threads=threads,
-        mode=mode,
-        resume=resume,
-        progress=progress,
-        lease=lease,
-        break_lease=break_lease,
-        fsync=fsync,
-    )
     for p in plans:
         report.arrays.append(_convert_array(p, zsrc, zdst, how))
     if isinstance(root, zarr.Group) and _consolidated(root):
@@ -205,6 +233,25 @@ def convert(
 
         verify_conversion(report, plans, zsrc, zdst, threads=threads)
     report.seconds = time.perf_counter() - started
+    return report
+
+
+def _to_pyramid(
+    report: ConvertReport,
+    one: ArrayPlan,
+    zsrc: Any,
+    zdst: Any,
+    dst_path: str,
+    levels: Any,
+    how: WriteSettings,
+    verify: bool,
+) -> ConvertReport:
+    """``convert(pyramid=...)``: the one source array written as a pyramid at ``dst_path``."""
+    convert_pyramid(one, zsrc, zdst, dst_path, levels, report, mode=how.mode, resume=how.resume,
+                    progress=how.progress, lease=how.lease, break_lease=how.break_lease,
+                    fsync=how.fsync, threads=how.threads)  # fmt: skip
+    if verify:
+        verify_pyramid(report, one, zsrc, zdst, how.threads)
     return report
 
 

@@ -35,7 +35,7 @@ def verify_conversion(
         if plan.method == "copy":
             problems += _compare_copied(plan, zsrc, zdst, threads)
         else:
-            problems += _compare_values(plan, zsrc, zdst)
+            problems += compare_values(plan, zsrc, zdst)
         rep.verified = not problems
         report.problems += problems[:MAX_PROBLEMS]
 
@@ -56,7 +56,7 @@ def _compare_copied(plan: ArrayPlan, zsrc: Any, zdst: Any, threads: int | None) 
         return [f"{plan.dst_path or '/'}: {p}" for bad in found for p in bad]
 
 
-def _compare_values(plan: ArrayPlan, zsrc: Any, zdst: Any) -> list[str]:
+def compare_values(plan: ArrayPlan, zsrc: Any, zdst: Any) -> list[str]:
     import dask.array as da
 
     from ..api import open_array

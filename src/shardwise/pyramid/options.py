@@ -47,10 +47,10 @@ def image(data: Any, dims: Sequence[str] | None) -> Image:
     named: tuple[str, ...] | None = None
     if xr is not None and isinstance(data, xr.Dataset):
         names = [str(n) for n in data.data_vars]
-        if len(names) != 1:
+        if len(names) != 1:  # several are one image each (images.py): here none
             raise InvalidValueError(
-                f"write_pyramid writes one image, and the Dataset has {len(names)} data "
-                f"variables {names}: pass one of them (ds[name]), each to its own path="
+                "write_pyramid writes a Dataset's data variables as images, and this one has "
+                f"{len(names)} data variables {names}"
             )
         data = data[names[0]]
     if xr is not None and isinstance(data, xr.DataArray):

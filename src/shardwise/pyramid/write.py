@@ -11,45 +11,22 @@ with the ``ome`` attributes (last: a pyramid cut short is not advertised as one)
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..codec.metadata import ArrayInfo, default_compressors
 from ..core import args
-from ..core.job import STRATEGIES, Strategy, WritePlan, make_job
-from ..core.layout import Layout
-from ..core.plan import ShardPlan
-from ..core.pyramid import Level, auto_levels, level_layout, pyramid_levels
-from ..core.sizing import default_layout
+from ..core.job import STRATEGIES, Strategy
 from ..durability.pipeline import ArrayWrite, Pipeline
 from ..engine.report import WriteReport
-from ..engine.write import WriteSettings, as_dask
-from ..errors import PlanError
-from ..storage.nodes import open_info
+from ..engine.write import WriteSettings
 from ..storage.store import ShardStore, resolve_store
-from . import geozarr, options
-from .levels import level_arrays
-from .metadata import ome_attributes
+from . import geozarr, images, options
+from .plan import LevelPlan, plan_image
 from .target import Target, check_target, clear_group, create_level
 
 __all__ = ["write_pyramid"]
-
-
-@dataclass(frozen=True)
-class _Level:
-    """One level to write: its geometry, source, metadata and validated job."""
-
-    path: str
-    geometry: Level
-    source: Any
-    create: dict[str, Any]  # the zarr.create_array keywords
-    probe: Any  # the array built in memory from them
-    info: ArrayInfo
-    job: WritePlan
 
 
 def write_pyramid(
@@ -98,13 +75,19 @@ def write_pyramid(
     The group at ``path`` holds the levels as arrays ``"0"``, ``"1"``, ... and, written after
     their data, its ``zarr.json`` with the ``ome`` attributes: ``version`` "0.5" and one
     ``multiscales`` entry with the axes (types space, time, channel; units if given) and per
-    level a ``scale`` and a ``translation`` transformation.
+    level a ``scale`` and a ``translation`` transformation. A Dataset of several data
+    variables is one OME-Zarr image per variable, each in the subgroup named after it
+    (levels ``"<var>/0"``, ``"<var>/1"``, ..., the ``ome`` attributes on ``"<var>"``), all in
+    the same graph; the group at ``path`` is then a plain group (OME-Zarr 0.5 defines no
+    metadata for a collection of images: readers open each subgroup as an image).
 
     Parameters
     ----------
     data : numpy.ndarray, dask.array.Array, xarray.DataArray or xarray.Dataset
-        The image, 2-D to 5-D. A DataArray's dims name its axes; a Dataset must hold one data
-        variable (write each variable of a larger one with its own ``path``).
+        The image, 2-D to 5-D. A DataArray's dims name its axes; a Dataset of one data
+        variable is that image, of several one image per variable (each 2-D to 5-D, named
+        by its own dims; its name a group name). The coordinates of a DataArray's (or a
+        variable's) space axes give their scale, translation and units (below).
     store : zarr.abc.store.Store, str or os.PathLike
         A zarr ``Store``, a local path or a URL.
     levels : int or "auto", default "auto"
@@ -135,13 +118,18 @@ def write_pyramid(
     fill_value : scalar, optional
         As in :func:`write_array`, for every level.
     scale : dict, optional
-        Level 0's physical size of one sample per axis (default 1); level k's is scaled by
-        its factor from level 0.
+        Level 0's physical size of one sample per axis; level k's is scaled by its factor
+        from level 0. Default: a space axis with a 1-D numeric coordinate whose values step
+        up uniformly (within 1e-6 of the step) takes that step, every other axis 1 (not
+        uniform, descending or not numbers: 1, as OME-Zarr's scale and translation cannot
+        say them). An axis named here wins over its coordinate.
     translation : dict, optional
-        Level 0's position of its first sample per axis (default 0). Levels reduced by mean or
-        mode move by half a block less half a sample (the centre of their first block).
+        Level 0's position of its first sample per axis (default: a uniform coordinate's
+        first value, as for ``scale``, else 0). Levels reduced by mean or mode move by half a
+        block less half a sample (the centre of their first block).
     units : dict, optional
-        The unit of each axis, as OME-Zarr names them (``{"x": "micrometer"}``).
+        The unit of each axis, as OME-Zarr names them (``{"x": "micrometer"}``; default: a
+        uniform coordinate's ``units`` attribute when it is one of OME-Zarr's space units).
     name : str, optional
         The ``name`` of the multiscales entry.
     mode : {"w-", "w"}, default "w-"
@@ -194,8 +182,8 @@ def write_pyramid(
     ------
     InvalidTypeError, InvalidValueError
         A keyword of the wrong type or outside what it accepts (the message names it and what
-        is accepted), axes that are not an OME-Zarr image's, or ``method="mean"`` of data that
-        is not numbers.
+        is accepted), axes that are not an OME-Zarr image's (a Dataset's: naming the
+        variable), or ``method="mean"`` of data that is not numbers.
     ArrayExistsError
         ``mode="w-"`` and something is at ``path`` (with ``resume=True``: levels with other
         metadata).
@@ -237,26 +225,24 @@ def write_pyramid(
         geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))
         zstore = resolve_store(store, mode="w", storage_options=storage_options)
         plan_var = functools.partial(
-            _plan, strategy=strategy, memory_limit=memory_limit, compute=compute
+            plan_image, strategy=strategy, memory_limit=memory_limit, compute=compute
         )
         # the levels' small variables are in the plan too; groups: the level groups' attributes
         plan, attrs, groups = geozarr.geo_plan(
             geo, factors, levels, method, chunks, shards, create, plan_var
         )
+        subgroups: dict[str, dict[str, Any]] = {}
     else:
-        img = options.image(data, dims)
-        given = _given(img, factors, levels, method, scale, translation, units, chunks, shards)
+        found = images.sources(data, dims, scale, translation, units)
+        given = [_given(src, factors, levels, method, chunks, shards) for src in found]
         # 2. every level planned and checked, the store read but not written
         zstore = resolve_store(store, mode="w", storage_options=storage_options)
-        plan = _plan(img, given, create, strategy, memory_limit, compute)
-        attrs = ome_attributes(
-            img.axes,
-            [lv.geometry for lv in plan],
-            given.method,
-            units={a: u for a, u in zip(img.axes, given.units, strict=True) if u},
-            name=name,
-        )
-        groups = []
+        plan_one = functools.partial(
+            plan_image, create=create, strategy=strategy, memory_limit=memory_limit,
+            compute=compute,
+        )  # fmt: skip
+        plan, attrs, subgroups = images.ome_plan(found, given, plan_one, name)
+        groups = []  # no GeoZarr level groups
     target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], mode, resume)
     # 3. the write: leases, clear, markers and metadata, one graph, the group's metadata
     settings = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
@@ -273,22 +259,27 @@ def write_pyramid(
             compute=compute,
             progress=progress,
             desc="shardwise pyramid",
-            then=lambda: geozarr.finish(group, groups, attrs),
+            then=lambda: _finish(group, groups, attrs, subgroups),
         )
 
 
+def _finish(
+    group: ShardStore,
+    groups: Any,
+    attrs: dict[str, Any],
+    subgroups: dict[str, dict[str, Any]],
+) -> None:
+    """After the data: the images' subgroups (OME) or the level groups (GeoZarr), then the
+    pyramid group's ``zarr.json``."""
+    images.finish_images(group, subgroups)
+    geozarr.finish(group, groups, attrs)
+
+
 def _given(
-    img: options.Image,
-    factors: Any,
-    levels: Any,
-    method: Any,
-    scale: Any,
-    translation: Any,
-    units: Any,
-    chunks: Any,
-    shards: Any,
+    src: images.Source, factors: Any, levels: Any, method: Any, chunks: Any, shards: Any
 ) -> options.Shape:
-    """The pyramid keywords checked against the image's axes."""
+    """The pyramid keywords checked against one image's axes."""
+    img, scale, translation, units = src.image, src.scale, src.translation, src.units
     axes = img.axes
     return options.Shape(
         factors=options.factors(factors, axes),
@@ -302,109 +293,9 @@ def _given(
     )
 
 
-def _plan(
-    img: options.Image,
-    given: options.Shape,
-    create: dict[str, Any],
-    strategy: Strategy,
-    memory_limit: int | None,
-    compute: bool,
-    var: str | None = None,
-) -> list[_Level]:
-    """Every level: geometry, layout and metadata (built and checked in memory), dask source
-    and validated job; a GeoZarr variable's level ``k`` is at ``k/var``."""
-    from ..api import create_in_memory, refuse_unknown_chunks
-
-    create = {**create, "dimension_names": img.axes}
-
-    data = img.data
-    refuse_unknown_chunks(data)
-    shape = tuple(int(n) for n in data.shape)
-    dtype = np.dtype(data.dtype)
-    c0, s0 = default_layout(shape, dtype.itemsize, given.chunks, given.shards)
-    kwargs0 = _create_kwargs(shape, dtype, c0, s0, create)
-    # what zarr refuses (codecs, fill values, layouts) is refused here, naming the keyword
-    probe0 = create_in_memory(kwargs0)
-    c0, s0 = tuple(probe0.chunks), tuple(probe0.shards)
-    geometry = pyramid_levels(
-        shape,
-        given.factors,
-        given.levels or auto_levels(shape, given.factors, c0),
-        centered=given.method != "nearest",
-        scale=given.scale,
-        translation=given.translation,
-    )
-    source = data if _is_dask(data) else as_dask(data, s0, copy=not compute)
-    arrays = level_arrays(source, geometry, given.method)
-    out = []
-    for k, (lv, arr) in enumerate(zip(geometry, arrays, strict=True)):
-        ck, sk = level_layout(lv.shape, c0, s0)
-        kwargs = kwargs0 if k == 0 else _create_kwargs(lv.shape, dtype, ck, sk, create)
-        probe = probe0 if k == 0 else create_in_memory(kwargs)
-        info = open_info(probe.store)
-        job = _job(k, info.layout, arr, dtype, strategy, memory_limit)
-        out.append(_Level(f"{k}/{var}" if var else str(k), lv, arr, kwargs, probe, info, job))
-    return out
-
-
-def _job(
-    k: int,
-    layout: Layout,
-    arr: Any,
-    dtype: np.dtype[Any],
-    strategy: Strategy,
-    memory_limit: int | None,
-) -> WritePlan:
-    """Level ``k``'s validated job (refusals name the level). Level 0 by write_array's rule;
-    a reduced level's blocks are this graph's own cut, never the shard pieces, so "auto"
-    writes it direct wherever a shard's task fits half the budget (no staging round trip
-    through the store) and staged where it does not."""
-    plan = ShardPlan(layout, tuple(slice(0, n) for n in layout.shape))
-    chunks = tuple(tuple(int(c) for c in cs) for cs in arr.chunks)
-    try:
-        job = make_job(plan, chunks, dtype.itemsize, strategy=strategy, memory_limit=memory_limit)
-        if k and strategy == "auto" and job.strategy == "staged":
-            direct = make_job(
-                plan, chunks, dtype.itemsize, strategy="direct", memory_limit=memory_limit
-            )
-            # half: a worker's budget (its memory_limit / threads) also holds the worker itself
-            # and the blocks it keeps for other tasks; a direct task near the whole budget
-            # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
-            job = direct if 2 * direct.peak_per_task <= direct.memory_limit else job
-        job.validate()
-    except PlanError as e:
-        raise PlanError(f"level {k}: {e}") from None
-    return job
-
-
-def _create_kwargs(
-    shape: tuple[int, ...],
-    dtype: np.dtype[Any],
-    chunks: tuple[int, ...],
-    shards: tuple[int, ...],
-    create: dict[str, Any],
-) -> dict[str, Any]:
-    """The ``zarr.create_array`` keywords of one level."""
-    comp = create["compressors"]
-    out: dict[str, Any] = dict(
-        shape=shape,
-        dtype=dtype,
-        chunks=chunks,
-        shards=shards,
-        zarr_format=3,
-        compressors=default_compressors() if isinstance(comp, str) and comp == "auto" else comp,
-        dimension_names=list(create["dimension_names"]),
-    )
-    if create["fill_value"] is not None:
-        out["fill_value"] = create["fill_value"]
-    if create.get("attributes"):
-        out["attributes"] = create["attributes"]
-    return out
-
-
 def _write(
     zstore: Any,
-    lv: _Level,
+    lv: LevelPlan,
     target: Target,
     mode: str,
     resume: bool,
@@ -432,8 +323,3 @@ def _write(
         copy_source=not compute,
         prefix=lv.path,
     )
-
-
-def _is_dask(data: Any) -> bool:
-    da = sys.modules.get("dask.array")
-    return da is not None and isinstance(data, da.Array)

@@ -1,0 +1,146 @@
+"""Every level of one pyramid image planned before anything is written: its geometry, layout and
+metadata (built and checked in memory by zarr-python), its dask array in the one graph and its
+validated job; write.py hands each level to the pipeline as one ``ArrayWrite``."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..codec.metadata import ArrayInfo, default_compressors
+from ..core.job import Strategy, WritePlan, make_job
+from ..core.layout import Layout
+from ..core.plan import ShardPlan
+from ..core.pyramid import Level, auto_levels, level_layout, pyramid_levels
+from ..core.sizing import default_layout
+from ..engine.write import as_dask
+from ..errors import PlanError
+from ..storage.nodes import open_info
+from . import options
+from .levels import level_arrays
+
+__all__ = ["LevelPlan", "plan_image"]
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """One level to write: its geometry, source, metadata and validated job."""
+
+    path: str
+    geometry: Level
+    source: Any
+    create: dict[str, Any]  # the zarr.create_array keywords
+    probe: Any  # the array built in memory from them
+    info: ArrayInfo
+    job: WritePlan
+
+
+def plan_image(
+    img: options.Image,
+    given: options.Shape,
+    create: dict[str, Any],
+    strategy: Strategy,
+    memory_limit: int | None,
+    compute: bool,
+    var: str | None = None,
+    group: str | None = None,
+) -> list[LevelPlan]:
+    """Every level: geometry, layout and metadata (built and checked in memory), dask source
+    and validated job. Level ``k`` is at ``k``; a GeoZarr variable's at ``k/var``; an OME image
+    of a Dataset's several variables at ``group/k``."""
+    from ..api import create_in_memory, refuse_unknown_chunks
+
+    create = {**create, "dimension_names": img.axes}
+
+    data = img.data
+    refuse_unknown_chunks(data)
+    shape = tuple(int(n) for n in data.shape)
+    dtype = np.dtype(data.dtype)
+    c0, s0 = default_layout(shape, dtype.itemsize, given.chunks, given.shards)
+    kwargs0 = _create_kwargs(shape, dtype, c0, s0, create)
+    # what zarr refuses (codecs, fill values, layouts) is refused here, naming the keyword
+    probe0 = create_in_memory(kwargs0)
+    c0, s0 = tuple(probe0.chunks), tuple(probe0.shards)
+    geometry = pyramid_levels(
+        shape,
+        given.factors,
+        given.levels or auto_levels(shape, given.factors, c0),
+        centered=given.method != "nearest",
+        scale=given.scale,
+        translation=given.translation,
+    )
+    source = data if _is_dask(data) else as_dask(data, s0, copy=not compute)
+    arrays = level_arrays(source, geometry, given.method)
+    out = []
+    for k, (lv, arr) in enumerate(zip(geometry, arrays, strict=True)):
+        ck, sk = level_layout(lv.shape, c0, s0)
+        kwargs = kwargs0 if k == 0 else _create_kwargs(lv.shape, dtype, ck, sk, create)
+        probe = probe0 if k == 0 else create_in_memory(kwargs)
+        info = open_info(probe.store)
+        job = _job(k, info.layout, arr, dtype, strategy, memory_limit)
+        where = f"{k}/{var}" if var else (f"{group}/{k}" if group else str(k))
+        out.append(LevelPlan(where, lv, arr, kwargs, probe, info, job))
+    return out
+
+
+def _job(
+    k: int,
+    layout: Layout,
+    arr: Any,
+    dtype: np.dtype[Any],
+    strategy: Strategy,
+    memory_limit: int | None,
+) -> WritePlan:
+    """Level ``k``'s validated job (refusals name the level). Level 0 by write_array's rule;
+    a reduced level's blocks are this graph's own cut, never the shard pieces, so "auto"
+    writes it direct wherever a shard's task fits half the budget (no staging round trip
+    through the store) and staged where it does not."""
+    plan = ShardPlan(layout, tuple(slice(0, n) for n in layout.shape))
+    chunks = tuple(tuple(int(c) for c in cs) for cs in arr.chunks)
+    try:
+        job = make_job(plan, chunks, dtype.itemsize, strategy=strategy, memory_limit=memory_limit)
+        if k and strategy == "auto" and job.strategy == "staged":
+            direct = make_job(
+                plan, chunks, dtype.itemsize, strategy="direct", memory_limit=memory_limit
+            )
+            # half: a worker's budget (its memory_limit / threads) also holds the worker itself
+            # and the blocks it keeps for other tasks; a direct task near the whole budget
+            # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
+            job = direct if 2 * direct.peak_per_task <= direct.memory_limit else job
+        job.validate()
+    except PlanError as e:
+        raise PlanError(f"level {k}: {e}") from None
+    return job
+
+
+def _create_kwargs(
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    chunks: tuple[int, ...],
+    shards: tuple[int, ...],
+    create: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``zarr.create_array`` keywords of one level."""
+    comp = create["compressors"]
+    out: dict[str, Any] = dict(
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        shards=shards,
+        zarr_format=3,
+        compressors=default_compressors() if isinstance(comp, str) and comp == "auto" else comp,
+        dimension_names=list(create["dimension_names"]),
+    )
+    if create["fill_value"] is not None:
+        out["fill_value"] = create["fill_value"]
+    if create.get("attributes"):
+        out["attributes"] = create["attributes"]
+    return out
+
+
+def _is_dask(data: Any) -> bool:
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(data, da.Array)
