@@ -78,6 +78,8 @@ def pytest_runtest_makereport(
         return report
     reached = item.config.stash.setdefault(_REACHED, Counter())
     reached["items"] += 1
+    reached["items writing"] += calls["to_zarr"] > 0
+    reached["items reading"] += calls["open_dataset"] + calls["open_groups_as_dict"] > 0
     reached.update(calls)
     return report
 
@@ -90,4 +92,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"({reached['to_zarr']} calls of shardwise.to_zarr, "
             f"{reached['open_dataset'] + reached['open_groups_as_dict']} opens "
             "with the shardwise engine)"
+        )
+        terminalreporter.write_line(
+            f"  of which {reached['items writing']} wrote with shardwise.to_zarr and "
+            f"{reached['items reading']} read with the shardwise engine"
         )

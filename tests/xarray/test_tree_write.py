@@ -84,7 +84,8 @@ def shard_count(path: Any) -> int:
 def test_a_tree_reads_back_identical_with_both_engines(tmp_path: Path) -> None:
     """Every group (the empty one too) gets its zarr.json with its attributes; coordinates are
     written once at the root and read back inherited; shards= by name reaches every group and
-    encoding per group and variable sets v's own shards; no consolidated metadata unless asked;
+    encoding per group and variable sets v's own shards; consolidated metadata of every group
+    by default (as DataTree.to_zarr: xr.open_datatree opens it without a warning);
     zarr-python reads every array with the tree's values."""
     path = tmp_path / "t.zarr"
     tree = sample_tree()
@@ -95,7 +96,9 @@ def test_a_tree_reads_back_identical_with_both_engines(tmp_path: Path) -> None:
         assert (path / g.strip("/") / "zarr.json").is_file(), g
     assert zarr.open_group(path / "empty", mode="r").attrs["note"] == "empty"
     assert not (path / "a" / "time").exists()  # inherited, not written again
-    assert "consolidated_metadata" not in zarr.open_group(path, mode="r").metadata.to_dict()
+    meta = zarr.open_group(path, mode="r").metadata.to_dict()["consolidated_metadata"]
+    assert {"a", "a/b", "a/u", "c/s", "empty"} <= set(meta["metadata"])
+    xr.testing.assert_identical(xr.open_datatree(path, engine="zarr").load(), tree.load())
     arrays = zarr_arrays(path)
     assert arrays["a/u"].shards == (SHARD_T, NY, NX) and arrays["a/v"].shards == (8,)
     assert arrays["c/s"].shards is None  # 0-d: not sharded
@@ -127,6 +130,11 @@ def test_consolidated_true_consolidates_the_whole_tree(tmp_path: Path) -> None:
     meta = zarr.open_group(path, mode="r").metadata.to_dict()["consolidated_metadata"]
     assert {"a", "a/b", "a/u", "c/s", "empty"} <= set(meta["metadata"])
     xr.testing.assert_identical(xr.open_datatree(path, engine="zarr").load(), tree.load())
+    shardwise.to_zarr(tree, tmp_path / "n.zarr", consolidated=False, shards={"time": SHARD_T})
+    assert (
+        "consolidated_metadata"
+        not in zarr.open_group(tmp_path / "n.zarr", mode="r").metadata.to_dict()
+    )
 
 
 class Computes(Callback):

@@ -20,7 +20,7 @@ from ..durability.pipeline import ArrayWrite, Part, Pipeline
 from ..durability.session import WriteSession
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
-from ..errors import PlanError
+from ..errors import InvalidValueError, PlanError
 from ..storage.conditional import versions
 from ..storage.overlay import Overlay
 from ..storage.store import ShardStore
@@ -171,6 +171,19 @@ def _refuse_foreign_leases(zstore: Store, overlay: Overlay, keep: list[str]) -> 
         )
 
 
+def _lease_wanted(lease: bool | None, compute: bool, zstore: Store) -> bool:
+    """Whether the write holds leases: by default when it computes now, on a store that can
+    delete (a lease is removed when the write ends: a zarr ``ZipStore``, which only appends, is
+    written without, as xarray writes it); ``lease=True`` on such a store is refused."""
+    deletes = bool(getattr(zstore, "supports_deletes", True))
+    if lease and not deletes:
+        raise InvalidValueError(
+            f"lease=True needs a store that can delete (a lease is removed when the write "
+            f"ends), and {type(zstore).__name__} cannot: pass lease=None or lease=False"
+        )
+    return compute and deletes if lease is None else bool(lease)
+
+
 def _is_lease(key: str) -> bool:
     """An array's exclusive, batch part or shared lease object (under any array path)."""
     from ..durability.lease import LEASE, SHARED
@@ -196,6 +209,11 @@ def _parts(
             continue
         source: Any = w.source if w.lazy else np.asarray(w.source)
         if not w.lazy or not w.chunks:
+            if w.lazy:
+                # its one block by the source graph's own keys: delayed(...) of the dask array
+                # would optimize (fuse) a copy of that graph per variable, and a source shared
+                # by several variables (one derived from another) would be computed once each
+                source = source.to_delayed(optimize_graph=False).item()
             part = delayed(_write_plain, pure=False)(zstore, w.path, w.meta, w.region, source)
             parts.append((w.path, part))
             continue

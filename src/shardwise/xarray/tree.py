@@ -6,7 +6,8 @@ mode "a" (after a "w" or "w-" of the root, which clears or refuses the whole tre
 variable writes are recorded by one capture, so the checked call is one ``_XarrayWrite`` like a
 Dataset's: ``to_zarr`` then runs its one pipeline over the variables of every group (one graph,
 one task per shard across all groups), and the overlay's metadata (every group's ``zarr.json``,
-consolidated only when asked) is committed once, after the data.
+consolidated unless ``consolidated=False``, as ``DataTree.to_zarr``) is committed once, after the
+data.
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ def check_tree(
             region=node_region,
             encoding=enc,
         )
-    if consolidated:
-        _consolidate(overlay, group)
+    if consolidated is not False:  # None too: DataTree.to_zarr consolidates by default
+        _consolidate(overlay, group, asked=consolidated is True)
     writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
     jobs = _jobs(writes, strategy, memory_limit, shared=shared)
@@ -135,14 +136,21 @@ def _group_encodings(
     per-variable encoding of each node; a group or a variable the tree does not have is
     refused, naming what it has."""
     groups = {"/" + p if p else "/": p for p in nodes}
+    given = dict(encoding or {})
+    paths = {
+        key: groups.get("/" + key.strip("/")) if isinstance(key, str) else None for key in given
+    }
+    unknown_groups = [key for key, path in paths.items() if path is None]
+    if unknown_groups:
+        # xarray's own wording too, which callers' code and tests match on
+        raise InvalidValueError(
+            f"encoding names group {unknown_groups[0]!r}, which the tree does not have: a "
+            f"DataTree's encoding is keyed by group path (groups: {sorted(groups)}); "
+            f"unexpected encoding group name(s) provided: {set(unknown_groups)}"
+        )
     out: dict[str, dict[Hashable, dict[str, Any]]] = {}
-    for key, value in (encoding or {}).items():
-        path = groups.get("/" + str(key).strip("/")) if isinstance(key, str) else None
-        if path is None:
-            raise InvalidValueError(
-                f"encoding names group {key!r}, which the tree does not have: a DataTree's "
-                f"encoding is keyed by group path (groups: {sorted(groups)})"
-            )
+    for key, value in given.items():
+        path = paths[key] or ""
         if not isinstance(value, Mapping):
             raise InvalidTypeError(
                 f"encoding[{key!r}] must be a dict of variable name -> encoding, got {value!r}"
@@ -202,11 +210,21 @@ def _join(group: str | None, path: str) -> str:
     return "/".join(p for p in ((group or "").strip("/"), path) if p)
 
 
-def _consolidate(overlay: Overlay, group: str | None) -> None:
-    """Consolidated metadata of the whole tree, in the overlay (committed with the rest)."""
+def _consolidate(overlay: Overlay, group: str | None, *, asked: bool) -> None:
+    """Consolidated metadata of the whole tree, in the overlay (committed with the rest), so
+    that ``xr.open_datatree(p)`` opens it without a warning, as after ``DataTree.to_zarr``."""
+    import warnings
+
     import zarr
 
-    zarr.consolidate_metadata(overlay, path=(group or "").strip("/") or None)
+    with warnings.catch_warnings():
+        if not asked:
+            # as for a Dataset (capture.py): zarr's warning that Zarr v3 does not specify
+            # consolidated metadata is for callers who ask for it with consolidated=True
+            warnings.filterwarnings(
+                "ignore", "Consolidated metadata is currently not part", UserWarning
+            )
+        zarr.consolidate_metadata(overlay, path=(group or "").strip("/") or None)
 
 
 def _resumed_tree_mode(

@@ -37,6 +37,7 @@ from .parts import (
     _array_writes,
     _interrupted,
     _jobs,
+    _lease_wanted,
     _parts,
     _refuse_foreign_leases,
     _resumed_mode,
@@ -188,9 +189,10 @@ def to_zarr(
         recorded are skipped (with ``mode="w"`` the variables being resumed are not deleted
         first).
     lease : bool, optional
-        Hold each variable's lease (default: on when ``compute=True``): exclusive in modes "w",
-        "w-" and "a" without ``append_dim``, shared for region and append writes, which run
-        side by side; another writer is refused with
+        Hold each variable's lease (default: on when ``compute=True`` and the store can
+        delete; a zarr ``ZipStore`` cannot, is written without, and refuses ``True``):
+        exclusive in modes "w", "w-" and "a" without ``append_dim``, shared for region and
+        append writes, which run side by side; another writer is refused with
         :class:`~shardwise.errors.LeaseHeldError` before anything is written.
     break_lease : bool, default False
         Take over the lease of a writer known to be gone.
@@ -257,6 +259,7 @@ def to_zarr(
     )
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
+    leased = _lease_wanted(lease, compute, xw.zstore)
     xw, held = reserve(xw, append_dim, strategy, memory_limit)
     try:
         # 3. leases (a refusal removes those taken)
@@ -264,7 +267,7 @@ def to_zarr(
         arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
         with Pipeline(
             list(arrays.values()),
-            lease=compute if lease is None else lease,
+            lease=leased,
             break_lease=break_lease,
         ) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
