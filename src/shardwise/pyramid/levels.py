@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import compat
 from ..core.pyramid import Level, aligned_chunks, reduced_chunks
 from .reduce import reduce_block
 
@@ -28,7 +29,7 @@ def level_arrays(source: Any, levels: Sequence[Level], method: str) -> list[Any]
         # dask blocks (a boundary moved costs a slice of its neighbours, not a second read)
         chunks = tuple(aligned_chunks(c, f) for c, f in zip(x.chunks, step, strict=True))
         if chunks != x.chunks:
-            x = x.rechunk(chunks)
+            x = compat.rechunk(x, chunks)
         y = x.map_blocks(
             reduce_block,
             step,
