@@ -199,19 +199,6 @@ def default_scheduler_is_local() -> bool:
     return get is None or get in (dask.threaded.get, dask.local.get_sync)
 
 
-def rechunk(x: Any, chunks: Any) -> Any:
-    """``x.rechunk(chunks)``, by dask's own choice of method but without importing distributed
-    for it: dask picks "tasks" or "p2p" by asking distributed for a client, importing it when
-    nothing had (0.4-1.2 s, once per process: a pyramid's level 1 paid it, level 0 alone did
-    not). With distributed not imported no client can exist, and dask's choice is "tasks"."""
-    import dask
-
-    method = None
-    if "distributed" not in sys.modules and not dask.config.get("array.rechunk.method", None):
-        method = "tasks"
-    return x.rechunk(chunks, method=method)
-
-
 def dask_task_spec() -> Any:
     """dask's graph node classes (``dask._task_spec``: ``Task``, ``TaskRef``, ``List``,
     ``DataNode``), private, which a graph optimization must build and read; None on a dask

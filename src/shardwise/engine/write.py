@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .. import compat
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
@@ -179,7 +178,7 @@ def as_dask(source: Any, chunks: Any, *, copy: bool) -> Any:
     import dask.array as da
 
     if isinstance(source, da.Array):
-        return source if source.chunks == chunks else compat.rechunk(source, chunks)
+        return source if source.chunks == chunks else source.rechunk(chunks)
     name = f"shardwise-source-{uuid.uuid4().hex}"
     if copy:
         return da.from_array(source, chunks=chunks, asarray=True, name=name)

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import compat
 from ..core.pyramid import Level, aligned_chunks, reduced_chunks
 from .reduce import reduce_block
 
@@ -29,7 +28,7 @@ def level_arrays(source: Any, levels: Sequence[Level], method: str) -> list[Any]
         # dask blocks (a boundary moved costs a slice of its neighbours, not a second read)
         chunks = tuple(aligned_chunks(c, f) for c, f in zip(x.chunks, step, strict=True))
         if chunks != x.chunks:
-            x = compat.rechunk(x, chunks)
+            x = x.rechunk(chunks)
         y = x.map_blocks(
             reduce_block,
             step,
