@@ -20,14 +20,20 @@ order rotating each repetition); every write is zstd level 3:
 * ``pyramid-cluster``  the same on a ``LocalCluster`` of 2 processes of 1 thread each (the
   cluster's start is in the whole-process figure, not in the in-process one);
 * ``ngff``             ngff-zarr: ``to_multiscales(scale_factors=[2, 4, 8, 16],
-  method=DASK_BIN_SHRINK)`` (its mean) and ``to_ngff_zarr(version="0.5", chunks_per_shard=...)``.
+  method=DASK_BIN_SHRINK)`` (its mean) and ``to_ngff_zarr(version="0.5", chunks_per_shard=...)``;
+* ``task``, ``task-half``  the pyramid on one thread (dask's synchronous scheduler,
+  ``threads=1``), of the image and of its first half along every axis (same chunks and
+  shards): the peak memory of one task, what a user sizes a worker's memory by, at two image
+  sizes. Run in the first repetition only (a peak, not a time).
 
 Per case: in-process seconds (the write alone), whole-process seconds (interpreter, imports,
-the cluster), peak RSS of the process and of each worker (``ru_maxrss``), bytes read from the
-source, and after the timing a check: every level of the OME-Zarr group is read by zarr-python
-and level 0 equals the source. ``run`` then compares the last ``pyramid`` and ``ngff`` stores
-level by level (mean rules differ: shardwise rounds integer means half to even, ngff-zarr half
-up; see the report).
+the cluster), peak RSS of the process and of each worker (``ru_maxrss``), and that peak less
+the baseline taken just before the write (after the imports and the source's opening; on the
+cluster each worker's, after it imported shardwise): what the write itself held. Bytes read
+from the source, and after the timing a check: every level of the OME-Zarr group is read by
+zarr-python and level 0 equals the source. ``run`` then compares the last ``pyramid`` and
+``ngff`` stores level by level (mean rules differ: shardwise rounds integer means half to even,
+ngff-zarr half up; see the report).
 
 Usage::
 
@@ -59,7 +65,8 @@ sys.path[:0] = [SRC, HERE]
 import workloads  # noqa: E402
 
 LEVELS = 5
-CASES = ("level0", "pyramid", "pyramid-cluster", "ngff")
+CASES = ("level0", "pyramid", "pyramid-cluster", "ngff", "task", "task-half")
+ONCE = ("task", "task-half")  # memory peaks: the first repetition only
 IMAGES: dict[str, dict[str, dict[str, Any]]] = {
     "full": {
         "vol": dict(shape=(1024,) * 3, inner=64, shard=256, dtype="uint16", dims=("z", "y", "x")),
@@ -149,23 +156,47 @@ class CountingSource:
         return ("CountingSource", self.path)
 
 
+def peak_rss() -> int:
+    """This process's peak resident memory so far, in bytes."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def worker_stats() -> dict[str, int]:
     """Run on each worker: the bytes its source reads returned and its peak RSS."""
-    return {"read": _READ[0], "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    return {"read": _READ[0], "rss": peak_rss()}
 
 
-def dask_source(size: str, image: str) -> Any:
+def worker_warm() -> int:
+    """Run on each worker before the write: shardwise and its codecs imported (the baseline a
+    worker holds before any task), its peak RSS then."""
+    import zarr.codecs  # noqa: F401
+
+    import shardwise  # noqa: F401
+
+    return peak_rss()
+
+
+def image_shape(size: str, image: str, case: str) -> tuple[int, ...]:
+    """The image a case writes: ``task-half`` the first half of every axis of the image."""
+    shape = tuple(IMAGES[size][image]["shape"])
+    return tuple(n // 2 for n in shape) if case == "task-half" else shape
+
+
+def dask_source(size: str, image: str, shape: tuple[int, ...] | None = None) -> Any:
+    """The image (or its corner of ``shape``: the same bytes at each index) as a dask array of
+    one block per level-0 shard."""
     import dask.array as da
 
     G = IMAGES[size][image]
-    src = CountingSource(gen(size, image), G["shape"], G["dtype"])
+    shape = shape or tuple(G["shape"])
+    src = CountingSource(gen(size, image), shape, G["dtype"])
     return da.from_array(
         src,
         chunks=(G["shard"],) * len(G["shape"]),
         lock=False,
         asarray=False,
         inline_array=True,
-        name=f"pyr-src-{image}-{size}",
+        name=f"pyr-src-{image}-{size}-{'x'.join(map(str, shape))}",
         meta=np.empty((0,) * len(G["shape"]), dtype=G["dtype"]),
     )
 
@@ -173,7 +204,7 @@ def dask_source(size: str, image: str) -> Any:
 # -- one case, in a fresh process -----------------------------------------------------------------
 
 
-def write(case: str, data: Any, store: str, G: dict[str, Any]) -> None:
+def write(case: str, data: Any, store: str, G: dict[str, Any], threads: int | None = None) -> None:
     from zarr.codecs import ZstdCodec
 
     import shardwise
@@ -186,10 +217,10 @@ def write(case: str, data: Any, store: str, G: dict[str, Any]) -> None:
             data, store, chunks=inner, shards=shard, compressors=zstd,
             dimension_names=G["dims"], mode="w",
         )  # fmt: skip
-    elif case.startswith("pyramid"):
+    elif case.startswith(("pyramid", "task")):
         shardwise.write_pyramid(
             data, store, levels=LEVELS, factors=2, method="mean", dims=G["dims"],
-            chunks=inner, shards=shard, compressors=zstd, mode="w",
+            chunks=inner, shards=shard, compressors=zstd, mode="w", threads=threads,
         )  # fmt: skip
     else:
         import ngff_zarr as nz
@@ -209,7 +240,8 @@ def check(case: str, store: str, size: str, image: str) -> dict[str, Any]:
     """Read every level with zarr-python; level 0 must equal the source."""
     import zarr
 
-    src = np.load(src_path(size, image), mmap_mode="r")
+    full = np.load(src_path(size, image), mmap_mode="r")
+    src = full[tuple(slice(0, n) for n in image_shape(size, image, case))]
     if case == "level0":
         return {
             "levels": [list(src.shape)],
@@ -229,34 +261,50 @@ def check(case: str, store: str, size: str, image: str) -> dict[str, Any]:
 def one(args: argparse.Namespace) -> None:
     """Run one case once; print its figures as one JSON line."""
     import dask
+    import zarr.codecs  # noqa: F401  (imported before the baseline, as the write would)
 
     import pyramid as mod  # the importable copy: workers unpickle its CountingSource
+    import shardwise  # noqa: F401
 
-    dask.config.set(scheduler="threads")
+    one_thread = args.case in ONCE
+    dask.config.set(scheduler="synchronous" if one_thread else "threads")
     G = IMAGES[args.size][args.image]
-    data = mod.dask_source(args.size, args.image)
+    shape = image_shape(args.size, args.image, args.case)
+    data = mod.dask_source(args.size, args.image, shape)
     store = os.path.join(args.dir, f"{args.image}-{args.case}.zarr")
     shutil.rmtree(store, ignore_errors=True)
-    row: dict[str, Any] = dict(image=args.image, case=args.case, size=args.size)
+    row: dict[str, Any] = dict(image=args.image, case=args.case, size=args.size, shape=shape)
+    row["base_rss"] = peak_rss()
     if args.case == "pyramid-cluster":
-        from distributed import Client, LocalCluster
-
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cl, Client(cl) as c:
-            t0 = time.perf_counter()
-            write(args.case, data, store, G)
-            row["s_in"] = time.perf_counter() - t0
-            stats = c.run(mod.worker_stats)
-        row["worker_rss"] = sorted(s["rss"] for s in stats.values())
-        row["read"] = sum(s["read"] for s in stats.values()) + mod._READ[0]
+        row.update(_on_cluster(mod, data, store, G))
     else:
         t0 = time.perf_counter()
-        write(args.case, data, store, G)
+        write(args.case, data, store, G, threads=1 if one_thread else None)
         row["s_in"] = time.perf_counter() - t0
         row["read"] = mod._READ[0]
-    row["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    row["src_bytes"] = int(np.prod(G["shape"])) * np.dtype(G["dtype"]).itemsize
+    row["rss"] = peak_rss()
+    row["src_bytes"] = int(np.prod(shape)) * np.dtype(G["dtype"]).itemsize
     row.update(check(args.case, store, args.size, args.image))
     print(json.dumps(row), flush=True)
+
+
+def _on_cluster(mod: Any, data: Any, store: str, G: dict[str, Any]) -> dict[str, Any]:
+    """The pyramid on a LocalCluster of 2 processes of 1 thread: time, the workers' peaks and
+    their baselines (each after importing shardwise), bytes read (workers and client)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cl, Client(cl) as c:
+        base = c.run(mod.worker_warm)
+        t0 = time.perf_counter()
+        write("pyramid-cluster", data, store, G)
+        s_in = time.perf_counter() - t0
+        stats = c.run(mod.worker_stats)
+    return {
+        "s_in": s_in,
+        "worker_rss": sorted(s["rss"] for s in stats.values()),
+        "worker_held": sorted(stats[w]["rss"] - base[w] for w in stats),
+        "read": sum(s["read"] for s in stats.values()) + mod._READ[0],
+    }
 
 
 # -- the run, the comparison, the report ----------------------------------------------------------
@@ -312,6 +360,7 @@ def run(args: argparse.Namespace) -> None:
     with open(args.out, "a") as out:
         for rep in range(args.reps):
             order = cases[rep % len(cases) :] + cases[: rep % len(cases)]
+            order = [c for c in order if not rep or c not in ONCE]
             for image in images:
                 for case in order:
                     cmd = [sys.executable, __file__, "one", image, case, "--dir", args.dir]
@@ -345,6 +394,13 @@ def _fmt(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
 
 
+def _held(rs: list[dict[str, Any]]) -> str:
+    """The median peak a case's write held above its baseline, MiB (rows without a baseline,
+    from before it was taken: empty)."""
+    held = [r["rss"] - r["base_rss"] for r in rs if "base_rss" in r]
+    return f"{statistics.median(held) / (1 << 20):.0f}" if held else ""
+
+
 def report(args: argparse.Namespace) -> None:
     with open(args.file) as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -365,25 +421,39 @@ def report(args: argparse.Namespace) -> None:
     mib = 1 << 20
     print(
         "| image | case | n | in-process s | whole-process s | x level 0 (in / whole) "
-        "| x ngff-zarr (in / whole) | peak RSS MiB | worker peak RSS MiB | source read (x) "
-        "| levels ok |"
+        "| x ngff-zarr (in / whole) | peak RSS MiB | held by the write MiB "
+        "| worker peak RSS MiB | held by a worker MiB | source read (x) | levels ok |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for image, case in sorted(
         (k for k in by if k[1] != "compare"), key=lambda k: (k[0], CASES.index(k[1]))
     ):
         rs = by[image, case]
         workers = [w for r in rs for w in r.get("worker_rss", [])]
         wrss = f"{max(workers) / mib:.0f}" if workers else ""
+        wheld = [w for r in rs for w in r.get("worker_held", [])]
+        wheld_s = f"{max(wheld) / mib:.0f}" if wheld else ""
         print(
             f"| {image} | {case} | {len(rs)} | {_fmt([r['s_in'] for r in rs])} "
             f"| {_fmt([r['s_whole'] for r in rs])} | {ratio(image, case, 'level0')} "
-            f"| {ratio(image, case, 'ngff')} | {med(image, case, 'rss') / mib:.0f} | {wrss} "
+            f"| {ratio(image, case, 'ngff')} | {med(image, case, 'rss') / mib:.0f} "
+            f"| {_held(rs)} | {wrss} | {wheld_s} "
             f"| {med(image, case, 'read') / rs[0]['src_bytes']:.2f} | {all(r['ok'] for r in rs)} |"
         )
+    _per_task(by)
     for (image, case), rs in sorted(by.items()):
         if case == "compare":
             print(f"\n{image}: shardwise against ngff-zarr, level by level: {rs[-1]['levels']}")
+
+
+def _per_task(by: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+    """One line per image: the memory one task of the pyramid held (one thread), at the
+    image's size and at half of it along every axis."""
+    for image in sorted({i for i, _ in by}):
+        got = [(by[image, c][0]["shape"], _held(by[image, c])) for c in ONCE if (image, c) in by]
+        if got:
+            sizes = ", ".join(f"{'x'.join(map(str, sh))}: {held} MiB" for sh, held in got)
+            print(f"\n{image}: peak memory per task (1 thread, above the baseline): {sizes}")
 
 
 def main() -> None:
