@@ -117,7 +117,8 @@ def test_reads_small_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_pyramid_tiny_run(tmp_path: Path) -> None:
     """pyramid.py on its tiny volume: every case writes 5 levels zarr-python reads, level 0 equal
-    to the source, the source read once (on the cluster too, counted in the workers), and
+    to the source, the source read once (on the cluster too, counted in the workers), the
+    one-thread cases at the image and its half with their peaks above a baseline, and
     ngff-zarr's levels differ from shardwise's only by the rounding of integer means."""
     script = ROOT / "benchmarks" / "pyramid.py"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BENCH_SRC": str(tmp_path / "src")}
@@ -134,14 +135,21 @@ def test_pyramid_tiny_run(tmp_path: Path) -> None:
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
     recs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     cases = {r["case"]: r for r in recs}
-    assert set(cases) == {"level0", "pyramid", "pyramid-cluster", "ngff", "compare"}
-    for name in ("level0", "pyramid", "pyramid-cluster", "ngff"):
+    names = ("level0", "pyramid", "pyramid-cluster", "ngff", "task", "task-half")
+    assert set(cases) == {*names, "compare"}
+    for name in names:
         r = cases[name]
-        assert r["ok"] and r["read"] == r["src_bytes"] == 64**3 * 2, r
-        assert r["s_in"] > 0 and r["s_whole"] > r["s_in"] and r["rss"] > 0
+        side = 32 if name == "task-half" else 64  # the first half of every axis
+        assert r["ok"] and r["read"] == r["src_bytes"] == side**3 * 2, r
+        assert r["s_in"] > 0 and r["s_whole"] > r["s_in"] and r["rss"] >= r["base_rss"] > 0
         assert len(r["levels"]) == (1 if name == "level0" else 5)
     assert cases["pyramid"]["levels"][-1] == [4, 4, 4]
-    assert len(cases["pyramid-cluster"]["worker_rss"]) == 2
+    assert cases["task-half"]["levels"][-1] == [2, 2, 2]
+    assert (
+        len(cases["pyramid-cluster"]["worker_rss"])
+        == len(cases["pyramid-cluster"]["worker_held"])
+        == 2
+    )
     levels = cases["compare"]["levels"]
     assert levels[0]["differ"] == 0 and all(lv["max_gap"] <= 1 for lv in levels)
     assert all(lv["rules_hold"] for lv in levels[1:])
@@ -154,3 +162,4 @@ def test_pyramid_tiny_run(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert "| vol | pyramid-cluster | 1 |" in table and "| vol | ngff | 1 |" in table
+    assert "vol: peak memory per task (1 thread, above the baseline): 64x64x64: " in table
