@@ -1,0 +1,338 @@
+"""Tests for survivors of the mutation lane on codec/shard (``mutation/run.py codec/shard``):
+the encoding of whole shards, the merge of a region into a stored shard, the units of encode work
+and the codec's zarr.json entry, each checked against what a user of the stored shard sees.
+
+Every stored shard is read back by the format's own rules (its index, then each inner chunk
+decoded): the values a reader gets, and the bytes of the chunks a merge must not rewrite.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+import zarr.codecs as zc
+
+from shardwise.codec.chunks import ChunkCodec
+from shardwise.codec.codecs import Zstd
+from shardwise.codec.metadata import info_from_metadata
+from shardwise.codec.shard import (
+    EncodedShard,
+    ShardCodec,
+    ShardIndex,
+    decode_shard_bytes,
+    empty_shard,
+    encode_shard,
+    merge_shard,
+    units,
+)
+from shardwise.errors import CorruptShardError
+from shardwise.runtime.units import SMALL_CHUNK, UNIT_BYTES
+
+KEY = "arr/c/0/0"
+SHARD = (8, 12)
+CHUNK = (4, 4)  # a grid of (2, 3) inner chunks per shard
+FILL = -7
+
+
+def make_codec(location: str = "end", order: tuple[int, ...] | None = None) -> ShardCodec:
+    inner = ChunkCodec(CHUNK, np.dtype("int32"), FILL, order=order, bytes_codecs=(Zstd(),))
+    return ShardCodec(SHARD, inner, index_location=location)  # type: ignore[arg-type]
+
+
+def joined(enc: EncodedShard | None) -> bytes:
+    assert enc is not None
+    return b"".join(bytes(p) for p in enc.parts)
+
+
+def chunk_bytes(codec: ShardCodec, data: bytes) -> dict[tuple[int, ...], bytes]:
+    """The stored bytes of each stored inner chunk, by its grid position (read through the
+    shard's own index, as any reader finds them)."""
+    index = ShardIndex.of_shard(codec, data, KEY)
+    out = {}
+    for flat, pos in enumerate(np.ndindex(*codec.grid)):
+        if not index.is_empty(flat):
+            o, n = (int(x) for x in index.entries[flat])
+            out[pos] = data[o : o + n]
+    return out
+
+
+def values(shape: tuple[int, ...] = SHARD) -> np.ndarray:
+    return np.arange(1, 1 + np.prod(shape), dtype="int32").reshape(shape)
+
+
+# -- merge_shard -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", [None, (1, 0)], ids=["C", "transposed"])
+@pytest.mark.parametrize("location", ["end", "start"])
+def test_a_merge_overlays_its_piece_and_keeps_the_other_chunks_as_stored(
+    location: str, order: tuple[int, ...] | None
+) -> None:
+    """A region write into a stored shard: the chunks it cuts are decoded, overlaid and
+    re-encoded, the one it covers whole is encoded from the new values, and the chunks it does
+    not touch keep their stored bytes. Kills the merge's mutants that lose the old values of a
+    cut chunk (decode, unstack, region), put the new values elsewhere, drop or misplace an
+    untouched chunk (its offset and size, its position in the index) or miscount the chunks:
+    a user would read wrong values around the region, or lose data outside it."""
+    codec = make_codec(location, order)
+    old_values = values()
+    old = joined(encode_shard(codec, old_values))
+    piece = (slice(2, 8), slice(4, 8))  # cuts chunk (0, 1), covers chunk (1, 1)
+    block = -values((6, 4))
+    enc = merge_shard(codec, old, block, piece, SHARD, KEY)
+    assert enc is not None
+    new = joined(enc)
+    want = old_values.copy()
+    want[piece] = block
+    np.testing.assert_array_equal(decode_shard_bytes(codec, new, KEY), want)
+    before, after = chunk_bytes(codec, old), chunk_bytes(codec, new)
+    assert set(after) == set(before) == set(np.ndindex(2, 3))
+    for pos in [(0, 0), (0, 2), (1, 0), (1, 2)]:
+        assert after[pos] == before[pos], f"untouched chunk {pos} was rewritten"
+    assert (enc.chunks_stored, enc.chunks_empty, enc.raw_nbytes) == (6, 0, block.nbytes)
+    assert enc.nbytes == len(new)
+
+
+def test_a_merge_into_no_shard_stores_only_the_chunks_it_touches() -> None:
+    """The first write of a region into a shard not stored yet: the touched chunks hold the new
+    values and the fill value around them, no other chunk is stored. Kills mutants that store
+    the untouched (all-fill) chunks, skip the fill of the merge buffer, or miscount the empty
+    chunks the write report gives the user."""
+    codec = make_codec()
+    piece = (slice(1, 3), slice(3, 9))  # inside chunk row 0: cuts (0, 0), (0, 1), (0, 2)
+    block = values((2, 6))
+    enc = merge_shard(codec, None, block, piece, SHARD, KEY)
+    assert enc is not None
+    data = joined(enc)
+    want = np.full(SHARD, FILL, dtype="int32")
+    want[piece] = block
+    np.testing.assert_array_equal(decode_shard_bytes(codec, data, KEY), want)
+    assert set(chunk_bytes(codec, data)) == {(0, 0), (0, 1), (0, 2)}
+    assert (enc.chunks_stored, enc.chunks_empty) == (3, 3)
+
+
+def test_a_merge_cutting_an_empty_chunk_fills_the_rest_of_it() -> None:
+    """A stored shard whose chunk (1, 2) is empty (all fill, not stored): a region that cuts it
+    leaves the rest of that chunk at the fill value and keeps the stored neighbours. Kills the
+    mutants of the skip of an empty index entry (reading an empty chunk at offset 2**64-1)."""
+    codec = make_codec()
+    old_values = values()
+    old_values[4:8, 8:12] = FILL
+    old = joined(encode_shard(codec, old_values))
+    assert (1, 2) not in chunk_bytes(codec, old)
+    piece = (slice(5, 6), slice(6, 10))  # cuts (1, 1) and the empty (1, 2)
+    block = np.array([[100, 101, 102, 103]], dtype="int32")
+    enc = merge_shard(codec, old, block, piece, SHARD, KEY)
+    want = old_values.copy()
+    want[piece] = block
+    np.testing.assert_array_equal(decode_shard_bytes(codec, joined(enc), KEY), want)
+
+
+def test_a_merge_of_fill_values_empties_what_it_covers() -> None:
+    """Writing the fill value over a stored chunk removes it from the shard (a user's overwrite
+    with fill frees the space); over every stored chunk, no shard is left (None: the engine
+    deletes it). With ``write_empty_chunks`` the covered chunk is stored all the same. Kills
+    mutants that keep the old bytes of a covered chunk or drop ``write_empty_chunks``."""
+    codec = make_codec()
+    old_values = np.full(SHARD, FILL, dtype="int32")
+    old_values[0:4, 0:4] = 5
+    old_values[4:8, 8:12] = 6
+    old = joined(encode_shard(codec, old_values))
+    piece = (slice(0, 4), slice(0, 8))  # covers (0, 0) and the empty (0, 1)
+    block = np.full((4, 8), FILL, dtype="int32")
+    enc = merge_shard(codec, old, block, piece, SHARD, KEY)
+    assert enc is not None
+    assert set(chunk_bytes(codec, joined(enc))) == {(1, 2)}
+    assert (enc.chunks_stored, enc.chunks_empty) == (1, 5)
+    kept = merge_shard(codec, old, block, piece, SHARD, KEY, write_empty_chunks=True)
+    assert set(chunk_bytes(codec, joined(kept))) == {(0, 0), (0, 1), (1, 2)}
+    everything = (slice(0, 8), slice(0, 12))
+    blank = np.full(SHARD, FILL, dtype="int32")
+    assert merge_shard(codec, old, blank, everything, SHARD, KEY) is None
+
+
+def test_a_merge_into_an_edge_shard_places_chunks_in_the_full_grid() -> None:
+    """A shard at the array's edge (valid extent (5, 7) of the (8, 12) shard): its chunks sit in
+    a (2, 2) part of the shard's (2, 3) grid, and the index must name them at their place in the
+    full grid, as zarr and every other reader look them up. Kills mutants that index the used
+    grid instead of the shard's, or pad the edge with anything but the fill value."""
+    codec = make_codec()
+    valid = (5, 7)
+    old_values = values(valid)
+    old = joined(encode_shard(codec, old_values))
+    piece = (slice(4, 5), slice(2, 7))  # cuts the edge chunks (1, 0) and (1, 1)
+    block = -values((1, 5))
+    enc = merge_shard(codec, old, block, piece, valid, KEY)
+    assert enc is not None
+    data = joined(enc)
+    assert set(chunk_bytes(codec, data)) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    for pos in [(0, 0), (0, 1)]:
+        assert chunk_bytes(codec, data)[pos] == chunk_bytes(codec, old)[pos]
+    want = np.full(SHARD, FILL, dtype="int32")
+    want[:5, :7] = old_values
+    want[piece] = block
+    np.testing.assert_array_equal(decode_shard_bytes(codec, data, KEY), want)
+    assert (enc.chunks_stored, enc.chunks_empty) == (4, 0)
+
+
+def test_a_merge_over_a_chunk_that_cannot_be_decoded_names_it() -> None:
+    """A cut chunk whose stored bytes are damaged: the merge refuses with CorruptShardError
+    naming the shard's key and the chunk (the user learns what to repair) instead of writing
+    its garbage back. Kills mutants of the error's key and chunk coordinates."""
+    codec = make_codec()
+    old = bytearray(joined(encode_shard(codec, values())))
+    index = ShardIndex.of_shard(codec, bytes(old), KEY)
+    o = int(index.entries[4, 0])  # chunk (1, 1)
+    old[o : o + 4] = b"\0\0\0\0"  # the zstd frame's magic number
+    with pytest.raises(CorruptShardError) as err:
+        merge_shard(codec, bytes(old), values((2, 2)), (slice(5, 7), slice(5, 7)), SHARD, KEY)
+    assert err.value.key == KEY
+    assert err.value.chunk == (1, 1)
+    assert "cannot decode" in str(err.value)
+
+
+# -- encode_shard and empty_shard -----------------------------------------------------------------
+
+
+def test_an_edge_shard_counts_only_its_chunks_inside_the_array() -> None:
+    """encode_shard of a block clipped at the array's edge: the chunks outside the array are
+    neither stored nor counted empty (the write report sums these counts over shards), and the
+    stored ones sit at their place in the shard's full grid."""
+    codec = make_codec()
+    block = values((5, 7))
+    block[0:4, 4:7] = FILL  # chunk (0, 1) all fill
+    enc = encode_shard(codec, block)
+    assert enc is not None
+    assert (enc.chunks_stored, enc.chunks_empty, enc.raw_nbytes) == (3, 1, block.nbytes)
+    assert set(chunk_bytes(codec, joined(enc))) == {(0, 0), (1, 0), (1, 1)}
+    want = np.full(SHARD, FILL, dtype="int32")
+    want[:5, :7] = block
+    np.testing.assert_array_equal(decode_shard_bytes(codec, joined(enc), KEY), want)
+
+
+@pytest.mark.parametrize("location", ["end", "start"])
+def test_an_empty_shard_is_its_index_of_empty_chunks(location: str) -> None:
+    """empty_shard: the index alone, every entry empty; it reads as the fill value everywhere."""
+    codec = make_codec(location)
+    (data,) = empty_shard(codec)
+    assert len(data) == codec.index_nbytes
+    assert chunk_bytes(codec, data) == {}
+    np.testing.assert_array_equal(
+        decode_shard_bytes(codec, data, KEY), np.full(SHARD, FILL, dtype="int32")
+    )
+
+
+# -- units --------------------------------------------------------------------------------------
+
+
+def _flat(box: tuple[tuple[int, int], ...], used: tuple[int, ...]) -> list[int]:
+    return [
+        int(np.ravel_multi_index(c, used))
+        for c in np.ndindex(*(b - a for a, b in box))
+        for c in [tuple(x + a for x, (a, _) in zip(c, box, strict=True))]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("used", "raw", "count"),
+    [
+        ((3, 5, 7), 4096, 3),  # 5 * 7 chunks of 4 KiB: 140 KiB per unit, one per plane
+        ((3, 100), 4096, 6),  # rows of 100: 64 chunks a unit, then the rest of the row
+        ((2, 4, 4), 16384, 2),  # exactly 256 KiB a plane: one plane a unit
+        ((4, 3), SMALL_CHUNK, 12),  # large chunks: one a unit
+        ((5,), 1024, 1),
+    ],
+)
+def test_units_split_the_grid_once_in_c_order(used: tuple[int, ...], raw: int, count: int) -> None:
+    """The encode tasks' units: together every chunk once, each unit's chunks consecutive in C
+    order (encode_chunks joins their results in that order into the shard), small chunks
+    batched up to UNIT_BYTES and large ones alone. Kills mutants of the axis the boxes split,
+    of the step along it and of the boxes' bounds: a chunk encoded twice, or never (a hole in
+    the user's data), or a thread's buffer far beyond its budget."""
+    boxes = units(used, raw)
+    assert len(boxes) == count
+    order = [i for box in boxes for i in _flat(box, used)]
+    assert order == list(range(int(np.prod(used))))
+    for box in boxes:
+        n = int(np.prod([b - a for a, b in box]))
+        assert (n == 1) if raw >= SMALL_CHUNK else (n * raw <= UNIT_BYTES)
+
+
+# -- ShardCodec -----------------------------------------------------------------------------------
+
+
+def _normal(entry: Any) -> Any:
+    """A zarr.json codec entry as JSON, an empty configuration the same as none."""
+    if isinstance(entry, dict):
+        return {k: _normal(v) for k, v in entry.items() if not (k == "configuration" and not v)}
+    if isinstance(entry, list | tuple):
+        return [_normal(v) for v in entry]
+    return entry
+
+
+def _arrays() -> list[Any]:
+    store = zarr.storage.MemoryStore()
+    nested = zc.ShardingCodec(
+        chunk_shape=(2, 2), codecs=[zc.BytesCodec(endian="big")], index_location="start"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr warns that nested sharding reads shards whole
+        return [
+            zarr.create_array(
+                store,
+                name="t",
+                shape=(8, 8),
+                dtype="int16",
+                chunks=(2, 4),
+                shards=(4, 8),
+                filters=[zc.TransposeCodec(order=(1, 0))],
+                compressors=[zc.ZstdCodec(level=3, checksum=True)],
+            ),
+            zarr.create_array(
+                store,
+                name="n",
+                shape=(8, 8),
+                dtype="uint8",
+                chunks=(4, 8),
+                compressors=None,
+                serializer=zc.ShardingCodec(
+                    chunk_shape=(4, 8),
+                    codecs=[nested, zc.ZstdCodec(level=1), zc.Crc32cCodec()],
+                    index_codecs=[zc.BytesCodec(endian="big")],
+                    index_location="start",
+                ),
+            ),
+        ]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["transposed-zstd", "nested-big-endian-index"])
+def test_the_codec_entry_is_what_zarr_wrote(which: int) -> None:
+    """ShardCodec.to_dict, the codec's zarr.json entry (the serializer entry of a nested chain):
+    the entry zarr itself wrote for the same codec, with a transpose, a nested shard, a
+    big-endian index without crc32c and the index at the start. Kills the mutants of each key
+    and value of the entry: a store whose metadata no reader could parse, or parses into a
+    different layout of the bytes."""
+    arr = _arrays()[which]
+    codec = info_from_metadata(arr.metadata).codec
+    want = json.loads(json.dumps(arr.metadata.to_dict()["codecs"][0]))
+    assert _normal(json.loads(json.dumps(codec.to_dict()))) == _normal(want)
+
+
+def test_nested_shards_of_incompressible_data_read_back() -> None:
+    """Nested sharding with zstd around the nested shards, on random bytes: each nested shard is
+    larger than its raw data (its index and zstd's framing), and the outer chain's decode must
+    allow that much (``max_encoded_nbytes``). Kills mutants that shrink the bound below what a
+    nested shard can be: the user's incompressible data would fail to read."""
+    arr = _arrays()[1]
+    codec = info_from_metadata(arr.metadata).codec
+    data = np.random.default_rng(3).integers(0, 256, (4, 8), dtype="uint8")
+    shard = joined(encode_shard(codec, data))
+    nested = codec.inner.nested
+    assert nested is not None
+    assert len(nested.encode_chunk(data)) > data.nbytes
+    np.testing.assert_array_equal(decode_shard_bytes(codec, shard, KEY)[:4, :8], data)
