@@ -9,6 +9,7 @@ decoded): the values a reader gets, and the bytes of the chunks a merge must not
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from typing import Any
 
@@ -26,11 +27,13 @@ from shardwise.codec.shard import (
     ShardIndex,
     decode_shard_bytes,
     empty_shard,
+    encode_chunks,
     encode_shard,
     merge_shard,
     units,
 )
 from shardwise.errors import CorruptShardError
+from shardwise.runtime import pool
 from shardwise.runtime.units import SMALL_CHUNK, UNIT_BYTES
 
 KEY = "arr/c/0/0"
@@ -39,8 +42,13 @@ CHUNK = (4, 4)  # a grid of (2, 3) inner chunks per shard
 FILL = -7
 
 
-def make_codec(location: str = "end", order: tuple[int, ...] | None = None) -> ShardCodec:
-    inner = ChunkCodec(CHUNK, np.dtype("int32"), FILL, order=order, bytes_codecs=(Zstd(),))
+def make_codec(
+    location: str = "end", order: tuple[int, ...] | None = None, *, checksum: bool = False
+) -> ShardCodec:
+    """The shard codec of these tests; ``checksum``: the zstd frames carry their checksum, as
+    another writer of the same array may store them (every zstd decoder reads both)."""
+    zstd = Zstd(checksum=checksum)
+    inner = ChunkCodec(CHUNK, np.dtype("int32"), FILL, order=order, bytes_codecs=(zstd,))
     return ShardCodec(SHARD, inner, index_location=location)  # type: ignore[arg-type]
 
 
@@ -75,14 +83,18 @@ def test_a_merge_overlays_its_piece_and_keeps_the_other_chunks_as_stored(
 ) -> None:
     """A region write into a stored shard: the chunks it cuts are decoded, overlaid and
     re-encoded, the one it covers whole is encoded from the new values, and the chunks it does
-    not touch keep their stored bytes. Kills the merge's mutants that lose the old values of a
-    cut chunk (decode, unstack, region), put the new values elsewhere, drop or misplace an
-    untouched chunk (its offset and size, its position in the index) or miscount the chunks:
-    a user would read wrong values around the region, or lose data outside it."""
+    not touch keep their stored bytes. The old shard's frames carry zstd's checksum, which this
+    codec does not write: a chunk merged when it should not be gets other bytes. Kills the
+    merge's mutants that lose the old values of a cut chunk (decode, unstack, region), put the
+    new values elsewhere, drop or misplace an untouched chunk (its offset and size, its place in
+    the index), count a chunk that only borders the region as touched, or miscount the chunks:
+    a user would read wrong values around the region, lose data outside it, or find chunks
+    another tool wrote rewritten."""
     codec = make_codec(location, order)
     old_values = values()
-    old = joined(encode_shard(codec, old_values))
-    piece = (slice(2, 8), slice(4, 8))  # cuts chunk (0, 1), covers chunk (1, 1)
+    old = joined(encode_shard(make_codec(location, order, checksum=True), old_values))
+    # cuts chunk (0, 1), covers chunk (1, 1); borders (0, 0), (1, 0) and (0, 2), (1, 2)
+    piece = (slice(2, 8), slice(4, 8))
     block = -values((6, 4))
     enc = merge_shard(codec, old, block, piece, SHARD, KEY)
     assert enc is not None
@@ -180,6 +192,41 @@ def test_a_merge_into_an_edge_shard_places_chunks_in_the_full_grid() -> None:
     assert (enc.chunks_stored, enc.chunks_empty) == (4, 0)
 
 
+def test_a_merge_that_covers_a_damaged_chunk_whole_replaces_it_unread() -> None:
+    """A region write that covers a damaged chunk whole repairs it: the chunk is encoded from
+    the new values, its old bytes never decoded (only the chunks the region cuts are read).
+    Kills the mutants of ``covered`` that count a chunk whose edge meets the region's as cut:
+    the user's overwrite of the bad chunk would fail with CorruptShardError."""
+    codec = make_codec()
+    old_values = values()
+    old = bytearray(joined(encode_shard(codec, old_values)))
+    o = int(ShardIndex.of_shard(codec, bytes(old), KEY).entries[4, 0])  # chunk (1, 1)
+    old[o : o + 4] = b"\0\0\0\0"  # the zstd frame's magic number
+    piece = (slice(4, 8), slice(4, 10))  # covers (1, 1) from its edges, cuts (1, 2)
+    block = -values((4, 6))
+    enc = merge_shard(codec, bytes(old), block, piece, SHARD, KEY)
+    want = old_values.copy()
+    want[piece] = block
+    np.testing.assert_array_equal(decode_shard_bytes(codec, joined(enc), KEY), want)
+
+
+def test_a_merge_keeps_fixed_width_strings_whole() -> None:
+    """The merge buffer holds the array's own dtype: in a ``<U6`` array whose fill value is the
+    empty string, the strings of the chunk a region cuts, old and new, keep all six characters.
+    Kills the mutant that builds the buffer without ``dtype`` (numpy makes it ``<U1`` from the
+    fill value: every string of the chunk would be cut to its first character)."""
+    inner = ChunkCodec(CHUNK, np.dtype("<U6"), np.str_(""), bytes_codecs=(Zstd(),))
+    codec = ShardCodec(SHARD, inner)
+    old_values = np.array([f"s{i:05d}" for i in range(96)]).reshape(SHARD)
+    old = joined(encode_shard(codec, old_values))
+    piece = (slice(0, 1), slice(0, 2))
+    block = np.array([["abcdef", "uvwxyz"]])
+    enc = merge_shard(codec, old, block, piece, SHARD, KEY)
+    want = old_values.copy()
+    want[piece] = block
+    np.testing.assert_array_equal(decode_shard_bytes(codec, joined(enc), KEY), want)
+
+
 def test_a_merge_over_a_chunk_that_cannot_be_decoded_names_it() -> None:
     """A cut chunk whose stored bytes are damaged: the merge refuses with CorruptShardError
     naming the shard's key and the chunk (the user learns what to repair) instead of writing
@@ -213,6 +260,18 @@ def test_an_edge_shard_counts_only_its_chunks_inside_the_array() -> None:
     want = np.full(SHARD, FILL, dtype="int32")
     want[:5, :7] = block
     np.testing.assert_array_equal(decode_shard_bytes(codec, joined(enc), KEY), want)
+
+
+def test_encode_chunks_leaves_fill_chunks_out_unless_asked() -> None:
+    """encode_chunks, the chunk encoder of this module's API: by default a chunk all of the fill
+    value is None (not stored: sparse arrays stay small), encoded only with
+    ``write_empty_chunks=True``. Kills the mutant of its default."""
+    codec = make_codec()
+    block = values()
+    block[0:4, 4:8] = FILL  # chunk (0, 1)
+    got = encode_chunks(codec, block)
+    assert [p is None for p in got] == [False, True, False, False, False, False]
+    assert all(p is not None for p in encode_chunks(codec, block, write_empty_chunks=True))
 
 
 @pytest.mark.parametrize("location", ["end", "start"])
@@ -324,15 +383,37 @@ def test_the_codec_entry_is_what_zarr_wrote(which: int) -> None:
 
 
 def test_nested_shards_of_incompressible_data_read_back() -> None:
-    """Nested sharding with zstd around the nested shards, on random bytes: each nested shard is
-    larger than its raw data (its index and zstd's framing), and the outer chain's decode must
-    allow that much (``max_encoded_nbytes``). Kills mutants that shrink the bound below what a
-    nested shard can be: the user's incompressible data would fail to read."""
-    arr = _arrays()[1]
-    codec = info_from_metadata(arr.metadata).codec
-    data = np.random.default_rng(3).integers(0, 256, (4, 8), dtype="uint8")
+    """Nested sharding with zstd around the nested shards, on random bytes in nested shards of
+    256 one-byte chunks: each nested shard is its data plus a 4100-byte index, far more than its
+    256 raw bytes, and the outer chain's decode must allow that much (``max_encoded_nbytes``,
+    the most a zstd frame may claim). Kills the mutants that shrink that bound below what a
+    nested shard can be (as one that subtracts the index): the user's data would fail to read."""
+    nested = ShardCodec((16, 16), ChunkCodec((1, 1), np.dtype("uint8"), 0))
+    inner = ChunkCodec((16, 16), np.dtype("uint8"), 0, nested=nested, bytes_codecs=(Zstd(),))
+    codec = ShardCodec((16, 32), inner)
+    data = np.random.default_rng(3).integers(1, 256, (16, 32), dtype="uint8")
     shard = joined(encode_shard(codec, data))
-    nested = codec.inner.nested
-    assert nested is not None
-    assert len(nested.encode_chunk(data)) > data.nbytes
-    np.testing.assert_array_equal(decode_shard_bytes(codec, shard, KEY)[:4, :8], data)
+    assert len(nested.encode_chunk(data[:, :16])) == 256 + nested.index_nbytes
+    np.testing.assert_array_equal(decode_shard_bytes(codec, shard, KEY), data)
+
+
+def test_a_nested_shard_of_a_single_threaded_write_stays_in_its_thread() -> None:
+    """A write with ``threads=1`` encodes nested shards in the calling thread too: the nested
+    level must not spread its chunks over the shared pool behind the caller's back (a user
+    bounds a write's threads to share a machine). Here the nested shard has two large chunks,
+    which a nested encode with the pool's default would hand to two pool threads. Kills the
+    mutant of ``encode_chunk`` that drops its ``threads=1``."""
+    pool.after_fork()  # no pool threads yet: any started below would be this encode's
+    try:
+        chunk = (256, 256)  # uint8: 64 KiB, a large chunk (one pool unit each)
+        nested = ShardCodec((512, 256), ChunkCodec(chunk, np.dtype("uint8"), 0))
+        assert nested.inner.raw_nbytes >= SMALL_CHUNK
+        outer = ShardCodec((512, 512), ChunkCodec((512, 256), np.dtype("uint8"), 0, nested=nested))
+        data = np.random.default_rng(5).integers(1, 256, (512, 512), dtype="uint8")
+        before = set(threading.enumerate())
+        shard = joined(encode_shard(outer, data, threads=1))
+        started = [t.name for t in set(threading.enumerate()) - before]
+        assert not [n for n in started if n.startswith("shardwise")], started
+        np.testing.assert_array_equal(decode_shard_bytes(outer, shard, KEY), data)
+    finally:
+        pool.after_fork()  # the tests after this one start from a fresh pool, as alone
