@@ -1,9 +1,7 @@
 """Tests for survivors of the mutation lane on codec/shard (``mutation/run.py codec/shard``):
 the encoding of whole shards, the merge of a region into a stored shard, the units of encode work
-and the codec's zarr.json entry, each checked against what a user of the stored shard sees.
-
-Every stored shard is read back by the format's own rules (its index, then each inner chunk
-decoded): the values a reader gets, and the bytes of the chunks a merge must not rewrite.
+and the codec's zarr.json entry, each checked against what a user of the stored shard sees:
+the values read back by the format's rules, and the bytes of chunks a merge must not rewrite.
 """
 
 from __future__ import annotations
@@ -58,8 +56,7 @@ def joined(enc: EncodedShard | None) -> bytes:
 
 
 def chunk_bytes(codec: ShardCodec, data: bytes) -> dict[tuple[int, ...], bytes]:
-    """The stored bytes of each stored inner chunk, by its grid position (read through the
-    shard's own index, as any reader finds them)."""
+    """The stored bytes of each stored inner chunk by grid position, found through the index."""
     index = ShardIndex.of_shard(codec, data, KEY)
     out = {}
     for flat, pos in enumerate(np.ndindex(*codec.grid)):
@@ -83,13 +80,11 @@ def test_a_merge_overlays_its_piece_and_keeps_the_other_chunks_as_stored(
 ) -> None:
     """A region write into a stored shard: the chunks it cuts are decoded, overlaid and
     re-encoded, the one it covers whole is encoded from the new values, and the chunks it does
-    not touch keep their stored bytes. The old shard's frames carry zstd's checksum, which this
-    codec does not write: a chunk merged when it should not be gets other bytes. Kills the
-    merge's mutants that lose the old values of a cut chunk (decode, unstack, region), put the
-    new values elsewhere, drop or misplace an untouched chunk (its offset and size, its place in
-    the index), count a chunk that only borders the region as touched, or miscount the chunks:
-    a user would read wrong values around the region, lose data outside it, or find chunks
-    another tool wrote rewritten."""
+    not touch keep their stored bytes (the old frames carry zstd's checksum, which this codec
+    does not write: a chunk merged when it should not be gets other bytes). Kills the mutants
+    that lose a cut chunk's old values (decode, unstack, region), misplace the new ones, drop or
+    misplace an untouched chunk, count a chunk bordering the region as touched, or miscount:
+    wrong values around the region, data lost outside it, another tool's chunks rewritten."""
     codec = make_codec(location, order)
     old_values = values()
     old = joined(encode_shard(make_codec(location, order, checksum=True), old_values))
@@ -129,9 +124,8 @@ def test_a_merge_into_no_shard_stores_only_the_chunks_it_touches() -> None:
 
 
 def test_a_merge_cutting_an_empty_chunk_fills_the_rest_of_it() -> None:
-    """A stored shard whose chunk (1, 2) is empty (all fill, not stored): a region that cuts it
-    leaves the rest of that chunk at the fill value and keeps the stored neighbours. Kills the
-    mutants of the skip of an empty index entry (reading an empty chunk at offset 2**64-1)."""
+    """A region cutting an empty (not stored) chunk leaves the rest of it at the fill value.
+    Kills the mutants of the skip of an empty index entry (a read at offset 2**64-1)."""
     codec = make_codec()
     old_values = values()
     old_values[4:8, 8:12] = FILL
@@ -146,10 +140,10 @@ def test_a_merge_cutting_an_empty_chunk_fills_the_rest_of_it() -> None:
 
 
 def test_a_merge_of_fill_values_empties_what_it_covers() -> None:
-    """Writing the fill value over a stored chunk removes it from the shard (a user's overwrite
-    with fill frees the space); over every stored chunk, no shard is left (None: the engine
-    deletes it). With ``write_empty_chunks`` the covered chunk is stored all the same. Kills
-    mutants that keep the old bytes of a covered chunk or drop ``write_empty_chunks``."""
+    """Fill written over a stored chunk removes it (the space is freed); over every stored chunk,
+    no shard is left (None: the engine deletes it); with ``write_empty_chunks`` the covered
+    chunks are stored and the untouched one kept as it was. Kills mutants that keep a covered
+    chunk's old bytes, drop ``write_empty_chunks`` or ignore the mask of touched chunks."""
     codec = make_codec()
     old_values = np.full(SHARD, FILL, dtype="int32")
     old_values[0:4, 0:4] = 5
@@ -227,6 +221,25 @@ def test_a_merge_keeps_fixed_width_strings_whole() -> None:
     np.testing.assert_array_equal(decode_shard_bytes(codec, joined(enc), KEY), want)
 
 
+def test_a_merge_of_large_chunks_encodes_each_chunk_it_cuts() -> None:
+    """Large chunks (64 KiB) are encoded one a pool unit; a region that cuts only the third
+    chunk of the shard must have that unit encode it, by its own place in the mask of touched
+    chunks. Kills the mutant that reads every unit's mask from the shard's first chunk (untouched
+    here): the merged chunk would be dropped and the user's region, with the rest of that
+    chunk, would read as the fill value."""
+    inner = ChunkCodec((128, 128), np.dtype("int32"), 0, bytes_codecs=(Zstd(),))
+    assert inner.raw_nbytes >= SMALL_CHUNK
+    codec = ShardCodec((128, 384), inner)
+    old_values = values((128, 384))
+    old = joined(encode_shard(codec, old_values))
+    piece = (slice(10, 20), slice(300, 310))
+    block = -values((10, 10))
+    enc = merge_shard(codec, old, block, piece, (128, 384), KEY, threads=1)
+    want = old_values.copy()
+    want[piece] = block
+    np.testing.assert_array_equal(decode_shard_bytes(codec, joined(enc), KEY), want)
+
+
 def test_a_merge_over_a_chunk_that_cannot_be_decoded_names_it() -> None:
     """A cut chunk whose stored bytes are damaged: the merge refuses with CorruptShardError
     naming the shard's key and the chunk (the user learns what to repair) instead of writing
@@ -262,10 +275,34 @@ def test_an_edge_shard_counts_only_its_chunks_inside_the_array() -> None:
     np.testing.assert_array_equal(decode_shard_bytes(codec, joined(enc), KEY), want)
 
 
+def test_an_edge_shard_keeps_fixed_width_strings_whole() -> None:
+    """A shard of ``<U6`` strings clipped at the array's edge is padded to whole chunks in the
+    array's dtype: the strings keep all six characters. Kills the mutant that pads without
+    ``dtype`` (``<U1`` from the empty fill string: the edge chunks' strings cut to one)."""
+    inner = ChunkCodec(CHUNK, np.dtype("<U6"), np.str_(""), bytes_codecs=(Zstd(),))
+    codec = ShardCodec(SHARD, inner)
+    block = np.array([f"s{i:05d}" for i in range(35)]).reshape(5, 7)
+    got = decode_shard_bytes(codec, joined(encode_shard(codec, block)), KEY)
+    np.testing.assert_array_equal(got[:5, :7], block)
+
+
+def test_a_damaged_nested_shard_is_named_in_the_error() -> None:
+    """A nested shard whose own index is damaged: the error names the stored shard's key and the
+    outer chunk, and says the fault is in the nested shard (``'<nested>'``), so the user knows
+    which level to look at. Kills the mutant of that name."""
+    nested = ShardCodec((4, 4), ChunkCodec((2, 2), np.dtype("uint8"), 0))
+    codec = ShardCodec((4, 8), ChunkCodec((4, 4), np.dtype("uint8"), 0, nested=nested))
+    data = bytearray(joined(encode_shard(codec, values((4, 8)).astype("uint8"))))
+    o, n = (int(x) for x in ShardIndex.of_shard(codec, bytes(data), KEY).entries[1])
+    data[o + n - 1] ^= 0xFF  # the last byte of outer chunk (0, 1): its nested index's crc32c
+    with pytest.raises(CorruptShardError, match="shard '<nested>': shard index checksum") as err:
+        decode_shard_bytes(codec, bytes(data), KEY)
+    assert (err.value.key, err.value.chunk) == (KEY, (0, 1))
+
+
 def test_encode_chunks_leaves_fill_chunks_out_unless_asked() -> None:
-    """encode_chunks, the chunk encoder of this module's API: by default a chunk all of the fill
-    value is None (not stored: sparse arrays stay small), encoded only with
-    ``write_empty_chunks=True``. Kills the mutant of its default."""
+    """encode_chunks (this module's API) by default leaves a chunk all of the fill value out
+    (None: sparse arrays stay small). Kills the mutant of its ``write_empty_chunks`` default."""
     codec = make_codec()
     block = values()
     block[0:4, 4:8] = FILL  # chunk (0, 1)
@@ -276,7 +313,7 @@ def test_encode_chunks_leaves_fill_chunks_out_unless_asked() -> None:
 
 @pytest.mark.parametrize("location", ["end", "start"])
 def test_an_empty_shard_is_its_index_of_empty_chunks(location: str) -> None:
-    """empty_shard: the index alone, every entry empty; it reads as the fill value everywhere."""
+    """empty_shard: the index alone, every entry empty, reading as the fill value."""
     codec = make_codec(location)
     (data,) = empty_shard(codec)
     assert len(data) == codec.index_nbytes
@@ -290,11 +327,8 @@ def test_an_empty_shard_is_its_index_of_empty_chunks(location: str) -> None:
 
 
 def _flat(box: tuple[tuple[int, int], ...], used: tuple[int, ...]) -> list[int]:
-    return [
-        int(np.ravel_multi_index(c, used))
-        for c in np.ndindex(*(b - a for a, b in box))
-        for c in [tuple(x + a for x, (a, _) in zip(c, box, strict=True))]
-    ]
+    ids = np.arange(int(np.prod(used))).reshape(used)  # the C-order position of each chunk
+    return [int(i) for i in ids[tuple(slice(a, b) for a, b in box)].ravel()]
 
 
 @pytest.mark.parametrize(
@@ -371,11 +405,9 @@ def _arrays() -> list[Any]:
 
 @pytest.mark.parametrize("which", [0, 1], ids=["transposed-zstd", "nested-big-endian-index"])
 def test_the_codec_entry_is_what_zarr_wrote(which: int) -> None:
-    """ShardCodec.to_dict, the codec's zarr.json entry (the serializer entry of a nested chain):
-    the entry zarr itself wrote for the same codec, with a transpose, a nested shard, a
-    big-endian index without crc32c and the index at the start. Kills the mutants of each key
-    and value of the entry: a store whose metadata no reader could parse, or parses into a
-    different layout of the bytes."""
+    """ShardCodec.to_dict (the serializer entry of a nested chain) is the entry zarr wrote for
+    the same codec: a transpose, a nested shard, a big-endian index without crc32c at the start.
+    Kills the mutants of each key and value: metadata no reader parses, or parses wrongly."""
     arr = _arrays()[which]
     codec = info_from_metadata(arr.metadata).codec
     want = json.loads(json.dumps(arr.metadata.to_dict()["codecs"][0]))
@@ -398,11 +430,10 @@ def test_nested_shards_of_incompressible_data_read_back() -> None:
 
 
 def test_a_nested_shard_of_a_single_threaded_write_stays_in_its_thread() -> None:
-    """A write with ``threads=1`` encodes nested shards in the calling thread too: the nested
-    level must not spread its chunks over the shared pool behind the caller's back (a user
-    bounds a write's threads to share a machine). Here the nested shard has two large chunks,
-    which a nested encode with the pool's default would hand to two pool threads. Kills the
-    mutant of ``encode_chunk`` that drops its ``threads=1``."""
+    """A write with ``threads=1`` encodes nested shards in the calling thread too, not over the
+    shared pool behind the caller's back (a user bounds a write's threads to share a machine);
+    the nested shard's two large chunks would go to two pool threads. Kills the mutant of
+    ``encode_chunk`` that drops its ``threads=1``."""
     pool.after_fork()  # no pool threads yet: any started below would be this encode's
     try:
         chunk = (256, 256)  # uint8: 64 KiB, a large chunk (one pool unit each)
