@@ -416,16 +416,16 @@ def test_the_codec_entry_is_what_zarr_wrote(which: int) -> None:
 
 def test_nested_shards_of_incompressible_data_read_back() -> None:
     """Nested sharding with zstd around the nested shards, on random bytes: each nested shard
-    holds 512 chunks of (2, 1) bytes, so it is its 1 KiB of data plus an 8 KiB index, and the
+    holds 2048 chunks of (2, 2) bytes, so it is its 8 KiB of data plus a 32 KiB index, and the
     outer chain's decode must allow that much (``max_encoded_nbytes``, the most a zstd frame
-    may claim). Kills the mutants that shrink that bound below what a nested shard can be (as
-    one that subtracts the index): the user's data would not read back."""
-    nested = ShardCodec((32, 32), ChunkCodec((2, 1), np.dtype("uint8"), 0))
-    inner = ChunkCodec((32, 32), np.dtype("uint8"), 0, nested=nested, bytes_codecs=(Zstd(),))
-    codec = ShardCodec((32, 64), inner)  # two outer chunks side by side: stacked by copy
-    data = np.random.default_rng(3).integers(1, 256, (32, 64), dtype="uint8")
+    may claim). Kills the mutants that shrink that bound below what a nested shard can be (one
+    that subtracts the index, one that divides by the raw size): the data would not read back."""
+    nested = ShardCodec((64, 128), ChunkCodec((2, 2), np.dtype("uint8"), 0))
+    inner = ChunkCodec((64, 128), np.dtype("uint8"), 0, nested=nested, bytes_codecs=(Zstd(),))
+    codec = ShardCodec((64, 256), inner)  # two outer chunks side by side: stacked by copy
+    data = np.random.default_rng(3).integers(1, 256, (64, 256), dtype="uint8")
     shard = joined(encode_shard(codec, data, threads=1))
-    assert len(nested.encode_chunk(data[:, :32])) == 1024 + nested.index_nbytes
+    assert len(nested.encode_chunk(data[:, :128])) == 8192 + nested.index_nbytes
     np.testing.assert_array_equal(decode_shard_bytes(codec, shard, KEY), data)
 
 
