@@ -21,8 +21,9 @@ from zarr.storage import LocalStore
 
 import shardwise
 from shardwise import InvalidTypeError, InvalidValueError
+from shardwise.codec.codecs import crc32c
 from shardwise.codec.shard import ShardIndex
-from shardwise.durability.checks import MAX_PER_SHARD, Problem, VerifyReport
+from shardwise.durability.checks import MAX_PER_SHARD, Problem, VerifyReport, check_shard
 from shardwise.durability.journal import (
     BATCH,
     PARTS,
@@ -152,11 +153,15 @@ def test_every_finding_is_reported_with_its_key_and_message(tmp_path: Path) -> N
             ("temp", f"{PARTS}2.{HEX}.partial", temp, None),
         ]
     )
+    flipped = (root / "c/1/2").read_bytes()
+    rec = json.loads((root / RECORDS / "c/1/2").read_bytes())
     assert found(report.changes) == [
         (
             "mismatch",
             "c/1/2",
-            next(p.message for p in report.changes if p.kind == "mismatch"),
+            f"stored object ({len(flipped)} bytes, crc32c {crc32c(flipped):#010x}) differs from "
+            f"what the writer recorded ({rec['size']} bytes, crc32c {rec['crc32c']:#010x}): "
+            "rewritten by another tool, or damaged where no checksum covers it",
             None,
         ),
         (
@@ -372,3 +377,24 @@ def test_the_report_text_and_dict(tmp_path: Path) -> None:
     rep.strict = True
     rep.add_change(Problem("unrecorded", "u", "x"))
     assert rep.problems[-1].key == "u" and len(rep.changes) == 51
+
+
+def test_a_shard_gone_when_read_and_a_batch_that_does_not_parse(tmp_path: Path) -> None:
+    """Kills `check_shard`'s mutants of a shard listed but gone when read (its kind, key,
+    message and zero counts: another writer may delete an emptied shard between verify's
+    listing and its read) and `_check_journal`'s fallback for a batch document that does not
+    parse (still reported as an unfinished batch, with -1 parts expected)."""
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **KW)
+    zstore = LocalStore(root)
+    info, sstore = open_info(zstore, None), ShardStore(zstore, "")
+    (root / "c/1/1").unlink()
+    probs, change, decoded, nbytes = check_shard(info, sstore, "c/1/1", None)
+    assert [(p.kind, p.key, p.message) for p in probs] == [
+        ("missing", "c/1/1", "listed but gone when read")
+    ]
+    assert (change, decoded, nbytes) == (None, 0, 0)
+    put(root, BATCH, b"{not json")
+    put(root, PARTS + "0", b"{}")
+    batch = [(p.key, p.message) for p in verify(root).problems if p.kind == "batch"]
+    assert batch == [(BATCH, "batch write not finalized: 1 of -1 parts done")]
