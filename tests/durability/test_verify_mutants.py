@@ -20,7 +20,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.storage import LocalStore
 
 import shardwise
-from shardwise import InvalidTypeError, InvalidValueError
+from shardwise import ArrayNotFoundError, InvalidTypeError, InvalidValueError
 from shardwise.codec.codecs import crc32c
 from shardwise.codec.shard import ShardIndex
 from shardwise.durability.checks import MAX_PER_SHARD, Problem, VerifyReport, check_shard
@@ -398,3 +398,18 @@ def test_a_shard_gone_when_read_and_a_batch_that_does_not_parse(tmp_path: Path) 
     put(root, PARTS + "0", b"{}")
     batch = [(p.key, p.message) for p in verify(root).problems if p.kind == "batch"]
     assert batch == [(BATCH, "batch write not finalized: 1 of -1 parts done")]
+
+
+def test_verify_opens_read_only_and_refuses_a_path_with_no_store(tmp_path: Path) -> None:
+    """Kills `verify`'s mutants of the store's mode (`None`, another word): verify only reads,
+    so a local path where nothing is stored is refused as not found (a store opened for writing
+    would be created there instead, and the typo reported as a missing array), and a check,
+    through a path or a file:// URL, leaves every byte of the store as it was."""
+    with pytest.raises(ArrayNotFoundError, match="no store at"):
+        verify(tmp_path / "nothing")
+    assert not (tmp_path / "nothing").exists()
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **KW)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert verify(str(root)).ok and verify(f"file://{root}").ok
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
