@@ -83,9 +83,10 @@ def damaged(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     marker = WriteMarker("0123456789abcdef", region, list(SHAPE), "open", "2026-01-02T03:04:05")
     put(root, marker_name(tuple(slice(a, b) for a, b in region)), marker.to_bytes())
     put(root, WRITES + "ffff.json", b"[broken")
-    for piece in ("aaaaaaaa1111/c.0.0", "aaaaaaaa1111/c.0.1", "bbbbbbbb2222/c.1.0"):
+    # staged pieces as a staged write names them: <write>/<shard key>/b<block>
+    for piece in ("aaaaaaaa1111/c/0/0/b0.0", "aaaaaaaa1111/c/0/1/b0.1", "bbbbbbbb2222/c/1/0/b1"):
         put(root, STAGED + piece, b"piece")
-    put(root, f"{STAGED}bbbbbbbb2222/c.1.1.{HEX}.partial", b"x")  # not a piece yet
+    put(root, f"{STAGED}bbbbbbbb2222/c/1/1/b0.{HEX}.partial", b"x")  # not a piece yet
     put(root, BATCH, json.dumps({"nparts": 3}).encode())
     put(root, PARTS + "0", b"{}")
     put(root, PARTS + "1", b"{}")
@@ -149,7 +150,7 @@ def test_every_finding_is_reported_with_its_key_and_message(tmp_path: Path) -> N
             ("stray", "c/9/9", "not metadata, journal or a shard of this grid", None),
             ("temp", f"c/0/1.{HEX}.partial", temp, None),
             ("temp", f"{RECORDS}c/2/2.{HEX}.partial", temp, None),
-            ("temp", f"{STAGED}bbbbbbbb2222/c.1.1.{HEX}.partial", temp, None),
+            ("temp", f"{STAGED}bbbbbbbb2222/c/1/1/b0.{HEX}.partial", temp, None),
             ("temp", f"{PARTS}2.{HEX}.partial", temp, None),
         ]
     )
