@@ -94,26 +94,11 @@ def damaged(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     return root, {"gone": gone, "marker": marker}
 
 
-def test_every_finding_is_reported_with_its_key_and_message(tmp_path: Path) -> None:
-    """Kills the mutants of the messages, kinds and keys of `_list_shards` (a temp file inside
-    the journal, a temp file, a stray object), `_check_records` (an unreadable record, a
-    recorded shard that is gone: its size and write), `_check_shards` (a shard without a
-    record) and `checks._check_journal` (an open write with its region and start, an unreadable
-    marker, staged pieces counted per write, temp files not counted, an unfinished batch with
-    the parts done, a held lease): each finding says what is wrong where, so that a user knows
-    what to rerun or delete; and of the counts the report gives (`+=` made `=` or `-=`)."""
-    root, quoted = damaged(tmp_path)
+def expected_problems(quoted: dict[str, Any], corrupt: str) -> list[tuple[str, str, str, Any]]:
+    """The problems of :func:`damaged`'s array, as :func:`found` lists them."""
     gone, marker = quoted["gone"], quoted["marker"]
-    shards = [p for p in (root / "c").rglob("*") if p.is_file() and p.parent.name != "9"]
-    shards = [p for p in shards if "partial" not in p.name]
-    with Lease.acquire(ShardStore(LocalStore(root)), purpose="somebody"):
-        held = read_lease(ShardStore(LocalStore(root)))
-        assert held is not None
-        report = verify(root)
-    (corrupt,) = [p.message for p in report.problems if p.kind == "corrupt"]
-    assert corrupt.startswith("inner chunk does not decode: crc32c checksum mismatch")
     temp = "temp file of an interrupted write"
-    assert found(report.problems) == sorted(
+    return sorted(
         [
             ("batch", BATCH, "batch write not finalized: 2 of 3 parts done", None),
             ("corrupt", "c/1/2", corrupt, (0, 0)),
@@ -154,9 +139,14 @@ def test_every_finding_is_reported_with_its_key_and_message(tmp_path: Path) -> N
             ("temp", f"{PARTS}2.{HEX}.partial", temp, None),
         ]
     )
+
+
+def expected_changes(root: Path) -> list[tuple[str, str, str, Any]]:
+    """The changes of :func:`damaged`'s array (notes unless strict), as :func:`found` lists
+    them."""
     flipped = (root / "c/1/2").read_bytes()
     rec = json.loads((root / RECORDS / "c/1/2").read_bytes())
-    assert found(report.changes) == [
+    return [
         (
             "mismatch",
             "c/1/2",
@@ -172,6 +162,27 @@ def test_every_finding_is_reported_with_its_key_and_message(tmp_path: Path) -> N
             None,
         ),
     ]
+
+
+def test_every_finding_is_reported_with_its_key_and_message(tmp_path: Path) -> None:
+    """Kills the mutants of the messages, kinds and keys of `_list_shards` (a temp file inside
+    the journal, a temp file, a stray object), `_check_records` (an unreadable record, a
+    recorded shard that is gone: its size and write), `_check_shards` (a shard without a
+    record) and `checks._check_journal` (an open write with its region and start, an unreadable
+    marker, staged pieces counted per write, temp files not counted, an unfinished batch with
+    the parts done, a held lease): each finding says what is wrong where, so that a user knows
+    what to rerun or delete; and of the counts the report gives (`+=` made `=` or `-=`)."""
+    root, quoted = damaged(tmp_path)
+    shards = [p for p in (root / "c").rglob("*") if p.is_file() and p.parent.name != "9"]
+    shards = [p for p in shards if "partial" not in p.name]
+    with Lease.acquire(ShardStore(LocalStore(root)), purpose="somebody"):
+        held = read_lease(ShardStore(LocalStore(root)))
+        assert held is not None
+        report = verify(root)
+    (corrupt,) = [p.message for p in report.problems if p.kind == "corrupt"]
+    assert corrupt.startswith("inner chunk does not decode: crc32c checksum mismatch")
+    assert found(report.problems) == expected_problems(quoted, corrupt)
+    assert found(report.changes) == expected_changes(root)
     assert report.notes == [f"write lease held: {held.describe()}"]
     assert report.shards_stored == len(shards) == 15 and report.shards_recorded == 14
     assert report.bytes_read == sum(p.stat().st_size for p in shards)
