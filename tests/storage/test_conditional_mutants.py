@@ -1,16 +1,20 @@
 """Survivors of the mutation lane in storage/conditional (`mutation/run.py storage/conditional`):
 how many rounds ``commit_beside`` makes before it gives up and what its error names, the
 conflicts a ``read_merge_commit`` reports when it finds nothing left to delete, a record that
-another writer replaces between ``commit_beside``'s check and its removal, and the branch of
-object stores that cannot delete conditionally (an emptied shard is stored as the empty object
-instead). Each test names the mutants it kills. Real stores: local files, zarr's MemoryStore,
-and the S3 API of the moto server (tests/faultkit.py) through obstore and through s3fs, the two
-stores without conditional delete; other writers are real writes to the same store, made
-between a writer's read and its commit.
+another writer replaces between ``commit_beside``'s check and its removal, the branch of object
+stores that cannot delete conditionally (an emptied shard is stored as the empty object
+instead), metadata documents updated through ``update_json`` (merged again over a rival's edit,
+stored as zarr writes them, locked in place), the locks a forked child starts with, and the
+fsync of a local commit. Each test names the mutants it kills. Real stores: local files, zarr's
+MemoryStore, and the S3 API of the moto server (tests/faultkit.py) through obstore and through
+s3fs, the two stores without conditional delete; other writers are real writes to the same
+store, made between a writer's read and its commit.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -22,8 +26,15 @@ from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
 import shardwise.storage.conditional as cond
 from faultkit import BUCKET, CREDS, MotoS3, moto_s3, unique
-from shardwise import ShardConflictError
-from shardwise.storage.conditional import CONFLICT, commit_beside, read_merge_commit, versions
+from shardwise import ArrayNotFoundError, ShardConflictError
+from shardwise.runtime import pool
+from shardwise.storage.conditional import (
+    CONFLICT,
+    commit_beside,
+    read_merge_commit,
+    update_json,
+    versions,
+)
 from shardwise.storage.store import ShardStore
 
 SHARD, RECORD = "c/0/0", ".shardwise/shards/c/0/0"
@@ -109,6 +120,139 @@ def test_commit_beside_keeps_the_record_a_later_commit_stored_meanwhile(
     commit_beside(sstore, RECORD, None, owner=SHARD, generation=gen_a)
     assert heads == [gen_a]
     assert sstore.get(SHARD) == b"shard by B" and sstore.get(RECORD) == b"record of B"
+
+
+# -- metadata documents -----------------------------------------------------------------------
+
+
+def _doc(**attributes: int) -> bytes:
+    return json.dumps({"zarr_format": 3, "attributes": attributes}, indent=2).encode()
+
+
+def test_update_json_merges_over_a_rivals_edit_and_stores_it_as_zarr_does(
+    sstore: ShardStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills `update_json`'s merge parsing nothing (`json.loads(None)`), storing the document
+    unindented (`indent=None`), or handing no merge to `read_merge_commit`: an appender's edit
+    of `zarr.json` lands on top of another writer's edit made between its read and its commit
+    (both attributes kept, one round lost), stored indented as zarr writes it; an edit that
+    changes nothing writes nothing; a document that is gone is refused, naming it."""
+    sstore.put("zarr.json", _doc())
+    monkeypatch.setattr(cond, "BACKOFF", 0.0)
+    monkeypatch.setattr(cond, "BACKOFF_MAX", 0.0)
+
+    def rival(name: str, attempt: int) -> None:
+        if attempt == 0:
+            sstore.put(name, _doc(rival=1))
+
+    def mine(doc: dict[str, Any]) -> tuple[str, bool]:
+        doc["attributes"]["mine"] = 2
+        return "edited", True
+
+    monkeypatch.setattr(cond, "before_commit", rival)
+    assert update_json(sstore, "zarr.json", mine) == ("edited", 1)
+    assert sstore.get("zarr.json") == _doc(rival=1, mine=2)
+    v = versions(sstore)
+    assert v is not None
+    gen = v.head("zarr.json")
+    assert update_json(sstore, "zarr.json", lambda doc: ("same", False)) == ("same", 0)
+    assert v.head("zarr.json") == gen  # nothing written
+    sstore.delete("zarr.json")
+    with pytest.raises(ArrayNotFoundError, match="is gone") as err:
+        update_json(sstore, "zarr.json", mine)
+    assert sstore.key("zarr.json") in str(err.value) and sstore.get("zarr.json") is None
+
+
+def test_update_json_gives_up_after_four_times_a_shards_rounds(
+    sstore: ShardStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills `update_json` bounding its rounds by `TRIES * 5`: metadata commits are small and
+    every appender makes them, so they get four times a shard's rounds, and no more (a bound
+    on the time an appender can spend on a document others keep changing)."""
+    sstore.put("zarr.json", _doc())
+    rounds: list[int] = []
+
+    def rival(name: str, attempt: int) -> None:
+        rounds.append(attempt)
+        sstore.put(name, _doc(rival=attempt))
+
+    monkeypatch.setattr(cond, "TRIES", 2)
+    monkeypatch.setattr(cond, "BACKOFF", 0.0)
+    monkeypatch.setattr(cond, "BACKOFF_MAX", 0.0)
+    monkeypatch.setattr(cond, "before_commit", rival)
+    with pytest.raises(ShardConflictError) as err:
+        update_json(sstore, "zarr.json", lambda doc: ("edited", True))
+    assert err.value.tries == 8 and rounds == list(range(8))
+    assert sstore.get("zarr.json") == _doc(rival=7)
+
+
+@pytest.mark.parametrize("name", ["zarr.json", "g/zarr.json", "g/a/zarr.json"])
+def test_a_metadata_document_is_locked_in_place(tmp_path: Path, name: str) -> None:
+    """Kills `_Local._lock` locking a nested group's document through a lock file (`split`
+    for `rsplit`: the last part of `g/a/zarr.json` is `zarr.json`, the part after the first
+    slash is not) or locking no path (`object_lock(None)`): an update of a group's `zarr.json`
+    leaves no lock directory in the store, which zarr would list as a node of the group (a
+    warning on every listing)."""
+    root = tmp_path / "a.zarr"
+    s = ShardStore(LocalStore(root), "")
+    s.put(name, _doc())
+    assert update_json(s, name, lambda doc: ("edited", doc.update(x=1) is None)) == ("edited", 0)
+    assert json.loads(s.get(name) or b"")["x"] == 1
+    assert not (root / ".shardwise").exists()
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) == [name]
+
+
+# -- forks and fsync ------------------------------------------------------------------------------
+
+
+def test_a_forked_child_commits_with_fresh_locks(tmp_path: Path) -> None:
+    """Kills `_after_fork` giving memory commits no lock (`_memory_lock = None`): a child forked
+    while another thread of the parent held a commit lock must not inherit it held (it would
+    wait for a thread that does not exist in the child). The hook is registered with the
+    runtime's fork hooks; here it runs in this process with the old locks held."""
+    assert cond._after_fork in pool._fork_hooks
+    held = [cond._memory_lock, *cond._thread_locks]
+    for lock in held:
+        lock.acquire()
+    try:
+        cond._after_fork()  # what runtime.pool.after_fork runs in a forked child
+        for s in (ShardStore(MemoryStore(), "arr"), ShardStore(LocalStore(tmp_path), "arr")):
+            v = versions(s)
+            assert v is not None
+            gen = v.commit(SHARD, [b"child"], None)
+            assert v.get(SHARD) == (b"child", gen)
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def test_a_local_commit_with_fsync_makes_the_file_and_its_directories_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills `_Local.commit` dropping the store's fsync (`fsync = None`, or `fsync=None` for the
+    temp file): on a store opened with `fsync=True` a commit fsyncs the new file's data before
+    it is renamed into place, then the directories it created, so a committed shard survives
+    a power cut; without fsync nothing is synced. `os.fsync` is wrapped to record each call's
+    file (the calls themselves still happen)."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    root = tmp_path / "a.zarr"
+    v = versions(ShardStore(LocalStore(root), "arr", fsync=True))
+    assert v is not None and v.commit(SHARD, [b"shard"], None) is not CONFLICT
+    shard_dir = str(root / "arr/c/0")
+    temps = [p for p in synced if p.startswith(shard_dir + "/0.") and p.endswith(".partial")]
+    assert len(temps) == 1 and not os.path.exists(temps[0])  # the temp file, renamed since
+    assert shard_dir in synced and synced.index(temps[0]) < synced.index(shard_dir)
+    synced.clear()
+    v = versions(ShardStore(LocalStore(root), "arr"))
+    assert v is not None and v.commit("c/0/1", [b"shard"], None) is not CONFLICT
+    assert synced == []
 
 
 # -- object stores without conditional delete (S3 through obstore and through s3fs) -------------
