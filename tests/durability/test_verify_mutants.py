@@ -197,10 +197,11 @@ def test_a_shard_lists_at_most_its_cap_of_corrupt_chunks_and_decodes_the_rest(
     tmp_path: Path,
 ) -> None:
     """Kills `check_shard` listing one corrupt chunk more than `MAX_PER_SHARD` (`<=`), counting
-    the others wrongly, or giving up at the first corrupt chunk (`break` for `continue`): in a
-    shard of 16 inner chunks of which 10 are damaged, the first 8 are named in order and the 6
-    sound ones are still decoded (a report stays readable for a shard that is all garbage, and
-    still says how much of it is sound)."""
+    the others wrongly, giving up at the first corrupt chunk (`break` for `continue`), or
+    counting a chunk decoded in a shard whose index is broken: in a shard of 16 inner chunks of
+    which 10 are damaged, the first 8 are named in order and the 6 sound ones are still decoded
+    (a report stays readable for a shard that is all garbage, and still says how much of it is
+    sound)."""
     root = tmp_path / "a.zarr"
     shardwise.write_array(
         data(),
@@ -217,12 +218,14 @@ def test_a_shard_lists_at_most_its_cap_of_corrupt_chunks_and_decodes_the_rest(
     bad = [0, 1, 2, 4, 5, 6, 8, 9, 10, 12]
     for flat in bad:
         flip(root / "c/0/0", int(index.entries[flat][0]) + 1)
+    (root / "c/1/1").write_bytes((root / "c/1/1").read_bytes()[:-3])  # its index broken
     report = verify(root)
-    listed = [p for p in report.problems if p.kind == "corrupt"]
+    listed = [p for p in report.problems if p.kind == "corrupt" and p.key == "c/0/0"]
     assert MAX_PER_SHARD == 8 and len(listed) == MAX_PER_SHARD
     assert [p.chunk for p in listed] == [divmod(f, 4) for f in bad[:MAX_PER_SHARD]]
-    assert all(p.key == "c/0/0" for p in listed)
-    assert report.chunks_checked == clean.chunks_checked - len(bad)
+    assert [(p.kind, p.key) for p in report.problems if p not in listed] == [("corrupt", "c/1/1")]
+    # the broken index's shard adds no decoded chunk (none of its 16 is reachable)
+    assert report.chunks_checked == clean.chunks_checked - len(bad) - 16
 
 
 def test_a_group_adds_up_its_arrays(tmp_path: Path) -> None:
@@ -236,6 +239,7 @@ def test_a_group_adds_up_its_arrays(tmp_path: Path) -> None:
     for name, seed in (("g/b", 1), ("g/c", 2)):
         shardwise.write_array(data(seed), root, path=name, **KW)
     (root / "g/c/c/1/1").write_bytes((root / "g/b/c/1/1").read_bytes())  # sound, not c's
+    (root / "g/b/c/2/2").write_bytes((root / "g/c/c/2/2").read_bytes())  # and the other way
     (root / "g/b/c/0/0").unlink()
     one = {n: verify(root, path=n) for n in ("g/b", "g/c")}
     report = verify(root, path="g")
@@ -246,10 +250,13 @@ def test_a_group_adds_up_its_arrays(tmp_path: Path) -> None:
     assert found(report.problems) == [
         ("missing", "g/b/c/0/0", one["g/b"].problems[0].message, None)
     ]
-    assert [(p.kind, p.key) for p in report.changes] == [("mismatch", "g/c/c/1/1")]
+    assert [(p.kind, p.key) for p in report.changes] == [
+        ("mismatch", "g/b/c/2/2"),
+        ("mismatch", "g/c/c/1/1"),
+    ]
     assert report.notes == ["g/a: not sharded, not checked"]
     strict = verify(root, path="g", strict=True)
-    assert sorted(p.kind for p in strict.problems) == ["mismatch", "missing"]
+    assert sorted(p.kind for p in strict.problems) == ["mismatch", "mismatch", "missing"]
 
 
 def test_a_group_without_writer_records_says_so_per_array(tmp_path: Path) -> None:
@@ -382,13 +389,16 @@ def test_the_report_text_and_dict(tmp_path: Path) -> None:
     )
     assert lines[53:103] == [f"    mismatch   m{i}: other" for i in range(50)]
     assert lines[103:] == ["    ... and 1 more", "  note: a note"]
+    del rep.problems[50:], rep.changes[50:]  # 50 of each: all shown, no "more" line
+    assert [line for line in str(rep).splitlines() if "more" in line] == []
+    assert len(str(rep).splitlines()) == 1 + 50 + 1 + 50 + 1
     d = rep.to_dict()
     assert d["ok"] is False and d["where"] == "here" and d["shards_recorded"] is None
     assert d["problems"][0] == {"kind": "temp", "key": "t0", "message": "left", "chunk": None}
     assert json.loads(rep.to_json()) == d and rep.to_json().startswith('{\n  "where"')
     rep.strict = True
     rep.add_change(Problem("unrecorded", "u", "x"))
-    assert rep.problems[-1].key == "u" and len(rep.changes) == 51
+    assert rep.problems[-1].key == "u" and len(rep.changes) == 50
 
 
 def test_a_shard_gone_when_read_and_a_batch_that_does_not_parse(tmp_path: Path) -> None:
@@ -416,12 +426,14 @@ def test_verify_opens_read_only_and_refuses_a_path_with_no_store(tmp_path: Path)
     """Kills `verify`'s mutants of the store's mode (`None`, another word): verify only reads,
     so a local path where nothing is stored is refused as not found (a store opened for writing
     would be created there instead, and the typo reported as a missing array), and a check,
-    through a path or a file:// URL, leaves every byte of the store as it was."""
+    through a path or a file:// URL, leaves every byte of the store as it was; the report
+    names the store as the user gave it (`where` passed on to `verify_store`)."""
     with pytest.raises(ArrayNotFoundError, match="no store at"):
         verify(tmp_path / "nothing")
     assert not (tmp_path / "nothing").exists()
     root = tmp_path / "a.zarr"
     shardwise.write_array(data(), root, **KW)
+    assert verify(root).where == f"file://{root}"  # the store as the user named it
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert verify(str(root)).ok and verify(f"file://{root}").ok
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before

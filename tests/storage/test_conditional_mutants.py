@@ -122,6 +122,56 @@ def test_commit_beside_keeps_the_record_a_later_commit_stored_meanwhile(
     assert sstore.get(SHARD) == b"shard by B" and sstore.get(RECORD) == b"record of B"
 
 
+def test_removing_what_is_already_gone_is_no_error(sstore: ShardStore) -> None:
+    """Kills `_Local.commit` deleting with `missing_ok=False` and `_Memory.commit` popping
+    without a default: a conditional delete of an object that is absent, as expected, succeeds
+    with nothing to do (`commit_beside` removes a record that was never stored when a write
+    empties a shard it had not written before)."""
+    v = versions(sstore)
+    assert v is not None
+    assert v.commit(SHARD, None, None) is None and v.get(SHARD) == (None, None)
+    gen = v.commit(SHARD, [b"shard"], None)
+    commit_beside(sstore, RECORD, None, owner=SHARD, generation=gen)
+    assert sstore.get(RECORD) is None and sstore.get(SHARD) == b"shard"
+
+
+def test_a_shard_rewritten_in_place_while_read_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills `_Local.get`'s short-read error without the key (`OSError(None)`) and `_retrying`
+    retrying only transient errors (without `retry_on=any_error`): another tool that rewrites
+    a shard in place (truncates it, then writes it again) while this writer reads it makes the
+    read come up short; that is an error naming the key, never a short shard merged as whole,
+    and the read-merge-commit reads again and merges onto the finished rewrite.
+    `ShardStore.open_local` is wrapped to run the other tool's steps around the real open."""
+    s = ShardStore(LocalStore(tmp_path / "a.zarr"), "arr")
+    s.put(SHARD, b"the shard as first written")
+    path = tmp_path / "a.zarr/arr/c/0/0"
+    real = ShardStore.open_local
+    opened: list[str] = []
+
+    def other_tool_in_place(self: ShardStore, name: str) -> Any:
+        if len(opened) == 1:
+            path.write_bytes(b"rewritten in place")  # the other tool finishes its rewrite
+        obj = real(self, name)
+        if not opened:
+            os.truncate(path, 3)  # the other tool starts: truncated after this open
+        opened.append(name)
+        return obj
+
+    monkeypatch.setattr(ShardStore, "open_local", other_tool_in_place)
+    v = versions(s)
+    assert v is not None
+    with pytest.raises(OSError, match="short read of 'arr/c/0/0'"):
+        v.get(SHARD)
+    s.put(SHARD, b"the shard as first written")
+    opened.clear()
+    done = read_merge_commit(s, SHARD, lambda old: (old, [b"merged onto: ", old or b""]))
+    assert done.result == b"rewritten in place" and len(opened) == 2
+    assert done.conflicts == 0  # the short read was retried as a store error, not a lost round
+    assert path.read_bytes() == b"merged onto: rewritten in place"
+
+
 # -- metadata documents -----------------------------------------------------------------------
 
 
