@@ -315,11 +315,13 @@ def test_unreadable_metadata_is_named_where_it_is(tmp_path: Path) -> None:
     assert report.where.endswith(" path 'a'") and not report.ok
 
 
-def test_verify_store_names_the_array_and_can_leave_the_batch(tmp_path: Path) -> None:
+def test_verify_store_names_the_array_and_can_leave_the_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Kills `verify_store`'s mutants of its `where` (without one: the array as messages name
     it) and of `check_batch=False` (the batch writer's own check of its parts, before it
     finalizes, must not report its own unfinished batch), and the time it reports (`+` for
-    `-`: at most the time the call took)."""
+    `-`: at most the time the call took), and of its default `progress=False`."""
     root = tmp_path / "b.zarr"
     from shardwise import batch
 
@@ -333,6 +335,7 @@ def test_verify_store_names_the_array_and_can_leave_the_batch(tmp_path: Path) ->
     assert report.where == describe(zstore, "") and report.ok and report.shards_stored > 0
     assert 0 < report.seconds <= took
     assert [p.kind for p in verify_store(info, sstore).problems] == ["batch"]
+    assert capsys.readouterr().err == ""  # no bar unless asked (`progress=False` by default)
     before = time.perf_counter()
     report = verify(root)
     assert 0 < report.seconds <= time.perf_counter() - before
@@ -437,3 +440,21 @@ def test_verify_opens_read_only_and_refuses_a_path_with_no_store(tmp_path: Path)
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert verify(str(root)).ok and verify(f"file://{root}").ok
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_record_temp_file_alone_marks_a_shardwise_array(tmp_path: Path) -> None:
+    """Kills `_check_records` needing both readable records and journal names (`and` for
+    `or`): an array whose only record is the temp file of a write interrupted before its first
+    record landed was being written by shardwise, so its shards are unrecorded notes (not
+    "written by another tool, integrity only") and the temp file is reported."""
+    root = tmp_path / "a.zarr"
+    z = zarr.create_array(root, shape=(8,), dtype="int32", chunks=(2,), shards=(4,))
+    z[:] = np.arange(8)
+    put(root, f"{RECORDS}c/0.{HEX}.partial", b"{}")
+    report = verify(root)
+    assert [(p.kind, p.key) for p in report.problems] == [("temp", f"{RECORDS}c/0.{HEX}.partial")]
+    assert sorted((p.kind, p.key) for p in report.changes) == [
+        ("unrecorded", "c/0"),
+        ("unrecorded", "c/1"),
+    ]
+    assert report.shards_recorded == 0 and report.notes == []
