@@ -18,6 +18,7 @@ import numpy as np
 from ..compat import decode_sync, encode_sync
 from ..runtime.units import SMALL_CHUNK
 from .codecs import BytesCodec, Zstd
+from .frames import FrameArena
 
 Endian = Literal["little", "big"]
 
@@ -221,15 +222,18 @@ class ChunkCodec:
                 return first
         return None
 
-    def encode_rows(self, stack: np.ndarray, rows: Sequence[int]) -> list[Any]:
+    def encode_rows(
+        self, stack: np.ndarray, rows: Sequence[int], frames: FrameArena | None = None
+    ) -> list[Any]:
         """Encode the stacked chunks ``rows``; returns one bytes-like object per row.
 
         With zstd first in the chain, a whole batch is compressed in one call that releases the
-        GIL (no Python per chunk), then the remaining codecs run per chunk.
+        GIL (no Python per chunk), then the remaining codecs run per chunk. Large chunks are
+        compressed one call each, into ``frames`` when given (see :meth:`encode`).
         """
         zstd = self._zstd_first
         if zstd is None or len(rows) < 2 or self.raw_nbytes >= SMALL_CHUNK:
-            return [self.encode(stack[i]) for i in rows]
+            return [self.encode(stack[i], frames) for i in rows]
         raw = self.raw_nbytes
         segs = np.empty((len(rows), 2), dtype=np.uint64)
         segs[:, 0] = np.asarray(rows, dtype=np.uint64) * np.uint64(raw)
@@ -320,13 +324,21 @@ class ChunkCodec:
 
     # -- one chunk ------------------------------------------------------------------------------
 
-    def encode(self, item: np.ndarray) -> bytes:
-        """Encode one stacked chunk (an element of :meth:`stack`)."""
+    def encode(self, item: np.ndarray, frames: FrameArena | None = None) -> bytes | memoryview:
+        """Encode one stacked chunk (an element of :meth:`stack`).
+
+        With ``frames``, a chain of zstd alone keeps the frame in that arena (one copy out of
+        python-zstandard's bound-sized bytes, into reused memory) rather than in fresh bytes.
+        """
         if self.zarr_chain is not None:
             return self.zarr_chain.encode(item, self.fill_value)
         data: bytes | memoryview = (
             raw_view(item) if self.nested is None else self.nested.encode_chunk(item)
         )
+        zstd = self._zstd_first
+        if frames is not None and zstd is not None and len(self.bytes_codecs) == 1:
+            kept: bytes | memoryview = frames.keep(zstd.compress(data), len(data))
+            return kept
         for codec in self.bytes_codecs:
             data = codec.encode(data)
         return bytes(data)

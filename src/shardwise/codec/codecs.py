@@ -69,8 +69,13 @@ class Zstd:
             d = _local.dctx = zstandard.ZstdDecompressor()
         return d
 
+    def compress(self, data: Buffer) -> bytes:
+        """One frame as python-zstandard returns it, holding the whole compression bound."""
+        out: bytes = self._cctx().compress(data)
+        return out
+
     def encode(self, data: Buffer) -> bytes:
-        out = self._cctx().compress(data)
+        out = self.compress(data)
         # the bytes python-zstandard returns keep their whole allocation (the compression bound,
         # a little over the raw size) whatever the compressed size: an encoded chunk would hold
         # as much memory as its raw data. An exact copy is cheap beside the compression.

@@ -34,6 +34,7 @@ from .decode import (
     reused_array,
     scatter,
 )
+from .frames import FrameArena
 from .index import MISSING, IndexLocation, ShardIndex, encode_index, index_slice, parse_index
 
 __all__ = [
@@ -195,6 +196,7 @@ def encode_chunks(
     write_empty_chunks: bool = False,
     threads: int | None = None,
     wanted: np.ndarray | None = None,
+    frames: FrameArena | None = None,
 ) -> list[Any]:
     """The encoded inner chunks of ``block`` (a shard's region, clipped at the array's edge),
     one per chunk of its grid in C order: None for a chunk equal to the fill value (unless
@@ -203,7 +205,8 @@ def encode_chunks(
     The pool tasks take :func:`units` of the chunks: each copies its unit out of ``block`` into a
     buffer its thread reuses (padded with the fill value at the array's edges, cast to the stored
     dtype), checks it for fill and compresses it. Memory beyond ``block`` and the encoded chunks:
-    one small buffer per pool thread, whatever the shard size; no fresh pages.
+    one small buffer per pool thread, whatever the shard size; no fresh pages. ``frames``: an
+    arena the compressed chunks are kept in (:mod:`.frames`), lent by a caller that stores them.
     """
     inner = codec.inner
     cs = codec.chunk_shape
@@ -234,7 +237,7 @@ def encode_chunks(
         if want is not None:
             skip = [s or not w for s, w in zip(skip, want.tolist(), strict=True)]
         keep = [i for i in rows if not skip[i]]
-        done = iter(inner.encode_rows(stack, keep) if keep else [])
+        done = iter(inner.encode_rows(stack, keep, frames) if keep else [])
         return [None if e else next(done) for e in skip]
 
     def run(batch: Sequence[tuple[tuple[int, int], ...]]) -> list[list[Any]]:
@@ -258,16 +261,20 @@ def encode_shard(
     *,
     write_empty_chunks: bool = False,
     threads: int | None = None,
+    frames: FrameArena | None = None,
 ) -> EncodedShard | None:
     """Encode one shard from ``block``, the shard's region of the array (clipped at the edges).
 
     Inner chunks equal to the fill value bit for bit are not stored unless ``write_empty_chunks``.
     Returns None when no inner chunk is stored. The same input always gives the same bytes.
-    The chunks are encoded by :func:`encode_chunks`.
+    The chunks are encoded by :func:`encode_chunks` (into ``frames`` when given: its parts are
+    then views of that arena, valid while the caller holds it).
     """
     # only inner chunks holding array elements are encoded; the rest of the grid stays empty
     used = tuple(-(-n // c) for n, c in zip(block.shape, codec.chunk_shape, strict=True))
-    got = encode_chunks(codec, block, write_empty_chunks=write_empty_chunks, threads=threads)
+    got = encode_chunks(
+        codec, block, write_empty_chunks=write_empty_chunks, threads=threads, frames=frames
+    )
     keep = np.fromiter((p is not None for p in got), dtype=bool, count=len(got))
     pieces = [p for p in got if p is not None]
     if not pieces:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..codec.frames import borrowed as borrowed_frames
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
@@ -81,22 +82,19 @@ class ShardWriter:
         block = np.asarray(block)
         rep = WriteReport(raw_bytes=block.nbytes)
         if self.plan.covers(shard):
-            enc = encode_shard(
-                codec, block, write_empty_chunks=opts.write_empty_chunks, threads=opts.threads
-            )
-            stored: Sequence[Any] | None = None if enc is None else _parts(enc)
-            if self.shared:  # others may be merging into it: through their check (replace.py)
-                whole = replace_whole(self.store, key, stored)
-                stored, exists, generation = whole.stored, whole.existed, whole.generation
-                rep.conflicts_retried = whole.conflicts
-            else:
-                exists = False
-                if stored is not None:
-                    self.store.put(key, stored)
-                elif self.store.size(key) is not None:
-                    exists = True
-                    self.store.delete(key)
-                generation = UNCHECKED
+            # the compressed chunks live in a borrowed arena until the shard is stored and
+            # recorded (no fresh pages per shard); nothing keeps them past this block
+            with borrowed_frames(block.nbytes) as frames:
+                enc = encode_shard(
+                    codec,
+                    block,
+                    write_empty_chunks=opts.write_empty_chunks,
+                    threads=opts.threads,
+                    frames=frames,
+                )
+                stored, exists, generation = self._put_whole(key, enc, rep)
+                if self.journal is not None:
+                    self.journal.record(key, stored, generation)
         else:
             piece = self.plan.piece_in_shard(shard)
 
@@ -115,10 +113,9 @@ class ShardWriter:
 
             done = read_merge_commit(self.store, key, merge, empty=empty_shard(codec))
             enc, stored, exists = done.result, done.stored, done.existed
-            generation = done.generation
             rep.conflicts_retried = done.conflicts
-        if self.journal is not None:
-            self.journal.record(key, stored, generation)
+            if self.journal is not None:
+                self.journal.record(key, stored, done.generation)
         if enc is None:
             rep.shards_empty = 1
             # inner chunks inside the array only, as encode_shard/merge_shard count them
@@ -133,6 +130,24 @@ class ShardWriter:
         rep.chunks_empty = enc.chunks_empty
         rep.keys = [key]
         return rep
+
+    def _put_whole(
+        self, key: str, enc: EncodedShard | None, rep: WriteReport
+    ) -> tuple[Sequence[Any] | None, bool, Any]:
+        """Store (or delete, when empty) a shard the write covers whole; returns what was
+        stored, whether a shard existed before, and the commit's generation."""
+        stored: Sequence[Any] | None = None if enc is None else _parts(enc)
+        if self.shared:  # others may be merging into it: through their check (replace.py)
+            whole = replace_whole(self.store, key, stored)
+            rep.conflicts_retried = whole.conflicts
+            return whole.stored, whole.existed, whole.generation
+        if stored is not None:
+            self.store.put(key, stored)
+            return stored, False, UNCHECKED
+        if self.store.size(key) is not None:
+            self.store.delete(key)
+            return None, True, UNCHECKED
+        return None, False, UNCHECKED
 
     def task(self, block: np.ndarray, block_info: Mapping[Any, Any] | None = None) -> np.ndarray:
         """The ``map_blocks`` function: one call per shard piece, returns a receipt."""
