@@ -69,7 +69,10 @@ def write_pyramid(
     they are in memory, so the source is read once, and every shard of every level is written
     by one task once: level 0 by the strategy :func:`write_array` would pick, the reduced
     levels ``direct`` where a shard's task fits half the memory budget and ``staged`` where it does
-    not (with ``strategy="auto"``). Odd sizes follow the ceil rule of
+    not (with ``strategy="auto"``). The levels written direct whose shards nest (each a
+    multiple of the factor, or one shard along the axis) are a tree of shard tasks: a shard's
+    task writes it and hands its reduced block on to the next level's, so the memory held does
+    not grow with the image. Odd sizes follow the ceil rule of
     ngff-zarr and ome-zarr-py: a level of ``n`` samples has ``ceil(n / f)`` samples at the next,
     its last block reduced over the samples present.
 
