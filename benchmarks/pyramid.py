@@ -39,7 +39,7 @@ ngff-zarr half up; see the report).
 Usage::
 
     python benchmarks/pyramid.py run [--small|--tiny] [--reps 3] [--images vol,img]
-        [--cases ...] [--dir D] [--out FILE.jsonl]
+        [--cases ...] [--side N] [--dir D] [--out FILE.jsonl]
     python benchmarks/pyramid.py report FILE.jsonl
 """
 
@@ -217,9 +217,13 @@ def worker_warm() -> int:
     return peak_rss()
 
 
-def image_shape(size: str, image: str, case: str) -> tuple[int, ...]:
-    """The image a case writes: ``task-half`` the first half of every axis of the image."""
+def image_shape(size: str, image: str, case: str, side: int | None = None) -> tuple[int, ...]:
+    """The image a case writes: ``task-half`` the first half of every axis of the image.
+    ``side``: the image is the corner of that side of the generated one (same chunks and
+    shards; ``--side``, for the per-task peaks at sizes between)."""
     shape = tuple(IMAGES[size][image]["shape"])
+    if side is not None:
+        shape = tuple(min(side, n) for n in shape)
     return tuple(n // 2 for n in shape) if case == "task-half" else shape
 
 
@@ -277,12 +281,12 @@ def write(case: str, data: Any, store: str, G: dict[str, Any], threads: int | No
         )  # fmt: skip
 
 
-def check(case: str, store: str, size: str, image: str) -> dict[str, Any]:
+def check(case: str, store: str, size: str, image: str, side: int | None) -> dict[str, Any]:
     """Read every level with zarr-python; level 0 must equal the source."""
     import zarr
 
     full = np.load(src_path(size, image), mmap_mode="r")
-    src = full[tuple(slice(0, n) for n in image_shape(size, image, case))]
+    src = full[tuple(slice(0, n) for n in image_shape(size, image, case, side))]
     if case == "level0":
         return {
             "levels": [list(src.shape)],
@@ -310,7 +314,7 @@ def one(args: argparse.Namespace) -> None:
     one_thread = args.case in ONCE
     dask.config.set(scheduler="synchronous" if one_thread else "threads")
     G = IMAGES[args.size][args.image]
-    shape = image_shape(args.size, args.image, args.case)
+    shape = image_shape(args.size, args.image, args.case, args.side)
     data = mod.dask_source(args.size, args.image, shape)
     store = os.path.join(args.dir, f"{args.image}-{args.case}.zarr")
     shutil.rmtree(store, ignore_errors=True)
@@ -325,7 +329,7 @@ def one(args: argparse.Namespace) -> None:
         row["read"] = mod._READ[0]
     row["rss"] = peak_rss()
     row["src_bytes"] = int(np.prod(shape)) * np.dtype(G["dtype"]).itemsize
-    row.update(check(args.case, store, args.size, args.image))
+    row.update(check(args.case, store, args.size, args.image, args.side))
     print(json.dumps(row), flush=True)
 
 
@@ -407,7 +411,12 @@ def run(args: argparse.Namespace) -> None:
                     cmd = [sys.executable, __file__, "one", image, case, "--dir", args.dir]
                     t0 = time.perf_counter()
                     got = subprocess.run(
-                        [*cmd, f"--{args.size}"],
+                        [
+                            *cmd,
+                            # full size is the default: it has no flag
+                            *([f"--{args.size}"] if args.size != "full" else []),
+                            *(["--side", str(args.side)] if args.side else []),
+                        ],
                         capture_output=True,
                         text=True,
                         env=env,
@@ -507,6 +516,7 @@ def main() -> None:
         g.add_argument("--tiny", dest="size", action="store_const", const="tiny")
         s.set_defaults(size="full")
         s.add_argument("--dir", default=os.environ.get("BENCH_STORES", "/tmp/bench-stores"))
+        s.add_argument("--side", type=int, default=None, help="write the corner of this side")
         if name == "one":
             s.add_argument("image", choices=("vol", "img"))
             s.add_argument("case", choices=CASES)

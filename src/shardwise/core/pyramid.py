@@ -28,8 +28,10 @@ __all__ = [
     "aligned_chunks",
     "auto_levels",
     "check_axes",
+    "child_shards",
     "default_axes",
     "level_layout",
+    "nests",
     "pyramid_levels",
     "reduced_chunks",
     "spatial",
@@ -190,3 +192,53 @@ def reduced_chunks(chunks: Sequence[int], factor: int) -> tuple[int, ...]:
     (8, 9, 8)
     """
     return tuple(ceildiv(c, factor) for c in chunks)
+
+
+def nests(
+    shape: Sequence[int],
+    shards: Sequence[int],
+    next_shards: Sequence[int],
+    factors: Sequence[int],
+) -> bool:
+    """Whether every shard of the next level (``next_shards``, reduced by ``factors`` from a
+    level of ``shape`` in ``shards``) is the reduction of whole shards of this level, each
+    reduced on its own: no block of the reduction straddles a shard edge, and the next level's
+    shard edges fall on this level's. Then a shard's task can hand its reduced block on, and
+    the pyramid's graph is a tree of shard tasks.
+
+    >>> nests((512, 300), (128, 128), (128, 128), (2, 2))
+    True
+    >>> nests((512, 300), (100, 100), (100, 100), (3, 3))  # the edge at 100 splits a block
+    False
+    """
+    for n, s, t, f in zip(shape, shards, next_shards, factors, strict=True):
+        if n <= s:  # one shard along the axis: nothing is split
+            continue
+        if s % f or (ceildiv(n, f) > t and (t * f) % s):
+            return False
+    return True
+
+
+def child_shards(
+    shard: Sequence[int],
+    shape: Sequence[int],
+    shards: Sequence[int],
+    next_shards: Sequence[int],
+    factors: Sequence[int],
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The shards of a level (``shape`` in ``shards``) whose reductions make up ``shard`` of
+    the next level (``next_shards``; :func:`nests` holds), each with where its reduced block
+    starts inside that shard, in C order.
+
+    >>> child_shards((0, 1), (512, 300), (128, 128), (128, 128), (2, 2))
+    [((0, 2), (0, 0)), ((1, 2), (64, 0))]
+    """
+    per_axis = []
+    for i, n, s, t, f in zip(shard, shape, shards, next_shards, factors, strict=True):
+        lo = i * t * f  # the first sample of ``shard`` at this level
+        first, stop = lo // s, min(ceildiv(n, s), ceildiv((i + 1) * t * f, s))
+        per_axis.append([(j, (j * s - lo) // f) for j in range(first, stop)])
+    return [
+        (tuple(j for j, _ in pick), tuple(at for _, at in pick))
+        for pick in itertools.product(*per_axis)
+    ]

@@ -5,7 +5,8 @@ validated job; write.py hands each level to the pipeline as one ``ArrayWrite``."
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -14,13 +15,13 @@ from ..codec.metadata import ArrayInfo, default_compressors
 from ..core.job import Strategy, WritePlan, make_job
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
-from ..core.pyramid import Level, auto_levels, level_layout, pyramid_levels
+from ..core.pyramid import Level, auto_levels, level_layout, nests, pyramid_levels
 from ..core.sizing import default_layout
 from ..engine.write import as_dask
 from ..errors import PlanError
 from ..storage.nodes import open_info
 from . import options
-from .levels import level_arrays
+from .levels import TreeLink, level_arrays
 
 __all__ = ["LevelPlan", "plan_image"]
 
@@ -36,6 +37,8 @@ class LevelPlan:
     probe: Any  # the array built in memory from them
     info: ArrayInfo
     job: WritePlan
+    # written in the image's tree of shard tasks (levels.tree_part), else alone (None)
+    tree: TreeLink | None = None
 
 
 def plan_image(
@@ -83,7 +86,41 @@ def plan_image(
         job = _job(k, info.layout, arr, dtype, strategy, memory_limit)
         where = f"{k}/{var}" if var else (f"{group}/{k}" if group else str(k))
         out.append(LevelPlan(where, lv, arr, kwargs, probe, info, job))
+    return _linked(out, given.method)
+
+
+def _linked(levels: list[LevelPlan], method: str) -> list[LevelPlan]:
+    """The levels from the first of a run up to the top, each written direct and nesting in
+    the next (:func:`~shardwise.core.pyramid.nests`), linked into one tree of shard tasks
+    (levels.tree_part); the levels below it stay written alone, as ``map_blocks`` arrays."""
+    first = len(levels)
+    while first > 0:
+        lv = levels[first - 1]
+        shape = lv.geometry.shape
+        if lv.job.strategy != "direct" or 0 in shape:
+            break
+        if first < len(levels):
+            up = levels[first]
+            step = _step(lv.geometry, up.geometry)
+            if not nests(shape, lv.info.layout.shard_shape, up.info.layout.shard_shape, step):
+                break
+        first -= 1
+    if len(levels) - first < 2:  # a tree of one level is the level written alone
+        return levels
+    tree = uuid.uuid4().hex
+    out = levels[:first]
+    for k in range(first, len(levels)):
+        top = k + 1 == len(levels)
+        link = TreeLink(
+            tree, k, None if top else _step(levels[k].geometry, levels[k + 1].geometry), method
+        )
+        out.append(replace(levels[k], tree=link))
     return out
+
+
+def _step(lv: Level, up: Level) -> tuple[int, ...]:
+    """The factors that reduce ``lv`` to ``up``, the next level."""
+    return tuple(b // a for a, b in zip(lv.factors, up.factors, strict=True))
 
 
 def _job(

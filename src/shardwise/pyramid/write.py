@@ -23,6 +23,7 @@ from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..storage.store import ShardStore, resolve_store
 from . import geozarr, images, options
+from .levels import tree_part
 from .plan import LevelPlan, plan_image
 from .target import Target, check_target, clear_group, create_level
 
@@ -68,7 +69,10 @@ def write_pyramid(
     they are in memory, so the source is read once, and every shard of every level is written
     by one task once: level 0 by the strategy :func:`write_array` would pick, the reduced
     levels ``direct`` where a shard's task fits half the memory budget and ``staged`` where it does
-    not (with ``strategy="auto"``). Odd sizes follow the ceil rule of
+    not (with ``strategy="auto"``). The levels written direct whose shards nest (each a
+    multiple of the factor, or one shard along the axis) are a tree of shard tasks: a shard's
+    task writes it and hands its reduced block on to the next level's, so the memory held does
+    not grow with the image. Odd sizes follow the ceil rule of
     ngff-zarr and ome-zarr-py: a level of ``n`` samples has ``ceil(n / f)`` samples at the next,
     its last block reduced over the samples present.
 
@@ -255,12 +259,29 @@ def write_pyramid(
             clear_group(group, [lv.path for lv in plan])
         pipe.start()
         return pipe.run(
-            pipe.parts(),
+            _parts(pipe, writes, plan),
             compute=compute,
             progress=progress,
             desc="shardwise pyramid",
             then=lambda: _finish(group, groups, attrs, subgroups),
         )
+
+
+def _parts(pipe: Pipeline, writes: list[ArrayWrite], plan: list[Any]) -> list[Any]:
+    """The pipeline's parts: each image's tree of shard tasks as one part (levels.tree_part),
+    every other level (and GeoZarr's small variables) on its own."""
+    alone = [w for w, lv in zip(writes, plan, strict=True) if getattr(lv, "tree", None) is None]
+    parts: list[Any] = pipe.parts(alone) if alone else []
+    trees: dict[str, list[tuple[Any, ArrayWrite]]] = {}
+    for w, lv in zip(writes, plan, strict=True):
+        if getattr(lv, "tree", None) is not None:
+            trees.setdefault(lv.tree.tree, []).append((lv.tree, w))
+    for links in trees.values():
+        links.sort(key=lambda lw: int(lw[0].level))
+        work = tree_part([(link, w, pipe.session(w)) for link, w in links])
+        if work is not None:  # None: every shard of the tree stored before (resume)
+            parts.append(("", work))
+    return parts
 
 
 def _finish(
