@@ -532,3 +532,21 @@ def test_large_inner_chunks(tmp_path: Path, chain: str, writer: str) -> None:
     np.testing.assert_array_equal(arr[window].compute(), data[window])
     one = shardwise.open_array(str(tmp_path), chunks=(40, 64, 24))  # several shards per task
     np.testing.assert_array_equal(one.compute(), data)
+
+
+@pytest.mark.parametrize("source", ["numpy", "dask"])
+def test_a_0d_array_written_with_compute_false_reports_and_reads_back(source: str) -> None:
+    """A 0-d array's one shard task returns its receipt as a 0-d object array; the deferred
+    write's report must still add it up (it raised AttributeError in ``sum_reports``)."""
+    import dask
+
+    value = np.array(3.5, dtype="float32")
+    data = da.from_array(value) if source == "dask" else value
+    store = MemoryStore()
+    lazy = shardwise.write_array(data, store, compute=False)
+    (report,) = dask.compute(lazy)
+    assert report.shards_written == 1
+    assert report.chunks_stored == 1
+    got = shardwise.read_array(store)
+    assert got.shape == () and got.dtype == value.dtype and got == value
+    assert zarr.open_array(store, mode="r")[()] == value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -117,9 +118,19 @@ class WriteReport:
 
 def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteReport:
     total = WriteReport()
-    for r in np.asarray(receipts, dtype=object).flat:
+    for r in _flat(receipts):
         total = total + r
     total.keys = sorted(total.keys)
     if seconds_since is not None:
         total.seconds = time.perf_counter() - seconds_since
     return total
+
+
+def _flat(receipts: Any) -> Iterator[Any]:
+    """Every receipt in ``receipts``, however nested: a 0-d array's one block comes back from
+    its task as a 0-d object array, which numpy keeps as an element of a list of receipts."""
+    for r in np.asarray(receipts, dtype=object).flat:
+        if isinstance(r, np.ndarray):
+            yield from _flat(r.item() if r.ndim == 0 else r)
+        else:
+            yield r
