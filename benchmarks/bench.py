@@ -417,6 +417,10 @@ SW_CASES: dict[str, tuple[Any, str]] = {
         lambda wl, r: case_sw_write(wl, r, scheduler="distributed"),
         "shardwise.write_array(dask), chunks = shards, LocalCluster 2 procs x 1 thread",
     ),
+    "s-w-mis-dist": (
+        lambda wl, r: case_sw_write(wl, r, chunks="mis", scheduler="distributed"),
+        "shardwise.write_array(dask), the anchors' sub-shard chunks, LocalCluster 2 x 1 thread",
+    ),
     "s-xr-w": (
         lambda wl, r: case_sw_xr_write(wl, r),
         "shardwise.to_zarr(Dataset), dask chunks = shards, threads",
