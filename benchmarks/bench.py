@@ -155,16 +155,19 @@ def _start_cluster() -> tuple[Any, Any]:
     return A.start_cluster()
 
 
-def case_sw_write(wl: str, rep: int, *, chunks: str = "shard", scheduler: str = "threads") -> dict:
+def case_sw_write(
+    wl: str, rep: int, *, chunks: str = "shard", scheduler: str = "threads", strategy: str = "auto"
+) -> dict:
     """``write_array`` of the workload: from the dask source (each task copies its block out
     of the page-cached ``.npy``), or with ``chunks="numpy"`` from the whole array loaded into
-    memory before the timed part, the input tensorstore's write cases get."""
+    memory before the timed part, the input tensorstore's write cases get. ``strategy`` is
+    handed to ``write_array`` (the report records the one that ran and why)."""
     import dask
 
     import shardwise
 
     W = WORKLOADS[wl]
-    info: dict[str, Any] = dict(scheduler=scheduler)
+    info: dict[str, Any] = dict(scheduler=scheduler, strategy_asked=strategy)
     if chunks == "numpy":
         data = np.ascontiguousarray(WL.load_src(wl, mmap=False))
         info["source"] = "numpy in memory"
@@ -194,6 +197,7 @@ def case_sw_write(wl: str, rep: int, *, chunks: str = "shard", scheduler: str = 
                     compressors=_zstd(),
                     dimension_names=W["dims"],
                     mode="w",
+                    strategy=strategy,
                 )
             info["warnings"] = sorted(
                 {f"{w.category.__name__}: {str(w.message)[:160]}" for w in wlist}
@@ -420,6 +424,14 @@ SW_CASES: dict[str, tuple[Any, str]] = {
     "s-w-mis-dist": (
         lambda wl, r: case_sw_write(wl, r, chunks="mis", scheduler="distributed"),
         "shardwise.write_array(dask), the anchors' sub-shard chunks, LocalCluster 2 x 1 thread",
+    ),
+    "s-w-mis-dist-direct": (
+        lambda wl, r: case_sw_write(wl, r, chunks="mis", scheduler="distributed", strategy="direct"),
+        "s-w-mis-dist with strategy='direct' (the rechunk runs on the cluster)",
+    ),
+    "s-w-mis-staged": (
+        lambda wl, r: case_sw_write(wl, r, chunks="mis", strategy="staged"),
+        "s-w-mis with strategy='staged' (the pieces go through the store)",
     ),
     "s-xr-w": (
         lambda wl, r: case_sw_xr_write(wl, r),
