@@ -426,7 +426,9 @@ SW_CASES: dict[str, tuple[Any, str]] = {
         "shardwise.write_array(dask), the anchors' sub-shard chunks, LocalCluster 2 x 1 thread",
     ),
     "s-w-mis-dist-direct": (
-        lambda wl, r: case_sw_write(wl, r, chunks="mis", scheduler="distributed", strategy="direct"),
+        lambda wl, r: case_sw_write(
+            wl, r, chunks="mis", scheduler="distributed", strategy="direct"
+        ),
         "s-w-mis-dist with strategy='direct' (the rechunk runs on the cluster)",
     ),
     "s-w-mis-staged": (

@@ -36,6 +36,7 @@ from .decode import (
 )
 from .frames import FrameArena
 from .index import MISSING, IndexLocation, ShardIndex, encode_index, index_slice, parse_index
+from .mosaic import Box, Mosaic
 
 __all__ = [
     "MISSING",
@@ -191,7 +192,7 @@ def units(used: Sequence[int], raw_nbytes: int) -> list[tuple[tuple[int, int], .
 
 def encode_chunks(
     codec: ShardCodec,
-    block: np.ndarray,
+    block: np.ndarray | Mosaic,
     *,
     write_empty_chunks: bool = False,
     threads: int | None = None,
@@ -207,21 +208,22 @@ def encode_chunks(
     dtype), checks it for fill and compresses it. Memory beyond ``block`` and the encoded chunks:
     one small buffer per pool thread, whatever the shard size; no fresh pages. ``frames``: an
     arena the compressed chunks are kept in (:mod:`.frames`), lent by a caller that stores them.
+    A :class:`~.mosaic.Mosaic` block is encoded piece by piece (no ``wanted`` then).
     """
+    assert wanted is None or not isinstance(block, Mosaic)
     inner = codec.inner
     cs = codec.chunk_shape
     used = tuple(-(-n // c) for n, c in zip(block.shape, cs, strict=True))
 
-    def encode_unit(box: tuple[tuple[int, int], ...], name: str) -> list[Any]:
+    def encode_unit(src: np.ndarray, box: Box, want: np.ndarray | None, name: str) -> list[Any]:
+        # ``box``: chunks of ``src``'s grid (the block's, or a mosaic piece's)
         ugrid = tuple(b - a for a, b in box)
-        first = int(np.ravel_multi_index(tuple(a for a, _ in box), used)) if box else 0
-        want = None if wanted is None else wanted[first : first + math.prod(ugrid)]
         if want is not None and not want.any():
             return [None] * len(want)
         region: tuple[Any, ...] = tuple(
-            slice(a * c, min(b * c, n)) for (a, b), c, n in zip(box, cs, block.shape, strict=True)
+            slice(a * c, min(b * c, n)) for (a, b), c, n in zip(box, cs, src.shape, strict=True)
         )
-        part = block[(*region, Ellipsis)]  # a view, also of a 0-d block
+        part = src[(*region, Ellipsis)]  # a view, also of a 0-d block
         full = tuple(g * c for g, c in zip(ugrid, cs, strict=True))
         if part.shape != full:  # at the array's edge: grow to whole chunks with the fill value
             grown = np.full(full, inner.fill_value, dtype=inner.dtype)
@@ -240,16 +242,33 @@ def encode_chunks(
         done = iter(inner.encode_rows(stack, keep, frames) if keep else [])
         return [None if e else next(done) for e in skip]
 
-    def run(batch: Sequence[tuple[tuple[int, int], ...]]) -> list[list[Any]]:
+    def wanted_of(box: Box) -> np.ndarray | None:
+        if wanted is None:
+            return None
+        first = int(np.ravel_multi_index(tuple(a for a, _ in box), used)) if box else 0
+        return wanted[first : first + math.prod(b - a for a, b in box)]
+
+    def run(batch: Sequence[Any]) -> list[list[Any]]:
         # a nested shard codec encodes its chunks with encode_shard again, inline in this
         # thread: each level stacks into its own reused buffer
         depth = getattr(_local, "encode_depth", 0)
         _local.encode_depth = depth + 1
+        name = f"encode-stack-{depth}"
         try:
-            return [encode_unit(box, f"encode-stack-{depth}") for box in batch]
+            if isinstance(block, Mosaic):
+                return [encode_unit(arr, box, None, name) for arr, box, _ids in batch]
+            return [encode_unit(block, box, wanted_of(box), name) for box in batch]
         finally:
             _local.encode_depth = depth
 
+    if isinstance(block, Mosaic):
+        # each piece's chunks are gathered from the piece; results go to their C-order places
+        work = block.work(cs, lambda grid: units(grid, inner.raw_nbytes))
+        out: list[Any] = [None] * math.prod(used)
+        for (_arr, _box, ids), got in zip(work, _pool.map_batches(run, work, threads), strict=True):
+            for i, p in zip(ids.tolist(), got, strict=True):
+                out[i] = p
+        return out
     return [
         p for unit in _pool.map_batches(run, units(used, inner.raw_nbytes), threads) for p in unit
     ]
@@ -257,7 +276,7 @@ def encode_chunks(
 
 def encode_shard(
     codec: ShardCodec,
-    block: np.ndarray,
+    block: np.ndarray | Mosaic,
     *,
     write_empty_chunks: bool = False,
     threads: int | None = None,

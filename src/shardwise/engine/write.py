@@ -1,7 +1,9 @@
 """Write numpy or dask arrays into sharded Zarr v3 arrays: one task per shard, one put per shard.
 
 The source is rechunked (public dask API) so that its chunks are exactly the pieces of the write
-region cut at shard boundaries; ``map_blocks`` then runs one task per piece. Each task encodes its
+region cut at shard boundaries; ``map_blocks`` then runs one task per piece (a source whose chunk
+edges fall on inner-chunk edges is not rechunked: each task takes the blocks overlapping its
+shard, see :mod:`.pieces`). Each task encodes its
 shard (merging with the stored shard when it covers it only in part), stores it with one atomic
 put, and returns a small receipt. Metadata is written once, on the client, before the graph runs.
 """
@@ -19,6 +21,7 @@ import numpy as np
 
 from ..codec.frames import borrowed as borrowed_frames
 from ..codec.metadata import ArrayInfo
+from ..codec.mosaic import Mosaic, fits
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
@@ -27,6 +30,7 @@ from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
 from ..storage.replace import replace_whole
 from ..storage.store import ShardStore
+from .pieces import PieceSpec, gatherable, pieces_graph
 from .recorder import ShardRecorder
 from .report import WriteReport
 
@@ -67,7 +71,7 @@ class ShardWriter:
     def layout(self) -> Layout:
         return self.info.layout
 
-    def write_piece(self, shard: Sequence[int], block: np.ndarray) -> WriteReport:
+    def write_piece(self, shard: Sequence[int], block: np.ndarray | Mosaic) -> WriteReport:
         """Write ``block`` into ``shard``: the whole body of one shard task.
 
         A shard the write covers whole is encoded and put as it is (in a shared write, through
@@ -79,9 +83,14 @@ class ShardWriter:
         key = lay.shard_key(shard)
         valid = tuple(s.stop - s.start for s in lay.shard_region(shard))
         opts = self.options
-        block = np.asarray(block)
+        covers = self.plan.covers(shard)
+        if isinstance(block, Mosaic):
+            # encoded piece by piece; a merge works on the joined block
+            block = block if covers and fits(codec.chunk_shape, block.origins) else block.join()
+        else:
+            block = np.asarray(block)
         rep = WriteReport(raw_bytes=block.nbytes)
-        if self.plan.covers(shard):
+        if covers:
             # the compressed chunks live in a borrowed arena until the shard is stored and
             # recorded (no fresh pages per shard); nothing keeps them past this block
             with borrowed_frames(block.nbytes) as frames:
@@ -97,6 +106,7 @@ class ShardWriter:
                     self.journal.record(key, stored, generation)
         else:
             piece = self.plan.piece_in_shard(shard)
+            assert isinstance(block, np.ndarray)
 
             def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
                 enc = merge_shard(
@@ -152,7 +162,15 @@ class ShardWriter:
     def task(self, block: np.ndarray, block_info: Mapping[Any, Any] | None = None) -> np.ndarray:
         """The ``map_blocks`` function: one call per shard piece, returns a receipt."""
         assert block_info is not None
-        loc = block_info[0]["chunk-location"]
+        return self._receipt(block_info[0]["chunk-location"], block)
+
+    def pieces_task(self, spec: PieceSpec, blocks: Sequence[np.ndarray]) -> np.ndarray:
+        """The task of :func:`.pieces.pieces_graph`: the shard piece from the source ``blocks``
+        that overlap it, encoded without joining them; returns a receipt."""
+        views = tuple(b[s] for b, s in zip(blocks, spec.slices, strict=True))
+        return self._receipt(spec.loc, Mosaic(spec.shape, spec.origins, views))
+
+    def _receipt(self, loc: Sequence[int], block: np.ndarray | Mosaic) -> np.ndarray:
         started = time.perf_counter()
         # counted as a running task of its write (see _pool.running); untracked without a journal
         tracked = nullcontext() if self.journal is None else _pool.running(self.journal.write_id)
@@ -210,6 +228,13 @@ def build_graph(writer: ShardWriter, source: Any, *, copy: bool = True) -> Any:
     if plan.ntasks == 0:
         # a zero-length dimension: no shard to write (and no shard-aligned chunking of it)
         return da.empty((0,) * len(plan.task_chunks), dtype=object, chunks=1)
+    if (
+        isinstance(source, da.Array)
+        and source.chunks != plan.task_chunks
+        and gatherable(plan, source.chunks, writer.info.codec.chunk_shape)
+    ):
+        # misaligned dask chunks on inner-chunk edges: no join of the pieces (pieces.py)
+        return pieces_graph(writer.pieces_task, plan, source)
     source = as_dask(source, plan.task_chunks, copy=copy)
     return source.map_blocks(
         writer.task,
