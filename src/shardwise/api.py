@@ -176,8 +176,8 @@ def write_array(
         A shard shared with other writers kept changing between this write's read and its
         commit.
     """
-    # deferred: the writers, journal and leases (about a tenth of a second at import) are
-    # needed by writes only, not by open_array
+    # deferred: the writers, journal and leases (about 60 ms at import) are needed by
+    # writes only, not by open_array
     from .durability.pipeline import Pipeline
     from .target import prepare_write
 
