@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ FRONT_ENDS = ("shardwise.pyramid", "shardwise.conversion", "shardwise.xarray")
 WRITERS = ("shardwise.durability", "shardwise.target", "shardwise.engine.write")
 
 
-def fresh(code: str, *args: str) -> dict[str, object]:
+def fresh(code: str, *args: str) -> dict[str, Any]:
     """Run ``code`` in a new interpreter of this environment, with this checkout's ``src``
     first; it prints one JSON object (its last line of output), returned here."""
     path = [str(SRC), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -39,13 +40,12 @@ def fresh(code: str, *args: str) -> dict[str, object]:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    out: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    out: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return out
 
 
-def loaded(modules: object, *prefixes: str) -> list[str]:
+def loaded(modules: list[str], *prefixes: str) -> list[str]:
     """The modules of ``modules`` that are one of ``prefixes`` or inside one of them."""
-    assert isinstance(modules, list)
     return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
 
 
@@ -124,12 +124,11 @@ def test_every_public_name_resolves_and_is_listed() -> None:
         """
     )
     names = got["names"]
-    assert isinstance(names, list) and names == shardwise.__all__
-    assert set(names) <= set(got["listed"])  # type: ignore[arg-type]
+    assert names == shardwise.__all__
+    assert set(names) <= set(got["listed"])
     assert got["star"] == sorted(names)
     assert got["version"] == shardwise.__version__
     kinds = got["kinds"]
-    assert isinstance(kinds, dict)
     assert kinds["batch"] == "module"
     assert kinds["read_array"] == kinds["to_zarr"] == kinds["write_pyramid"] == "function"
     assert kinds["WriteReport"] == kinds["ShardwiseError"] == "type"
