@@ -1,15 +1,13 @@
 """shardwise: parallel, shard-safe writes and shard-aligned reads of Zarr v3 sharded arrays."""
 
+# The public names are imported on first use (PEP 562): ``import shardwise`` costs zarr and the
+# errors, and each door pays only for its own modules (read_array never imports the writers,
+# pyramids, conversion, batch, verify, dask or xarray). The TYPE_CHECKING block gives type
+# checkers and IDEs the same names as if they were imported here.
+
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from .api import open_array, plan_write, write_array
-from .conversion.convert import convert
-from .conversion.report import ArrayReport, ConvertReport
-from .core.job import WritePlan
-from .durability import batch
-from .durability.verify import VerifyReport, verify
-from .engine.load import read_array
-from .engine.report import WriteReport
 from .errors import (
     ArrayExistsError,
     ArrayNotFoundError,
@@ -30,10 +28,18 @@ from .errors import (
     UnsupportedCodecError,
     VerifyError,
 )
-from .pyramid.write import write_pyramid
-from .runtime.signals import Interrupted, stop_on_signals
 
 if TYPE_CHECKING:
+    from .api import open_array, plan_write, write_array
+    from .conversion.convert import convert
+    from .conversion.report import ArrayReport, ConvertReport
+    from .core.job import WritePlan
+    from .durability import batch
+    from .durability.verify import VerifyReport, verify
+    from .engine.load import read_array
+    from .engine.report import WriteReport
+    from .pyramid.write import write_pyramid
+    from .runtime.signals import Interrupted, stop_on_signals
     from .xarray.opening import open_dataset
     from .xarray.writer import to_zarr
 
@@ -77,16 +83,39 @@ __all__ = [
     "write_pyramid",
 ]
 
+# name -> the module defining it (relative to this package)
+_LAZY = {
+    "ArrayReport": ".conversion.report",
+    "ConvertReport": ".conversion.report",
+    "Interrupted": ".runtime.signals",
+    "VerifyReport": ".durability.verify",
+    "WritePlan": ".core.job",
+    "WriteReport": ".engine.report",
+    "convert": ".conversion.convert",
+    "open_array": ".api",
+    "open_dataset": ".xarray.opening",
+    "plan_write": ".api",
+    "read_array": ".engine.load",
+    "stop_on_signals": ".runtime.signals",
+    "to_zarr": ".xarray.writer",
+    "verify": ".durability.verify",
+    "write_array": ".api",
+    "write_pyramid": ".pyramid.write",
+}
+# public names that are modules themselves (``shardwise.batch.run(...)``)
+_MODULES = {"batch": ".durability.batch"}
+
 
 def __getattr__(name: str) -> Any:
-    # the xarray parts load xarray and pandas: import them on first use, so that array reads
-    # and writes do not pay for them
-    if name == "open_dataset":
-        from .xarray.opening import open_dataset
+    if name in _MODULES:
+        value: Any = importlib.import_module(_MODULES[name], __name__)
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    else:
+        raise AttributeError(f"module 'shardwise' has no attribute {name!r}")
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
 
-        return open_dataset
-    if name == "to_zarr":
-        from .xarray.writer import to_zarr
 
-        return to_zarr
-    raise AttributeError(f"module 'shardwise' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -4,21 +4,20 @@ create.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .core.job import Strategy, WritePlan
-from .core.layout import RegionArg
 from .create import create_in_memory as create_in_memory
-from .durability.pipeline import Pipeline
 from .engine.read import ShardReader, open_reader
-from .engine.report import WriteReport
-from .engine.write import Mode
 from .errors import InvalidTypeError, InvalidValueError
 from .storage.store import describe
-from .target import prepare_write
-from .target import refuse_unknown_chunks as refuse_unknown_chunks
+
+if TYPE_CHECKING:
+    from .core.job import Strategy, WritePlan
+    from .core.layout import RegionArg
+    from .engine.report import WriteReport
+    from .engine.write import Mode
 
 
 def write_array(
@@ -177,6 +176,11 @@ def write_array(
         A shard shared with other writers kept changing between this write's read and its
         commit.
     """
+    # deferred: the writers, journal and leases (about 60 ms at import) are needed by
+    # writes only, not by open_array
+    from .durability.pipeline import Pipeline
+    from .target import prepare_write
+
     # 1-4: every check and the validated job, before the store is written (dry_run stops here)
     prepared = prepare_write(
         data,
@@ -244,6 +248,8 @@ def plan_write(data: Any, store: Any, **kwargs: Any) -> WritePlan:
         A job that would not fit ``memory_limit`` (the message has the figures), and every
         refusal of :func:`write_array` that comes before its first write.
     """
+    from .core.job import WritePlan
+
     job = write_array(data, store, dry_run=True, **kwargs)
     assert isinstance(job, WritePlan)
     return job

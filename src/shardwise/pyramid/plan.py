@@ -54,7 +54,8 @@ def plan_image(
     """Every level: geometry, layout and metadata (built and checked in memory), dask source
     and validated job. Level ``k`` is at ``k``; a GeoZarr variable's at ``k/var``; an OME image
     of a Dataset's several variables at ``group/k``."""
-    from ..api import create_in_memory, refuse_unknown_chunks
+    from ..api import create_in_memory
+    from ..target import refuse_unknown_chunks
 
     create = {**create, "dimension_names": img.axes}
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from ..api import refuse_unknown_chunks
 from ..core import args
 from ..core.job import Strategy
 from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
+from ..target import refuse_unknown_chunks
 from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import _jobs, _open_marker, _XarrayWrite
 from .prepare import (

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
-from ..api import refuse_unknown_chunks
 from ..core import args
 from ..core.job import Strategy
 from ..core.sizing import (
@@ -31,6 +30,7 @@ from ..engine.write import WriteSettings
 from ..errors import InvalidValueError
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
+from ..target import refuse_unknown_chunks
 from .appends import Reservation, commit_metadata, reserve
 from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import (
