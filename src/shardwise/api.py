@@ -123,8 +123,10 @@ def write_array(
         Continue an interrupted write of the same data and region: shards it already stored
         (and recorded) are skipped, temp files and abandoned multipart uploads removed.
     lease : bool, optional
-        Hold the array's lease (default: on when ``compute=True``). A write that creates or
-        replaces the array holds its exclusive lease: another writer is refused with
+        Hold the array's lease (default: on when ``compute=True`` and the store can delete: a
+        lease is deleted when the write ends, so a zarr ``ZipStore``, which only appends, is
+        written without one and refuses ``True`` before anything is written). A write that
+        creates or replaces the array holds its exclusive lease: another writer is refused with
         :class:`LeaseHeldError` before it writes anything. Writes into an existing array
         (``region``, mode ``"a"``/``"r+"``) run side by side from any number of processes: each
         shard they share is read, merged and committed only if no other writer replaced it
@@ -178,6 +180,7 @@ def write_array(
     """
     # deferred: the writers, journal and leases (about 60 ms at import) are needed by
     # writes only, not by open_array
+    from .durability.lease import store_lease
     from .durability.pipeline import Pipeline
     from .target import prepare_write
 
@@ -212,12 +215,12 @@ def write_array(
         memory_limit=memory_limit,
         dry_run=dry_run,
     )
+    # a store that cannot delete (ZipStore) cannot hold a lease: refused here, as a plan would be
+    leased = store_lease(lease, compute, prepared.write.store.store)
     if dry_run:
         return prepared.job
     # 5. the write: lease, clear, metadata, data, done (the pipeline's order)
-    with Pipeline(
-        [prepared.write], lease=compute if lease is None else lease, break_lease=break_lease
-    ) as pipe:
+    with Pipeline([prepared.write], lease=leased, break_lease=break_lease) as pipe:
         pipe.start()
         return pipe.run(pipe.parts(), compute=compute, progress=progress)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core import args
 from ..core.shardspec import ShardSpec, check_names, check_shards
+from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError
@@ -68,7 +69,7 @@ def convert(
     resume: bool = False,
     verify: bool = False,
     progress: bool = False,
-    lease: bool = True,
+    lease: bool | None = None,
     break_lease: bool = False,
     fsync: bool = False,
     threads: int | None = None,
@@ -118,9 +119,10 @@ def convert(
         result with the source (copied chunks byte for byte, re-encoded arrays by value).
     progress : bool, default False
         Show a progress bar over shards done and bytes moved.
-    lease : bool, default True
+    lease : bool, optional
         Hold each destination array's lease while it is written, as
-        :func:`shardwise.write_array` does.
+        :func:`shardwise.write_array` does (default: on where the destination can delete; a
+        zarr ``ZipStore``, which only appends, is written without and refuses ``True``).
     break_lease : bool, default False
         Take over the lease of a writer known to be gone.
     fsync : bool, default False
@@ -181,10 +183,10 @@ def convert(
         resume=resume,
         verify=verify,
         progress=progress,
-        lease=lease,
         break_lease=break_lease,
         fsync=fsync,
     )
+    args.optional_flags(lease=lease)
     threads = args.thread_count("threads", threads)
     args.optional_str("path", path)
     args.optional_str("dst_path", dst_path)
@@ -194,6 +196,7 @@ def convert(
     levels = pyramid_options(pyramid)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     zdst = resolve_store(dst, mode="w", storage_options=storage_options)
+    lease = store_lease(lease, True, zdst)  # write_array's rule, before anything is written
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..core import args
 from ..core.job import STRATEGIES, Strategy
+from ..durability.lease import store_lease
 from ..durability.pipeline import ArrayWrite, Pipeline
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
@@ -155,7 +156,9 @@ def write_pyramid(
     progress : bool, default False
         Show a progress bar over the shards of every level.
     lease : bool, optional
-        Hold every level's lease (default: on when ``compute=True``), as :func:`write_array`.
+        Hold every level's lease (default: on when ``compute=True`` and the store can delete),
+        as :func:`write_array`: a zarr ``ZipStore``, which only appends, is written without
+        leases and refuses ``True`` before anything is written.
     break_lease : bool, default False
         Take over the leases of a writer known to be gone.
     strategy : {"auto", "direct", "staged"}, default "auto"
@@ -247,14 +250,14 @@ def write_pyramid(
         )  # fmt: skip
         plan, attrs, subgroups = images.ome_plan(found, given, plan_one, name)
         groups = []  # no GeoZarr level groups
+    # a store that cannot delete (ZipStore) is written without leases, refuses lease=True
+    leased = store_lease(lease, compute, zstore)
     target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], mode, resume)
     # 3. the write: leases, clear, markers and metadata, one graph, the group's metadata
     settings = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
     writes = [_write(zstore, lv, target, mode, resume, fsync, compute, settings) for lv in plan]
     group = ShardStore(zstore, target.prefix, fsync=fsync)
-    with Pipeline(
-        writes, lease=compute if lease is None else lease, break_lease=break_lease
-    ) as pipe:
+    with Pipeline(writes, lease=leased, break_lease=break_lease) as pipe:
         if mode == "w":
             clear_group(group, [lv.path for lv in plan])
         pipe.start()

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import zarr
+from zarr.abc.store import Store
 
 from ..codec.metadata import ArrayInfo, info_from_metadata
 from ..errors import (
@@ -22,7 +23,19 @@ from ..errors import (
     PlanError,
     UnsupportedCodecError,
 )
+from .overlay import Overlay
 from .store import describe
+
+
+def readable(store: Any) -> Any:
+    """``store`` as zarr opens it with mode "r": zarr asks a writable store for a read-only view,
+    which a store without one (a zarr ``ZipStore``) refuses with a ValueError; a read-only
+    :class:`~.overlay.Overlay` over it (reads fall through to it) stands in for the view."""
+    if not isinstance(store, Store) or store.read_only:
+        return store
+    if type(store).with_read_only is not Store.with_read_only:  # zarr makes its own view
+        return store
+    return Overlay(store, read_only=True)
 
 
 def open_info(store: Any, path: str | None = None) -> ArrayInfo:
@@ -40,7 +53,7 @@ def open_zarr_array(store: Any, path: str | None = None) -> Any:
     :class:`UnsupportedCodecError` for a Zarr v2 array, :class:`ArrayNotFoundError` for nothing."""
     try:
         with node_errors(store, path, "array"):
-            return zarr.open_array(store, path=path or "", mode="r", zarr_format=3)
+            return zarr.open_array(readable(store), path=path or "", mode="r", zarr_format=3)
     except ArrayNotFoundError:  # maybe a Zarr v2 node, which a format-3 open does not see
         kind = v2_node(store, path)
         if kind is None:
@@ -52,7 +65,7 @@ def open_node(store: Any, path: str | None = None) -> Any:
     """zarr-python's array or group at ``path`` (Zarr v2 or v3); nothing there is an
     :class:`ArrayNotFoundError` naming the store and path, not zarr's own error."""
     with node_errors(store, path, "node"):
-        return zarr.open(store, path=path or "", mode="r")
+        return zarr.open(readable(store), path=path or "", mode="r")
 
 
 @contextmanager
@@ -110,7 +123,7 @@ def _array_above(store: Any, path: str | None) -> str | None:
     parts = (path or "").strip("/").split("/")[:-1]
     for i in range(len(parts) + 1) if path and path.strip("/") else ():
         try:
-            node = zarr.open(store, path="/".join(parts[:i]), mode="r")
+            node = zarr.open(readable(store), path="/".join(parts[:i]), mode="r")
         except (FileNotFoundError, ValueError):  # nothing there, or not zarr metadata
             continue
         if isinstance(node, zarr.Array):
@@ -121,7 +134,7 @@ def _array_above(store: Any, path: str | None) -> str | None:
 def v2_node(store: Any, path: str | None) -> str | None:
     """ "array" or "group" when a Zarr v2 node is at ``path``, else None."""
     try:
-        node = zarr.open(store, path=path or "", mode="r", zarr_format=2)
+        node = zarr.open(readable(store), path=path or "", mode="r", zarr_format=2)
     except FileNotFoundError:  # zarr's NodeNotFoundError is one
         return None
     return "array" if isinstance(node, zarr.Array) else "group"
@@ -162,7 +175,7 @@ def array_exists(store: Any, path: str | None) -> bool:
 def group_arrays(zstore: Any, path: str | None) -> list[str] | None:
     """Paths of the arrays below the group at ``path`` (None when it is not a group)."""
     try:
-        group = zarr.open_group(zstore, path=path or "", mode="r", zarr_format=3)
+        group = zarr.open_group(readable(zstore), path=path or "", mode="r", zarr_format=3)
     except Exception:  # not a group: an array, or nothing
         return None
     prefix = f"{path.strip('/')}/" if path and path.strip("/") else ""
@@ -196,7 +209,7 @@ def walk_groups(group: Any, path: str = "/") -> Iterator[tuple[str, Any]]:
 def node_exists(zstore: Any, path: str) -> bool:
     """True when any zarr node (array or group, Zarr v2 or v3) is at ``path``."""
     try:
-        zarr.open(zstore, path=path or "", mode="r")
+        zarr.open(readable(zstore), path=path or "", mode="r")
     except (FileNotFoundError, KeyError, ValueError):
         return False
     return True
@@ -207,7 +220,9 @@ def open_group(store: Any, group: str | None) -> Any:
     nothing is there; an array there is a :class:`NotAGroupError`."""
     try:
         with node_errors(store, group, "group"):  # an array there: NotAGroupError
-            return zarr.open_group(store, path=group or "", mode="r", use_consolidated=False)
+            return zarr.open_group(
+                readable(store), path=group or "", mode="r", use_consolidated=False
+            )
     except (FileNotFoundError, KeyError):
         return None
     except Exception as e:  # zarr's GroupNotFoundError and friends
@@ -220,7 +235,7 @@ def same_metadata(probe: Any, zstore: Any, path: str | None) -> bool:
     """True when the stored array's metadata equals the one this write would create."""
     from zarr.core.buffer import default_buffer_prototype
 
-    stored = zarr.open_array(zstore, path=path or "", mode="r", zarr_format=3).metadata
+    stored = zarr.open_array(readable(zstore), path=path or "", mode="r", zarr_format=3).metadata
 
     def doc(meta: Any) -> bytes:  # the JSON document: NaN fill values compare equal
         return bytes(meta.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes())

@@ -20,7 +20,7 @@ from ..durability.pipeline import ArrayWrite, Part, Pipeline
 from ..durability.session import WriteSession
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
-from ..errors import InvalidValueError, PlanError
+from ..errors import PlanError
 from ..storage.conditional import versions
 from ..storage.overlay import Overlay
 from ..storage.store import ShardStore
@@ -169,19 +169,6 @@ def _refuse_foreign_leases(zstore: Store, overlay: Overlay, keep: list[str]) -> 
             f"({len(foreign)} such leases): wait for it, or break it if that writer is gone "
             "(shardwise lease --break)"
         )
-
-
-def _lease_wanted(lease: bool | None, compute: bool, zstore: Store) -> bool:
-    """Whether the write holds leases: by default when it computes now, on a store that can
-    delete (a lease is removed when the write ends: a zarr ``ZipStore``, which only appends, is
-    written without, as xarray writes it); ``lease=True`` on such a store is refused."""
-    deletes = bool(getattr(zstore, "supports_deletes", True))
-    if lease and not deletes:
-        raise InvalidValueError(
-            f"lease=True needs a store that can delete (a lease is removed when the write "
-            f"ends), and {type(zstore).__name__} cannot: pass lease=None or lease=False"
-        )
-    return compute and deletes if lease is None else bool(lease)
 
 
 def _is_lease(key: str) -> bool:

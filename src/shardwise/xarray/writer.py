@@ -24,6 +24,7 @@ from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_SHARD_BYTES,
 )
+from ..durability.lease import store_lease
 from ..durability.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
@@ -37,7 +38,6 @@ from .parts import (
     _array_writes,
     _interrupted,
     _jobs,
-    _lease_wanted,
     _parts,
     _refuse_foreign_leases,
     _resumed_mode,
@@ -259,7 +259,7 @@ def to_zarr(
     )
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
-    leased = _lease_wanted(lease, compute, xw.zstore)
+    leased = store_lease(lease, compute, xw.zstore)  # the rule of every front end
     xw, held = reserve(xw, append_dim, strategy, memory_limit)
     try:
         # 3. leases (a refusal removes those taken)
