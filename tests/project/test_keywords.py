@@ -95,7 +95,7 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
             "to_zarr": ["compute", "write_empty_chunks", "fsync", "progress", "resume"],
             "to_zarr a": ["break_lease"],
             "open_dataset": ["cache_indexes"],
-            "convert": ["resume", "verify", "progress", "lease", "break_lease", "fsync"],
+            "convert": ["resume", "verify", "progress", "break_lease", "fsync"],
             "verify": ["strict", "progress"],
             "batch.init": ["lease", "break_lease"],
             "batch.write_part": ["resume", "lease", "break_lease", "fsync", "progress"],
@@ -107,6 +107,7 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
         {
             "write_array": ["lease"],
             "write_pyramid": ["lease"],
+            "convert": ["lease"],
             "to_zarr": ["consolidated", "safe_shards", "lease"],
             "open_dataset": ["consolidated"],
         },
