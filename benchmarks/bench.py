@@ -156,12 +156,21 @@ def _start_cluster() -> tuple[Any, Any]:
 
 
 def case_sw_write(
-    wl: str, rep: int, *, chunks: str = "shard", scheduler: str = "threads", strategy: str = "auto"
+    wl: str,
+    rep: int,
+    *,
+    chunks: str = "shard",
+    scheduler: str = "threads",
+    strategy: str = "auto",
+    source: str = "npy",
 ) -> dict:
     """``write_array`` of the workload: from the dask source (each task copies its block out
     of the page-cached ``.npy``), or with ``chunks="numpy"`` from the whole array loaded into
     memory before the timed part, the input tensorstore's write cases get. ``strategy`` is
-    handed to ``write_array`` (the report records the one that ran and why)."""
+    handed to ``write_array`` (the report records the one that ran and why).
+    ``source="memory"``: the dask source's blocks are views of that in-memory array (threads
+    only), so that the source costs nothing per block: aligned, misaligned and crossing chunks
+    then differ only by what the write does with them."""
     import dask
 
     import shardwise
@@ -173,9 +182,16 @@ def case_sw_write(
         info["source"] = "numpy in memory"
     else:
         ch = _dask_chunks(wl, chunks)
-        data = WL.dask_src(wl, ch)
+        if source == "memory":
+            import dask.array as da
+
+            whole = np.ascontiguousarray(WL.load_src(wl, mmap=False))
+            data = da.from_array(whole, chunks=ch, asarray=False, inline_array=True)
+            info["source"] = "dask blocks: views of the array in memory"
+        else:
+            data = WL.dask_src(wl, ch)
         info.update(dask_chunks=list(ch), n_dask_chunks=int(np.prod(data.numblocks)))
-    path = A.store_path(wl, f"sw-{chunks}", rep)
+    path = A.store_path(wl, f"sw-{chunks}-{source}", rep)
     info["warm_imports_s"] = _warm_imports()
     cluster = client = None
     if scheduler == "distributed":
@@ -416,6 +432,18 @@ SW_CASES: dict[str, tuple[Any, str]] = {
     "s-w-cross": (
         lambda wl, r: case_sw_write(wl, r, chunks="cross"),
         "shardwise.write_array(dask), chunks crossing shard boundaries, threads",
+    ),
+    "s-w-shards-mem": (
+        lambda wl, r: case_sw_write(wl, r, source="memory"),
+        "s-w-shards from dask blocks that are views of the array in memory (no per-block cost)",
+    ),
+    "s-w-mis-mem": (
+        lambda wl, r: case_sw_write(wl, r, chunks="mis", source="memory"),
+        "s-w-mis from dask blocks that are views of the array in memory",
+    ),
+    "s-w-cross-mem": (
+        lambda wl, r: case_sw_write(wl, r, chunks="cross", source="memory"),
+        "s-w-cross from dask blocks that are views of the array in memory",
     ),
     "s-w-dist": (
         lambda wl, r: case_sw_write(wl, r, scheduler="distributed"),
