@@ -186,6 +186,19 @@ def default_runs_locally() -> bool:
     return not Callback.active and default_scheduler_is_local()
 
 
+def default_cluster_is_local() -> bool:
+    """True when dask's default scheduler is a distributed client of a ``LocalCluster`` made in
+    this process: its workers share this machine, so what moves between them is copied between
+    local processes, not sent over a network (``auto`` then writes misaligned sources direct)."""
+    if "distributed" not in sys.modules:  # no client can exist
+        return False
+    from dask.base import get_scheduler
+    from distributed import Client, LocalCluster
+
+    client = getattr(get_scheduler(), "__self__", None)  # a client's ``get``, default or set
+    return isinstance(client, Client) and isinstance(client.cluster, LocalCluster)
+
+
 def default_scheduler_is_local() -> bool:
     """True when dask's default scheduler (no ``scheduler=`` given) is its threaded or synchronous
     one, whose tasks share this process's memory (callbacks may be active: they watch the tasks,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .codec.metadata import ArrayInfo, default_compressors
-from .compat import default_scheduler_is_local
+from .compat import default_cluster_is_local, default_scheduler_is_local
 from .core import args
 from .core.job import STRATEGIES, Strategy, WritePlan, make_job
 from .core.layout import Region, RegionArg, normalize_region
@@ -251,6 +251,7 @@ def _validated_job(
         memory_limit=memory_limit,
         shared=shared,
         runs_locally=default_scheduler_is_local(),
+        local_cluster=default_cluster_is_local(),
     )
     job.validate()
     return job, shared

@@ -1,5 +1,6 @@
 """``strategy="auto"`` on real writes: a source whose dask chunks do not line up with the shards
-is rechunked in memory (direct) on dask's threads in this process and staged on a cluster.
+is rechunked in memory (direct) on dask's threads in this process and on a LocalCluster made in
+this process, and staged on a cluster it did not make.
 
 Oracles: the staged write of the same source (the same files, byte for byte), zarr-python's
 read of the store, the tasks dask ran (their key names: ``shardwise-stage-...`` are the staged
@@ -30,7 +31,7 @@ SHAPE = (40, 96, 80)
 LAYOUT: dict[str, Any] = dict(chunks=(8, 16, 20), shards=(16, 32, 40), **ZSTD)
 CHUNKINGS = {
     "inside": (8, 16, 20),  # every block inside one shard, four to eight per shard
-    "crossing": (12, 24, 30),  # blocks crossing shard edges, on inner-chunk edges
+    "crossing": (12, 24, 30),  # blocks crossing shard edges and inner-chunk edges
     "irregular": (7, 50, 33),  # crossing shard and inner-chunk edges
 }
 
@@ -150,7 +151,7 @@ def test_a_misaligned_direct_write_holds_what_plan_write_says(
     assert peak <= MEM_BUDGETS[blocks], (peak, plan.peak_per_task)
 
 
-# -- a cluster: staging moves less ---------------------------------------------------------------
+# -- clusters: direct on a LocalCluster, staged across machines -----------------------------------
 
 
 def _stream_names(stream: list[dict[str, Any]]) -> Counter[str]:
@@ -159,7 +160,9 @@ def _stream_names(stream: list[dict[str, Any]]) -> Counter[str]:
 
 
 @pytest.mark.slow
-def test_auto_stages_misaligned_sources_on_a_cluster(client: Any, tmp_path: Path) -> None:
+def test_auto_writes_misaligned_sources_direct_on_a_local_cluster(
+    client: Any, tmp_path: Path
+) -> None:
     from distributed import get_task_stream
 
     data = smooth(SHAPE)
@@ -167,18 +170,56 @@ def test_auto_stages_misaligned_sources_on_a_cluster(client: Any, tmp_path: Path
     # no fusion of tasks: the task stream then names each task by its own layer
     with dask.config.set({"scheduler": client, "optimization.fuse.active": False}):
         plan = shardwise.plan_write(source, tmp_path / "plan", **LAYOUT)
-        # block edges moved to inner-chunk edges: (16, 8, 16) x (32, 16, 32, 16) x (40, 20, 20)
-        assert plan.strategy == "staged" and plan.block_tasks == 3 * 4 * 3
-        assert plan.reason == "staged: distributed scheduler, staging moves less"
+        assert plan.strategy == "direct" and plan.block_tasks == 0
+        assert "LocalCluster" in plan.reason, plan.reason
         with get_task_stream(client) as ts:
             shardwise.write_array(source, tmp_path / "cluster", **LAYOUT)
         with get_task_stream(client) as xs:
             ds = xr.Dataset({"v": (("z", "y", "x"), source)})
             enc = {"v": {"chunks": LAYOUT["chunks"], "shards": LAYOUT["shards"]}}
             shardwise.to_zarr(ds, tmp_path / "ds.zarr", encoding=enc)
-    # both writes staged: their block tasks, then one write task per shard each
+        # staged when asked: its block tasks, then one write task per shard
+        staged = shardwise.plan_write(source, tmp_path / "plan", strategy="staged", **LAYOUT)
+        with get_task_stream(client) as ss:
+            shardwise.write_array(source, tmp_path / "staged", strategy="staged", **LAYOUT)
+        # blocks inside the shards, their edges on inner-chunk edges: each shard task takes its
+        # blocks from the workers, no rechunk (engine/pieces.py)
+        inside = da.from_array(data, chunks=CHUNKINGS["inside"]) * np.uint16(1)
+        with get_task_stream(client) as ps:
+            shardwise.write_array(inside, tmp_path / "inside", **LAYOUT)
+    # both auto writes direct: one write task per shard (3 x 3 x 2), no staged block task
     for seen in (_stream_names(ts.data), _stream_names(xs.data)):
-        assert (seen["shardwise-stage"], seen["shardwise-write"]) == (plan.block_tasks, 18), seen
+        assert (seen["shardwise-stage"], seen["shardwise-write"]) == (0, 18), seen
+    seen = _stream_names(ps.data)
+    assert (seen["shardwise-stage"], seen["shardwise-write"]) == (0, 18), seen
+    assert not any("rechunk" in name for name in seen), seen
+    assert files(tmp_path / "inside") == files(tmp_path / "cluster")
+    seen = _stream_names(ss.data)
+    assert (seen["shardwise-stage"], seen["shardwise-write"]) == (staged.block_tasks, 18), seen
     _write(source, tmp_path / "threads")  # auto on threads: direct
-    assert files(tmp_path / "cluster") == files(tmp_path / "threads")
+    assert files(tmp_path / "cluster") == files(tmp_path / "threads") == files(tmp_path / "staged")
     assert_bit_equal(zarr.open_array(tmp_path / "ds.zarr", path="v", mode="r")[...], data)
+
+
+@pytest.mark.slow
+def test_auto_stages_misaligned_sources_on_a_cluster_it_did_not_make(
+    client: Any, tmp_path: Path
+) -> None:
+    """A client connected by address (its workers may be on other machines, as with a scheduler
+    started by a batch system) stages: only receipts travel between workers."""
+    from distributed import Client, get_task_stream
+
+    data = smooth(SHAPE)
+    source = da.from_array(data, chunks=CHUNKINGS["crossing"]) * np.uint16(1)
+    with Client(client.scheduler.address, set_as_default=False) as remote:
+        assert remote.cluster is None  # what a client of a scheduler started elsewhere has
+        with dask.config.set({"scheduler": remote, "optimization.fuse.active": False}):
+            plan = shardwise.plan_write(source, tmp_path / "plan", **LAYOUT)
+            # block edges moved to inner-chunk edges: (16, 8, 16) x (32, 16, 32, 16) x (40, 20, 20)
+            assert plan.strategy == "staged" and plan.block_tasks == 3 * 4 * 3
+            assert plan.reason == "staged: distributed scheduler, staging moves less"
+            with get_task_stream(remote) as ts:
+                shardwise.write_array(source, tmp_path / "cluster", **LAYOUT)
+    seen = _stream_names(ts.data)
+    assert (seen["shardwise-stage"], seen["shardwise-write"]) == (plan.block_tasks, 18), seen
+    assert_bit_equal(zarr.open_array(tmp_path / "cluster", mode="r")[...], data)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
-from ..compat import default_scheduler_is_local
+from ..compat import default_cluster_is_local, default_scheduler_is_local
 from ..core.job import Strategy, WritePlan, make_job
 from ..core.layout import Layout, Region
 from ..core.plan import ShardPlan
@@ -48,6 +48,7 @@ def _jobs(
     region and append writes, which other processes may run beside this one."""
     out = {}
     local = default_scheduler_is_local()
+    local_cluster = not local and default_cluster_is_local()
     for w in writes:
         if w.info is None or w.size == 0:
             continue
@@ -60,6 +61,7 @@ def _jobs(
             memory_limit=memory_limit,
             shared=shared,
             runs_locally=local,
+            local_cluster=local_cluster,
         )
         try:
             job.validate()
