@@ -26,7 +26,7 @@ from shardwise.codec.chunks import ChunkCodec
 from shardwise.codec.codecs import Zstd
 from shardwise.codec.mosaic import Mosaic
 from shardwise.codec.shard import ShardCodec, encode_shard
-from shardwise.engine.pieces import overlaps
+from shardwise.core.plan import overlaps
 
 
 def _cut(block: np.ndarray, cuts: list[list[int]]) -> Mosaic:

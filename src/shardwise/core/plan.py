@@ -14,6 +14,7 @@ what is stored (see :func:`shardwise.codec.shard.merge_shard`) by its one owning
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Collection, Sequence
@@ -41,6 +42,34 @@ MAX_TASKS = 2**22
 def _pieces(start: int, stop: int, step: int) -> int:
     """How many pieces :func:`_cuts` makes, without making them."""
     return 0 if stop <= start else (stop - 1) // step - start // step + 1
+
+
+# per piece along one axis: (source chunk index, slice of that chunk, offset in the piece)
+Overlap = tuple[int, slice, int]
+
+
+def overlaps(pieces: Sequence[int], source: Sequence[int]) -> list[list[Overlap]]:
+    """Per piece along one axis (lengths ``pieces``), the source chunks (lengths ``source``) it
+    overlaps.
+
+    >>> first, second = overlaps((4, 4), (3, 3, 2))
+    >>> first
+    [(0, slice(0, 3, None), 0), (1, slice(0, 1, None), 3)]
+    >>> second
+    [(1, slice(1, 3, None), 0), (2, slice(0, 2, None), 2)]
+    """
+    src = list(itertools.accumulate(source, initial=0))
+    out = []
+    for a, b in itertools.pairwise(itertools.accumulate(pieces, initial=0)):
+        row = []
+        j = bisect.bisect_right(src, a) - 1
+        while j < len(source) and src[j] < b:
+            lo, hi = max(a, src[j]), min(b, src[j + 1])
+            if hi > lo:
+                row.append((j, slice(lo - src[j], hi - src[j]), lo - a))
+            j += 1
+        out.append(row)
+    return out
 
 
 @dataclass(frozen=True)
@@ -114,6 +143,15 @@ class ShardPlan:
     @property
     def aligned(self) -> bool:
         return is_aligned(self.region, self.layout)
+
+    def on_inner_edges(self, source_chunks: Sequence[Sequence[int]]) -> bool:
+        """Whether every edge between the region's ``source_chunks`` lies on an inner-chunk
+        boundary of the array: each inner chunk of a shard then lies in one source chunk."""
+        for sl, chunks, c in zip(self.region, source_chunks, self.layout.chunk_shape, strict=True):
+            inner = list(itertools.accumulate(chunks, initial=sl.start))[1:-1]
+            if any(e % c for e in inner):
+                return False
+        return True
 
     @property
     def npartial(self) -> int:

@@ -1,5 +1,6 @@
 """The write graph of a dask source whose chunks do not line up with the shards, when every
-source chunk edge falls on an inner-chunk boundary: each shard task takes the source blocks
+source chunk edge falls on an inner-chunk boundary (:meth:`ShardPlan.on_inner_edges`; the
+overlaps are :func:`~shardwise.core.plan.overlaps`): each shard task takes the source blocks
 that overlap its shard and encodes the overlaps in place (:class:`~shardwise.codec.mosaic.Mosaic`).
 
 ``source.rechunk(task_chunks)`` would join those overlaps into one fresh array per shard first:
@@ -11,20 +12,14 @@ joined in its task and merged as before.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..core.plan import ShardPlan
-
-Chunks = tuple[tuple[int, ...], ...]
-# per task along one axis: (source chunk index, slice of that chunk, offset in the task's piece)
-Overlap = tuple[int, slice, int]
+from ..core.plan import ShardPlan, overlaps
 
 
 @dataclass(frozen=True)
@@ -35,42 +30,6 @@ class PieceSpec:
     shape: tuple[int, ...]
     origins: tuple[tuple[int, ...], ...]
     slices: tuple[tuple[slice, ...], ...]
-
-
-def _edges(chunks: Sequence[int]) -> list[int]:
-    return list(itertools.accumulate(chunks, initial=0))
-
-
-def gatherable(plan: ShardPlan, source_chunks: Chunks, chunk_shape: Sequence[int]) -> bool:
-    """Whether every source chunk edge lies on an inner-chunk boundary of the array (then every
-    inner chunk of a shard lies in one source block)."""
-    for sl, chunks, c in zip(plan.region, source_chunks, chunk_shape, strict=True):
-        if any((sl.start + e) % c for e in _edges(chunks)[1:-1]):
-            return False
-    return True
-
-
-def overlaps(pieces: Sequence[int], source: Sequence[int]) -> list[list[Overlap]]:
-    """Per piece along one axis, the source chunks it overlaps.
-
-    >>> first, second = overlaps((4, 4), (3, 3, 2))
-    >>> first
-    [(0, slice(0, 3, None), 0), (1, slice(0, 1, None), 3)]
-    >>> second
-    [(1, slice(1, 3, None), 0), (2, slice(0, 2, None), 2)]
-    """
-    src = _edges(source)
-    out = []
-    for a, b in itertools.pairwise(_edges(pieces)):
-        row = []
-        j = bisect.bisect_right(src, a) - 1
-        while j < len(source) and src[j] < b:
-            lo, hi = max(a, src[j]), min(b, src[j + 1])
-            if hi > lo:
-                row.append((j, slice(lo - src[j], hi - src[j]), lo - a))
-            j += 1
-        out.append(row)
-    return out
 
 
 def pieces_graph(task: Any, plan: ShardPlan, source: Any) -> Any:

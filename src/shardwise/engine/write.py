@@ -30,7 +30,7 @@ from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
 from ..storage.replace import replace_whole
 from ..storage.store import ShardStore
-from .pieces import PieceSpec, gatherable, pieces_graph
+from .pieces import PieceSpec, pieces_graph
 from .recorder import ShardRecorder
 from .report import WriteReport
 
@@ -231,7 +231,7 @@ def build_graph(writer: ShardWriter, source: Any, *, copy: bool = True) -> Any:
     if (
         isinstance(source, da.Array)
         and source.chunks != plan.task_chunks
-        and gatherable(plan, source.chunks, writer.info.codec.chunk_shape)
+        and plan.on_inner_edges(source.chunks)
     ):
         # misaligned dask chunks on inner-chunk edges: no join of the pieces (pieces.py)
         return pieces_graph(writer.pieces_task, plan, source)
