@@ -257,6 +257,50 @@ def test_verify_a_dataset_group_written_by_to_zarr(tmp_path: Path) -> None:
     assert any("v/c/1/0" in p.key for p in report.problems)
 
 
+def test_a_dataset_write_that_failed_before_its_metadata_is_advised_to_resume(
+    tmp_path: Path,
+) -> None:
+    """A Dataset write stores its metadata after its data: one that failed before (or was
+    killed) leaves journals and shards without any zarr.json. verify finds their open markers
+    from the root and advises resume=True; the advised call finishes it and verify is clean."""
+    import dask.array as da
+    import xarray as xr
+
+    def fail_at_block_1(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][0] == 1:
+            raise RuntimeError("source block 1 failed")
+        return block
+
+    v = np.arange(60, dtype="int64").reshape(10, 6)
+    src = da.from_array(v, chunks=(3, 6))
+    ds = xr.Dataset({"v": (("t", "x"), src.map_blocks(fail_at_block_1, dtype=src.dtype))})
+    enc = {"v": {"chunks": (2, 6), "shards": (4, 6)}}
+    path = tmp_path / "ds.zarr"
+    with pytest.raises(RuntimeError, match="source block 1"):
+        shardwise.to_zarr(ds, path, encoding=enc)
+    assert not (path / "zarr.json").exists() and not (path / "v" / "zarr.json").exists()
+    report = shardwise.verify(path)
+    assert [(p.kind, p.key.split("/")[0]) for p in report.problems] == [("incomplete", "v")]
+    assert "rerun it with resume=True" in report.problems[0].message
+    shardwise.to_zarr(ds.copy(data={"v": src}), path, encoding=enc, resume=True)
+    assert shardwise.verify(path).ok
+    np.testing.assert_array_equal(xr.open_zarr(path)["v"].values, v)
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_verify_lists_arrays_missing_from_consolidated_metadata(tmp_path: Path) -> None:
+    """verify walks the stored nodes, not the root's consolidated listing: an array another
+    writer added without re-consolidating is still checked."""
+    import xarray as xr
+
+    path = tmp_path / "ds.zarr"
+    xr.Dataset({"a": ("t", np.arange(8))}).to_zarr(path, zarr_format=3, consolidated=True)
+    shardwise.write_array(data(), LocalStore(path), path="b", mode="w-", **KW)
+    shard = path / "b" / "c" / "1" / "1"
+    shard.write_bytes(shard.read_bytes()[:-3])
+    assert [p.key for p in shardwise.verify(path).problems] == ["b/c/1/1"]
+
+
 # -- stores another tool wrote to: sound shards are notes, not problems ----------------------------
 
 

@@ -29,7 +29,7 @@ from ..runtime import pool as _pool
 from ..storage.nodes import group_arrays, open_info
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, store_name
 from .checks import Problem, VerifyReport, _check_journal, check_shard
-from .journal import RECORDS, Record, read_records
+from .journal import RECORDS, WRITES, Record, read_records
 
 # the checks and their report live in checks.py; verify is the walk over an array or a group
 __all__ = ["Problem", "VerifyReport", "check_shard", "verify", "verify_store"]
@@ -216,8 +216,12 @@ def verify(
     zstore = resolve_store(store, mode="r", storage_options=storage_options)
     where = store_name(zstore) + (f" path {path!r}" if path else "")
     group = group_arrays(zstore, path)
-    if group is not None:
-        return _verify_group(zstore, path, where, group, threads, strict, progress)
+    unfinished = _journals_without_metadata(zstore, path)
+    if group is not None or unfinished:
+        report = _verify_group(zstore, path, where, group or [], threads, strict, progress)
+        for name in unfinished:
+            _check_unfinished(zstore, name, report)
+        return report
     try:
         info = open_info(zstore, path)
     except Exception as e:  # what zarr raises for a missing or broken zarr.json varies
@@ -232,6 +236,41 @@ def verify(
         strict=strict,
         progress=progress,
     )
+
+
+def _journals_without_metadata(zstore: Any, path: str | None) -> list[str]:
+    """Paths below ``path`` whose journal holds write markers but which have no metadata yet:
+    an array write stores its metadata after its data (xarray's variables, a replaced array),
+    so one interrupted before that leaves only its journal and shards. One listing."""
+    base = (path or "").strip("/")
+    keys = set(ShardStore(zstore, base).list(""))
+    marker = f"{WRITES}"
+    found = set()
+    for k in keys:
+        head, sep, _ = k.partition(marker)
+        if sep and (head == "" or head.endswith("/")):
+            found.add(head.rstrip("/"))
+    return sorted(
+        "/".join(p for p in (base, h) if p)
+        for h in found
+        if (f"{h}/zarr.json" if h else "zarr.json") not in keys
+    )
+
+
+def _check_unfinished(zstore: Any, name: str, report: VerifyReport) -> None:
+    """The journal of an array whose write never stored its metadata, into ``report``."""
+    found = VerifyReport(where=name)
+    _check_journal(ShardStore(zstore, name), found, check_batch=True)
+    if not found.problems:  # only finished markers: the metadata went missing since
+        found.problems.append(
+            Problem(
+                "metadata",
+                f"{name}/zarr.json" if name else "zarr.json",
+                "the journal records a write here but the array's metadata is gone",
+            )
+        )
+    report.problems += found.problems
+    report.notes += [f"{name or '/'}: {n}" for n in found.notes]
 
 
 def _verify_group(

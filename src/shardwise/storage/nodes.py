@@ -175,7 +175,10 @@ def array_exists(store: Any, path: str | None) -> bool:
 def group_arrays(zstore: Any, path: str | None) -> list[str] | None:
     """Paths of the arrays below the group at ``path`` (None when it is not a group)."""
     try:
-        group = zarr.open_group(readable(zstore), path=path or "", mode="r", zarr_format=3)
+        # the stored nodes, not a consolidated listing that a write may not have updated
+        group = zarr.open_group(
+            readable(zstore), path=path or "", mode="r", zarr_format=3, use_consolidated=False
+        )
     except Exception:  # not a group: an array, or nothing
         return None
     prefix = f"{path.strip('/')}/" if path and path.strip("/") else ""
