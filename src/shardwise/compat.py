@@ -28,6 +28,7 @@ CHECKED: Mapping[str, tuple[str, str]] = {
     "xarray": ("2024.10", "2027"),
     "dask": ("2024.8", "2027"),
     "fsspec": ("2024.6", "2027"),
+    "s3fs": ("2024.6", "2027"),
 }
 
 
@@ -138,6 +139,17 @@ def pipe_file_async(fs: Any, path: str, data: bytes, **kwargs: Any) -> Any:
     except AttributeError:
         raise _missing("fsspec", f"{type(fs).__name__}._pipe_file") from None
     return method(path, data, **kwargs)
+
+
+def s3_call(fs: Any, method: str, **kwargs: Any) -> Any:
+    """The coroutine of the S3 API call ``method`` (``get_object``, ``put_object`` ...) through
+    an s3fs filesystem's botocore client: conditional puts (``IfMatch``/``IfNoneMatch``) and
+    reads with the ETag have no public s3fs method."""
+    try:
+        call = fs._call_s3
+    except AttributeError:
+        raise _missing("s3fs", f"{type(fs).__name__}._call_s3") from None
+    return call(method, **kwargs)
 
 
 # -- numpy -------------------------------------------------------------------------------------

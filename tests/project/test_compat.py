@@ -38,7 +38,7 @@ def test_pyproject_bounds_the_libraries_compat_reaches_into() -> None:
 def test_no_private_calls_outside_compat() -> None:
     """Other modules call into other libraries' private names only through compat."""
     pattern = re.compile(
-        r"\._(encode_sync|decode_sync|pipe_file|normalize_path|validate_\w+|set_madvise\w*)\b"
+        r"\._(encode_sync|decode_sync|pipe_file|normalize_path|validate_\w+|set_madvise\w*|call_s3)\b"
         r"|import _normalize_path|dask\.threaded"
     )
     src = ROOT / "src" / "shardwise"
@@ -64,6 +64,8 @@ def test_a_missing_private_name_is_a_dependency_error_naming_the_library() -> No
         compat.validate_region_and_encoding(object(), None, {})
     with pytest.raises(E.DependencyError, match="fsspec"):
         compat.pipe_file_async(object(), "k", b"")
+    with pytest.raises(E.DependencyError, match="s3fs"):
+        compat.s3_call(object(), "get_object")
     assert issubclass(E.DependencyError, E.ShardwiseError)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from zarr.core.sync import sync
 
-from ..compat import pipe_file_async
+from ..compat import pipe_file_async, s3_call
 from .store import ShardStore
 
 Call = Callable[..., Any]
@@ -209,7 +209,7 @@ def precondition_failed(e: BaseException) -> bool:
 def s3fs_get(fs: Any, bucket: str, key: str) -> tuple[bytes | None, Any]:
     async def go() -> tuple[bytes | None, Any]:
         try:
-            resp = await fs._call_s3("get_object", Bucket=bucket, Key=key)
+            resp = await s3_call(fs, "get_object", Bucket=bucket, Key=key)
         except FileNotFoundError:
             return None, None
         body = resp["Body"]
@@ -224,7 +224,7 @@ def s3fs_get(fs: Any, bucket: str, key: str) -> tuple[bytes | None, Any]:
 
 def s3fs_head(fs: Any, bucket: str, key: str) -> Any:
     try:
-        resp = sync(fs._call_s3("head_object", Bucket=bucket, Key=key))
+        resp = sync(s3_call(fs, "head_object", Bucket=bucket, Key=key))
     except FileNotFoundError:
         return None
     return (resp["ETag"], resp.get("VersionId"))
@@ -236,7 +236,7 @@ def s3fs_put_if(fs: Any, bucket: str, key: str, parts: Sequence[Any], expected: 
     cond = {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected[0]}
     try:
         resp = sync(
-            fs._call_s3("put_object", Bucket=bucket, Key=key, Body=bytes(_joined(parts)), **cond)
+            s3_call(fs, "put_object", Bucket=bucket, Key=key, Body=bytes(_joined(parts)), **cond)
         )
     except OSError as e:
         if precondition_failed(e):
