@@ -136,6 +136,7 @@ SCENARIOS = (
     "subtree-append",
     "pyramid-w-",
     "convert-w-",
+    "batch-part",
 )
 
 BASE_ROWS, NEW_ROWS, REGION = 8, 10, (3, 11)
@@ -148,6 +149,8 @@ def blocks(scenario: str) -> int:
         n = 16
     if scenario.startswith("convert"):
         return -(-NEW_ROWS // SHARD)  # the fault strikes in a target shard's copy task
+    if scenario.startswith("batch"):
+        return 3  # part 1 is rows 8..16: source blocks 2..5, struck from block 3 on
     return -(-n // BLOCK)
 
 
@@ -164,6 +167,14 @@ def prepare(scenario: str, store: Any) -> None:
     if front == "array" and mode == "w-":
         base = base.drop_vars("v")
     if front == "dataset" and mode == "w-":
+        return
+    if front == "batch":
+        shardwise.to_zarr(base, store, encoding=encoding(base))
+        shardwise.batch.init(
+            store, path="bat", shape=(16, WIDTH), dtype="int64", parts=2, mode="w-",
+            dimension_names=("r", "c"), **ENC,
+        )  # fmt: skip
+        shardwise.batch.write_part(rows(0, 16, salt=1), store, 0, path="bat")
         return
     if front == "convert":
         import zarr
@@ -232,6 +243,11 @@ def write(
         if fault.kind != "none":
             _arm_convert(fault, reached)
         return shardwise.convert(store, store, path="src", dst_path="dst", shards=(4, WIDTH), **kw)
+    if front == "batch":
+        struck = Fault(fault.kind, fault.block + 3)
+        x = faulty(rows(0, 16, salt=1), struck, reached)
+        shardwise.batch.write_part(x, store, 1, path="bat", **kw)
+        return shardwise.batch.finalize(store, path="bat")
     raise AssertionError(scenario)
 
 
@@ -314,6 +330,8 @@ def expected(scenario: str) -> dict[str, np.ndarray]:
         return {"img/0": img, "img/1": img.reshape(8, 2, 8, 2).mean(axis=(1, 3))}
     if front == "convert":
         return {"dst": rows(0, NEW_ROWS)}
+    if front == "batch":
+        return {"bat": rows(0, 16, salt=1), "v": rows(0, BASE_ROWS, salt=9)}
     raise AssertionError(scenario)
 
 
