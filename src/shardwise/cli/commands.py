@@ -328,12 +328,23 @@ def cmd_lease(a: argparse.Namespace) -> int:
     shared = shared_leases(sstore) if name == LEASE else {}
     held = break_lease(sstore, name) if a.break_ else read_lease(sstore, name)
     if held is None and not shared:
+        _lease_target(zstore, sstore, a.path)  # "free" only where a write could hold one
         print("free")
     if held is not None:
         print(("broken: was held for " if a.break_ else "held for ") + held.describe())
     for info in shared.values():  # region writes side by side (broken with the lease)
         print(("broken: was " if a.break_ else "") + "shared by " + info.describe())
     return EXIT_OK
+
+
+def _lease_target(zstore: Any, sstore: Any, path: str | None) -> None:
+    """An array, or what a write left of one (its journal): else the lease's path is a
+    mistake, refused (a group, a Zarr v2 array or nothing: exit status 3), not "free"."""
+    from ..durability.journal import JOURNAL
+    from ..storage.nodes import open_info
+
+    if not sstore.list(JOURNAL):
+        open_info(zstore, path)
 
 
 def storage_options(a: argparse.Namespace) -> dict[str, Any] | None:

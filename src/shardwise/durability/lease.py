@@ -37,6 +37,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,7 +48,7 @@ from ..errors import InvalidValueError, LeaseHeldError
 from ..storage import s3
 from ..storage.conditional import CONFLICT, versions
 from ..storage.retry import RetryPolicy, any_error
-from ..storage.store import ShardStore, describe
+from ..storage.store import JOURNAL, ShardStore, describe
 from .holder import DEFAULT_EXPIRY, LeaseInfo, gone_reason, lease_expiry
 from .journal import LEASE as LEASE  # the one definition (journal clears around it)
 
@@ -58,7 +59,10 @@ __all__ = [
     "Lease",
     "LeaseInfo",
     "break_lease",
+    "blocking_leases",
     "gone_reason",
+    "is_lease_key",
+    "leases_under",
     "lease_expiry",
     "lease_wanted",
     "store_lease",
@@ -68,6 +72,8 @@ __all__ = [
 ]
 
 SHARED = ".shardwise/leases/"
+_LEASE_NAME = LEASE.rsplit("/", 1)[1]  # "lease"
+_SHARED_DIR = SHARED.strip("/").rsplit("/", 1)[1]  # "leases"
 log = logging.getLogger("shardwise")
 
 
@@ -147,6 +153,59 @@ def shared_leases(store: ShardStore) -> dict[str, LeaseInfo]:
         if held is not None:
             out[name] = held
     return out
+
+
+def is_lease_key(key: str) -> bool:
+    """Whether store key ``key`` is a lease object (the one rule every check reads leases by):
+    an array's exclusive lease ``<array>/.shardwise/lease``, a batch part's
+    ``<array>/.shardwise/lease.part-I-of-N`` or a shared one ``<array>/.shardwise/leases/<token>``.
+    Nothing deeper in the journal is one: the lock files of conditional commits
+    (``.shardwise/locks/<name>``, left by a takeover or a heartbeat of a lease) are not."""
+    parts = key.strip("/").split("/")
+    if JOURNAL not in parts:
+        return False
+    rest = parts[parts.index(JOURNAL) + 1 :]
+    if len(rest) == 1:
+        return rest[0] == _LEASE_NAME or rest[0].startswith(f"{_LEASE_NAME}.part-")
+    return len(rest) == 2 and rest[0] == _SHARED_DIR and bool(rest[1])
+
+
+def leases_under(store: ShardStore, *, array: bool = False) -> dict[str, LeaseInfo]:
+    """Every lease object at or below ``store``'s path (the arrays of a group too; ``array``:
+    the array's own only, its journal listed alone), by name relative to that path, with its
+    holder."""
+    out = {}
+    for name in store.list(JOURNAL if array else ""):
+        if is_lease_key(name):
+            held = read_lease(store, name)
+            if held is not None:
+                out[name] = held
+    return out
+
+
+def blocking_leases(
+    store: ShardStore,
+    *,
+    keep: Iterable[str] = (),
+    takeover: bool = False,
+    broken: bool = False,
+    array: bool = False,
+) -> dict[str, LeaseInfo]:
+    """The one answer to "is there a live foreign lease here": the leases at or below
+    ``store``'s path that refuse a write replacing it (what ``shardwise lease`` reports held).
+    ``keep``: names (or name prefixes ending in "/") this write holds or spares; ``takeover``
+    (a resume): a lease whose holder is provably gone does not refuse; ``broken``
+    (``break_lease=True``): none does. ``array``: the array's own leases only."""
+    if broken:
+        return {}
+    kept = tuple(keep)
+    return {
+        name: held
+        for name, held in leases_under(store, array=array).items()
+        if name not in kept
+        and not name.startswith(tuple(k for k in kept if k.endswith("/")))
+        and not (takeover and gone_reason(held) is not None)
+    }
 
 
 def break_lease(store: ShardStore, name: str = LEASE, *, shared: bool = True) -> LeaseInfo | None:

@@ -13,8 +13,7 @@ from typing import Any
 
 import zarr
 
-from ..durability.journal import LEASE
-from ..durability.lease import SHARED
+from ..durability.lease import is_lease_key
 from ..errors import ArrayExistsError, PlanError
 from ..storage.nodes import array_exists, node_exists, same_metadata
 from ..storage.retry import retry_transient
@@ -82,7 +81,7 @@ def clear_group(group: ShardStore, levels: Sequence[str]) -> None:
     delete)."""
     mine = tuple(f"{lv}/" for lv in levels)
     for name in group.list():
-        if name.startswith(mine) or _is_lease(name):
+        if name.startswith(mine) or is_lease_key(name):
             continue
         group.delete(name)
     root = group.local_root
@@ -95,11 +94,6 @@ def clear_group(group: ShardStore, levels: Sequence[str]) -> None:
             if rel != "." and not f"{rel}/".startswith(mine):
                 with contextlib.suppress(OSError):  # not empty: a lease kept
                     Path(d).rmdir()
-
-
-def _is_lease(name: str) -> bool:
-    k = "/" + name
-    return k.endswith("/" + LEASE) or f"/{LEASE}.part-" in k or f"/{SHARED}" in k
 
 
 def create_level(zstore: Any, key: str, kwargs: dict[str, Any]) -> None:

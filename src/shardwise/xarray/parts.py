@@ -146,39 +146,31 @@ def _interrupted(session: WriteSession | None) -> bool:
     return found is not None and found.status == "open" and list(found.shape) == list(session.shape)
 
 
-def _refuse_foreign_leases(zstore: Store, overlay: Overlay, keep: list[str]) -> None:
+def _refuse_foreign_leases(
+    zstore: Store, overlay: Overlay, keep: list[str], *, resume: bool, break_lease: bool
+) -> None:
     """Before mode "w" deletes the group: a lease there that this call does not hold (another
-    job writing a variable this dataset drops, or a region of one) refuses the call."""
-    from zarr.core.sync import sync
-
+    job writing a variable this dataset drops, or a region of one) refuses the call, as
+    ``shardwise lease`` reports it held (:func:`~shardwise.durability.lease.blocking_leases`:
+    a resume passes a gone holder's, ``break_lease=True`` any)."""
+    from ..durability.lease import blocking_leases
     from ..errors import LeaseHeldError
 
-    dirs = overlay.changes[0]
-    if not dirs:
-        return
-
-    async def leases() -> list[str]:
-        out = []
-        for d in dirs:
-            prefix = f"{d.strip('/')}/" if d.strip("/") else ""
-            out += [k async for k in zstore.list_prefix(prefix) if _is_lease(k)]
-        return out
-
-    foreign = sorted(set(sync(leases())) - set(keep))
+    foreign: list[str] = []
+    for d in overlay.changes[0]:
+        prefix = d.strip("/")
+        mine = [k.removeprefix(f"{prefix}/") for k in keep if not prefix or k.startswith(prefix)]
+        found = blocking_leases(
+            ShardStore(zstore, prefix), keep=mine, takeover=resume, broken=break_lease
+        )
+        foreign += [f"{prefix}/{n}" if prefix else n for n in found]
     if foreign:
+        foreign.sort()
         raise LeaseHeldError(
             f"mode='w' would delete {foreign[0]!r}, the lease of another write in progress "
             f"({len(foreign)} such leases): wait for it, or break it if that writer is gone "
-            "(shardwise lease --break)"
+            "(break_lease=True, shardwise lease PATH --break)"
         )
-
-
-def _is_lease(key: str) -> bool:
-    """An array's exclusive, batch part or shared lease object (under any array path)."""
-    from ..durability.lease import LEASE, SHARED
-
-    k = "/" + key
-    return k.endswith("/" + LEASE) or f"/{LEASE}.part-" in k or f"/{SHARED}" in k
 
 
 def _parts(
