@@ -340,8 +340,8 @@ def cmd_lease(a: argparse.Namespace) -> int:
 def _lease_target(zstore: Any, sstore: Any, path: str | None) -> None:
     """An array, or what a write left of one (its journal): else the lease's path is a
     mistake, refused (a group, a Zarr v2 array or nothing: exit status 3), not "free"."""
-    from ..durability.journal import JOURNAL
     from ..storage.nodes import open_info
+    from ..storage.store import JOURNAL
 
     if not sstore.list(JOURNAL):
         open_info(zstore, path)
