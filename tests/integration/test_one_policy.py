@@ -228,3 +228,17 @@ def test_a_lease_on_an_array_mode_w_drops_is_refused_alike(tmp_path: Path) -> No
         seen[name] = str(e.value)
     assert "mode='w' would delete 'old/.shardwise/lease'" in seen["Dataset"]
     assert len(set(seen.values())) == 1, seen
+
+
+def test_mode_w_minus_clears_alike(tmp_path: Path) -> None:
+    """Mode "w-" creates the array and clears only the stale journal at its path, in every
+    front end that creates it (convert cleared everything there)."""
+    for name in ("write_array", "pyramid level 0", "convert"):
+        root = tmp_path / name.replace(" ", "-")
+        (root / "0").mkdir(parents=True)
+        (root / "0" / "notes.txt").write_text("not ours")
+        (root / "0" / ".shardwise").mkdir()
+        (root / "0" / ".shardwise" / "stale").write_text("a journal file of no write")
+        EVERY[name](root, mode="w-")
+        assert (root / "0" / "notes.txt").read_text() == "not ours", name
+        assert not (root / "0" / ".shardwise" / "stale").exists(), name
