@@ -242,3 +242,22 @@ def test_mode_w_minus_clears_alike(tmp_path: Path) -> None:
         EVERY[name](root, mode="w-")
         assert (root / "0" / "notes.txt").read_text() == "not ours", name
         assert not (root / "0" / ".shardwise" / "stale").exists(), name
+
+
+def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
+    """An array created by another writer between a write's check and its create: the one
+    create (write_array's, a pyramid level's, convert's) raises ArrayExistsError and leaves the
+    other writer's array as it was (the pyramid raised zarr's ContainsArrayError)."""
+    from shardwise.create import create_in_memory
+    from shardwise.durability.intent import create_metadata
+    from shardwise.pyramid.target import create_level
+
+    kwargs = dict(shape=SHAPE, dtype="float32", chunks=CHUNKS, shards=SHARDS)
+    probe = create_in_memory(kwargs)
+    root = tmp_path / "raced"
+    shardwise.write_array(DATA, root, path="0", chunks=CHUNKS, shards=(4, 5))  # the other's
+    before = (root / "0" / "zarr.json").read_bytes()
+    for create in (create_metadata, create_level):
+        with pytest.raises(shardwise.ArrayExistsError, match="was created by another writer"):
+            create(LocalStore(root), "0", kwargs, probe)
+    assert (root / "0" / "zarr.json").read_bytes() == before
