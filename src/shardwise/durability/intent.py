@@ -76,8 +76,9 @@ def metadata_by_caller(mode: str) -> Intent:
     xarray pass writes the group's metadata into an overlay (committed after the data) and
     whose mode "w" deletes the old group before the data (sparing the leases held). The
     shards' part is the policy's as everywhere: a finished write adopted unless mode "w"."""
-    return Intent(exists=False, create=False, clear="none", adopt_done=mode != "w",
-                  must_adopt=False)  # fmt: skip
+    return Intent(
+        exists=False, create=False, clear="none", adopt_done=mode != "w", must_adopt=False
+    )
 
 
 def decide(mode: Mode, resume: bool, exists: bool, same: bool) -> Intent:
