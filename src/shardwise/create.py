@@ -1,6 +1,7 @@
 """A new array's metadata: zarr.create_array's keywords completed (the default layout), built
-and checked in memory by zarr-python before any I/O (a refusal names the keyword at fault), then
-stored (again after a transient failure). write_array's and convert's creates go through it."""
+and checked in memory by zarr-python before any I/O (a refusal names the keyword at fault). It is
+stored by the write policy's one create (durability/intent.py: again after a transient failure,
+one error when another writer was first)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,7 @@ from zarr.storage import MemoryStore
 
 from .codec.metadata import default_compressors
 from .core.sizing import default_layout
-from .errors import ArrayExistsError, InvalidTypeError, InvalidValueError, ShardwiseError
-from .storage.nodes import same_metadata
-from .storage.retry import retry_transient
-from .storage.store import describe
+from .errors import InvalidTypeError, InvalidValueError, ShardwiseError
 
 
 def _create_kwargs(
@@ -116,28 +114,3 @@ def _shape_or_none(value: Any, ndim: int) -> tuple[int, ...] | None:
     ):
         return tuple(int(v) for v in value)
     return None
-
-
-def _create_in_store(zstore: Any, path: str | None, kwargs: dict[str, Any], probe: Any) -> None:
-    """Store the new array's metadata, again after a transient store failure; a try whose
-    answer was lost may have stored it already, which then counts as done."""
-    from zarr.errors import ContainsArrayError
-
-    tried = False
-
-    def create() -> None:
-        nonlocal tried
-        try:
-            zarr.create_array(zstore, name=path or None, overwrite=False, **kwargs)
-        except ContainsArrayError as e:
-            if not (tried and same_metadata(probe, zstore, path)):
-                # another writer created it after this call's existence check (both passed
-                # it, the other took the lease first and finished): mode "w-" refused late
-                raise ArrayExistsError(
-                    f"{describe(zstore, path)} was created by another writer while this write "
-                    "started (use mode='w' to replace it, 'a' or 'r+' to write into it)"
-                ) from e
-        finally:
-            tried = True
-
-    retry_transient(create)

@@ -14,19 +14,19 @@ from typing import Any
 import numpy as np
 
 from .codec.metadata import ArrayInfo, default_compressors
-from .compat import default_cluster_is_local, default_scheduler_is_local
 from .core import args
-from .core.job import STRATEGIES, Strategy, WritePlan, make_job
+from .core.job import STRATEGIES, Strategy, WritePlan
 from .core.layout import Region, RegionArg, normalize_region
 from .core.plan import ShardPlan
-from .create import _create_in_store, _probe
+from .create import _probe
+from .durability.intent import Intent, array_write, create_metadata, job_for, resolve
 from .durability.pipeline import ArrayWrite
 from .engine.write import Mode, WriteSettings
-from .errors import ArrayExistsError, ArrayNotFoundError, InvalidValueError, PlanError
+from .errors import InvalidValueError, PlanError
 from .storage.conditional import versions
-from .storage.nodes import array_exists, open_info, same_metadata
+from .storage.nodes import open_info
 from .storage.retry import retry_transient
-from .storage.store import ShardStore, describe, resolve_store
+from .storage.store import ShardStore, resolve_store
 
 _MODES = ("w", "w-", "a", "r+")
 
@@ -100,14 +100,14 @@ def prepare_write(
         storage_options,
         region,
     )
-    # 2. the data, then what is at the path (refusals of "w-" and "r+")
+    # 2. the data
     data = _source(data)
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
-    exists = _check_exists(zstore, path, mode, resume)
-    # 3. the array's metadata: a new one built and checked in memory, else the stored one
+    # 3. what is at the path (refusals of "w-" and "r+"), the array's metadata: a new one
+    # built and checked in memory, else the stored one
     layout = (shape, data.dtype if dtype is None else dtype, chunks, shards)
     given = dict(
         fill_value=fill_value,
@@ -118,13 +118,24 @@ def prepare_write(
         attributes=attributes,
         chunk_key_encoding=chunk_key_encoding,
     )
-    meta = _target_metadata(zstore, path, exists, mode, resume, region, layout, given)
+    meta = _target_metadata(zstore, path, mode, resume, region, layout, given)
     # 4. where the data goes, and the job that puts it there (validated: dry_run stops here)
     target, data = _placed(data, meta.info, region, shape)
     sstore = ShardStore(zstore, path or "", fsync=fsync)
     job, shared = _validated_job(sstore, meta, target, data, mode, strategy, memory_limit)
     options = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
-    write = _array_write(sstore, meta, job, data, options, shared, mode, resume, exists, compute)
+    write = array_write(
+        sstore,
+        meta.info,
+        meta.intent,
+        data,
+        job=job,
+        create=meta.create,
+        shared=shared,
+        resume=resume,
+        compute=compute,
+        options=options,
+    )
     return PreparedWrite(job, write)
 
 
@@ -159,60 +170,49 @@ def _check_write_keywords(
     return checked_threads, checked_limit
 
 
-def _check_exists(zstore: Any, path: str | None, mode: Mode, resume: bool) -> bool:
-    """Whether an array is at ``path`` (looked up only where the answer matters): mode "w-"
-    refuses one (unless resuming), "r+" refuses its absence."""
-    exists = (mode != "w" or resume) and retry_transient(lambda: array_exists(zstore, path))
-    if mode == "w-" and exists and not resume:
-        raise ArrayExistsError(
-            f"{describe(zstore, path)} already exists (use mode='w' to replace it, 'a' or 'r+' "
-            "to write into it)"
-        )
-    if mode == "r+" and not exists:
-        raise ArrayNotFoundError(
-            f"mode='r+' writes into an existing array, and there is none at "
-            f"{describe(zstore, path, 'path')} (use mode='a' or 'w-' to create it)"
-        )
-    return bool(exists)
-
-
 @dataclass(frozen=True)
 class _Target:
-    """The metadata of the array a write goes into; ``create`` stores it when this write
-    creates (or replaces) the array, else None."""
+    """The metadata of the array a write goes into, and what the write does about it (the
+    policy's :class:`~shardwise.durability.intent.Intent`); ``create`` stores the metadata when
+    this write creates (or replaces) the array, else None."""
 
     info: ArrayInfo
+    intent: Intent
     create: Callable[[], None] | None
 
 
 def _target_metadata(
     zstore: Any,
     path: str | None,
-    exists: bool,
     mode: Mode,
     resume: bool,
     region: RegionArg | None,
     layout: tuple[tuple[int, ...], Any, Any, Any],
     given: dict[str, Any],
 ) -> _Target:
-    """The stored metadata of an existing array, else (and when a create or replace is resumed)
-    the new array's, built and checked in memory before any I/O. ``layout``: shape, dtype,
-    chunks and shards of a new array; ``given``: its other ``zarr.create_array`` keywords."""
-    if exists and not (resume and mode in ("w", "w-") and region is None):
-        return _Target(retry_transient(lambda: open_info(zstore, path)), None)
-    if region is not None:
-        raise InvalidValueError("region= needs an existing array (mode='r+' or 'a')")
-    kwargs, probe = _probe(*layout, given)
+    """What is at the path (the policy's :func:`~shardwise.durability.intent.resolve`: mode
+    "w-" refuses an array, "r+" its absence), then the stored metadata of an array written
+    into, else (and when a create or replace is resumed) the new array's, built and checked in
+    memory before any I/O. ``layout``: shape, dtype, chunks and shards of a new array;
+    ``given``: its other ``zarr.create_array`` keywords."""
+    built: list[tuple[dict[str, Any], Any]] = []
+
+    def probe() -> Any:
+        if not built:
+            built.append(_probe(*layout, given))
+        return built[0][1]
+
+    intent = resolve(zstore, path, mode, resume, probe, region=region is not None)
+    if not intent.create and not built:
+        return _Target(retry_transient(lambda: open_info(zstore, path)), intent, None)
+    probe()
+    kwargs, made = built[0]
     # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
     # fill value with a payload is stored as plain "NaN"
-    info = open_info(probe.store)
-    if exists and same_metadata(probe, zstore, path):
-        return _Target(info, None)  # a resumed create: the array is there already
-    if exists and mode == "w-":
-        raise ArrayExistsError(
-            f"{describe(zstore, path)} exists with other metadata: nothing to resume"
-        )
-    return _Target(info, lambda: _create_in_store(zstore, path, kwargs, probe))
+    info = open_info(made.store)
+    if not intent.create:
+        return _Target(info, intent, None)  # a resumed create: the array is there already
+    return _Target(info, intent, lambda: create_metadata(zstore, path, kwargs, made))
 
 
 def _placed(
@@ -243,60 +243,16 @@ def _validated_job(
     into an existing array, side by side with other such writes, whose shards they share are
     committed conditionally (on stores that can; the others keep one writer per array)."""
     shared = meta.create is None and mode in ("a", "r+") and versions(sstore) is not None
-    job = make_job(
+    job = job_for(
         ShardPlan(meta.info.layout, target),
-        _dask_chunks(data),
-        np.dtype(meta.info.dtype).itemsize,
+        data,
+        meta.info.dtype,
         strategy=strategy,
         memory_limit=memory_limit,
         shared=shared,
-        runs_locally=default_scheduler_is_local(),
-        local_cluster=default_cluster_is_local(),
     )
     job.validate()
     return job, shared
-
-
-def _array_write(
-    sstore: ShardStore,
-    meta: _Target,
-    job: WritePlan,
-    data: Any,
-    options: WriteSettings,
-    shared: bool,
-    mode: Mode,
-    resume: bool,
-    exists: bool,
-    compute: bool,
-) -> ArrayWrite:
-    """The pipeline's write of ``data`` by ``job`` into the array of ``meta`` at ``sstore``."""
-    create = meta.create is not None
-    return ArrayWrite(
-        store=sstore,
-        info=meta.info,
-        plan=job.plan,
-        strategy=job.strategy,
-        source=data,
-        options=options,
-        blocks=job.blocks,
-        # a staged merge commits unconditionally: then this write keeps the others out
-        shared=shared and not job.merges_unconditionally,
-        # our own clear instead of zarr's overwrite, which would delete the lease too
-        clear=("all" if mode == "w" else "journal") if create else "none",
-        create=meta.create,
-        resume=resume,
-        # a finished write is adopted too (its shards skipped, as their records still match)
-        # unless mode "w" asks to replace the array
-        adopt_done=mode != "w",
-        must_adopt=resume and mode == "w-" and exists and not create,
-        copy_source=not compute,
-    )
-
-
-def _dask_chunks(data: Any) -> tuple[tuple[int, ...], ...] | None:
-    if not _is_dask(data):
-        return None
-    return tuple(tuple(int(n) for n in c) for c in data.chunks)
 
 
 def _source(data: Any) -> Any:

@@ -465,3 +465,61 @@ def test_a_held_lease_pickles_without_its_heartbeat(tmp_path: Path) -> None:
     beat = lease._beat
     assert beat is not None
     wait_until(lambda: not beat.is_alive(), "the holder's heartbeat to stop")
+
+
+def _dataset() -> Any:
+    import xarray as xr
+
+    return xr.Dataset({"v": (("y", "x"), np.arange(64, dtype="f4").reshape(8, 8))})
+
+
+def test_a_takeover_leaves_nothing_read_as_a_lease(tmp_path: Path) -> None:
+    """A resumed to_zarr(mode="w") takes over its dead writer's lease (the takeover's lock file
+    stays in the journal) and finishes; later mode="w" writes are not refused by what the
+    takeover left, and `shardwise lease` agrees: free."""
+    import shardwise.cli as cli_main
+
+    p = tmp_path / "ds.zarr"
+    ds = _dataset()
+    shardwise.to_zarr(ds, p, shards={"y": 8, "x": 8})
+    st = ShardStore(LocalStore(p), "v")
+    st.put(LEASE, replace(LeaseInfo.new("the killed write"), pid=a_gone_pid()).to_bytes())
+    report = shardwise.to_zarr(ds, p, mode="w", resume=True, shards={"y": 8, "x": 8})
+    assert report.shards_written == 1
+    assert read_lease(st) is None
+    assert cli_main.main(["lease", str(p / "v")]) == 0
+    for kw in ({}, {"break_lease": True}):
+        shardwise.to_zarr(ds, p, mode="w", shards={"y": 8, "x": 8}, **kw)
+    assert cli_main.main(["lease", str(p / "v")]) == 0
+
+
+def test_mode_w_and_break_lease_agree_with_the_lease_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead writer's lease on a variable mode "w" drops: the lease command reports it held,
+    mode "w" refuses (the store unchanged), a resume passes the gone holder's lease and
+    break_lease=True passes any; a path that is not an array is an error (exit 3), not free."""
+    import shardwise.cli as cli_main
+
+    p = tmp_path / "ds.zarr"
+    ds = _dataset()
+    shardwise.to_zarr(ds.assign(old=ds.v), p, shards={"y": 8, "x": 8})
+    st = ShardStore(LocalStore(p), "old")
+    gone = replace(LeaseInfo.new("the killed write"), pid=a_gone_pid())
+    for kw in ({"break_lease": True}, {"resume": True}):
+        st.put(LEASE, gone.to_bytes())
+        capsys.readouterr()
+        assert cli_main.main(["lease", str(p / "old")]) == 0
+        assert "the killed write" in capsys.readouterr().out
+        before = files(p, journal=True)
+        with pytest.raises(LeaseHeldError, match=r"mode='w' would delete 'old/\.shardwise/lease'"):
+            shardwise.to_zarr(ds, p, mode="w", shards={"y": 8, "x": 8})
+        assert files(p, journal=True) == before
+        shardwise.to_zarr(ds, p, mode="w", shards={"y": 8, "x": 8}, **kw)
+        assert not (p / "old").exists()
+        shardwise.to_zarr(ds.assign(old=ds.v), p, mode="w", shards={"y": 8, "x": 8})
+    assert cli_main.main(["lease", str(p / "old")]) == 0
+    assert capsys.readouterr().out.strip() == "free"
+    for path in (p, p / "nothing", tmp_path / "absent.zarr"):  # a group, nothing, no store
+        assert cli_main.main(["lease", str(path)]) == 3
+        assert "free" not in capsys.readouterr().out

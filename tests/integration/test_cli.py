@@ -228,6 +228,8 @@ def test_lease_of_a_part_reads_the_part_count_from_the_batch(
         assert "node 7" in capsys.readouterr().out
         assert main(["lease", str(root), "--part", "2"]) == 0
         assert capsys.readouterr().out.strip() == "free"
+        assert main(["lease", str(root)]) == 0  # the array: not free while a part is held
+        assert capsys.readouterr().out.startswith("part 1 of 4 held for ")
     assert main(["lease", str(root), "--part", "1"]) == 0
     assert capsys.readouterr().out.strip() == "free"
 

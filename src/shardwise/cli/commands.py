@@ -327,13 +327,40 @@ def cmd_lease(a: argparse.Namespace) -> int:
     name = LEASE if a.part is None else part_lease(a.part, nparts)
     shared = shared_leases(sstore) if name == LEASE else {}
     held = break_lease(sstore, name) if a.break_ else read_lease(sstore, name)
-    if held is None and not shared:
+    # the batch parts' leases too: "free" means what mode "w" finds free (blocking_leases)
+    parts = _part_leases(sstore) if name == LEASE else {}
+    if held is None and not shared and not parts:
+        _lease_target(zstore, sstore, a.path)  # "free" only where a write could hold one
         print("free")
     if held is not None:
         print(("broken: was held for " if a.break_ else "held for ") + held.describe())
     for info in shared.values():  # region writes side by side (broken with the lease)
         print(("broken: was " if a.break_ else "") + "shared by " + info.describe())
+    for part, info in parts.items():
+        print(f"{part} held for {info.describe()} (--part to see or break it)")
     return EXIT_OK
+
+
+def _part_leases(sstore: Any) -> dict[str, Any]:
+    """The batch parts' leases held at the array ("part I of N" -> holder)."""
+    from ..durability.lease import LEASE, leases_under
+
+    out = {}
+    for name, info in sorted(leases_under(sstore, array=True).items()):
+        if name.startswith(f"{LEASE}.part-"):
+            i, n = name.removeprefix(f"{LEASE}.part-").split("-of-")
+            out[f"part {i} of {n}"] = info
+    return out
+
+
+def _lease_target(zstore: Any, sstore: Any, path: str | None) -> None:
+    """An array, or what a write left of one (its journal): else the lease's path is a
+    mistake, refused (a group, a Zarr v2 array or nothing: exit status 3), not "free"."""
+    from ..storage.nodes import open_info
+    from ..storage.store import JOURNAL
+
+    if not sstore.list(JOURNAL):
+        open_info(zstore, path)
 
 
 def storage_options(a: argparse.Namespace) -> dict[str, Any] | None:

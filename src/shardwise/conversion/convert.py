@@ -330,16 +330,14 @@ def _refuse_held_leases(zdst: Any, plans: Sequence[ArrayPlan], resume: bool) -> 
     """Refuse before writing anything when another writer holds an array's lease (each array's
     write takes its lease for real later; this only keeps a refused group untouched). A resumed
     conversion takes over the leases of holders that are gone (when it takes them)."""
-    from ..durability.lease import gone_reason, read_lease
-    from ..errors import LeaseHeldError
+    from ..durability.lease import blocking_leases, held_error
 
     for p in plans:
-        held = read_lease(ShardStore(zdst, p.dst_path))
-        if held is not None and not (resume and gone_reason(held) is not None):
-            raise LeaseHeldError(
-                f"array {p.dst_path or '/'!r} is leased to another writer ({held.describe()}): "
-                "wait for it, or pass break_lease=True (--break-lease) when it is known to be gone"
-            )
+        sstore = ShardStore(zdst, p.dst_path)
+        held = blocking_leases(sstore, takeover=resume, array=True)
+        if held:
+            name, who = sorted(held.items())[0]
+            raise held_error(sstore, name, who.describe())
 
 
 def _consolidated(group: Any) -> bool:

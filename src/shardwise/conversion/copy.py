@@ -25,7 +25,6 @@ from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
-from ..errors import ArrayExistsError
 from ..runtime import pool as _pool
 from ..storage.store import ShardStore
 from .plan import ArrayPlan, SourceChunks
@@ -206,41 +205,32 @@ class ShardCopier:
 
 def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
     """The copy path: a ``copy`` write through the write pipeline (lease, marker, records,
-    running tasks stopped on failure: resumable)."""
+    running tasks stopped on failure: resumable). What is at the destination and what the write
+    does about it is the write policy's (durability/intent.py), as for write_array."""
     import zarr
 
     from ..core.layout import normalize_region
     from ..core.plan import ShardPlan
-    from ..durability.pipeline import ArrayWrite, Pipeline
-    from ..storage.nodes import array_exists, open_info, same_metadata
+    from ..durability.intent import Mode, array_write, create_metadata, resolve
+    from ..durability.pipeline import Pipeline
+    from ..storage.nodes import open_info
 
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
     info = open_info(probe.store)
     dpath = plan.dst_path or None
-    exists = array_exists(zdst, dpath)
-    same = exists and same_metadata(probe, zdst, dpath)
-    create = not same or (how.mode == "w" and not how.resume)
-    if exists and not same and how.mode == "w-":
-        raise ArrayExistsError(
-            f"an array with other metadata exists at {plan.dst_path or '/'!r}: nothing to resume "
-            "(use mode='w' to replace it)"
-        )
+    mode: Mode = "w" if how.mode == "w" else "w-"
+    intent = resolve(zdst, dpath, mode, how.resume, lambda: probe)
     lay = info.layout
     region = normalize_region(tuple(slice(None) for _ in lay.shape), lay.shape)
-    write = ArrayWrite(
-        store=ShardStore(zdst, plan.dst_path, fsync=how.fsync),
-        info=info,
+    write = array_write(
+        ShardStore(zdst, plan.dst_path, fsync=how.fsync),
+        info,
+        intent,
+        ChunkReader(ShardStore(zsrc, plan.src_path), plan.source),
         plan=ShardPlan(lay, region),
         strategy="copy",
-        source=ChunkReader(ShardStore(zsrc, plan.src_path), plan.source),
-        clear="all" if create else "none",
-        create=(
-            (lambda: zarr.create_array(zdst, name=dpath, overwrite=False, **plan.create))
-            if create
-            else None
-        ),
+        create=lambda: create_metadata(zdst, dpath, plan.create, probe),
         resume=how.resume,
-        adopt_done=how.mode == "w-",
     )
     with Pipeline([write], lease=how.lease, break_lease=how.break_lease) as pipe:
         pipe.start()

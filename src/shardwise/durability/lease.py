@@ -26,17 +26,16 @@ conditional replace of the very object that was judged (a lock plus a stat on lo
 ``If-Match`` on S3), so of two resumers racing for one dead lease one wins and the other is
 refused; a live holder is never taken over. Stores without conditional replace cannot take over:
 there, and for holders that cannot be judged, a lease is broken only on purpose
-(``break_lease=True`` or ``shardwise lease PATH --break``).
-
-Who holds a lease, and when that holder is gone: :mod:`.holder`.
+(``break_lease=True`` or ``shardwise lease PATH --break``). Who holds a lease, and when that
+holder is gone: :mod:`.holder`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,8 +46,8 @@ from ..errors import InvalidValueError, LeaseHeldError
 from ..storage import s3
 from ..storage.conditional import CONFLICT, versions
 from ..storage.retry import RetryPolicy, any_error
-from ..storage.store import ShardStore, describe
-from .holder import DEFAULT_EXPIRY, LeaseInfo, gone_reason, lease_expiry
+from ..storage.store import JOURNAL, ShardStore, describe
+from .holder import DEFAULT_EXPIRY, Heartbeat, LeaseInfo, gone_reason, lease_expiry
 from .journal import LEASE as LEASE  # the one definition (journal clears around it)
 
 __all__ = [
@@ -58,16 +57,23 @@ __all__ = [
     "Lease",
     "LeaseInfo",
     "break_lease",
+    "blocking_leases",
     "gone_reason",
+    "held_error",
+    "is_lease_key",
+    "leases_under",
     "lease_expiry",
     "lease_wanted",
     "store_lease",
     "part_lease",
     "read_lease",
+    "refuse_foreign",
     "shared_leases",
 ]
 
 SHARED = ".shardwise/leases/"
+_LEASE_NAME = LEASE.rsplit("/", 1)[1]  # "lease"
+_SHARED_DIR = SHARED.strip("/").rsplit("/", 1)[1]  # "leases"
 log = logging.getLogger("shardwise")
 
 
@@ -149,11 +155,71 @@ def shared_leases(store: ShardStore) -> dict[str, LeaseInfo]:
     return out
 
 
+def is_lease_key(key: str) -> bool:
+    """Whether store key ``key`` is a lease object, the one rule every check reads leases by:
+    ``<array>/.shardwise/`` then ``lease``, ``lease.part-I-of-N`` or ``leases/<token>``; the lock
+    files of conditional commits (``.shardwise/locks/...``, left by a takeover) are none."""
+    parts = key.strip("/").split("/")
+    if JOURNAL not in parts:
+        return False
+    rest = parts[parts.index(JOURNAL) + 1 :]
+    if len(rest) == 1:
+        return rest[0] == _LEASE_NAME or rest[0].startswith(f"{_LEASE_NAME}.part-")
+    return len(rest) == 2 and rest[0] == _SHARED_DIR and bool(rest[1])
+
+
+def leases_under(store: ShardStore, *, array: bool = False) -> dict[str, LeaseInfo]:
+    """Every lease object at or below ``store``'s path (``array``: the array's own only), by
+    name relative to that path, with its holder."""
+    out = {}
+    for name in store.list(JOURNAL if array else ""):
+        if is_lease_key(name):
+            held = read_lease(store, name)
+            if held is not None:
+                out[name] = held
+    return out
+
+
+def blocking_leases(
+    store: ShardStore,
+    *,
+    keep: Iterable[str] = (),
+    takeover: bool = False,
+    broken: bool = False,
+    array: bool = False,
+) -> dict[str, LeaseInfo]:
+    """The one answer to "is there a live foreign lease here": the leases at or below
+    ``store``'s path that refuse a write replacing it (what ``shardwise lease`` reports held).
+    ``keep``: names (or name prefixes ending in "/") this write holds or spares; ``takeover``
+    (a resume): a lease whose holder is provably gone does not refuse; ``broken``
+    (``break_lease=True``): none does. ``array``: the array's own leases only."""
+    if broken:
+        return {}
+    kept = tuple(keep)
+    return {
+        name: held
+        for name, held in leases_under(store, array=array).items()
+        if name not in kept
+        and not name.startswith(tuple(k for k in kept if k.endswith("/")))
+        and not (takeover and gone_reason(held) is not None)
+    }
+
+
+def refuse_foreign(found: Iterable[str]) -> None:
+    """The one refusal of mode "w" over the leases it would delete (``found``: their keys,
+    from :func:`blocking_leases`)."""
+    foreign = sorted(found)
+    if foreign:
+        raise LeaseHeldError(
+            f"mode='w' would delete {foreign[0]!r}, the lease of another write in progress "
+            f"({len(foreign)} such leases): wait for it, or break it if that writer is gone "
+            "(break_lease=True, shardwise lease PATH --break)"
+        )
+
+
 def break_lease(store: ShardStore, name: str = LEASE, *, shared: bool = True) -> LeaseInfo | None:
     """Remove lease ``name`` whoever holds it; returns the holder it had (None if free).
-
-    Breaking the array's lease (``name=LEASE``) removes the shared leases too (``shared``).
-    """
+    Breaking the array's lease (``name=LEASE``) removes the shared leases too (``shared``)."""
     held = read_lease(store, name)
     if held is not None:
         store.delete(name)
@@ -188,7 +254,7 @@ class Lease:
     info: LeaseInfo
     held: bool = True
     took_over: list[Takeover] = field(default_factory=list)
-    _beat: _Heartbeat | None = field(default=None, repr=False)
+    _beat: Heartbeat | None = field(default=None, repr=False)
 
     @classmethod
     def acquire(
@@ -220,18 +286,18 @@ class Lease:
             live = {n: h for n, h in shared_leases(store).items() if gone_reason(h) is None}
             if live:
                 first, holder = sorted(live.items())[0]
-                raise _held(store, first, f"{holder.describe()} ({len(live)} writers)", where)
+                raise held_error(store, first, f"{holder.describe()} ({len(live)} writers)", where)
         held = _create_or_take(store, name, info, takeover, took)
         if held is None or held.token != info.token:
             who = "an unknown writer (the lease vanished)" if held is None else held.describe()
-            raise _held(store, name, who, where)
+            raise held_error(store, name, who, where)
         others = shared_leases(store) if name == LEASE else {}
         if others and takeover:
             others = _drop_gone_shared(store, others, took)
         if others:
             _release_own(store, name, info)
             first, holder = sorted(others.items())[0]
-            raise _held(store, first, f"{holder.describe()} ({len(others)} writers)", where)
+            raise held_error(store, first, f"{holder.describe()} ({len(others)} writers)", where)
         return cls(store, name, info, took_over=took)._started()
 
     @classmethod
@@ -266,13 +332,13 @@ class Lease:
                 held = read_lease(store, LEASE)
         if held is not None:
             store.delete(name)
-            raise _held(store, LEASE, held.describe(), where)
+            raise held_error(store, LEASE, held.describe(), where)
         return cls(store, name, info, took_over=took)._started()
 
     def _started(self) -> Lease:
         for t in self.took_over:
             log.warning("%s: %s", describe(self.store.store, self.store.path), t)
-        self._beat = _Heartbeat(self)
+        self._beat = Heartbeat(self)
         self._beat.start()
         return self
 
@@ -315,34 +381,6 @@ class Lease:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
-
-
-class _Heartbeat(threading.Thread):
-    """Renews a lease every quarter of its expiry until the lease is released (one small read
-    and one small conditional put each time)."""
-
-    def __init__(self, lease: Lease) -> None:
-        super().__init__(name=f"shardwise-lease-{lease.info.token[:8]}", daemon=True)
-        self.lease = lease
-        self.every = lease.info.expiry / 4
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(self.every):
-            try:
-                if not self.lease.renew():
-                    log.error(
-                        "lease %r was broken or taken over while this writer held it",
-                        self.lease.store.key(self.lease.name),
-                    )
-                    return
-            except Exception as e:  # the next beat tries again; the expiry allows for it
-                log.warning("lease %r not renewed: %s", self.lease.store.key(self.lease.name), e)
-
-    def stop(self) -> None:
-        self.done.set()
-        if self is not threading.current_thread():
-            self.join()
 
 
 def _create_or_take(
@@ -401,7 +439,8 @@ def _release_own(store: ShardStore, name: str, info: LeaseInfo) -> None:
         store.delete(name)
 
 
-def _held(store: ShardStore, name: str, who: str, where: str) -> LeaseHeldError:
+def held_error(store: ShardStore, name: str, who: str, where: str = "") -> LeaseHeldError:
+    """The one refusal of a write by a lease held (every front end's words)."""
     return LeaseHeldError(
         f"{where or describe(store.store, store.path)} is being written by another job: lease "
         f"{store.key(name)!r} held for {who}. If that job is gone, break the lease on "

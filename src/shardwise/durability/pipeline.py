@@ -20,6 +20,7 @@ run as one dask graph (to_zarr's variables, every group of a DataTree, every lev
 from __future__ import annotations
 
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -36,10 +37,12 @@ from ..errors import ArrayExistsError
 from ..runtime import pool as _pool
 from ..storage.store import ShardStore, describe
 from .journal import Journal
+from .lease import LEASE, SHARED
 from .session import PartLease, WriteSession, plan_keys
 
 Kind = Literal["direct", "staged", "copy"]
 Clear = Literal["none", "journal", "all"]
+log = logging.getLogger("shardwise")
 Part = tuple[str, Any]
 """A key prefix (the array's path in a group, or "") and its dask work: a dask array of
 receipts, a list of Delayed reports (one per shard task), or one Delayed report."""
@@ -81,6 +84,29 @@ class ArrayWrite:
     prefix: str = ""
 
 
+def lease_kind(session: WriteSession) -> str:
+    """The lease a write holds: "exclusive", "shared", "part" (a batch part's) or "none"."""
+    held = session.lease
+    if held is None:
+        return "none"
+    if held.name == LEASE:
+        return "exclusive"
+    return "shared" if held.name.startswith(SHARED) else "part"
+
+
+def _log_write(w: ArrayWrite, session: WriteSession) -> None:
+    """One debug line per array: how it is written and under which lease (what a front end
+    decided, through the one policy, durability/intent.py)."""
+    log.debug(
+        "%s: %s write, %s lease, clear %s, %s",
+        describe(w.store.store, w.store.path),
+        w.strategy,
+        lease_kind(session),
+        w.clear,
+        "creates" if w.create is not None else "keeps the metadata",
+    )
+
+
 class Pipeline:
     """A context manager over the sessions of ``writes``: leases taken on entry (a refused one
     releases those taken); on an error inside, the tasks of every write still running in this
@@ -116,6 +142,7 @@ class Pipeline:
                         part=self.part,
                     )
                 )
+                _log_write(w, self.sessions[-1])
         except BaseException:
             self.fail()
             raise

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from ..codec.metadata import ArrayInfo, default_compressors
-from ..core.job import Strategy, WritePlan, make_job
+from ..core.job import Strategy, WritePlan
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
 from ..core.pyramid import Level, auto_levels, level_layout, nests, pyramid_levels
 from ..core.sizing import default_layout
+from ..durability.intent import job_for
 from ..engine.write import as_dask
 from ..errors import PlanError
 from ..storage.nodes import open_info
@@ -137,13 +138,11 @@ def _job(
     writes it direct wherever a shard's task fits half the budget (no staging round trip
     through the store) and staged where it does not."""
     plan = ShardPlan(layout, tuple(slice(0, n) for n in layout.shape))
-    chunks = tuple(tuple(int(c) for c in cs) for cs in arr.chunks)
     try:
-        job = make_job(plan, chunks, dtype.itemsize, strategy=strategy, memory_limit=memory_limit)
+        # the one job maker: the scheduler asked as write_array asks it
+        job = job_for(plan, arr, dtype, strategy=strategy, memory_limit=memory_limit)
         if k and strategy == "auto" and job.strategy == "staged":
-            direct = make_job(
-                plan, chunks, dtype.itemsize, strategy="direct", memory_limit=memory_limit
-            )
+            direct = job_for(plan, arr, dtype, strategy="direct", memory_limit=memory_limit)
             # half: a worker's budget (its memory_limit / threads) also holds the worker itself
             # and the blocks it keeps for other tasks; a direct task near the whole budget
             # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)

@@ -11,12 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import zarr
-
-from ..durability.journal import LEASE
-from ..durability.lease import SHARED
+from ..durability.intent import Intent, Mode, create_metadata, decide, resolve
+from ..durability.lease import blocking_leases, refuse_foreign
 from ..errors import ArrayExistsError, PlanError
-from ..storage.nodes import array_exists, node_exists, same_metadata
+from ..storage.nodes import array_exists, node_exists
 from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, describe, join
 
@@ -25,14 +23,20 @@ __all__ = ["Target", "check_target", "clear_group", "create_level"]
 
 @dataclass(frozen=True)
 class Target:
-    """The pyramid's group path and the levels a resumed call keeps (their stored metadata is
-    this call's): those are neither cleared nor created again."""
+    """The pyramid's group path and what each level's write does about what is there (the
+    policy's :class:`~shardwise.durability.intent.Intent`: a level a resumed call keeps is
+    neither cleared nor created again)."""
 
     prefix: str
-    kept: frozenset[str] = field(default_factory=frozenset)
+    intents: dict[str, Intent] = field(default_factory=dict)
 
     def key(self, level: str) -> str:
         return join(self.prefix, level)
+
+    @property
+    def kept(self) -> frozenset[str]:
+        """The levels whose stored metadata is this call's (resumed)."""
+        return frozenset(n for n, i in self.intents.items() if i.keep)
 
 
 def check_target(
@@ -40,29 +44,35 @@ def check_target(
 ) -> Target:
     """What is at ``path`` for ``levels`` (name, the array built in memory): mode "w-" refuses
     anything there, but with ``resume`` levels of this call's metadata (kept, to resume);
-    mode "w" replaces everything, but with ``resume`` keeps such levels."""
+    mode "w" replaces everything, but with ``resume`` keeps such levels. Each level is
+    resolved by the write policy (durability/intent.py), as write_array resolves its array."""
     prefix = (path or "").strip("/")
     here = describe(zstore, prefix, "path")
     if _is_array(zstore, prefix, mode):
         if mode == "w-":
             raise ArrayExistsError(f"an array is at {here} (use mode='w' to replace it)")
-        return Target(prefix)
-    kept = set()
+        return Target(prefix, {name: decide("w", False, False, False) for name, _ in levels})
+    intents = {}
+    wmode: Mode = "w" if mode == "w" else "w-"
     for name, probe in levels:
         key = join(prefix, name)
-        if not _is_array(zstore, key, mode):
-            continue
-        if resume and retry_transient(functools.partial(same_metadata, probe, zstore, key)):
-            kept.add(name)
-        elif mode == "w-":
-            what = "with other metadata: nothing to resume" if resume else "already"
-            raise ArrayExistsError(
-                f"level {name} of the pyramid at {here} exists {what} (use mode='w' to "
-                "replace the pyramid)"
-            )
+        exists = (mode != "w" or resume) and _is_array(zstore, key, mode)
+        intents[name] = resolve(
+            zstore,
+            key,
+            wmode,
+            resume,
+            functools.partial(_same, probe),
+            exists=exists,
+            what=f"level {name} of the pyramid at {here}",
+        )
     if mode == "w-" and not resume and retry_transient(lambda: node_exists(zstore, prefix)):
         raise ArrayExistsError(f"a group is at {here} already (use mode='w' to replace it)")
-    return Target(prefix, frozenset(kept))
+    return Target(prefix, intents)
+
+
+def _same(probe: Any) -> Any:
+    return probe
 
 
 def _is_array(zstore: Any, key: str, mode: str) -> bool:
@@ -76,13 +86,18 @@ def _is_array(zstore: Any, key: str, mode: str) -> bool:
         return False
 
 
-def clear_group(group: ShardStore, levels: Sequence[str]) -> None:
+def clear_group(
+    group: ShardStore, levels: Sequence[str], *, resume: bool = False, break_lease: bool = False
+) -> None:
     """Mode "w": delete what is under the group but the levels (each clears its own, sparing
-    its lease and, resumed, its stored shards) and any lease (another writer's is not ours to
-    delete)."""
+    its lease and, resumed, its stored shards). Another writer's lease there refuses the call
+    first, as to_zarr's mode "w" (durability/lease.py: a resume passes a gone holder's and
+    ``break_lease`` any, which then go with the rest)."""
     mine = tuple(f"{lv}/" for lv in levels)
+    found = blocking_leases(group, keep=mine, takeover=resume, broken=break_lease)
+    refuse_foreign(join(group.path, n) for n in found)
     for name in group.list():
-        if name.startswith(mine) or _is_lease(name):
+        if name.startswith(mine):
             continue
         group.delete(name)
     root = group.local_root
@@ -93,33 +108,13 @@ def clear_group(group: ShardStore, levels: Sequence[str]) -> None:
         for d, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
             rel = Path(d).relative_to(top).as_posix()
             if rel != "." and not f"{rel}/".startswith(mine):
-                with contextlib.suppress(OSError):  # not empty: a lease kept
+                with contextlib.suppress(OSError):  # not empty: written meanwhile
                     Path(d).rmdir()
 
 
-def _is_lease(name: str) -> bool:
-    k = "/" + name
-    return k.endswith("/" + LEASE) or f"/{LEASE}.part-" in k or f"/{SHARED}" in k
-
-
-def create_level(zstore: Any, key: str, kwargs: dict[str, Any]) -> None:
-    """Store a level's metadata (again after a transient failure: a try whose answer was lost
-    may have stored it, which counts as done)."""
-
-    from zarr.errors import ContainsArrayError
-
-    tried = False
-
-    def create() -> None:
-        nonlocal tried
-        try:
-            # not overwrite=True: it would delete the level's lease with the old array (the
-            # level was cleared before, sparing the lease)
-            zarr.create_array(zstore, name=key, overwrite=False, **kwargs)
-        except ContainsArrayError:
-            if not tried:
-                raise
-        finally:
-            tried = True
-
-    retry_transient(create)
+def create_level(zstore: Any, key: str, kwargs: dict[str, Any], probe: Any) -> None:
+    """Store a level's metadata: the policy's one create (again after a transient failure;
+    another writer's array there is :class:`ArrayExistsError`). Not ``overwrite=True``: it
+    would delete the level's lease with the old array (the level was cleared before, sparing
+    the lease)."""
+    create_metadata(zstore, key, kwargs, probe)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..core import args
 from ..core.job import STRATEGIES, Strategy
+from ..durability.intent import array_write
 from ..durability.lease import store_lease
 from ..durability.pipeline import ArrayWrite, Pipeline
 from ..engine.report import WriteReport
@@ -259,7 +260,7 @@ def write_pyramid(
     group = ShardStore(zstore, target.prefix, fsync=fsync)
     with Pipeline(writes, lease=leased, break_lease=break_lease) as pipe:
         if mode == "w":
-            clear_group(group, [lv.path for lv in plan])
+            clear_group(group, [lv.path for lv in plan], resume=resume, break_lease=break_lease)
         pipe.start()
         return pipe.run(
             _parts(pipe, writes, plan),
@@ -327,23 +328,18 @@ def _write(
     compute: bool,
     settings: WriteSettings,
 ) -> ArrayWrite:
-    """The pipeline's write of one level; a level a resumed call keeps is neither cleared nor
-    created again."""
+    """The pipeline's write of one level, by the policy's one builder as write_array's (a
+    level a resumed call keeps is neither cleared nor created again)."""
     key = target.key(lv.path)
-    kept = lv.path in target.kept
-    return ArrayWrite(
-        store=ShardStore(zstore, key, fsync=fsync),
-        info=lv.info,
-        plan=lv.job.plan,
-        strategy=lv.job.strategy,
-        source=lv.source,
-        options=settings,
-        blocks=lv.job.blocks,
-        clear="none" if kept else ("all" if mode == "w" else "journal"),
-        create=None if kept else functools.partial(create_level, zstore, key, lv.create),
+    return array_write(
+        ShardStore(zstore, key, fsync=fsync),
+        lv.info,
+        target.intents[lv.path],
+        lv.source,
+        job=lv.job,
+        create=functools.partial(create_level, zstore, key, lv.create, lv.probe),
         resume=resume,
-        # as write_array: a finished level is adopted (its shards skipped) unless mode "w"
-        adopt_done=mode != "w",
-        copy_source=not compute,
+        compute=compute,
+        options=settings,
         prefix=lv.path,
     )

@@ -11,17 +11,16 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
-from ..compat import default_cluster_is_local, default_scheduler_is_local
-from ..core.job import Strategy, WritePlan, make_job
+from ..core.job import Strategy, WritePlan
 from ..core.layout import Layout, Region
 from ..core.plan import ShardPlan
+from ..durability.intent import array_write, job_for, metadata_by_caller
 from ..durability.journal import read_marker, read_markers
 from ..durability.pipeline import ArrayWrite, Part, Pipeline
 from ..durability.session import WriteSession
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..errors import PlanError
-from ..storage.conditional import versions
 from ..storage.overlay import Overlay
 from ..storage.store import ShardStore
 from .capture import _Write
@@ -44,33 +43,24 @@ class _XarrayWrite:
 def _jobs(
     writes: list[_Write], strategy: Strategy, memory_limit: int | str | None, *, shared: bool
 ) -> dict[int, WritePlan]:
-    """The validated job of every sharded variable write (by ``id`` of the write); ``shared``:
-    region and append writes, which other processes may run beside this one."""
+    """The validated job of every sharded variable write (by ``id`` of the write), by the one
+    job maker (durability/intent.py); ``shared``: region and append writes, which other
+    processes may run beside this one (a staged merge of shared shards then holds the exclusive
+    lease instead, as write_array's)."""
     out = {}
-    local = default_scheduler_is_local()
-    local_cluster = not local and default_cluster_is_local()
     for w in writes:
         if w.info is None or w.size == 0:
             continue
-        chunks = getattr(w.source, "chunks", None) if w.lazy else None
-        job = make_job(
+        job = job_for(
             ShardPlan(w.info.layout, w.region),
-            None if chunks is None else tuple(tuple(int(n) for n in c) for c in chunks),
-            np.dtype(w.info.dtype).itemsize,
+            w.source if w.lazy else None,
+            np.dtype(w.info.dtype),
             strategy=strategy,
             memory_limit=memory_limit,
             shared=shared,
-            runs_locally=local,
-            local_cluster=local_cluster,
         )
         try:
             job.validate()
-            if shared and job.merges_unconditionally:
-                raise PlanError(
-                    f"strategy='staged' would merge the {job.plan.npartial} shards the region "
-                    "covers in part without a conditional commit, and region and append writes "
-                    "may run beside others: use strategy='auto' or 'direct'"
-                )
         except PlanError as e:
             raise PlanError(f"variable {w.name!r}: {e}") from None
         out[id(w)] = job
@@ -111,26 +101,24 @@ def _open_marker(store: ShardStore) -> bool:
 def _array_writes(
     xw: _XarrayWrite, opts: WriteSettings, *, fsync: bool, resume: bool
 ) -> dict[int, ArrayWrite]:
-    """The pipeline's write of every sharded variable (by ``id`` of the variable's write)."""
+    """The pipeline's write of every sharded variable (by ``id`` of the variable's write), by
+    the policy's one builder: the metadata and mode "w"'s clear are this front end's own."""
     out: dict[int, ArrayWrite] = {}
+    intent = metadata_by_caller(xw.mode)
     for w in xw.writes:
         job = xw.jobs.get(id(w))
         if w.info is None or job is None:
             continue
-        sstore = ShardStore(xw.zstore, w.path, fsync=fsync)
-        out[id(w)] = ArrayWrite(
-            store=sstore,
-            info=w.info,
-            plan=job.plan,
-            strategy=job.strategy,
+        out[id(w)] = array_write(
+            ShardStore(xw.zstore, w.path, fsync=fsync),
+            w.info,
+            intent,
             # numpy-backed variables are written now, even with compute=False: no copy
-            source=w.source if w.lazy else np.asarray(w.source),
-            options=opts,
-            blocks=job.blocks,
-            # side by side only where shared shards commit conditionally (as write_array)
-            shared=xw.shared and versions(sstore) is not None and not job.merges_unconditionally,
+            w.source if w.lazy else np.asarray(w.source),
+            job=job,
+            shared=xw.shared,
             resume=resume,
-            adopt_done=xw.mode != "w",
+            options=opts,
             prefix=w.path,
         )
     return out
@@ -146,39 +134,24 @@ def _interrupted(session: WriteSession | None) -> bool:
     return found is not None and found.status == "open" and list(found.shape) == list(session.shape)
 
 
-def _refuse_foreign_leases(zstore: Store, overlay: Overlay, keep: list[str]) -> None:
+def _refuse_foreign_leases(
+    zstore: Store, overlay: Overlay, keep: list[str], resume: bool, break_lease: bool
+) -> None:
     """Before mode "w" deletes the group: a lease there that this call does not hold (another
-    job writing a variable this dataset drops, or a region of one) refuses the call."""
-    from zarr.core.sync import sync
+    job writing a variable this dataset drops, or a region of one) refuses the call, as
+    ``shardwise lease`` reports it held (:func:`~shardwise.durability.lease.blocking_leases`:
+    a resume passes a gone holder's, ``break_lease=True`` any)."""
+    from ..durability.lease import blocking_leases, refuse_foreign
 
-    from ..errors import LeaseHeldError
-
-    dirs = overlay.changes[0]
-    if not dirs:
-        return
-
-    async def leases() -> list[str]:
-        out = []
-        for d in dirs:
-            prefix = f"{d.strip('/')}/" if d.strip("/") else ""
-            out += [k async for k in zstore.list_prefix(prefix) if _is_lease(k)]
-        return out
-
-    foreign = sorted(set(sync(leases())) - set(keep))
-    if foreign:
-        raise LeaseHeldError(
-            f"mode='w' would delete {foreign[0]!r}, the lease of another write in progress "
-            f"({len(foreign)} such leases): wait for it, or break it if that writer is gone "
-            "(shardwise lease --break)"
+    foreign: list[str] = []
+    for d in overlay.changes[0]:
+        prefix = d.strip("/")
+        mine = [k.removeprefix(f"{prefix}/") for k in keep if not prefix or k.startswith(prefix)]
+        found = blocking_leases(
+            ShardStore(zstore, prefix), keep=mine, takeover=resume, broken=break_lease
         )
-
-
-def _is_lease(key: str) -> bool:
-    """An array's exclusive, batch part or shared lease object (under any array path)."""
-    from ..durability.lease import LEASE, SHARED
-
-    k = "/" + key
-    return k.endswith("/" + LEASE) or f"/{LEASE}.part-" in k or f"/{SHARED}" in k
+        foreign += [f"{prefix}/{n}" if prefix else n for n in found]
+    refuse_foreign(foreign)
 
 
 def _parts(

@@ -273,7 +273,7 @@ def to_zarr(
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
             keep = _kept_keys(xw, arrays, pipe, resume)
-            _refuse_foreign_leases(xw.zstore, xw.overlay, keep)
+            _refuse_foreign_leases(xw.zstore, xw.overlay, keep, resume, break_lease)
             xw.overlay.commit_deletes(xw.zstore, keep)
             if not compute:  # as xarray: the metadata now, the dask-backed data later
                 commit_metadata(xw, held)

@@ -1,0 +1,263 @@
+"""One write policy (durability/intent.py): the same source, target, mode, region and resume
+through every front end give the same strategy, the same lease kind, the same refusal (class and
+message) and the same stored bytes.
+
+The front ends: ``write_array``, a batch part (``shardwise.batch``), ``to_zarr`` of a Dataset and
+of a one-node DataTree, ``write_pyramid``'s level 0 and ``convert``. Each writes the array at key
+``"0"`` of a fresh local store (a pyramid's level 0 is there, a Dataset's variable named "0"), so
+their messages name the same path. The pipeline says how it writes each array (strategy and lease)
+on the ``shardwise`` logger at debug level; that line is what the strategy and lease columns read.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from zarr.storage import LocalStore
+
+import shardwise
+from shardwise import batch
+from shardwise.durability.lease import Lease
+from shardwise.storage.store import ShardStore
+
+SHAPE, CHUNKS, SHARDS = (24, 20), (4, 5), (8, 10)
+DIMS = ("y", "x")
+DATA = np.arange(np.prod(SHAPE), dtype="float32").reshape(SHAPE)
+ROWS = slice(2, 14)  # a region whose edges split shards: rows 0..8 and 8..16 in part
+
+Run = Callable[..., Any]
+
+
+def _source() -> Any:
+    """A dask source misaligned with the shards: on threads write_array writes it direct."""
+    return da.from_array(DATA, chunks=(6, 20))
+
+
+def _ds(values: Any) -> xr.Dataset:
+    return xr.Dataset({"0": (DIMS, values)})
+
+
+def _to_zarr(root: Path, values: Any, tree: bool, region: slice | None, **kw: Any) -> Any:
+    ds = _ds(values)
+    obj: Any = xr.DataTree(ds) if tree else ds
+    where = {"region": {"y": region}} if region is not None else {}
+    encoding = {} if region is not None else {"0": {"chunks": CHUNKS}}  # a new array's only
+    return shardwise.to_zarr(
+        obj,
+        root,
+        shards={"y": SHARDS[0], "x": SHARDS[1]},
+        encoding={"/": encoding} if tree else encoding,
+        consolidated=False,
+        **where,
+        **kw,
+    )
+
+
+def write_array(root: Path, region: slice | None = None, **kw: Any) -> Any:
+    values = _source() if region is None else _source()[region]
+    where = {"region": (region, slice(None))} if region is not None else {}
+    return shardwise.write_array(
+        values, root, path="0", chunks=CHUNKS, shards=SHARDS, dimension_names=DIMS, **where, **kw
+    )
+
+
+def dataset(root: Path, region: slice | None = None, **kw: Any) -> Any:
+    values = _source() if region is None else _source()[region]
+    return _to_zarr(root, values, False, region, **kw)
+
+
+def datatree(root: Path, region: slice | None = None, **kw: Any) -> Any:
+    values = _source() if region is None else _source()[region]
+    return _to_zarr(root, values, True, region, **kw)
+
+
+def batch_part(root: Path, region: slice | None = None, **kw: Any) -> Any:
+    assert region is None and kw.pop("mode") == "w-"  # a part writes into its batch's array
+    batch.init(root, path="0", shape=SHAPE, dtype="float32", chunks=CHUNKS, shards=SHARDS,
+               parts=1, dimension_names=DIMS)  # fmt: skip
+    return batch.write_part(_source(), root, 0, path="0", **kw)
+
+
+def pyramid(root: Path, region: slice | None = None, **kw: Any) -> Any:
+    assert region is None
+    return shardwise.write_pyramid(
+        _source(), root, levels=1, dims=DIMS, chunks=CHUNKS, shards=SHARDS, **kw
+    )
+
+
+def convert(root: Path, region: slice | None = None, **kw: Any) -> Any:
+    assert region is None
+    src = root.with_name(root.name + "-src")
+    if not src.exists():
+        shardwise.write_array(DATA, src, path="0", chunks=CHUNKS, shards=SHARDS,
+                              dimension_names=DIMS)  # fmt: skip
+    kw.pop("strategy", None)  # a conversion copies: no strategy to choose
+    return shardwise.convert(src, root, path="0", dst_path="0", shards=SHARDS, **kw)
+
+
+EVERY: dict[str, Run] = {
+    "write_array": write_array,
+    "batch part": batch_part,
+    "Dataset": dataset,
+    "DataTree": datatree,
+    "pyramid level 0": pyramid,
+    "convert": convert,
+}
+REGIONS = {k: EVERY[k] for k in ("write_array", "Dataset", "DataTree")}
+
+
+def shards(root: Path) -> dict[str, bytes]:
+    """The stored shard objects of array "0"."""
+    top = root / "0"
+    return {
+        p.relative_to(top).as_posix(): p.read_bytes()
+        for p in sorted(top.rglob("*"))
+        if p.is_file() and p.relative_to(top).parts[0] == "c"
+    }
+
+
+def how(caplog: pytest.LogCaptureFixture, root: Path, run: Callable[[], Any]) -> tuple[str, str]:
+    """Run ``run``; the strategy and lease kind the pipeline wrote array "0" of ``root`` with."""
+    line = re.compile(rf"^array '0' in file://{re.escape(str(root))}: (\w+) write, (\w+) lease")
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="shardwise"):
+        run()
+    found = [m.groups() for r in caplog.records if (m := line.search(r.getMessage()))]
+    assert len(found) == 1, [r.getMessage() for r in caplog.records]
+    return found[0]
+
+
+@pytest.fixture(autouse=True)
+def _threads() -> Any:
+    with dask.config.set(scheduler="threads"):
+        yield
+
+
+def test_a_create_is_written_alike_by_every_front_end(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A misaligned dask source on threads: every front end writes it direct (write_array's
+    rule: the pyramid's level 0 asks the scheduler as write_array does) under the array's
+    exclusive lease (a batch part under its part's), and stores the same bytes."""
+    seen = {}
+    for name, run in EVERY.items():
+        root = tmp_path / name.replace(" ", "-")
+        creating = lambda run=run, root=root: run(root, mode="w-")  # noqa: E731
+        seen[name] = (how(caplog, root, creating), shards(root))
+    want = seen["write_array"]
+    assert want[0] == ("direct", "exclusive")
+    assert len(want[1]) == 6
+    for name, (kind, stored) in seen.items():
+        expected = {
+            "batch part": ("direct", "part"),
+            "convert": ("copy", "exclusive"),
+        }.get(name, want[0])
+        assert kind == expected, name
+        assert stored == want[1], name
+        np.testing.assert_array_equal(shardwise.read_array(tmp_path / name.replace(" ", "-"),
+                                                           path="0"), DATA)  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", ["auto", "staged"])
+def test_a_region_that_splits_shards_is_written_alike(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, strategy: str
+) -> None:
+    """A region write into an existing array whose edges split shards: with "auto" it runs
+    beside other writers (direct, shared lease, conditional merges); an explicit "staged"
+    merges unconditionally, so it holds the exclusive lease: write_array and to_zarr (Dataset
+    and DataTree) alike, never a refusal of one and a quiet lease of the other."""
+    seen = {}
+    for name, run in REGIONS.items():
+        root = tmp_path / name
+        run(root, mode="w-")
+        writing = lambda run=run, root=root: run(  # noqa: E731
+            root, region=ROWS, mode="r+", strategy=strategy
+        )
+        seen[name] = (how(caplog, root, writing), shards(root))
+    expected = ("direct", "shared") if strategy == "auto" else ("staged", "exclusive")
+    for name, (kind, stored) in seen.items():
+        assert kind == expected, name
+        assert stored == seen["write_array"][1], name
+
+
+def test_a_held_lease_is_refused_alike(tmp_path: Path) -> None:
+    """Another job holds the array's lease: every front end replacing the array (mode "w")
+    refuses with the same LeaseHeldError and message, and leaves the store as it was."""
+    seen = {}
+    for name, run in EVERY.items():
+        if name == "batch part":
+            continue  # a part writes into its batch's array, never replaces it
+        root = tmp_path / name.replace(" ", "-")
+        run(root, mode="w-")
+        before = shards(root)
+        held = Lease.acquire(ShardStore(LocalStore(root), "0"), purpose="the other job")
+        with held, pytest.raises(shardwise.LeaseHeldError) as e:
+            run(root, mode="w")
+        assert shards(root) == before
+        seen[name] = str(e.value).replace(str(root), "ROOT")
+    assert "the other job" in seen["write_array"]
+    for name, message in seen.items():
+        assert message.split(" held for ")[0] == seen["write_array"].split(" held for ")[0], name
+
+
+def test_a_lease_on_an_array_mode_w_drops_is_refused_alike(tmp_path: Path) -> None:
+    """Another job writes array "old" of the group a mode "w" write replaces: to_zarr (Dataset,
+    DataTree) and write_pyramid refuse with the same message (the lease command reports it
+    held), leaving the store as it was; break_lease=True replaces the group."""
+    seen = {}
+    for name in ("Dataset", "DataTree", "pyramid level 0"):
+        root = tmp_path / name.replace(" ", "-")
+        EVERY[name](root, mode="w-")
+        shardwise.write_array(DATA, root, path="old", chunks=CHUNKS, shards=SHARDS)
+        before = shards(root)
+        with Lease.acquire(ShardStore(LocalStore(root), "old"), purpose="the other job"):
+            with pytest.raises(shardwise.LeaseHeldError) as e:
+                EVERY[name](root, mode="w")
+            assert shards(root) == before and (root / "old" / "zarr.json").exists()
+            EVERY[name](root, mode="w", break_lease=True)
+        assert not (root / "old").exists()
+        seen[name] = str(e.value)
+    assert "mode='w' would delete 'old/.shardwise/lease'" in seen["Dataset"]
+    assert len(set(seen.values())) == 1, seen
+
+
+def test_mode_w_minus_clears_alike(tmp_path: Path) -> None:
+    """Mode "w-" creates the array and clears only the stale journal at its path, in every
+    front end that creates it (convert cleared everything there)."""
+    for name in ("write_array", "pyramid level 0", "convert"):
+        root = tmp_path / name.replace(" ", "-")
+        (root / "0").mkdir(parents=True)
+        (root / "0" / "notes.txt").write_text("not ours")
+        (root / "0" / ".shardwise").mkdir()
+        (root / "0" / ".shardwise" / "stale").write_text("a journal file of no write")
+        EVERY[name](root, mode="w-")
+        assert (root / "0" / "notes.txt").read_text() == "not ours", name
+        assert not (root / "0" / ".shardwise" / "stale").exists(), name
+
+
+def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
+    """An array created by another writer between a write's check and its create: the one
+    create (write_array's, a pyramid level's, convert's) raises ArrayExistsError and leaves the
+    other writer's array as it was (the pyramid raised zarr's ContainsArrayError)."""
+    from shardwise.create import create_in_memory
+    from shardwise.durability.intent import create_metadata
+    from shardwise.pyramid.target import create_level
+
+    kwargs = dict(shape=SHAPE, dtype="float32", chunks=CHUNKS, shards=SHARDS)
+    probe = create_in_memory(kwargs)
+    root = tmp_path / "raced"
+    shardwise.write_array(DATA, root, path="0", chunks=CHUNKS, shards=(4, 5))  # the other's
+    before = (root / "0" / "zarr.json").read_bytes()
+    for create in (create_metadata, create_level):
+        with pytest.raises(shardwise.ArrayExistsError, match="was created by another writer"):
+            create(LocalStore(root), "0", kwargs, probe)
+    assert (root / "0" / "zarr.json").read_bytes() == before
