@@ -161,10 +161,12 @@ def check_group_names(tree: Any) -> None:
     """Refuse a group of a DataTree whose name cannot be stored (``zarr.json``, ``..``, the
     writer's records' ``.shardwise``, an empty name), before any I/O."""
     for node in tree.subtree:
-        if node is not tree:
-            args.store_path(f"group name (DataTree node {node.path!r})", node.name, nested=False)
-            if not node.name:
-                raise InvalidValueError(f"DataTree node {node.path!r} has an empty name")
+        if node is not tree and (not node.name or node.name in _STORE_KEYS or "/" in node.name):
+            raise InvalidValueError(
+                f"DataTree group {node.path!r}: its name {node.name!r} cannot be stored (zarr.json "
+                f"holds a node's metadata, {JOURNAL} the writer's records, '.' and '..' are "
+                "directories, '/' separates groups): rename it"
+            )
 
 
 def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] | None:
