@@ -70,8 +70,10 @@ def check_keywords(
     strategy: Any,
     flags: dict[str, Any],
     optional_flags: dict[str, Any],
+    write_empty_chunks: Any,
 ) -> None:
-    """The keywords of :func:`to_zarr` that are not about layout, checked before any I/O."""
+    """The keywords of :func:`to_zarr` that are not about layout, checked before any I/O;
+    ``write_empty_chunks`` takes ``None`` as ``Dataset.to_zarr`` does (:func:`empty_chunks`)."""
     args.mapping("encoding", encoding)
     accepted = "a dict of dimension name -> slice (or 'auto'), 'auto' or None"
     if isinstance(region, str) and region != "auto":
@@ -88,7 +90,7 @@ def check_keywords(
     args.mapping("storage_options", storage_options)
     args.choice("strategy", strategy, STRATEGIES)
     args.flags(**flags)
-    args.optional_flags(**optional_flags)
+    args.optional_flags(**optional_flags, write_empty_chunks=write_empty_chunks)
 
 
 def _check_names(ds: Any) -> None:

@@ -240,21 +240,16 @@ def to_zarr(
             break_lease=break_lease,
             write_inherited_coords=write_inherited_coords,
         ),
-        optional_flags=dict(
-            consolidated=consolidated,
-            safe_shards=safe_shards,
-            lease=lease,
-            write_empty_chunks=write_empty_chunks,
-        ),
+        optional_flags=dict(consolidated=consolidated, safe_shards=safe_shards, lease=lease),
+        write_empty_chunks=write_empty_chunks,
     )
     threads = args.thread_count("threads", threads)
     memory_limit = args.optional_byte_size("memory_limit", memory_limit)
-    shards = shards_by_dimension(shards, obj)  # a shape: sizes per dimension name
     xw = _check_any(
         obj,
         store,
         write_inherited_coords,
-        shards=shards,
+        shards=shards_by_dimension(shards, obj),  # a shape: sizes per dimension name
         encoding=encoding,
         mode=mode,
         append_dim=append_dim,
