@@ -180,6 +180,7 @@ def store_path(name: str, value: object, *, nested: bool = True) -> None:
     no ``/`` at all.
 
     >>> store_path("path", "a/b")
+    >>> store_path("group", "/")
     >>> store_path("path", "a/zarr.json")
     Traceback (most recent call last):
     ...
@@ -194,7 +195,8 @@ def store_path(name: str, value: object, *, nested: bool = True) -> None:
             f"{name}={value!r} contains '/': a name of one node, which zarr would store as "
             "a nested path"
         )
-    for part in value.strip("/").split("/"):
+    inside = value.strip("/")
+    for part in inside.split("/") if inside else ():
         if not part:
             raise InvalidValueError(
                 f"{name}={value!r} has an empty name between two '/': every group or array "
