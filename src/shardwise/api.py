@@ -336,9 +336,10 @@ def _read_chunks(chunks: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> A
     accepted = "None (the shards), an int, a tuple of ints per dimension, 'auto' or a byte size"
     try:
         out = normalize_chunks(chunks, shape, dtype=dtype)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, ArithmeticError) as e:  # chunks=0: dask divides by it
         kind = InvalidTypeError if isinstance(e, TypeError) else InvalidValueError
-        raise kind(f"chunks must be {accepted}, got {chunks!r} ({e})") from None
+        why = "sizes must be positive" if isinstance(e, ArithmeticError) else e
+        raise kind(f"chunks must be {accepted}, got {chunks!r} ({why})") from None
     if any(c < 1 for dim, n in zip(out, shape, strict=True) if n for c in dim):
         raise InvalidValueError(f"chunks must be {accepted} with positive sizes, got {chunks!r}")
     return out

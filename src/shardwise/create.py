@@ -95,6 +95,15 @@ def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tup
         return inner, shards
     given_chunks = _shape_or_none(chunks, len(shape))
     given_shards = _shape_or_none(shards, len(shape))
+    for name, value, given in (("chunks", chunks, given_chunks), ("shards", shards, given_shards)):
+        if given is not None and len(given) != len(shape):
+            # zarr would speak of the chunk grid, whichever keyword has the wrong length
+            raise InvalidValueError(
+                f"{name}={value!r} has {len(given)} size(s), but the array has {len(shape)} "
+                f"dimension(s) {shape}: give one size per dimension"
+            )
+        if given is not None and min(given, default=1) < 1:
+            raise InvalidValueError(f"{name}={value!r}: sizes must be positive integers")
     if (chunks not in ("auto", None) and given_chunks is None) or (
         shards is not None and given_shards is None
     ):

@@ -164,7 +164,7 @@ def _check_write_keywords(
     checked_limit = args.optional_byte_size("memory_limit", memory_limit)
     args.flags(**flags)
     args.optional_flags(lease=lease)
-    args.optional_str("path", path)
+    args.store_path("path", path)
     args.mapping("storage_options", storage_options)
     args.region("region", region)
     return checked_threads, checked_limit

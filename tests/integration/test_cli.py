@@ -328,6 +328,8 @@ TABLE: dict[str, list[tuple[str, int, str]]] = {
         ("reshard {S} {T}/r2.zarr --shards 20,30 --threads 0", 2, "--threads"),
         ("reshard {NOTASTORE} {T}/r2.zarr --shards 20,30", 3, "no zarr array or group"),
         ("reshard {S} {T}/r1.zarr --shards 20,30", 3, "ArrayExistsError"),
+        ("reshard {S} {T}/r2.zarr --shards x", 2, "--shards: expected positive sizes"),
+        ("reshard {S} {T}/r2.zarr --shards 20,0", 2, "--shards: expected positive sizes"),
     ],
     "batch": [
         ("batch", 2, "init"),
@@ -358,6 +360,17 @@ TABLE: dict[str, list[tuple[str, int, str]]] = {
             "needs --chunks",
         ),
         ("batch init {T}/b2.zarr --shards 2 --parts 2", 2, "needs --source SRC"),
+        (
+            "batch init {T}/b3.zarr --source {S} --shards 16 --parts 2",
+            2,
+            "--shards 16 has 1 size(s), but the array has 2 dimension(s) (40, 30)",
+        ),
+        (
+            "batch init {T}/b3.zarr --shape 40,30 --dtype float32 --chunks 5 --shards 10,15 "
+            "--parts 2",
+            2,
+            "--chunks 5 has 1 size(s)",
+        ),
         ("batch part {T}/b.zarr --source {S} --part -1", 2, "--part: expected a whole number"),
         ("batch status {T}/b.zarr --bogus", 2, "unrecognized arguments"),
         ("batch init {S} --source {S} --shards 10,15 --parts 2", 3, "ArrayExistsError"),
@@ -399,6 +412,28 @@ def test_exit_status_per_command(command: str, stores: dict[str, str], tmp_path:
         if code >= 2 and args != ["batch"]:
             assert len(proc.stderr.splitlines()) == 1, where
             assert proc.stdout == "", where
+
+
+def test_version_is_the_installed_package_version() -> None:
+    from importlib.metadata import version
+
+    proc = run(["--version"])
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        0,
+        f"shardwise {version('shardwise')}\n",
+        "",
+    )
+
+
+def test_progress_bars_only_on_a_terminal_unless_asked(sharded: Path) -> None:
+    """A command whose stderr is a file or a pipe (a batch job's log) shows no bar by default;
+    ``--progress`` shows it anyway, ``--no-progress`` never."""
+    quiet = run(["verify", str(sharded)])
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    shown = run(["verify", str(sharded), "--progress"])
+    assert shown.returncode == 0 and "shard/s" in shown.stderr, shown.stderr
+    off = run(["verify", str(sharded), "--no-progress"])
+    assert off.returncode == 0 and off.stderr == "", off.stderr
 
 
 def test_a_bare_command_lists_the_commands(tmp_path: Path) -> None:

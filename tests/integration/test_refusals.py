@@ -26,7 +26,7 @@ import xarray as xr
 import zarr
 
 import shardwise
-from faultkit import BUCKET, CREDS, exe, files, moto_s3
+from faultkit import BUCKET, CREDS, exe, files, moto_s3, snapshot
 from shardwise.cli import main
 from shardwise.codec.metadata import default_compressors
 from shardwise.durability.lease import Lease
@@ -208,6 +208,49 @@ def test_variables_named_like_store_keys_are_refused(tmp_path: Path, name: str) 
     with pytest.raises(InvalidValueError, match="rename it"):
         shardwise.to_zarr(ds, path, mode="a")
     assert files(path, journal=True) == before
+
+
+@pytest.mark.parametrize("name", ["zarr.json", ".shardwise", ".."])
+def test_tree_groups_named_like_store_keys_are_refused_before_any_byte(
+    tmp_path: Path, name: str
+) -> None:
+    """A DataTree group named ``zarr.json`` once failed after its data was written, leaving a
+    store that could not be opened: it is refused before the first byte, into a new store and
+    into an existing one (byte-identical)."""
+    tree = xr.DataTree(xr.Dataset({"r": ("t", np.arange(4.0))}))
+    tree[name] = xr.DataTree(xr.Dataset({"v": ("t", np.arange(4.0))}))
+    with pytest.raises(InvalidValueError, match=f"its name {name!r} cannot be stored"):
+        shardwise.to_zarr(tree, tmp_path / "new.zarr")
+    assert not (tmp_path / "new.zarr").exists()
+    path = tmp_path / "a.zarr"
+    shardwise.to_zarr(xr.DataTree(xr.Dataset({"r": ("t", np.arange(4.0))})), path)
+    before = snapshot(path)
+    for mode in ("w", "a"):
+        with pytest.raises(InvalidValueError, match="rename it"):
+            shardwise.to_zarr(tree, path, mode=mode)
+        assert snapshot(path) == before
+
+
+@pytest.mark.parametrize(
+    ("call", "keyword"),
+    [
+        (lambda p: shardwise.write_array(np.ones(4), p, path="g/zarr.json"), "path"),
+        (lambda p: shardwise.write_pyramid(np.ones((8, 8)), p, path="zarr.json"), "path"),
+        (lambda p: shardwise.convert(p / "a", p, dst_path="b/zarr.json"), "dst_path"),
+        (
+            lambda p: shardwise.to_zarr(xr.Dataset({"v": ("t", [1.0])}), p, group="zarr.json"),
+            "group",
+        ),
+    ],
+)
+def test_node_paths_that_cannot_be_stored_are_refused_before_any_byte(
+    tmp_path: Path, call: Any, keyword: str
+) -> None:
+    shardwise.write_array(np.arange(4.0), tmp_path, path="a")
+    before = snapshot(tmp_path)
+    with pytest.raises(InvalidValueError, match=f"{keyword}=.*'zarr.json'"):
+        call(tmp_path)
+    assert snapshot(tmp_path) == before
 
 
 # -- 4. unknown dask chunk sizes ----------------------------------------------------------------

@@ -179,6 +179,20 @@ def test_document_runs_as_written(doc: Path, tmp_path: Path) -> None:
     assert len(results) == len(blocks)
 
 
+@pytest.mark.parametrize("doc", DOCS, ids=_rel)
+def test_every_documented_batch_part_resumes(doc: Path) -> None:
+    """A ``batch part`` in a document's code is run again after a kill or a requeue: without
+    ``--resume`` the rerun would write every shard of its part again."""
+    for block in parse(doc.read_text()):
+        if block.lang not in RUNNABLE:
+            continue
+        # a command's continued lines joined into one
+        for command in block.code.replace("\\\n", " ").splitlines():
+            for part in command.split("shardwise batch part")[1:]:
+                words = part.split("&")[0].split(";")[0].split()
+                assert "--resume" in words, (_rel(doc), block.line, command)
+
+
 def test_parse_attaches_markers_and_outputs() -> None:
     text = "\n".join(
         [

@@ -23,6 +23,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zarr.storage import MemoryStore
@@ -50,6 +51,7 @@ def dataset() -> xr.Dataset:
 # how each verb is called against ``root`` (see the fixture): ``kw`` is the keyword under test
 VERBS: dict[str, Callable[..., Any]] = {
     "write_array": lambda root, **kw: shardwise.write_array(X, root / "new", **LAYOUT, **kw),
+    "write_array layout": lambda root, **kw: shardwise.write_array(X, root / "new", **kw),
     "write_array r+": lambda root, **kw: shardwise.write_array(
         X[:4], root / "a", mode="r+", region=kw.pop("region", (slice(0, 4), slice(None))), **kw
     ),
@@ -92,7 +94,7 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
             "write_array r+": ["break_lease", "resume", "dry_run"],
             "plan_write": ["fsync", "progress"],
             "open_array": ["cache_indexes"],
-            "to_zarr": ["compute", "write_empty_chunks", "fsync", "progress", "resume"],
+            "to_zarr": ["compute", "fsync", "progress", "resume"],
             "to_zarr a": ["break_lease"],
             "open_dataset": ["cache_indexes"],
             "convert": ["resume", "verify", "progress", "break_lease", "fsync"],
@@ -108,7 +110,8 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
             "write_array": ["lease"],
             "write_pyramid": ["lease"],
             "convert": ["lease"],
-            "to_zarr": ["consolidated", "safe_shards", "lease"],
+            # write_empty_chunks: None is Dataset.to_zarr's default (zarr's setting)
+            "to_zarr": ["consolidated", "safe_shards", "lease", "write_empty_chunks"],
             "open_dataset": ["consolidated"],
         },
     ),
@@ -199,6 +202,23 @@ CASES: list[tuple[str, str, Any, type, list[str]]] = [
     ("write_array", "serializer", 5, T, ["serializer=5"]),
     ("write_array", "chunk_key_encoding", "slash", T, ["chunk_key_encoding='slash'"]),
     ("open_array", "chunks", "lots", V, ["chunks", "'auto'"]),
+    ("open_array", "chunks", 0, V, ["chunks", "positive"]),
+    ("open_array", "chunks", (0, 4), V, ["chunks", "positive"]),
+    ("write_array layout", "shards", (8,), V, ["shards=(8,)", "2 dimension(s)"]),
+    ("write_array layout", "chunks", (2, 2, 2), V, ["chunks=(2, 2, 2)", "2 dimension(s)"]),
+    ("write_array layout", "shards", (0, 8), V, ["shards=(0, 8)", "positive"]),
+    ("to_zarr", "shards", 10, T, ["shards", "a shape (10, 10)", "(int)"]),
+    ("to_zarr", "shards", "10", T, ["shards", "a shape (10, 10)", "(str)"]),
+    ("to_zarr", "shards", (4,), V, ["shards=(4,)", "'v' has 2 dimension(s)", "{'t': 4}"]),
+    ("to_zarr", "shards", [0, 4], V, ["shards", "positive sizes"]),
+    ("to_zarr", "group", "g/zarr.json", V, ["group='g/zarr.json'", "'zarr.json'"]),
+    ("to_zarr", "group", "g//h", V, ["group='g//h'", "empty name"]),
+    ("to_zarr", "group", "..", V, ["group='..'", "directories"]),
+    ("write_array", "path", "a/zarr.json", V, ["path='a/zarr.json'", "'zarr.json'"]),
+    ("write_array", "path", "g/.shardwise", V, ["path='g/.shardwise'", "records"]),
+    ("write_pyramid", "path", "p//q", V, ["path='p//q'", "empty name"]),
+    ("write_pyramid", "name", "a/b", V, ["name='a/b'", "contains '/'"]),
+    ("convert", "dst_path", "x/zarr.json", V, ["dst_path='x/zarr.json'", "'zarr.json'"]),
     ("read_array", "selection", "abc", SelectionError, ["'abc'", "basic selections"]),
     ("read_array", "selection", 1.5, SelectionError, ["1.5", "basic selections"]),
     ("read_array", "out", [1], OutputError, ["out=", "numpy array"]),
@@ -372,3 +392,45 @@ def test_report_of_an_all_fill_write_says_nothing_was_stored(tmp_path: Path) -> 
     assert "nan" not in text and "ratio" not in text and "MB of data written" not in text
     mixed = shardwise.write_array(X, tmp_path / "m", **LAYOUT, fill_value=0)
     assert "4 shards written" in str(mixed) and "(ratio " in str(mixed)
+
+
+@pytest.mark.parametrize("shards", [(4, 4), [4, 4], (np.int64(4), 4)])
+def test_to_zarr_takes_a_shape_for_shards_as_write_array_does(tmp_path: Path, shards: Any) -> None:
+    """``shards=(4, 4)`` gives its sizes, by position, to the dimensions of the data variables
+    (the coordinates take the sizes of their dimensions): the layout of ``{"t": 4, "y": 4}``."""
+    shardwise.to_zarr(dataset(), tmp_path / "shape.zarr", shards=shards)
+    shardwise.to_zarr(dataset(), tmp_path / "named.zarr", shards={"t": 4, "y": 4})
+    for store in ("shape.zarr", "named.zarr"):
+        group = zarr.open_group(tmp_path / store, mode="r")
+        assert {n: a.shards for n, a in group.arrays()} == {"v": (4, 4), "t": (4,)}
+    with xr.open_dataset(tmp_path / "shape.zarr", engine="shardwise") as back:
+        xr.testing.assert_identical(back.load(), dataset())
+
+
+def test_to_zarr_takes_a_shape_for_the_shards_of_a_tree(tmp_path: Path) -> None:
+    tree = xr.DataTree.from_dict({"/": dataset(), "/g": xr.Dataset({"w": (("t", "y"), X * 2)})})
+    shardwise.to_zarr(tree, tmp_path / "t.zarr", shards=(2, 8))
+    assert zarr.open_array(tmp_path / "t.zarr/g/w", mode="r").shards == (2, 8)
+    assert zarr.open_array(tmp_path / "t.zarr/v", mode="r").shards == (2, 8)
+
+
+def test_to_zarr_takes_the_none_of_every_keyword_it_shares_with_dataset_to_zarr(
+    tmp_path: Path,
+) -> None:
+    """``None`` is ``Dataset.to_zarr``'s default of each of these keywords: shardwise takes it
+    with xarray's meaning (``write_empty_chunks=None``: zarr's ``array.write_empty_chunks``)."""
+    nones = dict.fromkeys(
+        ("mode", "group", "encoding", "consolidated", "append_dim", "region"), None
+    )
+    empty = xr.Dataset({"v": (("t", "y"), np.full((8, 8), np.nan, "f4"))})  # the fill value
+    shardwise.to_zarr(
+        empty, tmp_path / "a.zarr", **nones, storage_options=None, write_empty_chunks=None
+    )
+    stored = [p for p in (tmp_path / "a.zarr" / "v" / "c").rglob("*") if p.is_file()]
+    assert stored == []  # zarr's default: empty chunks are not stored
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        shardwise.to_zarr(empty, tmp_path / "b.zarr", write_empty_chunks=None)
+    stored = [p for p in (tmp_path / "b.zarr" / "v" / "c").rglob("*") if p.is_file()]
+    assert stored != []
+    with xr.open_zarr(tmp_path / "b.zarr") as back:
+        xr.testing.assert_identical(back.load(), empty)

@@ -32,6 +32,7 @@ xarray's own skip and xfail marks of the inherited tests are listed there too.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,8 +129,10 @@ def _shardwise_kwargs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     """``Dataset.to_zarr``'s arguments as ``shardwise.to_zarr``'s.
 
     Dropped: ``safe_chunks`` and ``align_chunks`` (shardwise writes any dask chunking, one task
-    per shard) and a ``zarr_format`` of 3; ``None`` values xarray takes as "not given". Anything
-    else goes through as it is (shardwise refuses what it does not have).
+    per shard) and a ``zarr_format`` of 3; ``None`` values of keywords ``shardwise.to_zarr``
+    does not have (``chunk_store``, ``synchronizer``: xarray takes them as "not given"). A
+    ``None`` of a keyword both share goes through, as every other value (shardwise accepts it
+    with xarray's meaning, or refuses what it does not have).
     """
     kwargs = {**dict(zip(_POSITIONAL, args, strict=False)), **kwargs}
     for name in ("safe_chunks", "align_chunks"):
@@ -137,7 +140,8 @@ def _shardwise_kwargs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     fmt = kwargs.pop("zarr_format", None) or kwargs.pop("zarr_version", None)
     if fmt not in (None, 3):
         pytest.skip(f"writes Zarr format {fmt}; shardwise writes format 3 only")
-    return {k: v for k, v in kwargs.items() if v is not None}
+    shared = inspect.signature(shardwise.to_zarr).parameters
+    return {k: v for k, v in kwargs.items() if v is not None or k in shared}
 
 
 class TestShardwiseZarrSuite(ZarrBase):

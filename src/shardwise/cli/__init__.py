@@ -59,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub = p if args.cmd is None else _subparser(p, "batch")
         sub.print_help(sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "progress", False) is None:  # a bar only where someone watches it
+        args.progress = sys.stderr.isatty()
     show = args.traceback or os.environ.get("SHARDWISE_TRACEBACK", "") not in ("", "0")
     name = f"shardwise {args.cmd}" + (f" {args.batch_cmd}" if args.cmd == "batch" else "")
     try:

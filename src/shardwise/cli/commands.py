@@ -229,6 +229,13 @@ def _batch_init(a: argparse.Namespace) -> int:
         raise UsageError("batch init needs --source SRC, or --shape and --dtype")
     if chunks is None:
         raise UsageError("batch init needs --chunks (the inner chunk shape)")
+    shape = tuple(meta["shape"])
+    for option, given in (("--shards", a.shards), ("--chunks", chunks)):
+        if len(given) != len(shape):
+            raise UsageError(
+                f"{option} {','.join(map(str, given))} has {len(given)} size(s), but the array "
+                f"has {len(shape)} dimension(s) {shape}: give one size per dimension"
+            )
     plan = batch.init(
         a.store,
         path=a.path,

@@ -13,10 +13,16 @@ from .status import EXIT_STATUS, EXIT_USAGE
 
 
 def _shape(text: str) -> tuple[int, ...]:
+    """Sizes like ``256,256,64`` (or ``256x256x64``), each a whole number >= 1."""
     try:
-        return tuple(int(x) for x in text.replace("x", ",").split(",") if x.strip())
+        shape = tuple(int(x) for x in text.replace("x", ",").split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected sizes like 256,256,64, got {text!r}") from None
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected positive sizes like 256,256,64, got {text!r}"
+        ) from None
+    return shape
 
 
 def _shards_arg(text: str) -> Any:
@@ -166,8 +172,9 @@ def _progress_arg(q: argparse.ArgumentParser) -> None:
     q.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="a progress bar over the shards done and the bytes moved (default: on)",
+        default=None,
+        help="a progress bar over the shards done and the bytes moved on stderr (default: on "
+        "when stderr is a terminal, off in a batch job's log)",
     )
 
 
@@ -396,6 +403,7 @@ def parser() -> argparse.ArgumentParser:
         description="Inspect, verify, convert and batch-write Zarr v3 sharded arrays.",
         epilog=EXIT_STATUS,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     # not required=True: a bare `shardwise` prints the help listing the commands (exit 2)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", help="one of")
     _add_inspect_verify(sub)
@@ -404,6 +412,16 @@ def parser() -> argparse.ArgumentParser:
     _add_lease(sub)
     _state_exit_status(p)
     return p
+
+
+def _version() -> str:
+    """The installed package's version (its metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shardwise")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
 
 
 def _state_exit_status(p: argparse.ArgumentParser) -> None:

@@ -189,7 +189,7 @@ def convert(
     args.optional_flags(lease=lease)
     threads = args.thread_count("threads", threads)
     args.optional_str("path", path)
-    args.optional_str("dst_path", dst_path)
+    args.store_path("dst_path", dst_path)
     args.mapping("storage_options", storage_options)
     nbytes = args.optional_byte_size("shard_bytes", shard_bytes)
     spec = check_shards(shards)

@@ -31,8 +31,13 @@ __all__ = [
     "optional_str",
     "positive_int",
     "region",
+    "store_path",
     "thread_count",
 ]
+
+# names a node (group or array) cannot take inside a store: the metadata document, the
+# directories of a path, and the records shardwise keeps next to every array
+_RESERVED_NAMES = frozenset({"zarr.json", ".", "..", ".shardwise"})
 
 
 def _is_int(value: object) -> bool:
@@ -165,6 +170,44 @@ def optional_str(name: str, value: object) -> None:
         raise InvalidTypeError(
             f"{name} must be a string or None, got {value!r} ({type(value).__name__})"
         )
+
+
+def store_path(name: str, value: object, *, nested: bool = True) -> None:
+    """Refuse a path of a node inside a store (``path=``, ``group=``, a group's or array's name)
+    that cannot be stored: not a string or None, an empty name between two ``/``, or a name the
+    store itself uses (``zarr.json``, ``.``, ``..``, ``.shardwise``). Leading and trailing ``/``
+    are dropped, as zarr does (``""`` and ``"/"`` are the root); ``nested=False``: one name,
+    no ``/`` at all.
+
+    >>> store_path("path", "a/b")
+    >>> store_path("group", "/")
+    >>> store_path("path", "a/zarr.json")
+    Traceback (most recent call last):
+    ...
+    shardwise.errors.InvalidValueError: path='a/zarr.json' names a node 'zarr.json', ...
+    """
+    optional_str(name, value)
+    if not value:
+        return
+    assert isinstance(value, str)
+    if not nested and "/" in value:
+        raise InvalidValueError(
+            f"{name}={value!r} contains '/': a name of one node, which zarr would store as "
+            "a nested path"
+        )
+    inside = value.strip("/")
+    for part in inside.split("/") if inside else ():
+        if not part:
+            raise InvalidValueError(
+                f"{name}={value!r} has an empty name between two '/': every group or array "
+                "of a path needs a name"
+            )
+        if part in _RESERVED_NAMES:
+            raise InvalidValueError(
+                f"{name}={value!r} names a node {part!r}, which the store itself uses "
+                "(zarr.json holds a node's metadata, .shardwise the writer's records, '.' "
+                "and '..' are directories): choose another name"
+            )
 
 
 def mapping(name: str, value: object) -> None:

@@ -70,8 +70,10 @@ def check_keywords(
     strategy: Any,
     flags: dict[str, Any],
     optional_flags: dict[str, Any],
+    write_empty_chunks: Any,
 ) -> None:
-    """The keywords of :func:`to_zarr` that are not about layout, checked before any I/O."""
+    """The keywords of :func:`to_zarr` that are not about layout, checked before any I/O;
+    ``write_empty_chunks`` takes ``None`` as ``Dataset.to_zarr`` does (:func:`empty_chunks`)."""
     args.mapping("encoding", encoding)
     accepted = "a dict of dimension name -> slice (or 'auto'), 'auto' or None"
     if isinstance(region, str) and region != "auto":
@@ -84,11 +86,11 @@ def check_keywords(
         raise InvalidTypeError(
             f"append_dim must be a dimension name (a str) or None, got {append_dim!r}"
         )
-    args.optional_str("group", group)
+    args.store_path("group", group)
     args.mapping("storage_options", storage_options)
     args.choice("strategy", strategy, STRATEGIES)
     args.flags(**flags)
-    args.optional_flags(**optional_flags)
+    args.optional_flags(**optional_flags, write_empty_chunks=write_empty_chunks)
 
 
 def _check_names(ds: Any) -> None:
@@ -145,6 +147,76 @@ def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
         raise InvalidValueError(
             f"encoding[{name!r}] must be castable to a dictionary of encoding keys, got {value!r}"
         ) from None
+
+
+def empty_chunks(value: bool | None) -> bool:
+    """``write_empty_chunks=`` as xarray means it: ``None`` (``Dataset.to_zarr``'s default) is
+    zarr's configured default (``array.write_empty_chunks``, False unless changed)."""
+    if value is None:
+        import zarr
+
+        return bool(zarr.config.get("array.write_empty_chunks"))
+    return bool(value)
+
+
+def check_group_names(tree: Any) -> None:
+    """Refuse a group of a DataTree whose name cannot be stored (``zarr.json``, ``..``, the
+    writer's records' ``.shardwise``, an empty name), before any I/O."""
+    for node in tree.subtree:
+        if node is not tree and (not node.name or node.name in _STORE_KEYS or "/" in node.name):
+            raise InvalidValueError(
+                f"DataTree group {node.path!r}: its name {node.name!r} cannot be stored (zarr.json "
+                f"holds a node's metadata, {JOURNAL} the writer's records, '.' and '..' are "
+                "directories, '/' separates groups): rename it"
+            )
+
+
+def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] | None:
+    """``shards=`` as sizes per dimension name: a mapping as given; a shape (a tuple or list of
+    positive ints, as :func:`shardwise.write_array` takes it) gives its sizes, by position, to
+    the dimensions of every data variable of that many dimensions (all of them must have that
+    many, and agree); anything else is refused naming ``shards``."""
+    if shards is None or isinstance(shards, Mapping):
+        return shards
+    accepted = (
+        "sizes per dimension name ({'time': 365}) or a shape (10, 10) with a size per "
+        "dimension of the data variables"
+    )
+    if not isinstance(shards, tuple | list):
+        raise InvalidTypeError(
+            f"shards must be {accepted}, got {shards!r} ({type(shards).__name__})"
+        )
+    if not shards or not all(_positive_int(n) for n in shards):
+        raise InvalidValueError(f"shards must be {accepted}: positive sizes, got {shards!r}")
+    import xarray as xr
+
+    if isinstance(obj, xr.DataTree):
+        datasets = [node.to_dataset(inherit=False) for node in obj.subtree]
+    else:
+        datasets = [_as_dataset(obj)]
+    out: dict[Hashable, int] = {}
+    for ds in datasets:
+        for name, var in ds.data_vars.items():
+            if var.ndim and var.ndim != len(shards):
+                raise InvalidValueError(
+                    f"shards={tuple(shards)} has {len(shards)} size(s), but data variable "
+                    f"{name!r} has {var.ndim} dimension(s) {tuple(map(str, var.dims))}: give "
+                    "sizes per dimension name instead (e.g. shards={"
+                    + ", ".join(f"{str(d)!r}: {n}" for d, n in zip(var.dims, shards, strict=False))
+                    + "})"
+                )
+            for dim, n in zip(var.dims, shards, strict=False):
+                if out.setdefault(dim, int(n)) != int(n):
+                    raise InvalidValueError(
+                        f"shards={tuple(shards)} gives dimension {dim!r} two sizes ({out[dim]} "
+                        f"and {int(n)}): the data variables order their dimensions "
+                        "differently; give sizes per dimension name instead"
+                    )
+    if not out:
+        raise InvalidValueError(
+            f"shards={tuple(shards)}: the data has no data variable with dimensions to apply it to"
+        )
+    return out
 
 
 def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:

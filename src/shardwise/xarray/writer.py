@@ -15,7 +15,7 @@ leaves the array at its old length while no later append reserved rows after it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal
 
 from ..core import args
@@ -53,7 +53,10 @@ from .prepare import (
     _choose_mode,
     _stored_dims,
     _with_layout,
+    check_group_names,
     check_keywords,
+    empty_chunks,
+    shards_by_dimension,
 )
 from .tree import check_tree, is_tree
 
@@ -64,7 +67,7 @@ def to_zarr(
     obj: Any,
     store: Any,
     *,
-    shards: Mapping[Hashable, int | None] | None = None,
+    shards: Mapping[Hashable, int | None] | Sequence[int] | None = None,
     encoding: Mapping[Hashable, Mapping[str, Any]] | None = None,
     mode: WriteMode | None = None,
     append_dim: Hashable | None = None,
@@ -75,7 +78,7 @@ def to_zarr(
     storage_options: dict[str, Any] | None = None,
     safe_shards: bool | None = None,
     shard_bytes: int | str = DEFAULT_SHARD_BYTES,
-    write_empty_chunks: bool = False,
+    write_empty_chunks: bool | None = False,
     threads: int | None = None,
     fsync: bool = False,
     progress: bool = False,
@@ -135,9 +138,11 @@ def to_zarr(
         graph and one write; its metadata is written once, after the data.
     store : zarr.abc.store.Store, str or os.PathLike
         A zarr ``Store``, a local path or a URL.
-    shards : dict, optional
+    shards : dict or tuple, optional
         Shard length per dimension name for every variable (``{"time": 365}``; ``None`` means
-        the whole dimension); a name the data does not have is refused.
+        the whole dimension); a name the data does not have is refused. A shape (``(10, 10)``,
+        as :func:`shardwise.write_array` takes it) gives its sizes, by position, to the
+        dimensions of the data variables, which must all have that many dimensions.
     encoding : dict, optional
         Per-variable encoding, as in ``Dataset.to_zarr`` (``chunks`` = inner chunks, ``shards``
         = shard shape, ``compressors``, CF keys); chunks that do not divide the shards are
@@ -171,8 +176,9 @@ def to_zarr(
     shard_bytes : int or str, default 64 MiB
         The size of default shards, before compression (bytes, or a string such as
         ``"64MiB"``).
-    write_empty_chunks : bool, default False
-        Store inner chunks equal to the fill value too, as :func:`shardwise.write_array`.
+    write_empty_chunks : bool or None, default False
+        Store inner chunks equal to the fill value too, as :func:`shardwise.write_array`;
+        ``None`` (``Dataset.to_zarr``'s default) is zarr's ``array.write_empty_chunks`` setting.
     threads : int, optional
         Caps the threads that encode inner chunks, as in :func:`shardwise.write_array`.
     fsync : bool, default False
@@ -228,7 +234,6 @@ def to_zarr(
         strategy=strategy,
         flags=dict(
             compute=compute,
-            write_empty_chunks=write_empty_chunks,
             fsync=fsync,
             progress=progress,
             resume=resume,
@@ -236,6 +241,7 @@ def to_zarr(
             write_inherited_coords=write_inherited_coords,
         ),
         optional_flags=dict(consolidated=consolidated, safe_shards=safe_shards, lease=lease),
+        write_empty_chunks=write_empty_chunks,
     )
     threads = args.thread_count("threads", threads)
     memory_limit = args.optional_byte_size("memory_limit", memory_limit)
@@ -243,7 +249,7 @@ def to_zarr(
         obj,
         store,
         write_inherited_coords,
-        shards=shards,
+        shards=shards_by_dimension(shards, obj),  # a shape: sizes per dimension name
         encoding=encoding,
         mode=mode,
         append_dim=append_dim,
@@ -263,7 +269,7 @@ def to_zarr(
     xw, held = reserve(xw, append_dim, strategy, memory_limit)
     try:
         # 3. leases (a refusal removes those taken)
-        opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
+        opts = WriteSettings(write_empty_chunks=empty_chunks(write_empty_chunks), threads=threads)
         arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
         with Pipeline(
             list(arrays.values()),
@@ -291,6 +297,7 @@ def _check_any(obj: Any, store: Any, write_inherited_coords: bool, **kw: Any) ->
     """A DataTree's checks (xarray/tree.py) or a Dataset's; ``write_inherited_coords`` is a
     tree's keyword only."""
     if is_tree(obj):
+        check_group_names(obj)
         return check_tree(obj, store, write_inherited_coords=write_inherited_coords, **kw)
     if write_inherited_coords:
         raise InvalidValueError(
