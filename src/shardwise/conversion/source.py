@@ -16,6 +16,7 @@ def source_array(plan: ArrayPlan, zsrc: Any) -> Any:
     source chunk that does not decode raises :class:`CorruptShardError` naming its store key."""
     import dask.array as da
     import zarr
+    from dask.base import tokenize
 
     arr = zarr.open_array(zsrc, path=plan.src_path, mode="r")
     if plan.source.shard_codec is not None:
@@ -25,7 +26,9 @@ def source_array(plan: ArrayPlan, zsrc: Any) -> Any:
     objects = getattr(arr, "shards", None) or arr.chunks  # the grid of its stored objects
     chunks = tuple(int(c) for c in arr.chunks)
     reader = _Chunks(arr, plan.src_path, plan.source, tuple(int(c) for c in objects))
-    return da.from_array(reader, chunks=chunks, name=f"source-{da.core.tokenize(arr)}")
+    return da.from_array(
+        reader, chunks=chunks, name=f"source-{tokenize(arr, plan.src_path, chunks)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,8 @@ class _Chunks:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return np.dtype(self.arr.dtype)
+        dtype: np.dtype[Any] = np.dtype(self.arr.dtype)
+        return dtype
 
     @property
     def ndim(self) -> int:
