@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,11 @@ def source_array(plan: ArrayPlan, zsrc: Any) -> Any:
     )
 
 
+# what decoders raise for bytes that do not decode: numcodecs' zstd and blosc (RuntimeError),
+# zlib and gzip (zlib.error, gzip.BadGzipFile, EOFError), zarr's checksums and sizes (ValueError)
+_DECODE_ERRORS = (RuntimeError, ValueError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
 @dataclass(frozen=True)
 class _Chunks:
     """A zarr array read one chunk at a time; what fails to decode is named by its key."""
@@ -56,7 +63,9 @@ class _Chunks:
     def __getitem__(self, sel: Any) -> Any:
         try:
             return self.arr[sel]
-        except Exception as e:
+        except _DECODE_ERRORS as e:
+            if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile):
+                raise  # the store's (a file or a connection), not the chunk's
             sel = sel if isinstance(sel, tuple) else (sel,)
             first = [s.start or 0 if isinstance(s, slice) else 0 for s in sel]
             coords = [a // c for a, c in zip(first, self.objects, strict=False)]
