@@ -611,3 +611,8 @@ def test_0d_arrays_are_one_plain_chunk_that_zarr_and_shardwise_read_verify_and_r
         assert zarr.open_array(g / k / "spatial_ref", mode="r")[()] == 32632
     assert shardwise.verify(g).ok
     assert int(xr.open_datatree(g, engine="zarr", consolidated=False)["1"]["spatial_ref"]) == 32632
+    # a Dataset's 0-d variable
+    shardwise.to_zarr(ds, tmp_path / "d.zarr")
+    assert "sharding_indexed" not in _codec_names(tmp_path / "d.zarr" / "spatial_ref")
+    assert int(xr.open_zarr(tmp_path / "d.zarr")["spatial_ref"]) == 32632
+    assert shardwise.verify(tmp_path / "d.zarr").ok
