@@ -54,7 +54,14 @@ def create_in_memory(kwargs: dict[str, Any]) -> Any:
     byte written anywhere. What zarr refuses becomes an :class:`InvalidTypeError` /
     :class:`InvalidValueError` naming the keyword at fault, found by building again without
     each one (only on the error path); ``dtype`` is blamed last, a fill value wrong for the
-    dtype being the fill value's fault."""
+    dtype being the fill value's fault.
+
+    This is where every new array's metadata is built: a 0-d array (``shape=()``) is made
+    without the sharding codec (``kwargs["shards"]`` set to None, in place, so the caller
+    stores what was checked), one plain chunk of shape ``()`` that every Zarr reader takes;
+    shardwise reads, writes and verifies it as a shard whose object is its one chunk."""
+    if tuple(kwargs.get("shape", (0,))) == () and kwargs.get("shards") is not None:
+        kwargs["shards"] = None
     try:
         return zarr.create_array(MemoryStore(), **kwargs)
     except (TypeError, ValueError) as e:

@@ -29,7 +29,7 @@ import shardwise
 from faultkit import BUCKET, CREDS, HeldPut, SeenWaiting, exe, files, moto_s3
 from shardwise.durability.lease import read_lease
 from shardwise.durability.verify import verify
-from shardwise.errors import PlanError
+from shardwise.errors import CorruptShardError, PlanError
 from shardwise.storage.store import ShardStore
 
 SWAP = "convert to another location, verify it, then swap it in"
@@ -257,6 +257,61 @@ def test_convert_verify_on_the_command_line_exits_1_for_a_corrupt_source_chunk(
     ok = [*exe(), "convert", str(good), str(tmp_path / "ok.zarr"), "--shards", "16,20"]
     proc = subprocess.run([*ok, "--verify", "--no-progress"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _sharded(root: Path) -> Path:
+    x = (np.arange(37 * 50).reshape(37, 50) % 251).astype("<u2")
+    shardwise.write_array(x, root, chunks=(8, 10), shards=(16, 20))  # checksummed zstd chunks
+    return root / "c" / "1" / "1"
+
+
+DECODED = [  # (a corrupt source, its key): conversions that decode the source
+    (lambda r: _v2(r, numcodecs.GZip()), "1.2"),
+    (lambda r: _v2(r, numcodecs.Zstd(checksum=True)), "1.2"),
+    (_sharded, "c/1/1"),
+]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [{"shards": (16, 20), "chunks": (4, 5)}, {"pyramid": {"levels": 2}}],
+    ids=["reencode", "pyramid"],
+)
+@pytest.mark.parametrize(("make", "key"), DECODED, ids=["v2-gzip", "v2-zstd", "v3-sharded"])
+def test_verify_reports_a_corrupt_source_chunk_the_conversion_decodes(
+    make: Callable[[Path], Path], key: str, how: dict[str, Any], tmp_path: Path
+) -> None:
+    """A conversion that re-encodes (new inner chunks, a pyramid) stops at a source chunk that
+    does not decode: with verify=True it is reported naming its key (not a decoder's raw
+    error), the array is not verified, and verify of the destination finds the unfinished
+    write; without verify the error is shardwise's, naming the key."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    _flip(make(src), at=12)
+    rep = shardwise.convert(src, dst, verify=True, **how)
+    assert not rep.ok and rep.arrays[-1].verified is False
+    assert len(rep.problems) == 1 and rep.problems[0].startswith(f"corrupt    {key}"), rep.problems
+    assert "does not decode" in rep.problems[0] or "cannot decode" in rep.problems[0]
+    assert not shardwise.verify(dst, path="0" if "pyramid" in how else None).ok
+    with pytest.raises(CorruptShardError, match=f"'{key}'"):
+        shardwise.convert(src, tmp_path / "raw.zarr", **how)
+
+
+@pytest.mark.parametrize(("make", "key"), DECODED[::2], ids=["v2-gzip", "v3-sharded"])
+def test_convert_verify_on_the_command_line_exits_1_for_a_chunk_it_decodes(
+    make: Callable[[Path], Path], key: str, tmp_path: Path
+) -> None:
+    src = tmp_path / "src.zarr"
+    _flip(make(src), at=12)
+    for cmd in (
+        ["convert", "--pyramid", "--levels", "2"],
+        ["reshard", "--shards", "16,20", "--chunks", "4,5"],
+    ):
+        dst = tmp_path / f"{cmd[0]}.zarr"
+        args = [*exe(), cmd[0], str(src), str(dst), *cmd[1:], "--verify", "--no-progress"]
+        proc = subprocess.run(args, capture_output=True, text=True)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"corrupt    {key}" in proc.stdout, proc.stdout + proc.stderr
+        assert "verification FAILED" in proc.stdout
 
 
 # -- a conversion that fails stops its running tasks before it returns ---------------------------

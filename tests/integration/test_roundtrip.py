@@ -550,3 +550,69 @@ def test_a_0d_array_written_with_compute_false_reports_and_reads_back(source: st
     got = shardwise.read_array(store)
     assert got.shape == () and got.dtype == value.dtype and got == value
     assert zarr.open_array(store, mode="r")[()] == value
+
+
+def _codec_names(root: Path) -> list[str]:
+    import json
+
+    return [c["name"] for c in json.loads((root / "zarr.json").read_text())["codecs"]]
+
+
+def test_0d_arrays_are_one_plain_chunk_that_zarr_and_shardwise_read_verify_and_resume(
+    tmp_path: Path,
+) -> None:
+    """A 0-d array is stored without the sharding codec (other Zarr readers refuse a sharded
+    0-d array): write_array's, convert's and a GeoZarr pyramid's CRS variable alike; zarr-python
+    and shardwise read it, verify decodes its chunk (and finds it corrupt), a resumed write
+    skips it."""
+    import xarray as xr
+
+    a = tmp_path / "a.zarr"
+    rep = shardwise.write_array(np.float32(3.5), a)
+    assert rep.shards_written == 1 and "sharding_indexed" not in _codec_names(a)
+    assert zarr.open_array(a, mode="r")[()] == np.float32(3.5)
+    assert shardwise.read_array(a) == 3.5 and shardwise.open_array(a).compute() == 3.5
+    assert shardwise.verify(a).ok
+    stored = (a / "c").read_bytes()
+    again = shardwise.write_array(np.float32(3.5), a, mode="w-", resume=True)
+    assert again.shards_written == 0 and again.shards_skipped == 1
+    assert (a / "c").read_bytes() == stored and shardwise.verify(a).ok
+    shardwise.write_array(np.float32(-1.0), a, mode="r+")
+    assert zarr.open_array(a, mode="r")[()] == -1.0 and shardwise.verify(a).ok
+    raw = bytearray((a / "c").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (a / "c").write_bytes(bytes(raw))
+    found = shardwise.verify(a)
+    assert [(p.kind, p.key) for p in found.problems] == [("corrupt", "c")]
+    # a zarr store (no index to fetch: only the object's size)
+    mem = MemoryStore()
+    shardwise.write_array(np.arange(3.0)[1], mem)
+    assert "c" in mem._store_dict and zarr.open_array(mem, mode="r")[()] == 1.0
+    assert shardwise.read_array(mem) == 1.0 and shardwise.open_array(mem).compute() == 1.0
+    assert shardwise.verify(mem).ok
+    # convert of a 0-d source (v2) and the CRS variable of every GeoZarr level
+    src = tmp_path / "src.zarr"
+    zarr.create_array(src, shape=(), dtype="i4", zarr_format=2)[()] = 5
+    shardwise.convert(src, tmp_path / "c.zarr")
+    assert "sharding_indexed" not in _codec_names(tmp_path / "c.zarr")
+    assert zarr.open_array(tmp_path / "c.zarr", mode="r")[()] == 5
+    ds = xr.Dataset(
+        {"b": (("y", "x"), np.ones((6, 4)), {"grid_mapping": "spatial_ref"})},
+        coords={
+            "y": 100.0 - np.arange(6),
+            "x": np.arange(4.0),
+            "spatial_ref": ((), np.int64(32632), {"crs_wkt": "PROJCRS[]"}),
+        },
+    )
+    g = tmp_path / "g.zarr"
+    shardwise.write_pyramid(ds, g, levels=2, layout="geozarr")
+    for k in ("0", "1"):
+        assert "sharding_indexed" not in _codec_names(g / k / "spatial_ref")
+        assert zarr.open_array(g / k / "spatial_ref", mode="r")[()] == 32632
+    assert shardwise.verify(g).ok
+    assert int(xr.open_datatree(g, engine="zarr", consolidated=False)["1"]["spatial_ref"]) == 32632
+    # a Dataset's 0-d variable
+    shardwise.to_zarr(ds, tmp_path / "d.zarr")
+    assert "sharding_indexed" not in _codec_names(tmp_path / "d.zarr" / "spatial_ref")
+    assert int(xr.open_zarr(tmp_path / "d.zarr")["spatial_ref"]) == 32632
+    assert shardwise.verify(tmp_path / "d.zarr").ok

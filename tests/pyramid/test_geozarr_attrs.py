@@ -1,6 +1,7 @@
 """The GeoZarr spatial and projection attributes of a pyramid's levels: each level's affine
 transform, shape and bbox against ones computed by hand for an odd-sized grid (mean and
-nearest), consistent with the reduced coordinates, validated by zarr-cm's spatial, proj and
+nearest), every level's coordinates its transform's pixel centres (the last, partial block of
+an odd size too), validated by zarr-cm's spatial, proj and
 multiscales conventions; the CRS found where rioxarray, CF and attributes put it."""
 
 from __future__ import annotations
@@ -92,6 +93,34 @@ def test_level_transforms_match_a_hand_computed_odd_grid_and_validate(
         np.testing.assert_allclose(ds["y"][: whole[0]], f + e * (np.arange(whole[0]) + 0.5))
     # pyproj reads the CRS back as the source's
     assert CRS.from_user_input(attrs["proj:code"]) == CRS.from_wkt(attrs["proj:wkt2"])
+
+
+@pytest.mark.parametrize("method", ["mean", "nearest", "mode"])
+def test_every_levels_coordinates_are_its_transforms_pixel_centres(
+    tmp_path: Path, method: str
+) -> None:
+    """On an odd grid the last block of a level holds fewer samples: its coordinate is still
+    the centre of its pixel under the level's spatial:transform (not the mean of the samples
+    present), so both georeferences of every level agree, read by both engines."""
+    root = tmp_path / "g.zarr"
+    ds = grid(45, 31)
+    if method == "mode":
+        ds["b"] = ds["b"].astype("i4") % 3
+    shardwise.write_pyramid(ds, root, levels=4, method=method, layout="geozarr")
+    for engine in ("zarr", "shardwise"):
+        tree = xr.open_datatree(root, engine=engine, consolidated=False)
+        for k in range(4):
+            a, _, c, _, e, f = doc(root, str(k))["attributes"]["spatial:transform"]
+            level = tree[str(k)].to_dataset()
+            ny, nx = level["b"].shape
+            xs, ys = c + (np.arange(nx) + 0.5) * a, f + (np.arange(ny) + 0.5) * e
+            if k == 0:  # the source's own coordinates, on its regular grid
+                np.testing.assert_allclose(level["x"], xs, rtol=0, atol=1e-9)
+                np.testing.assert_allclose(level["y"], ys, rtol=0, atol=1e-9)
+            else:
+                np.testing.assert_array_equal(level["x"].values, xs)
+                np.testing.assert_array_equal(level["y"].values, ys)
+                assert level["x"].dtype == level["y"].dtype == np.float64
 
 
 CASES: dict[str, tuple[xr.Dataset, dict[str, str]]] = {

@@ -163,6 +163,36 @@ def test_mode_is_the_most_frequent_value_the_smallest_on_ties(
         assert got[idx] == min(counts, key=lambda v: (-counts[v], v))
 
 
+LABELS = [np.nan, 0.0, -0.0, 1.5, 5.0, -2.0, np.inf, -np.inf]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["float16", "float32", "float64"]).flatmap(
+        lambda dt: st.tuples(
+            hnp.arrays(
+                dt,
+                hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=9),
+                elements=st.sampled_from(LABELS),
+            ),
+            st.lists(st.integers(1, 4), min_size=3, max_size=3),
+        )
+    )
+)
+@example((np.array([np.nan, np.nan, np.nan, 5.0]), [4, 1, 1]))
+@example((np.array([np.nan, np.nan, 5.0, 5.0]), [4, 1, 1]))
+def test_mode_counts_nan_as_a_value(case: tuple[np.ndarray, list[int]]) -> None:
+    """Against numpy's own count of a block's values (``np.unique`` with ``equal_nan``: NaN
+    one value, sorted after every number): the first of the most frequent."""
+    x, drawn = case
+    factors = tuple(drawn[: x.ndim])
+    got = mode(x, factors)
+    assert got.dtype == x.dtype
+    for idx, block in blocks(x, factors).items():
+        values, counts = np.unique(block.ravel(), return_counts=True, equal_nan=True)
+        np.testing.assert_array_equal(got[idx], values[np.argmax(counts)], err_msg=f"{block}")
+
+
 @settings(max_examples=100, deadline=None)
 @given(cases(st.sampled_from(["int32"])))
 def test_nearest_is_each_blocks_first_sample(case: tuple[np.ndarray, tuple[int, ...]]) -> None:

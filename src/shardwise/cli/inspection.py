@@ -155,9 +155,14 @@ def print_inspect(d: dict[str, Any]) -> None:
                 f"stored, {m['bytes_stored'] / 1e6:.2f} MB"
             )
         return
-    inner = d["codecs"][0].get("configuration", {}) if d["codecs"] else {}
+    sharded = bool(d["codecs"]) and d["codecs"][0].get("name") == "sharding_indexed"
+    inner = d["codecs"][0].get("configuration", {}) if sharded else {}
     chain = " -> ".join(c["name"] for c in inner.get("codecs", []))
     index = " + ".join(c["name"] for c in inner.get("index_codecs", []))
+    index = f"index {index} at the {inner.get('index_location', 'end')}"
+    if not sharded:  # a 0-d array: one plain chunk, no sharding codec
+        chain = " -> ".join(c["name"] for c in d["codecs"])
+        index = "one plain chunk, no shard index"
     # nothing stored (every shard all-fill): no ratio to speak of
     ratio = (
         f"ratio {d['raw_bytes'] / d['bytes_stored']:.2f} to the full raw array"
@@ -172,7 +177,7 @@ def print_inspect(d: dict[str, Any]) -> None:
         f"  shards   {tuple(d['shard_shape'])}: grid {tuple(d['shard_grid'])} = "
         f"{d['shards_total']} shards of {d['chunks_per_shard']} inner chunks "
         f"{tuple(d['chunk_shape'])}",
-        f"  codecs   {chain}; index {index} at the {inner.get('index_location', 'end')}",
+        f"  codecs   {chain}; {index}",
         f"  stored   {d['shards_stored']} shards ({d['objects']} objects with the metadata), "
         f"{d['bytes_stored'] / 1e6:.2f} MB "
         f"({ratio})",

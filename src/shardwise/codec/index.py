@@ -34,6 +34,8 @@ class ShardFormat(Protocol):
     @property
     def index_crc(self) -> bool: ...
     @property
+    def plain(self) -> bool: ...
+    @property
     def chunk_shape(self) -> tuple[int, ...]: ...
     @property
     def grid(self) -> tuple[int, ...]: ...
@@ -42,6 +44,8 @@ class ShardFormat(Protocol):
 
 
 def encode_index(codec: ShardFormat, index: np.ndarray) -> bytes:
+    if codec.plain:  # one chunk stored as is: no index
+        return b""
     dt = "<u8" if codec.index_endian == "little" else ">u8"
     raw = index.astype(dt, copy=False).tobytes()
     if codec.index_crc:
@@ -150,6 +154,8 @@ def _parse(codec: ShardFormat, raw: bytes | memoryview, object_size: int, key: s
     ``object_size`` is the size of the whole stored shard. Returns an ``(nchunks, 2)`` uint64
     array in C order of the inner-chunk grid; empty entries are ``MISSING`` in both fields.
     """
+    if codec.plain:  # the object is its one chunk (``raw`` holds nothing of an index)
+        return np.array([[0, object_size]], dtype=np.uint64)
     need = codec.index_nbytes
     if object_size < need:
         raise CorruptShardError(

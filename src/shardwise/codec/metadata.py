@@ -128,6 +128,8 @@ def info_from_metadata(meta: Any) -> ArrayInfo:
     if getattr(meta, "zarr_format", None) != 3:
         raise UnsupportedCodecError("shardwise reads and writes Zarr format 3 arrays only")
     codecs = tuple(meta.codecs)
+    if not meta.shape and not any(isinstance(c, ShardingCodec) for c in codecs):
+        return _plain_info(meta, codecs)
     if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec):
         names = [c.to_dict()["name"] for c in codecs]
         raise UnsupportedCodecError(
@@ -148,4 +150,21 @@ def info_from_metadata(meta: Any) -> ArrayInfo:
     dims = None if meta.dimension_names is None else tuple(meta.dimension_names)
     return ArrayInfo(
         layout=layout, codec=codec, dimension_names=dims, attributes=dict(meta.attributes)
+    )
+
+
+def _plain_info(meta: Any, codecs: tuple[Any, ...]) -> ArrayInfo:
+    """A 0-d array stored as one plain chunk (no sharding codec, as :mod:`shardwise.create`
+    makes them): a shard of one chunk whose object is the chunk itself (``ShardCodec.plain``)."""
+    inner = chunk_codec_from_zarr(codecs, (), meta.data_type, meta.fill_value)
+    enc = meta.chunk_key_encoding
+    key_encoding: Any = "v2" if type(enc).__name__.startswith("V2") else "default"
+    layout = Layout(
+        shape=(), shard_shape=(), chunk_shape=(), separator=enc.separator, key_encoding=key_encoding
+    )
+    return ArrayInfo(
+        layout=layout,
+        codec=ShardCodec(shard_shape=(), inner=inner, plain=True),
+        dimension_names=None if meta.dimension_names is None else tuple(meta.dimension_names),
+        attributes=dict(meta.attributes),
     )

@@ -74,6 +74,9 @@ class ShardCodec:
     index_location: IndexLocation = "end"
     index_endian: Endian = "little"
     index_crc: bool = True
+    # a 0-d array's one chunk stored as is, without the sharding codec (zarr's plain v3 chunk,
+    # what every Zarr reader takes): the object is the chunk, an index of one entry implied
+    plain: bool = False
 
     @property
     def chunk_shape(self) -> tuple[int, ...]:
@@ -94,6 +97,8 @@ class ShardCodec:
 
     @property
     def index_nbytes(self) -> int:
+        if self.plain:
+            return 0
         return 16 * self.nchunks + (4 if self.index_crc else 0)
 
     # -- as the serializer of an outer chain (nested sharding: chunks.Serializer) ----------------

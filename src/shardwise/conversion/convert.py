@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..core import args
@@ -26,7 +27,7 @@ from ..core.shardspec import ShardSpec, check_names, check_shards
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
-from ..errors import ArrayExistsError
+from ..errors import ArrayExistsError, CorruptShardError
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
@@ -35,6 +36,7 @@ from .plan import XARRAY_DIMS, ArrayPlan, plan_array
 from .pyramid import convert_pyramid, plan_source, pyramid_options, verify_pyramid
 from .report import ArrayReport, ConvertReport
 from .source import source_array
+from .verify import source_failed
 
 # -- planning the nodes ---------------------------------------------------------------------------
 
@@ -116,7 +118,9 @@ def convert(
     verify : bool, default False
         Check every shard as :func:`shardwise.verify` does (every inner chunk decoded, checksums
         checked: a corrupt source chunk is reported as ``verify`` reports it) and compare the
-        result with the source (copied chunks byte for byte, re-encoded arrays by value).
+        result with the source (copied chunks byte for byte, re-encoded arrays by value). A
+        source chunk a re-encoding cannot decode stops that array's write and is a problem of
+        the report, by its store key (without ``verify``: ``CorruptShardError``).
     progress : bool, default False
         Show a progress bar over shards done and bytes moved.
     lease : bool, optional
@@ -227,14 +231,13 @@ def convert(
         _write_groups(
             zdst, dst_path, [("", root), *groups], replace=exists and mode == "w" and not resume
         )
-    for p in plans:
-        report.arrays.append(_convert_array(p, zsrc, zdst, how))
+    written = [p for p in plans if _convert_or_report(p, zsrc, zdst, how, report, verify)]
     if isinstance(root, zarr.Group) and _consolidated(root):
         _consolidate(zdst, dst_path)
     if verify:
         from .verify import verify_conversion
 
-        verify_conversion(report, plans, zsrc, zdst, threads=threads)
+        verify_conversion(report, written, zsrc, zdst, threads=threads)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -250,9 +253,16 @@ def _to_pyramid(
     verify: bool,
 ) -> ConvertReport:
     """``convert(pyramid=...)``: the one source array written as a pyramid at ``dst_path``."""
-    convert_pyramid(one, zsrc, zdst, dst_path, levels, report, mode=how.mode, resume=how.resume,
-                    progress=how.progress, lease=how.lease, break_lease=how.break_lease,
-                    fsync=how.fsync, threads=how.threads)  # fmt: skip
+    try:
+        convert_pyramid(one, zsrc, zdst, dst_path, levels, report, mode=how.mode,
+                        resume=how.resume, progress=how.progress, lease=how.lease,
+                        break_lease=how.break_lease, fsync=how.fsync,
+                        threads=how.threads)  # fmt: skip
+    except CorruptShardError as e:
+        if not verify:
+            raise
+        report.arrays.append(source_failed(replace(one, dst_path=dst_path), e, report))
+        return report
     if verify:
         verify_pyramid(report, one, zsrc, zdst, how.threads)
     return report
@@ -342,6 +352,22 @@ def _refuse_held_leases(zdst: Any, plans: Sequence[ArrayPlan], resume: bool) -> 
 
 def _consolidated(group: Any) -> bool:
     return getattr(group.metadata, "consolidated_metadata", None) is not None
+
+
+def _convert_or_report(
+    plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings, report: ConvertReport, verify: bool
+) -> bool:
+    """Convert one array into ``report``; whether it was written. With ``verify``, a source
+    chunk (or shard index) that does not decode is one of the report's problems, naming its
+    key, and the array is not verified (its write stays unfinished); without, it raises."""
+    try:
+        report.arrays.append(_convert_array(plan, zsrc, zdst, how))
+        return True
+    except CorruptShardError as e:
+        if not verify:
+            raise
+        report.arrays.append(source_failed(plan, e, report))
+        return False
 
 
 def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> ArrayReport:

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from ..errors import CorruptShardError
     from .plan import ArrayPlan
-    from .report import ConvertReport
+    from .report import ArrayReport, ConvertReport
 
 MAX_PROBLEMS = 20  # per array, in the report
 
@@ -27,7 +28,9 @@ def verify_conversion(
     """Set ``verified`` on every array of ``report`` and add what differs to its problems."""
     from ..durability.verify import verify
 
-    for rep, plan in zip(report.arrays, plans, strict=True):
+    entries = {a.path: a for a in report.arrays}
+    for plan in plans:
+        rep = entries[plan.dst_path]
         # every stored inner chunk decoded (and its checksum checked) exactly as `shardwise
         # verify` does: equal bytes prove the copy, not that the source chunk was sound
         found = verify(zdst, path=plan.dst_path or None, threads=threads)
@@ -38,6 +41,27 @@ def verify_conversion(
             problems += compare_values(plan, zsrc, zdst)
         rep.verified = not problems
         report.problems += problems[:MAX_PROBLEMS]
+
+
+def source_failed(plan: ArrayPlan, error: CorruptShardError, report: ConvertReport) -> ArrayReport:
+    """The entry of an array whose conversion stopped at a source chunk (or shard index) that
+    does not decode, the chunk added to ``report``'s problems as ``verify`` words a corrupt
+    chunk, with its store key: not verified, the destination's write left unfinished."""
+    from .report import ArrayReport
+
+    where = error.key + ("" if error.chunk is None else f" chunk {error.chunk}")
+    report.problems.append(
+        f"{'corrupt':<10} {where}: in the source of {plan.dst_path or '/'}, the conversion "
+        f"stopped there: {error.problem}"
+    )
+    return ArrayReport(
+        path=plan.dst_path,
+        method=plan.method,
+        reason=plan.reason,
+        shards=plan.shards,
+        chunks=plan.chunks,
+        verified=False,
+    )
 
 
 def _compare_copied(plan: ArrayPlan, zsrc: Any, zdst: Any, threads: int | None) -> list[str]:

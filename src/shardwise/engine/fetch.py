@@ -84,7 +84,13 @@ def read_index(store: ShardStore, codec: ShardCodec, key: str) -> tuple[ShardInd
     """The validated index of the stored shard ``key`` (one suffix or prefix request) and the
     shard's size; None when there is no such shard."""
     n = codec.index_nbytes
-    found = store.get_suffix(key, n) if codec.index_location == "end" else store.get_prefix(key, n)
+    if n == 0:  # a plain chunk (a 0-d array): no index to fetch, only the object's size
+        size = store.size(key)
+        found = None if size is None else (b"", size)
+    elif codec.index_location == "end":
+        found = store.get_suffix(key, n)
+    else:
+        found = store.get_prefix(key, n)
     if found is None:
         return None
     raw, size = found

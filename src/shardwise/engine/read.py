@@ -284,7 +284,10 @@ class ShardReader:
             return
         index = self._cached(key, None) if self.cache_indexes else False
         if index is False:
-            if codec.index_location == "end":
+            if n == 0:  # a plain chunk (a 0-d array): its size is its index
+                size = self.store.size(key)
+                got = None if size is None else (b"", size)
+            elif codec.index_location == "end":
                 got = self.store.get_suffix(key, n)
             else:
                 got = self.store.get_prefix(key, n)

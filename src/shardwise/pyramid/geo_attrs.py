@@ -8,7 +8,9 @@ A level's transform follows the grid of its reduced coordinates: level 0's ``y``
 regular (else no ``spatial`` attributes are written: no affine places them), a reduced level's
 pixel is ``factor`` times level 0's, and its first sample sits where the reduction puts it (the
 centre of its first block for mean and mode, which keeps the grid's corner; the block's first
-sample for nearest, which moves it by half a block less half a sample).
+sample for nearest, which moves it by half a block less half a sample). A reduced level's
+``y``/``x`` are then its pixels' centres under that transform (:func:`pixel_centres`), the
+last pixel of an odd-sized level too, so both georeferences of a level agree.
 
 >>> level_spatial(Grid(5000.0, -10.0, 300.0, 10.0), (23, 16), (2, 2), "mean")["spatial:transform"]
 [20.0, 0.0, 295.0, 0.0, -20.0, 5005.0]
@@ -32,6 +34,7 @@ __all__ = [
     "crs_attributes",
     "level_attributes",
     "level_spatial",
+    "pixel_centres",
     "pyramid_attributes",
     "regular_grid",
     "top_level_code",
@@ -112,6 +115,19 @@ def level_spatial(
         "spatial:shape": [int(shape[0]), int(shape[1])],
         "spatial:bbox": [min(xs), min(ys), max(xs), max(ys)],
     }
+
+
+def pixel_centres(
+    grid: Grid, shape: tuple[int, int], factors: tuple[int, int], method: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``y`` and ``x`` coordinates of a level (float64): the centres of its pixels as its
+    ``spatial:transform`` places them (pixel ``i`` at corner + (i + 0.5) * pixel size), the
+    last pixel of an odd-sized level included (a mean of the samples present would put it
+    elsewhere)."""
+    a, _, c, _, e, f = level_spatial(grid, shape, factors, method)["spatial:transform"]
+    ys = f + (np.arange(shape[0], dtype=np.float64) + 0.5) * e
+    xs = c + (np.arange(shape[1], dtype=np.float64) + 0.5) * a
+    return ys, xs
 
 
 def crs_attributes(data: Any) -> dict[str, str]:

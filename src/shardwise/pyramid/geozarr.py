@@ -42,6 +42,7 @@ from .geo_attrs import (
     crs_attributes,
     level_attributes,
     level_spatial,
+    pixel_centres,
     pyramid_attributes,
     regular_grid,
 )
@@ -174,16 +175,26 @@ def geo_factors(value: Any) -> dict[str, int]:
 
 
 def level_extras(
-    coords: Mapping[str, Extra], levels: Sequence[Level], method: str
+    coords: Mapping[str, Extra], levels: Sequence[Level], method: str, grid: Grid | None = None
 ) -> list[dict[str, Extra]]:
     """The small variables of every level: ``y``/``x`` reduced as the data are (the mean of
     each block of coordinates for mean and mode, so a sample sits at its block's centre; the
-    first of each block for nearest), the others unchanged."""
+    first of each block for nearest), the others unchanged. On a regular ``grid`` a reduced
+    level's ``y``/``x`` are its pixel centres under its ``spatial:transform`` (the same for
+    whole blocks; the last, partial block of an odd size is placed on the grid, not at the
+    mean of the samples it has)."""
     out: list[dict[str, Extra]] = []
     how = "nearest" if method == "nearest" else "mean"
     for k, lv in enumerate(levels):
         here = dict(out[-1]) if out else dict(coords)
-        if k:
+        if k and grid is not None:
+            centres = pixel_centres(grid, _pair(lv.shape), _pair(lv.factors), how)
+            for axis, v in zip(("y", "x"), centres, strict=True):
+                c = coords[axis]
+                keep = c.values.dtype if how == "nearest" else np.dtype(np.float64)
+                v = np.rint(v) if keep.kind in "iu" else v
+                here[axis] = Extra(v.astype(keep), c.dims, c.attrs)
+        elif k:
             for axis, i in (("y", -2), ("x", -1)):
                 step = lv.factors[i] // levels[k - 1].factors[i]
                 c = here[axis]
@@ -249,7 +260,7 @@ def geo_plan(
         count = len(mine)
         plan.extend(mine)
     geometry = [lv.geometry for lv in plan[:count]]
-    for k, small in enumerate(level_extras(geo.coords, geometry, str(method))):
+    for k, small in enumerate(level_extras(geo.coords, geometry, str(method), geo.grid)):
         plan.extend(plan_small(f"{k}/{name}", x, create) for name, x in small.items())
     # level by level, so that a level's variables are listed together
     plan.sort(key=lambda lv: int(lv.path.split("/")[0]))

@@ -10,7 +10,8 @@ an axis holds the samples present, possibly fewer) into one sample:
   without leaving the dtype's range) and rounded to the nearest integer, halves to even (as
   ``numpy.rint``).
 * ``nearest``: the block's first sample (labels: no value is made up).
-* ``mode``: the most frequent value of the block (labels), ties to the smallest value.
+* ``mode``: the most frequent value of the block (labels), ties to the smallest value. NaN is
+  a value like the others (every NaN the same one), larger than every number.
 
 >>> import numpy as np
 >>> mean(np.array([[1, 2, 3], [4, 5, 6]], dtype=np.uint8), (2, 2))
@@ -191,7 +192,8 @@ def nearest(x: np.ndarray, factors: Sequence[int]) -> np.ndarray:
 
 
 def mode(x: np.ndarray, factors: Sequence[int]) -> np.ndarray:
-    """The most frequent value of each block, ties to the smallest value."""
+    """The most frequent value of each block, ties to the smallest value; NaN counts as one
+    value, after every number (numpy's sort order)."""
     out_shape = tuple(-(-n // f) for n, f in zip(x.shape, factors, strict=True))
     if x.size == 0:
         return np.empty(out_shape, dtype=x.dtype)
@@ -206,6 +208,9 @@ def mode(x: np.ndarray, factors: Sequence[int]) -> np.ndarray:
     # (smallest value) on ties, as argmax takes the first maximum
     new = np.ones(v.shape, dtype=bool)
     new[:, 1:] = v[:, 1:] != v[:, :-1]
+    if v.dtype.kind in "fc":  # NaN is a value: every NaN one run (sorted after the numbers)
+        nan = np.isnan(v)
+        new[:, 1:] &= ~(nan[:, 1:] & nan[:, :-1])
     run_id = np.cumsum(new, axis=-1) - 1
     lengths = np.zeros(v.shape, dtype=np.int64)
     rows = np.broadcast_to(np.arange(v.shape[0])[:, None], v.shape)

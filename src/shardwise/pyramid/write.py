@@ -107,7 +107,7 @@ def write_pyramid(
         ``"mean"``: the mean of each block (floats accumulate in float64; integers exactly,
         without overflow, rounded to nearest, halves to even); ``"nearest"``: each block's
         first sample (labels); ``"mode"``: each block's most frequent value, ties to the
-        smallest (labels).
+        smallest, NaN one value after every number (labels).
     dims : sequence of str, optional
         The axis names, among ``t``, ``c``, ``z``, ``y``, ``x`` in that order (default: a
         DataArray's dims, else the last ``ndim`` of them).
