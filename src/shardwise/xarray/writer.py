@@ -29,6 +29,7 @@ from ..durability.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..errors import InvalidValueError
+from ..storage.consolidated import Nodes
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..target import refuse_unknown_chunks
@@ -269,6 +270,7 @@ def to_zarr(
             list(arrays.values()),
             lease=leased,
             break_lease=break_lease,
+            nodes=[_changed_nodes(xw)],
         ) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
@@ -397,6 +399,14 @@ def _check(
     shared = region is not None or append_dim is not None
     jobs = _jobs(writes, strategy, memory_limit, shared=shared)
     return _XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
+
+
+def _changed_nodes(xw: _XarrayWrite) -> Nodes:
+    """The nodes whose metadata this call writes or deletes (groups and arrays, appends'
+    grown arrays among them): the consolidated groups above them are re-consolidated."""
+    dirs, deleted, written = xw.overlay.changes
+    paths = {d.strip("/") for d in dirs} | {k.rpartition("/")[0] for k in deleted + written}
+    return Nodes(xw.zstore, tuple(sorted(paths)))
 
 
 def _kept_keys(
