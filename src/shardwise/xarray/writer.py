@@ -266,11 +266,9 @@ def to_zarr(
         # 3. leases (a refusal removes those taken)
         opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
         arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
+        nodes = [_changed_nodes(xw)]  # re-consolidated above, at the finish
         with Pipeline(
-            list(arrays.values()),
-            lease=leased,
-            break_lease=break_lease,
-            nodes=[_changed_nodes(xw)],
+            list(arrays.values()), lease=leased, break_lease=break_lease, nodes=nodes
         ) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
