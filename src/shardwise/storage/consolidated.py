@@ -18,14 +18,14 @@ the nodes of its write (:class:`Nodes`), so every front end re-consolidates the 
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..compat import consolidated_metadata
 from ..errors import ArrayNotFoundError
 from .conditional import update_json
-from .overlay import Overlay, read_only
+from .overlay import read_only
 from .store import ShardStore
 
 META = "zarr.json"
@@ -97,20 +97,9 @@ def _wanted(doc: dict[str, Any], create: bool) -> bool:
 
 
 def _walk(zstore: Any, group: str) -> Any:
-    """The consolidated metadata of ``group`` as stored now: zarr-python's own consolidation,
-    run against a dry-run overlay of the store (nothing is written), its result read back."""
-    import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    overlay = Overlay(read_only(zstore))
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-        zarr.consolidate_metadata(overlay, path=group or None, zarr_format=3)
-    key = f"{group}/{META}" if group else META
-    buf = sync(overlay.get(key, default_buffer_prototype()))
-    assert buf is not None
-    return json.loads(buf.to_bytes())["consolidated_metadata"]
+    """The consolidated metadata of ``group`` as stored now, as zarr-python's own consolidation
+    builds it (read-only: nothing is written)."""
+    return consolidated_metadata(read_only(zstore), group)
 
 
 def _groups_above(paths: Iterable[str]) -> list[str]:
