@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,13 @@ import xarray as xr
 import zarr
 
 import shardwise
-from faultkit import forkserver
+from faultkit import MotoS3, forkserver, moto_s3
 from shardwise.storage import conditional
 
 ENGINES = ("zarr", "shardwise")
 
 
-def consolidated_root(path: Path) -> Path:
+def consolidated_root(path: Any) -> Any:
     """A tree with a root variable and the subtree /g/old, consolidated (the default)."""
     tree = xr.DataTree.from_dict(
         {
@@ -41,19 +42,19 @@ def consolidated_root(path: Path) -> Path:
     return path
 
 
-def groups_seen(path: Path) -> dict[str, list[str]]:
+def groups_seen(path: Any) -> dict[str, list[str]]:
     """The groups each engine finds opening the store at its root (consolidated if present)."""
     return {e: sorted(xr.open_datatree(path, engine=e).groups) for e in ENGINES}
 
 
-def nodes_in_root(path: Path) -> set[str]:
+def nodes_in_root(path: Any) -> set[str]:
     """The nodes the root's consolidated metadata lists."""
     meta = zarr.open_group(path, mode="r", use_consolidated=True).metadata
     assert meta.consolidated_metadata is not None
     return set(meta.consolidated_metadata.flattened_metadata)
 
 
-def nodes_stored(path: Path) -> set[str]:
+def nodes_stored(path: Any) -> set[str]:
     """The nodes stored, found by listing the store (no consolidated metadata read)."""
     root = zarr.open_group(path, mode="r", use_consolidated=False)
     return {p for p, _ in root.members(max_depth=None, use_consolidated_for_children=False)}
@@ -213,23 +214,40 @@ def test_writers_adding_subtrees_at_once_all_stay_visible(tmp_path: Path, checke
     assert nodes_in_root(path) == nodes_stored(path)
 
 
-def add_subtree(path: str, i: int, barrier: Any, out: Any) -> None:
+@pytest.fixture(scope="module")
+def s3() -> Iterator[MotoS3]:
+    with moto_s3() as s:
+        yield s
+
+
+def store_of(kind: str, where: str, endpoint: str) -> Any:
+    """A local path, or an S3 store (moto, through obstore) at the prefix ``where``."""
+    return where if kind == "local" else MotoS3(endpoint, None).obstore(where)
+
+
+def add_subtree(kind: str, where: str, endpoint: str, i: int, barrier: Any, out: Any) -> None:
     """One process: wait for the others, then write subtree ``s{i}`` into the store."""
     try:
+        store = store_of(kind, where, endpoint)
         barrier.wait(120)
-        shardwise.to_zarr(small_subtree(i), path, group=f"s{i}")
+        shardwise.to_zarr(small_subtree(i), store, group=f"s{i}")
         out.put((i, ""))
     except BaseException as e:  # reported to the parent
         out.put((i, repr(e)))
 
 
-@pytest.mark.parametrize("writers", [2, 4])
-def test_processes_adding_subtrees_at_once_all_stay_visible(tmp_path: Path, writers: int) -> None:
-    path = consolidated_root(tmp_path / "t.zarr")
+@pytest.mark.parametrize(("kind", "writers"), [("local", 2), ("local", 4), ("s3", 2), ("s3", 4)])
+def test_processes_adding_subtrees_at_once_all_stay_visible(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str, writers: int
+) -> None:
+    endpoint = request.getfixturevalue("s3").endpoint if kind == "s3" else ""
+    where = str(tmp_path / "t.zarr") if kind == "local" else f"consolidated/{kind}{writers}"
+    path = consolidated_root(store_of(kind, where, endpoint))
     ctx = forkserver()
     barrier, out = ctx.Barrier(writers), ctx.Queue()
     jobs = [
-        ctx.Process(target=add_subtree, args=(str(path), i, barrier, out)) for i in range(writers)
+        ctx.Process(target=add_subtree, args=(kind, where, endpoint, i, barrier, out))
+        for i in range(writers)
     ]
     for j in jobs:
         j.start()
@@ -237,6 +255,7 @@ def test_processes_adding_subtrees_at_once_all_stay_visible(tmp_path: Path, writ
     for j in jobs:
         j.join(timeout=60)
     assert [e for _, e in results if e] == []
+    path = store_of(kind, where, endpoint)
     subtrees = [f"/s{i}" for i in range(writers)] + [f"/s{i}/k" for i in range(writers)]
     want = sorted(["/", "/g", "/g/old", *subtrees])
     assert groups_seen(path) == {e: want for e in ENGINES}
