@@ -221,13 +221,26 @@ def _inherited_region(
     for dim, where in wanted.items():
         if where != "auto" or dim in ds.variables:
             continue
-        owner = next(
-            (p for p in node.parents if dim in p.to_dataset(inherit=False).variables), None
-        )
+        owner = next((p for p in _parents(node, tree) if dim in _own(p)), None)
         if owner is not None:
             at = _join(group, "" if owner is tree else owner.relative_to(tree))
             wanted[dim] = _lookup(base, at, dim, node.to_dataset(inherit=True)[dim].values)
     return wanted
+
+
+def _parents(node: Any, tree: Any) -> list[Any]:
+    """The nodes above ``node`` up to the tree written (closest first), not those above it."""
+    out = []
+    for p in node.parents:
+        out.append(p)
+        if p is tree:
+            break
+    return out
+
+
+def _own(node: Any) -> Any:
+    """The variables a node defines itself (not those it inherits)."""
+    return node.to_dataset(inherit=False).variables
 
 
 def _lookup(base: Any, group: str, dim: str, values: Any) -> slice:
@@ -240,6 +253,8 @@ def _lookup(base: Any, group: str, dim: str, values: Any) -> slice:
     with xr.open_zarr(base, group=group or None, consolidated=False, chunks=None) as stored:
         index = pd.Index(stored[dim].values)
     idxs = index.get_indexer(values)
+    if not len(idxs):
+        return slice(0, 0)
     if (idxs == -1).any():
         raise InvalidValueError(
             f"region='auto': not all values of coordinate {dim!r} (inherited from group "
