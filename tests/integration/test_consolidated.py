@@ -264,3 +264,25 @@ def test_processes_adding_subtrees_at_once_all_stay_visible(
             xr.open_zarr(path, group=f"s{i}")["v"].values, np.full(4, float(i))
         )
     assert nodes_in_root(path) == nodes_stored(path)
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+@pytest.mark.filterwarnings("ignore:Duplicate name:UserWarning")  # the write's marker, as ever
+def test_a_store_that_cannot_replace_says_the_root_is_stale(tmp_path: Path) -> None:
+    """A zarr ZipStore only appends: the root's consolidated metadata cannot be rewritten, and
+    the write's report says so (nothing in the note when it is still true)."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    mem = zarr.storage.MemoryStore()  # a consolidated root group, stored once into the zip
+    zarr.open_group(mem, mode="w", zarr_format=3)
+    zarr.consolidate_metadata(mem)
+    with zarr.storage.ZipStore(tmp_path / "t.zip", mode="w") as z:
+        sync(z.set("zarr.json", sync(mem.get("zarr.json", default_buffer_prototype()))))
+        report = shardwise.write_array(np.ones((4, 4)), z, path="a", chunks=(2, 2), shards=(4, 4))
+        assert report.notes == [
+            "consolidated metadata of group '/' not updated: the store cannot replace an object "
+            "(ZipStore); open it with consolidated=False to see every node"
+        ]
+    with zarr.storage.ZipStore(tmp_path / "t.zip", mode="r") as z:
+        assert "a" in nodes_stored(z) and "a" not in nodes_in_root(z)

@@ -52,7 +52,7 @@ def refresh(nodes: Nodes) -> list[str]:
     for group in _groups_above([*nodes.paths, *wanted]):
         if replaces:
             refresh_group(zstore, group, create=group in wanted)
-        elif _stored_doc(zstore, group, group in wanted) is not None:
+        elif _stale(zstore, group, group in wanted):
             return [
                 f"consolidated metadata of group {'/' + group!r} not updated: the store cannot "
                 f"replace an object ({type(zstore).__name__}); open it with "
@@ -88,6 +88,13 @@ def _stored_doc(zstore: Any, group: str, create: bool) -> dict[str, Any] | None:
     raw = ShardStore(zstore, group).get(META)
     doc = None if raw is None else json.loads(raw)
     return doc if isinstance(doc, dict) and _wanted(doc, create) else None
+
+
+def _stale(zstore: Any, group: str, create: bool) -> bool:
+    """Whether ``group`` should be re-consolidated: its consolidated metadata (or, with
+    ``create``, its lack of any) differs from what is stored below it."""
+    doc = _stored_doc(zstore, group, create)
+    return doc is not None and doc.get("consolidated_metadata") != _walk(zstore, group)
 
 
 def _wanted(doc: dict[str, Any], create: bool) -> bool:
