@@ -231,6 +231,43 @@ def test_region_and_append_on_a_subtree(tmp_path: Path) -> None:
     assert shardwise.verify(path).ok
 
 
+def inheriting_tree(seed: int) -> xr.DataTree:
+    """Groups without a coordinate of their own: /a and /a/b inherit ``time`` from the root."""
+    rng = np.random.default_rng(seed)
+    time = pd.date_range("2000-01-01", periods=NT, freq="D")
+    return xr.DataTree.from_dict(
+        {
+            "/": xr.Dataset(coords={"time": time}),
+            "/a": xr.Dataset({"u": (("time", "x"), rng.random((NT, NX)).astype("float32"))}),
+            "/a/b": xr.Dataset({"w": ("time", rng.integers(0, 99, NT).astype("int16"))}),
+        }
+    )
+
+
+def test_region_auto_finds_inherited_coordinates_where_they_are_stored(tmp_path: Path) -> None:
+    """region="auto" of a tree whose groups inherit ``time`` from the root: each group's rows
+    are found in the root's stored coordinate (rows 5..10 here), not taken from row 0, as an
+    explicit region and a Dataset's "auto" find them."""
+    path = tmp_path / "t.zarr"
+    tree = inheriting_tree(0)
+    shardwise.to_zarr(tree, path, shards={"time": SHARD_T})
+    new = inheriting_tree(1).isel(time=slice(5, 11))
+    shardwise.to_zarr(new, path, region="auto", mode="r+")
+    want = {n: tree[n].values.copy() for n in ("a/u", "a/b/w")}
+    for name, values in want.items():
+        values[5:11] = new[name].values
+    for back in (
+        xr.open_datatree(path, engine="zarr").load(),  # from the root, consolidated
+        open_tree(path, "zarr"),
+        open_tree(path, "shardwise"),
+    ):
+        for name, values in want.items():
+            np.testing.assert_array_equal(back[name].values, values, err_msg=name)
+        np.testing.assert_array_equal(back["time"].values, tree["time"].values)
+    np.testing.assert_array_equal(xr.open_zarr(path, group="a/b")["w"].values, want["a/b/w"])
+    assert shardwise.verify(path).ok
+
+
 REFUSED: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("unknown group in encoding", {"encoding": {"/nope": {}}}, InvalidValueError, "'/nope'"),
     ("unknown variable", {"encoding": {"/a": {"q": {}}}}, InvalidValueError, r"\['q'\]"),

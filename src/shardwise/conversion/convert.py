@@ -28,6 +28,7 @@ from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError, CorruptShardError
+from ..storage.consolidated import Nodes, refresh
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from .copy import copy_array
@@ -232,8 +233,10 @@ def convert(
             zdst, dst_path, [("", root), *groups], replace=exists and mode == "w" and not resume
         )
     written = [p for p in plans if _convert_or_report(p, zsrc, zdst, how, report, verify)]
-    if isinstance(root, zarr.Group) and _consolidated(root):
-        _consolidate(zdst, dst_path)
+    # the consolidated groups above the copy (and the copy's own group, consolidated as the
+    # source was) re-consolidated once, after every array (their writes leave it to this)
+    as_source = (dst_path,) if isinstance(root, zarr.Group) and _consolidated(root) else ()
+    refresh(Nodes(zdst, (dst_path,), consolidate=as_source))
     if verify:
         from .verify import verify_conversion
 
@@ -323,17 +326,6 @@ def _write_groups(zdst: Any, dst_path: str, groups: list[tuple[str, Any]], repla
             zarr_format=3,
             attributes=dict(g.attrs),
         ).attrs.update(dict(g.attrs))
-
-
-def _consolidate(zdst: Any, dst_path: str) -> None:
-    """Consolidated metadata for the destination group, as the source had."""
-    import warnings
-
-    import zarr
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-        zarr.consolidate_metadata(zdst, path=dst_path or None, zarr_format=3)
 
 
 def _refuse_held_leases(zdst: Any, plans: Sequence[ArrayPlan], resume: bool) -> None:

@@ -232,7 +232,8 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
         create=lambda: create_metadata(zdst, dpath, plan.create, probe),
         resume=how.resume,
     )
-    with Pipeline([write], lease=how.lease, break_lease=how.break_lease) as pipe:
+    # convert re-consolidates once, after every array (convert.py)
+    with Pipeline([write], lease=how.lease, break_lease=how.break_lease, nodes=()) as pipe:
         pipe.start()
         report: WriteReport = pipe.run(
             pipe.parts(), compute=True, progress=how.progress, desc=f"copy {plan.dst_path or '/'}"

@@ -44,6 +44,7 @@ from ..errors import (
     LeaseHeldError,
     VerifyError,
 )
+from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
 from .batch_plan import BatchPlan, check_coverage, check_parts, nearest_aligned, split_parts
 from .batch_status import FINALIZED, _open, open_batch, parts_done, read_finalized
@@ -187,6 +188,7 @@ def init(
             keep = {LEASE} if held is not None else set()
             clear_array(sstore, keep, journal_only=mode == "w-")
             zarr.create_array(sstore.store, name=path or None, overwrite=False, **kwargs)
+            refresh(Nodes(sstore.store, (path or "",)))  # seen from a consolidated group above
         elif existing is None:
             # stale part records of an earlier batch would count as done
             for name in sstore.list(PARTS):

@@ -35,6 +35,7 @@ from ..engine.report import WriteReport, sum_reports
 from ..engine.write import WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError
 from ..runtime import pool as _pool
+from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
 from .journal import Journal
 from .lease import LEASE, SHARED
@@ -119,12 +120,15 @@ class Pipeline:
         lease: bool,
         break_lease: bool = False,
         part: PartLease | None = None,
+        nodes: Sequence[Nodes] | None = None,
     ) -> None:
         self.writes = list(writes)
         self.lease = lease
         self.break_lease = break_lease
         self.part = part  # a batch part's lease, taken instead of the array's
         self.sessions: list[WriteSession] = []
+        # what the finish re-consolidates above (default: the arrays created; () for none)
+        self.nodes = list(_array_nodes(self.writes) if nodes is None else nodes)
 
     def __enter__(self) -> Pipeline:
         try:
@@ -206,6 +210,7 @@ class Pipeline:
             [(w.strategy, s) for w, s in zip(self.writes, self.sessions, strict=True)],
             then,
             before,
+            self.nodes,
         )
         if not compute:
             from dask.delayed import Delayed, delayed
@@ -228,23 +233,41 @@ class Pipeline:
 @dataclass(frozen=True)
 class _Finish:
     """The end of a write that ran: tidy, ``then`` (e.g. metadata written after the data),
-    markers done, leases released; the report gets ``before`` added and the shards skipped."""
+    the consolidated groups above ``nodes`` re-consolidated (the one place every front end's
+    write does it: :mod:`shardwise.storage.consolidated`), markers done, leases released; the
+    report gets ``before`` added and the shards skipped."""
 
     sessions: list[tuple[Kind, WriteSession]]
     then: Callable[[], None] | None = None
     before: WriteReport | None = None
+    nodes: list[Nodes] = field(default_factory=list)
 
     def __call__(self, report: WriteReport) -> WriteReport:
         for kind, s in self.sessions:
             s.tidy(staged=kind == "staged", multipart=kind != "direct")
         if self.then is not None:
             self.then()
+        for n in self.nodes:
+            report.notes += refresh(n)
         for _, s in self.sessions:
             s.finish(report)
         if self.before is not None:
             report = self.before + report
         report.shards_skipped = sum(s.skipped for _, s in self.sessions)
         return report
+
+
+def _array_nodes(writes: Sequence[ArrayWrite]) -> list[Nodes]:
+    """The arrays ``writes`` create (or replace) as the nodes of their stores (one
+    :class:`Nodes` per store); writes into existing arrays change no node."""
+    out: dict[int, Nodes] = {}
+    for w in writes:
+        if w.create is None:
+            continue
+        zstore = w.store.store
+        had = out.get(id(zstore), Nodes(zstore))
+        out[id(zstore)] = Nodes(zstore, (*had.paths, w.store.path), had.consolidate)
+    return list(out.values())
 
 
 def _still_absent(store: ShardStore) -> None:

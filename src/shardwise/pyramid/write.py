@@ -23,6 +23,7 @@ from ..durability.lease import store_lease
 from ..durability.pipeline import ArrayWrite, Pipeline
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
+from ..storage.consolidated import Nodes
 from ..storage.store import ShardStore, resolve_store
 from . import geozarr, images, options
 from .levels import tree_part
@@ -258,7 +259,10 @@ def write_pyramid(
     settings = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
     writes = [_write(zstore, lv, target, mode, resume, fsync, compute, settings) for lv in plan]
     group = ShardStore(zstore, target.prefix, fsync=fsync)
-    with Pipeline(writes, lease=leased, break_lease=break_lease) as pipe:
+    # the pyramid's group consolidated (xr.open_datatree reads it without a warning), and the
+    # consolidated groups above it
+    nodes = [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
+    with Pipeline(writes, lease=leased, break_lease=break_lease, nodes=nodes) as pipe:
         if mode == "w":
             clear_group(group, [lv.path for lv in plan], resume=resume, break_lease=break_lease)
         pipe.start()

@@ -85,6 +85,8 @@ def check_tree(
         node_region = _node_region(region, ds)
         if region is not None and node_region is None:
             continue  # no variable of this group lies in the region: the group stays as stored
+        if i:
+            node_region = _inherited_region(node_region, tree[path], ds, base, group, tree)
         node_append = append_dim if append_dim in ds.dims else None
         stored = _stored_dims(base, where) if mode in ("a", "a-", "r+") else None
         if node_append is not None:
@@ -204,6 +206,68 @@ def _node_region(region: Any, ds: Any) -> Any:
         return region
     mine = {d: s for d, s in region.items() if d in ds.dims}
     return mine or None
+
+
+def _inherited_region(
+    region: Any, node: Any, ds: Any, base: Any, group: str | None, tree: Any
+) -> Any:
+    """``"auto"`` for the dimensions whose coordinate a group inherits: xarray resolves
+    ``"auto"`` against the group's own stored coordinate and takes a dimension it does not find
+    there as unindexed (rows from 0); here the inherited values are looked up in the coordinate
+    stored with the group that defines it, as xarray looks up a group's own."""
+    if region is None:
+        return None
+    wanted = dict.fromkeys(ds.dims, "auto") if region == "auto" else dict(region)
+    for dim, where in wanted.items():
+        if where != "auto" or dim in ds.variables:
+            continue
+        owner = next((p for p in _parents(node, tree) if dim in _own(p)), None)
+        if owner is not None:
+            at = _join(group, "" if owner is tree else owner.relative_to(tree))
+            wanted[dim] = _lookup(base, at, dim, node.to_dataset(inherit=True)[dim].values)
+    return wanted
+
+
+def _parents(node: Any, tree: Any) -> list[Any]:
+    """The nodes above ``node`` up to the tree written (closest first), not those above it."""
+    out = []
+    for p in node.parents:
+        out.append(p)
+        if p is tree:
+            break
+    return out
+
+
+def _own(node: Any) -> Any:
+    """The variables a node defines itself (not those it inherits)."""
+    return node.to_dataset(inherit=False).variables
+
+
+def _lookup(base: Any, group: str, dim: str, values: Any) -> slice:
+    """Where ``values`` lie in the coordinate ``dim`` stored in ``group``: one contiguous run of
+    its rows (xarray's rule and wording for ``region="auto"``)."""
+    import numpy as np
+    import pandas as pd
+    import xarray as xr
+
+    with xr.open_zarr(base, group=group or None, consolidated=False, chunks=None) as stored:
+        index = pd.Index(stored[dim].values)
+    idxs = index.get_indexer(values)
+    if not len(idxs):
+        return slice(0, 0)
+    if (idxs == -1).any():
+        raise InvalidValueError(
+            f"region='auto': not all values of coordinate {dim!r} (inherited from group "
+            f"{'/' + group!r}) in the new array were found in the original store. Writing to "
+            "a zarr region slice requires that no dimensions or metadata are changed by the write."
+        )
+    if (np.diff(idxs) != 1).any():
+        raise InvalidValueError(
+            f"region='auto': the auto-detected region of coordinate {dim!r} (inherited from "
+            f"group {'/' + group!r}) had non-contiguous indices. Writing to a zarr region slice "
+            "requires that the new data constitute a contiguous subset of the original store."
+        )
+    return slice(int(idxs[0]), int(idxs[-1]) + 1)
 
 
 def _join(group: str | None, path: str) -> str:

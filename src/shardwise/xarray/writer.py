@@ -29,6 +29,7 @@ from ..durability.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..errors import InvalidValueError
+from ..storage.consolidated import Nodes
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..target import refuse_unknown_chunks
@@ -271,10 +272,9 @@ def to_zarr(
         # 3. leases (a refusal removes those taken)
         opts = WriteSettings(write_empty_chunks=empty_chunks(write_empty_chunks), threads=threads)
         arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
+        nodes = [_changed_nodes(xw)]  # re-consolidated above, at the finish
         with Pipeline(
-            list(arrays.values()),
-            lease=leased,
-            break_lease=break_lease,
+            list(arrays.values()), lease=leased, break_lease=break_lease, nodes=nodes
         ) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
@@ -404,6 +404,14 @@ def _check(
     shared = region is not None or append_dim is not None
     jobs = _jobs(writes, strategy, memory_limit, shared=shared)
     return _XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
+
+
+def _changed_nodes(xw: _XarrayWrite) -> Nodes:
+    """The nodes whose metadata this call writes or deletes (groups and arrays, appends'
+    grown arrays among them): the consolidated groups above them are re-consolidated."""
+    dirs, deleted, written = xw.overlay.changes
+    paths = {d.strip("/") for d in dirs} | {k.rpartition("/")[0] for k in deleted + written}
+    return Nodes(xw.zstore, tuple(sorted(paths)))
 
 
 def _kept_keys(
