@@ -76,7 +76,7 @@ def run_case(
             pk.write(scenario, store, pk.Fault("none"), resume=True)
         else:
             pk.write(scenario, store, pk.Fault("none"))
-    got = pk.seen_from_root(kind, where, endpoint)
+    got = pk.seen_from_root(kind, where, endpoint, scenario)
     for path, want in pk.expected(scenario).items():
         assert path in got, f"{scenario} {fault}: {path} not seen from the root ({sorted(got)})"
         np.testing.assert_array_equal(got[path], want, err_msg=f"{scenario} {fault}: {path}")

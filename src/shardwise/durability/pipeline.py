@@ -259,10 +259,11 @@ class _Finish:
 
 def _array_nodes(writes: Sequence[ArrayWrite]) -> list[Nodes]:
     """The arrays ``writes`` create (or replace) as the nodes of their stores (one
-    :class:`Nodes` per store); writes into existing arrays change no node."""
+    :class:`Nodes` per store); writes into existing arrays change no node, but a resumed one
+    may finish a create that was interrupted before its refresh."""
     out: dict[int, Nodes] = {}
     for w in writes:
-        if w.create is None:
+        if w.create is None and not w.resume:
             continue
         zstore = w.store.store
         had = out.get(id(zstore), Nodes(zstore))
