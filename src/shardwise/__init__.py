@@ -30,11 +30,11 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from . import batch
     from .api import open_array, plan_write, write_array
     from .conversion.convert import convert
     from .conversion.report import ArrayReport, ConvertReport
     from .core.job import WritePlan
-    from .durability import batch
     from .durability.verify import VerifyReport, verify
     from .engine.load import read_array
     from .engine.report import WriteReport
@@ -103,7 +103,7 @@ _LAZY = {
     "write_pyramid": ".pyramid.write",
 }
 # public names that are modules themselves (``shardwise.batch.run(...)``)
-_MODULES = {"batch": ".durability.batch"}
+_MODULES = {"batch": ".batch"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,6 @@
 """The public verbs for arrays: write_array, plan_write and open_array (write_array is a
-sequence of named steps; its checks and planning are in target.py, a new array's metadata in
-create.py)."""
+sequence of named steps; its checks and planning are in write/target.py, a new array's metadata in
+write/create.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .create import create_in_memory as create_in_memory
 from .engine.read import ShardReader, open_reader
 from .errors import InvalidTypeError, InvalidValueError
 from .storage.store import describe
+from .write.create import create_in_memory as create_in_memory
 
 if TYPE_CHECKING:
     from .core.job import Strategy, WritePlan
@@ -181,8 +181,8 @@ def write_array(
     # deferred: the writers, journal and leases (about 60 ms at import) are needed by
     # writes only, not by open_array
     from .durability.lease import store_lease
-    from .durability.pipeline import Pipeline
-    from .target import prepare_write
+    from .write.pipeline import Pipeline
+    from .write.target import prepare_write
 
     # 1-4: every check and the validated job, before the store is written (dry_run stops here)
     prepared = prepare_write(

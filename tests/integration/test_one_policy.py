@@ -1,4 +1,4 @@
-"""One write policy (durability/intent.py): the same source, target, mode, region and resume
+"""One write policy (write/intent.py): the same source, target, mode, region and resume
 through every front end give the same strategy, the same lease kind, the same refusal (class and
 message) and the same stored bytes.
 
@@ -248,9 +248,9 @@ def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
     """An array created by another writer between a write's check and its create: the one
     create (write_array's, a pyramid level's, convert's) raises ArrayExistsError and leaves the
     other writer's array as it was (the pyramid raised zarr's ContainsArrayError)."""
-    from shardwise.create import create_in_memory
-    from shardwise.durability.intent import create_metadata
     from shardwise.pyramid.target import create_level
+    from shardwise.write.create import create_in_memory
+    from shardwise.write.intent import create_metadata
 
     kwargs = dict(shape=SHAPE, dtype="float32", chunks=CHUNKS, shards=SHARDS)
     probe = create_in_memory(kwargs)

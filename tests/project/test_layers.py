@@ -20,21 +20,19 @@ FLOORS: list[tuple[str, ...]] = [
     ("storage",),
     ("engine",),
     ("durability",),
+    ("write",),  # the one policy, the pipeline and its sessions, write_array's steps, creates
     ("api",),
     ("pyramid",),  # below conversion: convert(pyramid=...) writes through write_pyramid
     ("conversion", "xarray", "batch"),
     ("cli",),
     ("shardwise",),  # the package's __init__: the public names
 ]
-# durability/batch.py is the public shardwise.batch, whose write_part runs write_array's checks
-# (target.py): a front end over the api, kept beside the journal and leases it finalizes
-# write_array's checks and planning (target.py) and a new array's metadata (create.py) are the
-# api's own modules, beside it at the top level
-ROOM_OF_MODULE = {
-    "shardwise.durability.batch": "batch",
-    "shardwise.target": "api",
-    "shardwise.create": "api",
-}
+
+
+def room(module: str) -> str:
+    """A module's room: the package it is in (the top-level modules are rooms of their own)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def modules(package: Path) -> dict[str, Path]:
@@ -74,13 +72,6 @@ def imports(package: Path) -> dict[str, set[str]]:
         )
         graph[name] = found - {name}
     return graph
-
-
-def room(module: str) -> str:
-    if module in ROOM_OF_MODULE:
-        return ROOM_OF_MODULE[module]
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def floor(name: str) -> int:

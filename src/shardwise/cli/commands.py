@@ -201,7 +201,7 @@ def cmd_batch(a: argparse.Namespace) -> int:
     if a.batch_cmd == "part":
         return _batch_part(a)
     if a.batch_cmd == "finalize":
-        from ..durability import batch
+        from .. import batch
 
         try:
             checked = batch.finalize(
@@ -216,7 +216,7 @@ def cmd_batch(a: argparse.Namespace) -> int:
 
 
 def _batch_init(a: argparse.Namespace) -> int:
-    from ..durability import batch
+    from .. import batch
 
     if a.source:
         _, arr = open_source(a.source, a.source_path, a.storage_options)
@@ -268,7 +268,7 @@ def _part_from_env(index_base: int) -> int:
 
 
 def _batch_part(a: argparse.Namespace) -> int:
-    from ..durability import batch
+    from .. import batch
 
     part = _part_from_env(a.index_base) if a.part is None else a.part
     data, _ = open_source(a.source, a.source_path, a.storage_options)
@@ -290,7 +290,7 @@ def _batch_part(a: argparse.Namespace) -> int:
 
 
 def _batch_status(a: argparse.Namespace) -> int:
-    from ..durability import batch
+    from .. import batch
     from ..durability.journal import BATCH
     from ..storage.store import ShardStore, resolve_store
 
@@ -322,7 +322,7 @@ def cmd_lease(a: argparse.Namespace) -> int:
     nparts = a.nparts
     if a.part is not None and not nparts:
         # a part's lease is named by its batch's part count: read it from the batch record
-        from ..durability.batch import BatchPlan
+        from ..batch import BatchPlan
         from ..durability.journal import BATCH
 
         raw = sstore.get(BATCH)

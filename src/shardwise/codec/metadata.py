@@ -154,7 +154,7 @@ def info_from_metadata(meta: Any) -> ArrayInfo:
 
 
 def _plain_info(meta: Any, codecs: tuple[Any, ...]) -> ArrayInfo:
-    """A 0-d array stored as one plain chunk (no sharding codec, as :mod:`shardwise.create`
+    """A 0-d array stored as one plain chunk (no sharding codec, as :mod:`shardwise.write.create`
     makes them): a shard of one chunk whose object is the chunk itself (``ShardCodec.plain``)."""
     inner = chunk_codec_from_zarr(codecs, (), meta.data_type, meta.fill_value)
     enc = meta.chunk_key_encoding

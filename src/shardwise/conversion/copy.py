@@ -1,7 +1,7 @@
 """The copy path of :func:`shardwise.convert`: one task per target shard streams the source's
 encoded inner chunks (chunk objects, or ranges of source shards after their index), a window at
 a time, and the new index into the shard object through ``stream.commit_shard``. It runs as a
-``copy`` write of the write pipeline (:mod:`shardwise.durability.pipeline`: lease, marker, per-shard
+``copy`` write of the write pipeline (:mod:`shardwise.write.pipeline`: lease, marker, per-shard
 records, running tasks stopped on failure), so a rerun with ``resume=True`` skips the shards
 already committed.
 """
@@ -206,14 +206,14 @@ class ShardCopier:
 def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
     """The copy path: a ``copy`` write through the write pipeline (lease, marker, records,
     running tasks stopped on failure: resumable). What is at the destination and what the write
-    does about it is the write policy's (durability/intent.py), as for write_array."""
+    does about it is the write policy's (write/intent.py), as for write_array."""
     import zarr
 
     from ..core.layout import normalize_region
     from ..core.plan import ShardPlan
-    from ..durability.intent import Mode, array_write, create_metadata, resolve
-    from ..durability.pipeline import Pipeline
     from ..storage.nodes import open_info
+    from ..write.intent import Mode, array_write, create_metadata, resolve
+    from ..write.pipeline import Pipeline
 
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
     info = open_info(probe.store)

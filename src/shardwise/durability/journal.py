@@ -13,7 +13,7 @@ that are not metadata or chunk keys):
     finished. An open marker is an interrupted write; ``resume=True`` adopts its id and skips
     the shards whose record carries that id and still matches the object.
 ``.shardwise/lease``, ``.shardwise/leases/`` and ``.shardwise/batch.json``
-    see :mod:`shardwise.durability.lease` and :mod:`shardwise.durability.batch`.
+    see :mod:`shardwise.durability.lease` and :mod:`shardwise.batch.run`.
 ``.shardwise/locks/<shard key>``
     local files: the lock files of shards committed conditionally
     (:mod:`shardwise.storage.conditional`).

@@ -278,7 +278,7 @@ def geo_plan(
 def plan_small(path: str, x: Extra, create: Mapping[str, Any]) -> Small:
     """A small variable's array (default chunks and shards: one shard but for the largest),
     built and checked in memory, and its validated job (written whole, from numpy)."""
-    from ..create import create_in_memory
+    from ..write.create import create_in_memory
 
     values = x.values
     if values.dtype == object:

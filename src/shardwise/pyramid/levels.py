@@ -28,10 +28,10 @@ import numpy as np
 
 from ..core.layout import Layout
 from ..core.pyramid import Level, aligned_chunks, child_shards, reduced_chunks
-from ..durability.pipeline import ArrayWrite
-from ..durability.session import WriteSession
 from ..engine.report import WriteReport
 from ..engine.write import ShardWriter, as_dask
+from ..write.pipeline import ArrayWrite
+from ..write.session import WriteSession
 from .reduce import reduce_block
 
 __all__ = ["TreeLink", "level_arrays", "tree_part"]

@@ -17,10 +17,10 @@ from ..core.layout import Layout
 from ..core.plan import ShardPlan
 from ..core.pyramid import Level, auto_levels, level_layout, nests, pyramid_levels
 from ..core.sizing import default_layout
-from ..durability.intent import job_for
 from ..engine.write import as_dask
 from ..errors import PlanError
 from ..storage.nodes import open_info
+from ..write.intent import job_for
 from . import options
 from .levels import TreeLink, level_arrays
 
@@ -56,7 +56,7 @@ def plan_image(
     and validated job. Level ``k`` is at ``k``; a GeoZarr variable's at ``k/var``; an OME image
     of a Dataset's several variables at ``group/k``."""
     from ..api import create_in_memory
-    from ..target import refuse_unknown_chunks
+    from ..write.target import refuse_unknown_chunks
 
     create = {**create, "dimension_names": img.axes}
 

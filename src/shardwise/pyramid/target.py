@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..durability.intent import Intent, Mode, create_metadata, decide, resolve
 from ..durability.lease import blocking_leases, refuse_foreign
 from ..errors import ArrayExistsError, PlanError
 from ..storage.nodes import array_exists, node_exists
 from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, describe, join
+from ..write.intent import Intent, Mode, create_metadata, decide, resolve
 
 __all__ = ["Target", "check_target", "clear_group", "create_level"]
 
@@ -24,7 +24,7 @@ __all__ = ["Target", "check_target", "clear_group", "create_level"]
 @dataclass(frozen=True)
 class Target:
     """The pyramid's group path and what each level's write does about what is there (the
-    policy's :class:`~shardwise.durability.intent.Intent`: a level a resumed call keeps is
+    policy's :class:`~shardwise.write.intent.Intent`: a level a resumed call keeps is
     neither cleared nor created again)."""
 
     prefix: str
@@ -45,7 +45,7 @@ def check_target(
     """What is at ``path`` for ``levels`` (name, the array built in memory): mode "w-" refuses
     anything there, but with ``resume`` levels of this call's metadata (kept, to resume);
     mode "w" replaces everything, but with ``resume`` keeps such levels. Each level is
-    resolved by the write policy (durability/intent.py), as write_array resolves its array."""
+    resolved by the write policy (write/intent.py), as write_array resolves its array."""
     prefix = (path or "").strip("/")
     here = describe(zstore, prefix, "path")
     if _is_array(zstore, prefix, mode):

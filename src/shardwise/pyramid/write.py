@@ -18,13 +18,13 @@ import numpy as np
 
 from ..core import args
 from ..core.job import STRATEGIES, Strategy
-from ..durability.intent import array_write
 from ..durability.lease import store_lease
-from ..durability.pipeline import ArrayWrite, Pipeline
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..storage.consolidated import Nodes
 from ..storage.store import ShardStore, resolve_store
+from ..write.intent import array_write
+from ..write.pipeline import ArrayWrite, Pipeline
 from . import geozarr, images, options
 from .levels import tree_part
 from .plan import LevelPlan, plan_image

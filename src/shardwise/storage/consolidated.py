@@ -11,7 +11,7 @@ read of the group's generation, and a commit lost to another writer walks again,
 adding different nodes at once all stay visible. Groups without consolidated metadata are left
 without it, but those a write asks for (a pyramid's group).
 
-The write pipeline's finish (:mod:`shardwise.durability.pipeline`) calls :func:`refresh` with
+The write pipeline's finish (:mod:`shardwise.write.pipeline`) calls :func:`refresh` with
 the nodes of its write (:class:`Nodes`), so every front end re-consolidates the same way.
 """
 

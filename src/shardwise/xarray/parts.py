@@ -1,5 +1,5 @@
 """The data writes of a checked ``to_zarr`` call as pipeline work: each sharded variable's job and
-:class:`~shardwise.durability.pipeline.ArrayWrite`, the leases mode "w" must not delete, and the
+:class:`~shardwise.write.pipeline.ArrayWrite`, the leases mode "w" must not delete, and the
 dask parts (variables without shards through zarr-python).
 """
 
@@ -14,15 +14,15 @@ from zarr.abc.store import Store
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Layout, Region
 from ..core.plan import ShardPlan
-from ..durability.intent import array_write, job_for, metadata_by_caller
 from ..durability.journal import read_marker, read_markers
-from ..durability.pipeline import ArrayWrite, Part, Pipeline
-from ..durability.session import WriteSession
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..errors import PlanError
 from ..storage.overlay import Overlay
 from ..storage.store import ShardStore
+from ..write.intent import array_write, job_for, metadata_by_caller
+from ..write.pipeline import ArrayWrite, Part, Pipeline
+from ..write.session import WriteSession
 from .capture import _Write
 from .prepare import WriteMode
 
@@ -44,7 +44,7 @@ def _jobs(
     writes: list[_Write], strategy: Strategy, memory_limit: int | str | None, *, shared: bool
 ) -> dict[int, WritePlan]:
     """The validated job of every sharded variable write (by ``id`` of the write), by the one
-    job maker (durability/intent.py); ``shared``: region and append writes, which other
+    job maker (write/intent.py); ``shared``: region and append writes, which other
     processes may run beside this one (a staged merge of shared shards then holds the exclusive
     lease instead, as write_array's)."""
     out = {}

@@ -20,7 +20,7 @@ from ..core.job import Strategy
 from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
-from ..target import refuse_unknown_chunks
+from ..write.target import refuse_unknown_chunks
 from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import _jobs, _open_marker, _XarrayWrite
 from .prepare import (

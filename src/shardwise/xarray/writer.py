@@ -5,7 +5,7 @@ zarr store code runs first against a *dry-run overlay* of the target store (read
 read-only; writes and deletes stay in memory). Its array writer is replaced by one that records
 each variable's CF-encoded data, target array and region instead of writing them. With every
 check done (xarray's own, then shard alignment, dtypes and shapes), each sharded variable becomes
-one :class:`~shardwise.durability.pipeline.ArrayWrite` and one write pipeline runs them all as one
+one :class:`~shardwise.write.pipeline.ArrayWrite` and one write pipeline runs them all as one
 graph (one task per shard, merging shards that an append or region write covers only in part);
 the overlay's metadata changes are committed after the data.
 A refused write therefore changes nothing in the store. An append reserves its rows in the
@@ -25,14 +25,14 @@ from ..core.sizing import (
     DEFAULT_SHARD_BYTES,
 )
 from ..durability.lease import store_lease
-from ..durability.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..errors import InvalidValueError
 from ..storage.consolidated import Nodes
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
-from ..target import refuse_unknown_chunks
+from ..write.pipeline import ArrayWrite, Pipeline, compute_parts
+from ..write.target import refuse_unknown_chunks
 from .appends import Reservation, commit_metadata, reserve
 from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import (

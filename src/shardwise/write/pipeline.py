@@ -5,7 +5,7 @@ A front end (``write_array``, ``to_zarr`` per variable, ``convert`` per copied a
 parts under their part's lease) checks its arguments, then describes each array it writes as an
 :class:`ArrayWrite` (store, plan, codec, strategy, source, settings) and hands them all to one
 ``Pipeline``. The pipeline owns the lifecycle of every array's
-:class:`~shardwise.durability.session.WriteSession`::
+:class:`~shardwise.write.session.WriteSession`::
 
     with Pipeline(writes, lease=..., break_lease=...) as pipe:   # every lease, or none
         pipe.start()              # per array: clear, marker (or adopt it), metadata, done shards
@@ -31,14 +31,14 @@ from typing import Any, Literal, Protocol
 from ..codec.metadata import ArrayInfo
 from ..core.layout import Coord
 from ..core.plan import ShardPlan
+from ..durability.journal import Journal
+from ..durability.lease import LEASE, SHARED
 from ..engine.report import WriteReport, sum_reports
 from ..engine.write import WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError
 from ..runtime import pool as _pool
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
-from .journal import Journal
-from .lease import LEASE, SHARED
 from .session import PartLease, WriteSession, plan_keys
 
 Kind = Literal["direct", "staged", "copy"]
@@ -97,7 +97,7 @@ def lease_kind(session: WriteSession) -> str:
 
 def _log_write(w: ArrayWrite, session: WriteSession) -> None:
     """One debug line per array: how it is written and under which lease (what a front end
-    decided, through the one policy, durability/intent.py)."""
+    decided, through the one policy, write/intent.py)."""
     log.debug(
         "%s: %s write, %s lease, clear %s, %s",
         describe(w.store.store, w.store.path),

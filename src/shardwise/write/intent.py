@@ -1,9 +1,9 @@
 """The write policy every front end asks once: what is at the target, and what the write does
 about it.
 
-A front end (``write_array`` and batch parts through ``target.py``, ``to_zarr`` of a Dataset or
-a DataTree, ``write_pyramid``'s levels, ``convert``'s copies) decides nothing of its own about
-an array it writes:
+A front end (``write_array`` and batch parts through ``write/target.py``, ``to_zarr`` of a
+Dataset or a DataTree, ``write_pyramid``'s levels, ``convert``'s copies) decides nothing of its
+own about an array it writes:
 
 - :func:`resolve` looks at the path once per mode and resume and answers with an
   :class:`Intent`: whether an array is there, whether this write keeps its metadata (an

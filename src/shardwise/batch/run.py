@@ -37,6 +37,10 @@ import zarr
 from ..codec.metadata import default_compressors, info_from_metadata
 from ..core import args
 from ..core.layout import RegionArg
+from ..durability.holder import lease_expiry as check_expiry
+from ..durability.journal import BATCH, PARTS, clear_array, now
+from ..durability.lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
+from ..durability.verify import VerifyReport, verify_store
 from ..engine.report import WriteReport
 from ..errors import (
     ArrayExistsError,
@@ -46,14 +50,10 @@ from ..errors import (
 )
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
-from .batch_plan import BatchPlan, check_coverage, check_parts, nearest_aligned, split_parts
-from .batch_status import FINALIZED, _open, open_batch, parts_done, read_finalized
-from .holder import lease_expiry as check_expiry
-from .journal import BATCH, PARTS, clear_array, now
-from .lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
-from .pipeline import Pipeline
-from .session import PartLease
-from .verify import VerifyReport, verify_store
+from ..write.pipeline import Pipeline
+from ..write.session import PartLease
+from .plan import BatchPlan, check_coverage, check_parts, nearest_aligned, split_parts
+from .status import FINALIZED, _open, open_batch, parts_done, read_finalized
 
 # shardwise.batch: the steps, and the plan and state they share (from batch_plan, batch_status)
 __all__ = [
@@ -262,7 +262,7 @@ def write_part(
     LeaseHeldError
         The part (or the whole array) is leased by another writer.
     """
-    from ..target import prepare_write
+    from ..write.target import prepare_write
 
     args.flags(resume=resume, lease=lease, break_lease=break_lease)
     expiry = check_expiry(lease_expiry)
@@ -363,7 +363,7 @@ def finalize(
         report.notes += [str(t) for t in took + held.took_over]
         missing = sorted(set(range(plan.nparts)) - set(parts_done(sstore)))
         if missing:
-            from .verify import Problem
+            from ..durability.verify import Problem
 
             report.problems.insert(
                 0,

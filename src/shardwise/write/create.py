@@ -1,6 +1,6 @@
 """A new array's metadata: zarr.create_array's keywords completed (the default layout), built
 and checked in memory by zarr-python before any I/O (a refusal names the keyword at fault). It is
-stored by the write policy's one create (durability/intent.py: again after a transient failure,
+stored by the write policy's one create (write/intent.py: again after a transient failure,
 one error when another writer was first)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from .codec.metadata import default_compressors
-from .core.sizing import default_layout
-from .errors import InvalidTypeError, InvalidValueError, ShardwiseError
+from ..codec.metadata import default_compressors
+from ..core.sizing import default_layout
+from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
 
 
 def _create_kwargs(

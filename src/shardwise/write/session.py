@@ -1,6 +1,6 @@
 """One write from the client's side: lease, write marker, resume and clean-up around the graph.
 
-:class:`shardwise.durability.pipeline.Pipeline` drives one session per array written, for every
+:class:`shardwise.write.pipeline.Pipeline` drives one session per array written, for every
 front end (``write_array``, ``to_zarr``, ``convert``, batch parts), in this order, so that a
 writer killed at any moment leaves a state a rerun with ``resume=True`` can finish::
 
@@ -31,12 +31,7 @@ from typing import Any
 from ..codec.shard import ShardCodec
 from ..core.layout import Coord, Layout, Region
 from ..core.plan import ShardPlan
-from ..engine.staged import remove_staged
-from ..errors import ArrayExistsError, LeaseHeldError
-from ..runtime import pool as _pool
-from ..storage.s3 import abort_multipart_uploads, multipart_client
-from ..storage.store import ShardStore, describe
-from .journal import (
+from ..durability.journal import (
     BATCH,
     RECORDS,
     Journal,
@@ -49,7 +44,12 @@ from .journal import (
     region_list,
     remove_temp_files,
 )
-from .lease import LEASE, Lease, read_lease
+from ..durability.lease import LEASE, Lease, read_lease
+from ..engine.staged import remove_staged
+from ..errors import ArrayExistsError, LeaseHeldError
+from ..runtime import pool as _pool
+from ..storage.s3 import abort_multipart_uploads, multipart_client
+from ..storage.store import ShardStore, describe
 
 TAG_DIGITS = 12
 

@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from ..core import args
+from ..durability.journal import BATCH, PARTS
 from ..errors import BatchNotFoundError
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
-from .batch_plan import BatchPlan
-from .journal import BATCH, PARTS
+from .plan import BatchPlan
 
 FINALIZED = f"{JOURNAL}/batch-finalized.json"  # what finalize leaves: which batch, when
 

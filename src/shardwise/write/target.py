@@ -13,20 +13,20 @@ from typing import Any
 
 import numpy as np
 
-from .codec.metadata import ArrayInfo, default_compressors
-from .core import args
-from .core.job import STRATEGIES, Strategy, WritePlan
-from .core.layout import Region, RegionArg, normalize_region
-from .core.plan import ShardPlan
+from ..codec.metadata import ArrayInfo, default_compressors
+from ..core import args
+from ..core.job import STRATEGIES, Strategy, WritePlan
+from ..core.layout import Region, RegionArg, normalize_region
+from ..core.plan import ShardPlan
+from ..engine.write import Mode, WriteSettings
+from ..errors import InvalidValueError, PlanError
+from ..storage.conditional import versions
+from ..storage.nodes import open_info
+from ..storage.retry import retry_transient
+from ..storage.store import ShardStore, resolve_store
 from .create import _probe
-from .durability.intent import Intent, array_write, create_metadata, job_for, resolve
-from .durability.pipeline import ArrayWrite
-from .engine.write import Mode, WriteSettings
-from .errors import InvalidValueError, PlanError
-from .storage.conditional import versions
-from .storage.nodes import open_info
-from .storage.retry import retry_transient
-from .storage.store import ShardStore, resolve_store
+from .intent import Intent, array_write, create_metadata, job_for, resolve
+from .pipeline import ArrayWrite
 
 _MODES = ("w", "w-", "a", "r+")
 
@@ -38,7 +38,7 @@ def _is_auto(value: Any) -> bool:
 @dataclass(frozen=True)
 class PreparedWrite:
     """A write checked and planned, nothing stored yet: the validated job, and the pipeline's
-    write of it (run by a :class:`~shardwise.durability.pipeline.Pipeline` under the caller's
+    write of it (run by a :class:`~shardwise.write.pipeline.Pipeline` under the caller's
     lease: the array's for write_array, a part's for a batch part)."""
 
     job: WritePlan
@@ -173,7 +173,7 @@ def _check_write_keywords(
 @dataclass(frozen=True)
 class _Target:
     """The metadata of the array a write goes into, and what the write does about it (the
-    policy's :class:`~shardwise.durability.intent.Intent`); ``create`` stores the metadata when
+    policy's :class:`~shardwise.write.intent.Intent`); ``create`` stores the metadata when
     this write creates (or replaces) the array, else None."""
 
     info: ArrayInfo
@@ -190,7 +190,7 @@ def _target_metadata(
     layout: tuple[tuple[int, ...], Any, Any, Any],
     given: dict[str, Any],
 ) -> _Target:
-    """What is at the path (the policy's :func:`~shardwise.durability.intent.resolve`: mode
+    """What is at the path (the policy's :func:`~shardwise.write.intent.resolve`: mode
     "w-" refuses an array, "r+" its absence), then the stored metadata of an array written
     into, else (and when a create or replace is resumed) the new array's, built and checked in
     memory before any I/O. ``layout``: shape, dtype, chunks and shards of a new array;
