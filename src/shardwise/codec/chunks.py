@@ -331,7 +331,7 @@ class ChunkCodec:
         np.cumsum(sizes[:-1], out=out[1:, 0])
         return b"".join(frames), out
 
-    def _fill_rows(self, stack: np.ndarray, rows: np.ndarray, values: list[Any]) -> None:
+    def _fill_rows(self, stack: np.ndarray, rows: np.ndarray, values: Sequence[Any]) -> None:
         """Copy decoded chunks (bytes-like, ``raw_nbytes`` each) into ``stack[rows]``."""
         raw = self.raw_nbytes
         if raw < SMALL_CHUNK:  # many small chunks: one join beats a Python copy per chunk
