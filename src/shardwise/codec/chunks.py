@@ -240,7 +240,11 @@ class ChunkCodec:
         return out
 
     def encode_run(
-        self, stack: np.ndarray, rows: np.ndarray, frames: FrameArena | None = None
+        self,
+        stack: np.ndarray,
+        rows: np.ndarray,
+        frames: FrameArena | None = None,
+        join: bool = True,
     ) -> tuple[np.ndarray, list[Any]]:
         """Encode the stacked chunks ``rows`` (ascending) as a *run*: their encoded sizes (int64)
         and bytes-like parts whose concatenation is the encoded chunks, in order.
@@ -250,14 +254,15 @@ class ChunkCodec:
         (``np.fromiter`` over ``map(len, ...)``) and the join are loops in C: no Python runs per
         chunk, no object per chunk survives the call, and the shard's parts are one per batch (a
         hand-written loop over the frames would cost an interpreted step per 4 KiB chunk, and
-        one part per chunk makes the store join them again before its write).
+        one part per chunk makes the store join them again before its write). ``join=False``:
+        one part per chunk (python-zstandard's own buffers, for a caller that reorders them).
         """
         coll = self._multi_encode(stack, rows) if len(self.bytes_codecs) == 1 else None
         if coll is None:
             parts = self.encode_rows(stack, rows.tolist(), frames)
             return np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), parts
         sizes = np.fromiter(map(len, coll), dtype=np.int64, count=len(rows))
-        return sizes, [b"".join(coll)]
+        return sizes, [b"".join(coll)] if join else list(coll)
 
     def _multi_encode(self, stack: np.ndarray, rows: Sequence[int] | np.ndarray) -> Any:
         """python-zstandard's collection of the zstd frames of ``stack[rows]``, compressed in one

@@ -260,6 +260,7 @@ def _encode_runs(
     inner = codec.inner
     cs = codec.chunk_shape
     used = tuple(-(-n // c) for n, c in zip(block.shape, cs, strict=True))
+    mosaic = block if isinstance(block, Mosaic) else None
 
     def encode_unit(src: np.ndarray, box: Box, want: np.ndarray | None, name: str) -> Run:
         # ``box``: chunks of ``src``'s grid (the block's, or a mosaic piece's)
@@ -288,7 +289,8 @@ def _encode_runs(
         rows = np.flatnonzero(keep)
         if not rows.size:
             return sizes, []
-        sizes[rows], parts = inner.encode_run(stack, rows, frames)
+        # a mosaic's chunks go to the shard one by one, in C order: not joined per unit
+        sizes[rows], parts = inner.encode_run(stack, rows, frames, join=mosaic is None)
         return sizes, parts
 
     def wanted_of(box: Box) -> np.ndarray | None:
