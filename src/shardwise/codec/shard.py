@@ -236,8 +236,7 @@ def _split(run: Run) -> list[Any]:
     """A run as one bytes-like per chunk of its unit (None where none is stored)."""
     sizes, parts = run
     stored = sizes >= 0
-    nstored = int(np.count_nonzero(stored))
-    if len(parts) == nstored:  # one part per stored chunk
+    if len(parts) == int(np.count_nonzero(stored)):  # one part per stored chunk
         pieces = iter(parts)
     else:  # the stored chunks joined into one part
         mv = memoryview(parts[0])
@@ -331,10 +330,9 @@ def encode_shard(
 
     Inner chunks equal to the fill value bit for bit are not stored unless ``write_empty_chunks``.
     Returns None when no inner chunk is stored. The same input always gives the same bytes.
-    The chunks are encoded by :func:`encode_chunks` (into ``frames`` when given: its parts are
-    then views of that arena, valid while the caller holds it). Chunks of a block in C order
-    stay in their units' runs: the index is built from the runs' sizes with numpy and the
-    shard's parts are the runs' parts, with no Python per chunk.
+    The chunks are encoded as :func:`encode_chunks` does (into ``frames`` when given: parts are
+    then views of that arena, valid while the caller holds it), kept as their units' runs: the
+    index is built from the runs' sizes with numpy, the parts are the runs' (no Python per chunk).
     """
     # only inner chunks holding array elements are encoded; the rest of the grid stays empty
     used = tuple(-(-n // c) for n, c in zip(block.shape, codec.chunk_shape, strict=True))
