@@ -448,3 +448,25 @@ def test_a_nested_shard_of_a_single_threaded_write_stays_in_its_thread() -> None
         np.testing.assert_array_equal(decode_shard_bytes(outer, shard, KEY), data)
     finally:
         pool.after_fork()  # the tests after this one start from a fresh pool, as alone
+
+
+def test_small_zstd_chunks_reach_the_shard_one_part_per_unit() -> None:
+    """A shard of many small zstd chunks is stored from one part per unit of chunks (plus the
+    index), not one per chunk; its bytes are those of the chunks encoded one by one, in C order."""
+    inner = ChunkCodec((8, 8), np.dtype("float32"), 0, bytes_codecs=(Zstd(level=3),))
+    codec = ShardCodec((256, 256), inner)
+    block = np.random.default_rng(9).standard_normal((256, 256)).astype("float32")
+    block[:8, :16] = 0  # two chunks of the fill value: not stored
+    enc = encode_shard(codec, block, threads=1)
+    assert enc is not None
+    nunits = len(units(codec.grid, inner.raw_nbytes))
+    assert nunits < codec.nchunks // 8
+    assert len(enc.parts) == nunits + 1
+    chunks = [
+        inner.encode(block[i : i + 8, j : j + 8].copy())
+        for i in range(0, 256, 8)
+        for j in range(0, 256, 8)
+    ]
+    stored = [bytes(p) for p in chunks[2:]]
+    assert enc.chunks_stored == len(stored) and enc.chunks_empty == 2
+    assert enc.data[: -codec.index_nbytes] == b"".join(stored)

@@ -115,6 +115,41 @@ def test_reads_small_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_numpy_paths_small_run(tmp_path: Path) -> None:
+    """numpy_paths.py on small W3: every library writes and reads, each write read back equal
+    by another library, each read equal to the source; the stores are gone after the run."""
+    script = ROOT / "benchmarks" / "numpy_paths.py"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BENCH_SRC": str(tmp_path / "src")}
+    env.pop("BENCH_SIZE", None)
+    out = tmp_path / "np.jsonl"
+    common = ["--small", "--dir", str(tmp_path / "stores"), "--workloads", "W3", "--reps", "1"]
+    got = subprocess.run(
+        [sys.executable, str(script), "run", *common, "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    recs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    libs = ("sw", "sw-dask", "ts", "zr")
+    assert {r["case"] for r in recs} == {f"{lib}-{op}" for lib in libs for op in ("write", "read")}
+    for r in recs:
+        assert r["ok"] and r["size"] == "small", r
+        assert r["s_whole"] > r["s_in"] > 0 and r["cpu_in"] > 0, r
+    assert list((tmp_path / "stores").iterdir()) == []
+    table = subprocess.run(
+        [sys.executable, str(script), "report", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "| W3 | sw-write | 1 |" in table and "| W3 | zr-read | 1 |" in table
+
+
+@pytest.mark.slow
 def test_pyramid_tiny_run(tmp_path: Path) -> None:
     """pyramid.py on its tiny volume: every case writes 5 levels zarr-python reads, level 0 equal
     to the source, the source read once (on the cluster too, counted in the workers), the

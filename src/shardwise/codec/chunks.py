@@ -231,19 +231,50 @@ class ChunkCodec:
         GIL (no Python per chunk), then the remaining codecs run per chunk. Large chunks are
         compressed one call each, into ``frames`` when given (see :meth:`encode`).
         """
+        coll = self._multi_encode(stack, rows)
+        if coll is None:
+            return [self.encode(stack[i], frames) for i in rows]
+        out: list[Any] = list(coll)
+        for codec in self.bytes_codecs[1:]:
+            out = [codec.encode(p) for p in out]
+        return out
+
+    def encode_run(
+        self,
+        stack: np.ndarray,
+        rows: np.ndarray,
+        frames: FrameArena | None = None,
+        join: bool = True,
+    ) -> tuple[np.ndarray, list[Any]]:
+        """Encode the stacked chunks ``rows`` (ascending) as a *run*: their encoded sizes (int64)
+        and bytes-like parts whose concatenation is the encoded chunks, in order.
+
+        Small chunks of a zstd-only chain: one batch call, whose frames are joined into one
+        bytes object by ``bytes.join`` over python-zstandard's collection. Both the sizes
+        (``np.fromiter`` over ``map(len, ...)``) and the join are loops in C: no Python runs per
+        chunk, no object per chunk survives the call, and the shard's parts are one per batch (a
+        hand-written loop over the frames would cost an interpreted step per 4 KiB chunk, and
+        one part per chunk makes the store join them again before its write). ``join=False``:
+        one part per chunk (python-zstandard's own buffers, for a caller that reorders them).
+        """
+        coll = self._multi_encode(stack, rows) if len(self.bytes_codecs) == 1 else None
+        if coll is None:
+            parts = self.encode_rows(stack, rows.tolist(), frames)
+            return np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), parts
+        sizes = np.fromiter(map(len, coll), dtype=np.int64, count=len(rows))
+        return sizes, [b"".join(coll)] if join else list(coll)
+
+    def _multi_encode(self, stack: np.ndarray, rows: Sequence[int] | np.ndarray) -> Any:
+        """python-zstandard's collection of the zstd frames of ``stack[rows]``, compressed in one
+        GIL-free call; None when the chain or the chunk size asks for one call per chunk."""
         zstd = self._zstd_first
         if zstd is None or len(rows) < 2 or self.raw_nbytes >= SMALL_CHUNK:
-            return [self.encode(stack[i], frames) for i in rows]
+            return None
         raw = self.raw_nbytes
         segs = np.empty((len(rows), 2), dtype=np.uint64)
         segs[:, 0] = np.asarray(rows, dtype=np.uint64) * np.uint64(raw)
         segs[:, 1] = raw
-        mem = memoryview(stack.reshape(-1).view(np.uint8))
-        coll = zstd.multi_encode(mem, segs)
-        out: list[Any] = [coll[i] for i in range(len(rows))]
-        for codec in self.bytes_codecs[1:]:
-            out = [codec.encode(p) for p in out]
-        return out
+        return zstd.multi_encode(raw_view(stack), segs)
 
     def decode_rows(self, buf: Any, segs: np.ndarray, stack: np.ndarray, rows: np.ndarray) -> None:
         """Decode the chunks at ``segs`` ((offset, nbytes) pairs in ``buf``) into ``stack[rows]``.
@@ -305,7 +336,7 @@ class ChunkCodec:
         np.cumsum(sizes[:-1], out=out[1:, 0])
         return b"".join(frames), out
 
-    def _fill_rows(self, stack: np.ndarray, rows: np.ndarray, values: list[Any]) -> None:
+    def _fill_rows(self, stack: np.ndarray, rows: np.ndarray, values: Sequence[Any]) -> None:
         """Copy decoded chunks (bytes-like, ``raw_nbytes`` each) into ``stack[rows]``."""
         raw = self.raw_nbytes
         if raw < SMALL_CHUNK:  # many small chunks: one join beats a Python copy per chunk

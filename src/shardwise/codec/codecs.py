@@ -118,9 +118,10 @@ class Zstd:
         items = zstandard.BufferWithSegments(buf, segs.tobytes())
         return self._cctx().multi_compress_to_buffer(items, threads=1)
 
-    def multi_decode(self, buf: Buffer, segs: Any, size: int) -> list[Any]:
+    def multi_decode(self, buf: Buffer, segs: Any, size: int) -> Any:
         """Decompress frames at ``segs`` of ``buf``, each to exactly ``size`` bytes, in one call
-        that releases the GIL, with no Python per frame; one bytes-like per frame."""
+        that releases the GIL, with no Python per frame: python-zstandard's collection, a
+        sequence of one bytes-like per frame (``b"".join`` of it joins them in C)."""
         import numpy as np
 
         items = zstandard.BufferWithSegments(buf, segs.tobytes())
@@ -131,7 +132,7 @@ class Zstd:
             )
         except zstandard.ZstdError as e:
             raise ValueError(f"zstd: {e}") from None
-        return [coll[i] for i in range(len(segs))]
+        return coll
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": "zstd", "configuration": {"level": self.level, "checksum": self.checksum}}

@@ -195,6 +195,11 @@ def units(used: Sequence[int], raw_nbytes: int) -> list[tuple[tuple[int, int], .
     return out
 
 
+# one unit's encoded chunks: the encoded size of each chunk of the unit in C order (-1: not
+# stored), and bytes-like parts whose concatenation is the stored chunks' bytes, in that order
+Run = tuple[np.ndarray, list[Any]]
+
+
 def encode_chunks(
     codec: ShardCodec,
     block: np.ndarray | Mosaic,
@@ -215,16 +220,58 @@ def encode_chunks(
     arena the compressed chunks are kept in (:mod:`.frames`), lent by a caller that stores them.
     A :class:`~.mosaic.Mosaic` block is encoded piece by piece (no ``wanted`` then).
     """
+    used = tuple(-(-n // c) for n, c in zip(block.shape, codec.chunk_shape, strict=True))
+    runs, ids = _encode_runs(codec, block, write_empty_chunks, threads, wanted, frames)
+    return _in_order(runs, ids, math.prod(used))
+
+
+def _in_order(runs: list[Run], ids: list[np.ndarray] | None, n: int) -> list[Any]:
+    """The chunks of ``runs`` one by one, in C order of the grid of ``n`` chunks (see
+    :func:`_encode_runs`)."""
+    if ids is None:
+        return [p for run in runs for p in _split(run)]
+    out: list[Any] = [None] * n
+    for run, at in zip(runs, ids, strict=True):
+        for i, p in zip(at.tolist(), _split(run), strict=True):
+            out[i] = p
+    return out
+
+
+def _split(run: Run) -> list[Any]:
+    """A run as one bytes-like per chunk of its unit (None where none is stored)."""
+    sizes, parts = run
+    stored = sizes >= 0
+    if len(parts) == int(np.count_nonzero(stored)):  # one part per stored chunk
+        pieces = iter(parts)
+    else:  # the stored chunks joined into one part
+        mv = memoryview(parts[0])
+        ends = np.cumsum(sizes[stored]).tolist()
+        pieces = iter([mv[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)])
+    return [next(pieces) if s else None for s in stored.tolist()]
+
+
+def _encode_runs(
+    codec: ShardCodec,
+    block: np.ndarray | Mosaic,
+    write_empty_chunks: bool,
+    threads: int | None,
+    wanted: np.ndarray | None,
+    frames: FrameArena | None,
+) -> tuple[list[Run], list[np.ndarray] | None]:
+    """The runs of :func:`encode_chunks`, one per unit; for a ``Mosaic``, also the C-order
+    positions in the block's grid of each run's chunks (None: the runs are in C order)."""
     assert wanted is None or not isinstance(block, Mosaic)
     inner = codec.inner
     cs = codec.chunk_shape
     used = tuple(-(-n // c) for n, c in zip(block.shape, cs, strict=True))
+    mosaic = block if isinstance(block, Mosaic) else None
 
-    def encode_unit(src: np.ndarray, box: Box, want: np.ndarray | None, name: str) -> list[Any]:
+    def encode_unit(src: np.ndarray, box: Box, want: np.ndarray | None, name: str) -> Run:
         # ``box``: chunks of ``src``'s grid (the block's, or a mosaic piece's)
         ugrid = tuple(b - a for a, b in box)
+        sizes = np.full(math.prod(ugrid), -1, dtype=np.int64)
         if want is not None and not want.any():
-            return [None] * len(want)
+            return sizes, []
         region: tuple[Any, ...] = tuple(
             slice(a * c, min(b * c, n)) for (a, b), c, n in zip(box, cs, src.shape, strict=True)
         )
@@ -239,13 +286,16 @@ def encode_chunks(
         else:
             shape = (math.prod(ugrid), *inner.stored_shape)
             stack = inner.stack(part, ugrid, out=reused_array(shape, inner.stored_dtype, name))
-        rows = range(stack.shape[0])
-        skip = [False] * len(rows) if write_empty_chunks else inner.fill_mask(stack).tolist()
+        # which chunks to store, as numpy masks over the unit: no Python per chunk
+        keep = np.ones(len(sizes), dtype=bool) if write_empty_chunks else ~inner.fill_mask(stack)
         if want is not None:
-            skip = [s or not w for s, w in zip(skip, want.tolist(), strict=True)]
-        keep = [i for i in rows if not skip[i]]
-        done = iter(inner.encode_rows(stack, keep, frames) if keep else [])
-        return [None if e else next(done) for e in skip]
+            keep &= want
+        rows = np.flatnonzero(keep)
+        if not rows.size:
+            return sizes, []
+        # a mosaic's chunks go to the shard one by one, in C order: not joined per unit
+        sizes[rows], parts = inner.encode_run(stack, rows, frames, join=mosaic is None)
+        return sizes, parts
 
     def wanted_of(box: Box) -> np.ndarray | None:
         if wanted is None:
@@ -253,7 +303,7 @@ def encode_chunks(
         first = int(np.ravel_multi_index(tuple(a for a, _ in box), used)) if box else 0
         return wanted[first : first + math.prod(b - a for a, b in box)]
 
-    def run(batch: Sequence[Any]) -> list[list[Any]]:
+    def run(batch: Sequence[Any]) -> list[Run]:
         # a nested shard codec encodes its chunks with encode_shard again, inline in this
         # thread: each level stacks into its own reused buffer
         depth = getattr(_local, "encode_depth", 0)
@@ -269,14 +319,8 @@ def encode_chunks(
     if isinstance(block, Mosaic):
         # each piece's chunks are gathered from the piece; results go to their C-order places
         work = block.work(cs, lambda grid: units(grid, inner.raw_nbytes))
-        out: list[Any] = [None] * math.prod(used)
-        for (_arr, _box, ids), got in zip(work, _pool.map_batches(run, work, threads), strict=True):
-            for i, p in zip(ids.tolist(), got, strict=True):
-                out[i] = p
-        return out
-    return [
-        p for unit in _pool.map_batches(run, units(used, inner.raw_nbytes), threads) for p in unit
-    ]
+        return _pool.map_batches(run, work, threads), [ids for _arr, _box, ids in work]
+    return _pool.map_batches(run, units(used, inner.raw_nbytes), threads), None
 
 
 def encode_shard(
@@ -291,32 +335,38 @@ def encode_shard(
 
     Inner chunks equal to the fill value bit for bit are not stored unless ``write_empty_chunks``.
     Returns None when no inner chunk is stored. The same input always gives the same bytes.
-    The chunks are encoded by :func:`encode_chunks` (into ``frames`` when given: its parts are
-    then views of that arena, valid while the caller holds it).
+    The chunks are encoded as :func:`encode_chunks` does (into ``frames`` when given: parts are
+    then views of that arena, valid while the caller holds it), kept as their units' runs: the
+    index is built from the runs' sizes with numpy, the parts are the runs' (no Python per chunk).
     """
     # only inner chunks holding array elements are encoded; the rest of the grid stays empty
     used = tuple(-(-n // c) for n, c in zip(block.shape, codec.chunk_shape, strict=True))
-    got = encode_chunks(
-        codec, block, write_empty_chunks=write_empty_chunks, threads=threads, frames=frames
-    )
-    keep = np.fromiter((p is not None for p in got), dtype=bool, count=len(got))
-    pieces = [p for p in got if p is not None]
-    if not pieces:
+    runs, ids = _encode_runs(codec, block, write_empty_chunks, threads, None, frames)
+    if ids is None:
+        sizes = np.concatenate([s for s, _ in runs]) if runs else np.zeros(0, np.int64)
+        pieces = [p for _, parts in runs for p in parts]
+    else:  # a mosaic's runs are in the pieces' order: to C order, chunk by chunk
+        got = _in_order(runs, ids, math.prod(used))
+        sizes = np.fromiter((-1 if p is None else len(p) for p in got), np.int64, len(got))
+        pieces = [p for p in got if p is not None]
+    done = np.flatnonzero(sizes >= 0)
+    if not done.size:
         return None
-    done = np.flatnonzero(keep)
     # positions in the grid of used chunks -> positions in the shard's full chunk grid
     flat_ids = np.ravel_multi_index(np.unravel_index(done, used), codec.grid) if used else done
     return EncodedShard(
-        parts=_assemble(codec, flat_ids, pieces),
-        chunks_stored=len(pieces),
-        chunks_empty=int(math.prod(used) - len(pieces)),
+        parts=_assemble(codec, flat_ids, sizes[done].astype(np.uint64), pieces),
+        chunks_stored=int(done.size),
+        chunks_empty=int(math.prod(used) - done.size),
         raw_nbytes=block.nbytes,
     )
 
 
-def _assemble(codec: ShardCodec, flat_ids: np.ndarray, pieces: Sequence[Any]) -> list[Any]:
-    """Shard parts from encoded chunks ``pieces`` at C-order positions ``flat_ids`` (ascending)."""
-    sizes = np.fromiter((len(p) for p in pieces), dtype=np.uint64, count=len(pieces))
+def _assemble(
+    codec: ShardCodec, flat_ids: np.ndarray, sizes: np.ndarray, pieces: Sequence[Any]
+) -> list[Any]:
+    """Shard parts from the encoded chunks at C-order positions ``flat_ids`` (ascending), of
+    ``sizes`` bytes (uint64), held in order by ``pieces`` (one or more chunks per piece)."""
     start = codec.index_nbytes if codec.index_location == "start" else 0
     offsets = np.empty_like(sizes)
     offsets[0] = start
@@ -390,8 +440,9 @@ def merge_shard(
     if not pieces:
         return None
     order = np.argsort(np.asarray(ids), kind="stable")
+    sizes = np.fromiter((len(pieces[i]) for i in order), dtype=np.uint64, count=len(order))
     return EncodedShard(
-        parts=_assemble(codec, np.asarray(ids)[order], [pieces[i] for i in order]),
+        parts=_assemble(codec, np.asarray(ids)[order], sizes, [pieces[i] for i in order]),
         chunks_stored=len(pieces),
         chunks_empty=int(len(grid_ids) - len(pieces)),
         raw_nbytes=block.nbytes,
