@@ -18,7 +18,8 @@ import pytest
 
 from shardwise.codec.chunks import SMALL_CHUNK, ChunkCodec
 from shardwise.codec.codecs import Zstd
-from shardwise.codec.shard import ShardCodec, ShardIndex, decode_into, encode_shard
+from shardwise.codec.decode import decode_into
+from shardwise.codec.shard import ShardCodec, ShardIndex, encode_shard
 from shardwise.runtime import pool
 
 KEY = "arr/c/0/0"

@@ -135,8 +135,8 @@ def test_every_public_name_resolves_and_is_listed() -> None:
 
 
 def test_the_lazy_names_are_the_objects_of_their_modules() -> None:
-    from shardwise import batch, open_dataset, read_array, verify
     import shardwise.batch as batch_module
+    from shardwise import batch, open_dataset, read_array, verify
     from shardwise.durability.verify import verify as verify_function
     from shardwise.engine.load import read_array as read_function
     from shardwise.xarray.opening import open_dataset as open_function

@@ -24,16 +24,8 @@ from ..runtime import pool as _pool
 from ..runtime.units import SMALL_CHUNK, UNIT_BYTES
 from .chunks import ChunkCodec, Endian
 
-# the index and the decoding live in their own modules; their names stay importable from here
-from .decode import (
-    Fetch,
-    box_coords,
-    decode_chunks,
-    decode_into,
-    decode_shard_bytes,
-    reused_array,
-    scatter,
-)
+# the index and the decoding live in their own modules (the decoders: .decode)
+from .decode import decode_shard_bytes, reused_array
 from .frames import FrameArena
 from .index import MISSING, IndexLocation, ShardIndex, encode_index, index_slice, parse_index
 from .mosaic import Box, Mosaic
@@ -41,13 +33,9 @@ from .mosaic import Box, Mosaic
 __all__ = [
     "MISSING",
     "EncodedShard",
-    "Fetch",
     "IndexLocation",
     "ShardCodec",
     "ShardIndex",
-    "box_coords",
-    "decode_chunks",
-    "decode_into",
     "decode_shard_bytes",
     "empty_shard",
     "encode_chunks",
@@ -57,7 +45,6 @@ __all__ = [
     "merge_shard",
     "parse_index",
     "reused_array",
-    "scatter",
     "units",
 ]
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..codec.shard import MISSING, Fetch, ShardCodec, ShardIndex, box_coords
+from ..codec.decode import Fetch, box_coords
+from ..codec.shard import MISSING, ShardCodec, ShardIndex
 from ..errors import CorruptShardError
 from ..storage import store as store_module
 from ..storage.store import LocalObject, ShardStore

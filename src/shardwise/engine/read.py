@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from ..codec.decode import Fetch, decode_chunks, decode_into
 from ..codec.metadata import ArrayInfo
-from ..codec.shard import Fetch, ShardIndex, decode_chunks, decode_into
+from ..codec.shard import ShardIndex
 from ..core import args
 from ..core.layout import Coord, Region, intersect, shift
 from ..runtime import pool as _pool
