@@ -17,24 +17,56 @@ first *reserves* its rows in the arrays' metadata, committed conditionally as sh
 After the data, xarray's other metadata is committed but the reserved arrays' (right already),
 and a group's consolidated metadata is merged: each reserved array keeps the larger of this
 call's end and the stored length. A call that fails before its data is done gives its rows back
-while it is still the last reservation (the arrays return to their old length); after a later
-reservation its rows read as the fill value, and its open write marker says so to verify.
+while it is still the last reservation (the arrays return to their old length) and removes its
+write markers (nothing is left to finish); after a later reservation its rows read as the fill
+value, and its open write marker says so to verify.
+
+Resume finishes, never repeats. Each appended array's write marker names the append (its
+dimension and axis) and its region is the reserved rows, written before any data. With
+``resume=True`` the lead array's open append markers are searched first: the first one of this
+call's shape (as many rows, the same extent in every other dimension) is finished, its rows
+written again where they were reserved (the shards it stored and recorded skipped); only when
+there is none does the call append, as without ``resume``.
+
+xarray's pass reads every array's length, and refuses arrays of one dimension that disagree
+("conflicting lengths"): between another appender's lead commit and its others, or after an
+append killed between them, they do. The pass therefore runs over :func:`steady_lengths`, a
+view in which every array of a group that has the append dimension shows the longest of them
+(the lead; the rows this call writes are moved to its reservation anyway).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from zarr.core.buffer import default_buffer_prototype
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import sync
+from zarr.storage import WrapperStore
 
 from ..core.job import Strategy
 from ..core.layout import ceildiv
-from ..storage.conditional import update_json
+from ..codec.codecs import crc32c
+from ..durability.journal import (
+    RECORDS,
+    Record,
+    marker_name,
+    now,
+    object_crc32c,
+    open_appends,
+    read_marker,
+    read_markers,
+    read_records,
+)
+from ..durability.pipeline import ArrayWrite
+from ..durability.session import plan_keys
+from ..storage.conditional import read_merge_commit, update_json
 from ..storage.store import ShardStore
 from .capture import _Write
 from .parts import _jobs, _XarrayWrite
@@ -55,21 +87,56 @@ class Reservation:
     start: int
     end: int
     conflicts: int  # reservation commits lost to other appenders
+    resumed: bool = False  # the rows of an unfinished append, finished by this call
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)  # in this call's markers
     committed: bool = field(default=False)
+    rewrites: list[ArrayWrite] = field(default_factory=list)  # the call's other arrays
 
     def note(self) -> str:
+        if self.resumed:
+            return (
+                f"append along {self.dim!r}: rows {self.start}:{self.end} of an unfinished "
+                "append finished (resume=True)"
+            )
         moved = f" (found {self.found}: others appended first)" if self.start != self.found else ""
         lost = f"; {self.conflicts} reservation commits redone" if self.conflicts else ""
         return f"append along {self.dim!r}: rows {self.start}:{self.end} reserved{moved}{lost}"
 
+    def tag(self, arrays: dict[int, ArrayWrite]) -> dict[int, ArrayWrite]:
+        """The appended arrays' writes with this append in their markers (journal.py)."""
+        axis = dict(zip(self.paths, self.axes, strict=True))
+        self.rewrites = [aw for aw in arrays.values() if aw.prefix not in axis]
+        return {
+            i: aw
+            if aw.prefix not in axis
+            else replace(aw, append={"dim": self.dim, "axis": axis[aw.prefix], "id": self.token})
+            for i, aw in arrays.items()
+        }
+
     def release(self) -> None:
         """Give the rows back if no later append reserved rows after them (the lead array still
         ends at ``end``): the other arrays first, so that a concurrent append, which reads the
-        lead, never sees the lead shrunk while another array still ends here."""
+        lead, never sees the lead shrunk while another array still ends here. Rows given back
+        leave nothing to finish: this call's markers are removed (else they stay open, and
+        verify advises the resume that finishes them)."""
         if self.committed:
             return  # the data and metadata are there: nothing to give back
-        for path, axis in reversed(list(zip(self.paths, self.axes, strict=True))):
-            _shrink(ShardStore(self.zstore, path), axis, self.end, self.start)
+        pairs = list(zip(self.paths, self.axes, strict=True))
+        if _length(ShardStore(self.zstore, self.paths[0]), self.axes[0]) == self.end:
+            # still the last reservation: the shards it stored past the old end are its alone
+            # (each dropped only while it holds this call's bytes)
+            for path, axis in pairs:
+                _drop_stored(ShardStore(self.zstore, path), axis, self.start, self.token)
+        stores = [ShardStore(self.zstore, p) for p in self.paths]
+        given = [
+            _shrink(st, a, self.end, self.start)
+            for st, a in reversed(list(zip(stores, self.axes, strict=True)))
+        ]
+        if given[-1]:  # the lead's: no later append reserved rows after these
+            for st in stores:
+                _close(st, self.token)
+            for aw in self.rewrites:
+                _close_finished(aw)
 
 
 def reserve(
@@ -77,9 +144,11 @@ def reserve(
     append_dim: Hashable | None,
     strategy: Strategy,
     memory_limit: int | str | None,
+    resume: bool = False,
 ) -> tuple[_XarrayWrite, Reservation | None]:
     """Reserve this append's rows (steps 1 and 2 above) and move its writes there (step 3).
-    Nothing happens (``None``) for writes that are not appends to existing arrays."""
+    Nothing happens (``None``) for writes that are not appends to existing arrays.
+    ``resume``: the rows of an unfinished append of this shape instead, if there is one."""
     dim = None if append_dim is None else str(append_dim)
     appended = [
         w
@@ -92,21 +161,18 @@ def reserve(
     axes = tuple(w.dims.index(dim) for w in appended)
     first = appended[0].region[axes[0]]
     n = first.stop - first.start
-    start, conflicts = update_json(
-        ShardStore(xw.zstore, appended[0].path), META, lambda doc: _grow_by(doc, axes[0], n)
-    )
-    res = Reservation(
-        xw.zstore,
-        dim,
-        tuple(w.path for w in appended),
-        axes,
-        first.start,
-        start,
-        start + n,
-        conflicts,
-    )
+    paths = tuple(w.path for w in appended)
+    lead = ShardStore(xw.zstore, appended[0].path)
+    unfinished = _unfinished(lead, appended[0], axes[0], dim, n) if resume else None
+    if unfinished is not None:  # finish its rows, with every array at least that long
+        res = Reservation(xw.zstore, dim, paths, axes, first.start, *unfinished, 0, resumed=True)
+        grow = list(zip(appended, axes, strict=True))
+    else:
+        start, conflicts = update_json(lead, META, lambda doc: _grow_by(doc, axes[0], n))
+        res = Reservation(xw.zstore, dim, paths, axes, first.start, start, start + n, conflicts)
+        grow = list(zip(appended[1:], axes[1:], strict=True))
     try:
-        for w, axis in zip(appended[1:], axes[1:], strict=True):
+        for w, axis in grow:
             update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
         # a staged write merges without a condition (it is refused where it would merge), so its
         # last shard stays clipped: strategy="staged" appends are one at a time (README)
@@ -118,6 +184,80 @@ def reserve(
         res.release()
         raise
     return replace(xw, writes=writes, jobs=jobs), res
+
+
+def _unfinished(lead: ShardStore, w: _Write, axis: int, dim: str, n: int) -> tuple[int, int] | None:
+    """The rows of the first unfinished append along ``dim`` in the lead array whose shape is
+    this call's: ``n`` rows, and the extent of ``w`` in every other dimension."""
+    want = [[s.start, s.stop] for s in w.region]
+    for m in open_appends(lead, dim):
+        rows = m.region[axis] if int((m.append or {}).get("axis", -1)) == axis else None
+        if rows is None or rows[1] - rows[0] != n or len(m.region) != len(want):
+            continue
+        if all(r == q for i, (r, q) in enumerate(zip(m.region, want, strict=True)) if i != axis):
+            return int(rows[0]), int(rows[1])
+    return None
+
+
+def _length(store: ShardStore, axis: int) -> int:
+    raw = store.get(META)
+    return -1 if raw is None else int(json.loads(raw)["shape"][axis])
+
+
+class _NotOurs(Exception):
+    pass
+
+
+def _drop_stored(store: ShardStore, axis: int, start: int, token: str) -> None:
+    """Delete the shards (and their records) that the append ``token`` stored wholly past row
+    ``start`` of the array at ``store``: a shard another writer committed since is kept."""
+    ids = {m.id for m in read_markers(store).values() if m and (m.append or {}).get("id") == token}
+    raw = store.get(META)
+    if not ids or raw is None:
+        return
+    rows = int(json.loads(raw)["chunk_grid"]["configuration"]["chunk_shape"][axis])
+    for key, rec in read_records(store).items():
+        coord = key.split("/")[1:]
+        if rec is None or rec.write not in ids or len(coord) <= axis:
+            continue
+        if int(coord[axis]) * rows < start:
+            continue  # holds rows from before the append: kept
+        store.delete(RECORDS + key)
+
+        def merge(data: bytes | None, size: int = rec.size, crc: int = rec.crc32c) -> Any:
+            if data is None or len(data) != size or crc32c(data) != crc:
+                raise _NotOurs
+            return None, None
+
+        with contextlib.suppress(_NotOurs):
+            read_merge_commit(store, key, merge)
+
+
+def _close_finished(aw: ArrayWrite) -> None:
+    """Close the open marker of an array the given-back call rewrote (not appended): when each
+    shard of it is an object its writer recorded whole (this call's, or the earlier write's it
+    never reached), nothing is half-written and the marker is done; else it stays open."""
+    m = read_marker(aw.store, aw.plan.region)
+    if m is None or m.status != "open":
+        return
+    if all(_whole(aw.store, k) for k in plan_keys(aw.plan)):
+        done = replace(m, status="done", finished=now())
+        aw.store.put(marker_name(aw.plan.region), done.to_bytes())
+
+
+def _whole(store: ShardStore, key: str) -> bool:
+    raw = store.get(RECORDS + key)
+    rec = None if raw is None else Record.from_bytes(raw)
+    if rec is None:
+        return raw is None and store.size(key) is None
+    return store.size(key) == rec.size and object_crc32c(store, key) == rec.crc32c
+
+
+def _close(store: ShardStore, token: str) -> None:
+    """Remove the open markers of the append ``token`` from the array at ``store``."""
+    for name, m in read_markers(store).items():
+        if m is not None and m.status == "open" and (m.append or {}).get("id") == token:
+            store.delete(name)
 
 
 def _grow_by(doc: dict[str, Any], axis: int, n: int) -> tuple[int, bool]:
@@ -133,14 +273,16 @@ def _at_least(axis: int, end: int, doc: dict[str, Any]) -> tuple[None, bool]:
     return None, True
 
 
-def _shrink(store: ShardStore, axis: int, end: int, start: int) -> None:
-    def change(doc: dict[str, Any]) -> tuple[None, bool]:
-        if int(doc["shape"][axis]) != end:
-            return None, False  # grown by a later append: its length stays
-        doc["shape"][axis] = start
-        return None, True
+def _shrink(store: ShardStore, axis: int, end: int, start: int) -> bool:
+    """Whether the array at ``store`` went back from ``end`` to ``start`` rows."""
 
-    update_json(store, META, change)
+    def change(doc: dict[str, Any]) -> tuple[bool, bool]:
+        if int(doc["shape"][axis]) != end:
+            return False, False  # grown by a later append: its length stays
+        doc["shape"][axis] = start
+        return True, True
+
+    return update_json(store, META, change)[0]
 
 
 def _moved(w: _Write, axis: int, res: Reservation, pad: bool) -> _Write:
@@ -200,3 +342,63 @@ def _consolidated(ours: dict[str, Any], prefix: str, res: Reservation) -> Any:
         return None, True
 
     return change
+
+
+# -- the lengths xarray's pass sees ---------------------------------------------------------------
+
+
+def steady_lengths(store: Store, append_dim: Hashable | None) -> Store:
+    """``store`` as xarray's pass of an append along ``append_dim`` should see it: every array of
+    a group that has that dimension as long along it as the longest of them (see the module).
+    Read-only; other keys and other writes unchanged."""
+    return store if append_dim is None else _SteadyLengths(store, str(append_dim))
+
+
+class _SteadyLengths(WrapperStore[Store]):
+    def __init__(self, store: Store, dim: str, lengths: dict[str, int] | None = None) -> None:
+        super().__init__(store)
+        self.dim = dim
+        # per group prefix, the longest length along dim: taken once, so that every array of
+        # the group shows the same one however the store changes during the pass
+        self.lengths = {} if lengths is None else lengths
+
+    def _with_store(self, store: Store) -> _SteadyLengths:
+        return _SteadyLengths(store, self.dim, self.lengths)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        buf = await self._store.get(key, prototype, byte_range)
+        if buf is None or byte_range is not None or key.rpartition("/")[2] != META:
+            return buf
+        doc = _appended_doc(buf.to_bytes(), self.dim)
+        if doc is None:
+            return buf
+        group = key.rpartition("/")[0].rpartition("/")[0]
+        if group not in self.lengths:
+            self.lengths[group] = await self._longest(group, prototype)
+        axis = doc["dimension_names"].index(self.dim)
+        doc["shape"][axis] = self.lengths[group]
+        return prototype.buffer.from_bytes(json.dumps(doc).encode())
+
+    async def _longest(self, group: str, prototype: BufferPrototype) -> int:
+        prefix = f"{group}/" if group else ""
+        out = 0
+        async for child in self._store.list_dir(prefix):
+            buf = await self._store.get(f"{prefix}{child.rstrip('/')}/{META}", prototype)
+            doc = None if buf is None else _appended_doc(buf.to_bytes(), self.dim)
+            if doc is not None:
+                out = max(out, int(doc["shape"][doc["dimension_names"].index(self.dim)]))
+        return out
+
+
+def _appended_doc(raw: bytes, dim: str) -> dict[str, Any] | None:
+    """The document of an array that has dimension ``dim``, else None."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("node_type") != "array":
+        return None
+    names = doc.get("dimension_names")
+    return doc if isinstance(names, list) and dim in names else None

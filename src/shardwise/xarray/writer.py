@@ -32,7 +32,7 @@ from ..errors import InvalidValueError
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..target import refuse_unknown_chunks
-from .appends import Reservation, commit_metadata, reserve
+from .appends import Reservation, commit_metadata, reserve, steady_lengths
 from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import (
     _array_writes,
@@ -260,11 +260,13 @@ def to_zarr(
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
     leased = store_lease(lease, compute, xw.zstore)  # the rule of every front end
-    xw, held = reserve(xw, append_dim, strategy, memory_limit)
+    xw, held = reserve(xw, append_dim, strategy, memory_limit, resume)
     try:
         # 3. leases (a refusal removes those taken)
         opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
         arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
+        if held is not None:  # each appended array's marker names the append (appends.py)
+            arrays = held.tag(arrays)
         with Pipeline(
             list(arrays.values()),
             lease=leased,
@@ -380,7 +382,8 @@ def _check(
     existing = set(stored or ())
     ds, user_encoding = _with_layout(ds, user_encoding, existing, shards, shard_bytes)
 
-    overlay = Overlay(base)
+    # an append's pass sees one length per dimension, whatever other appenders are doing
+    overlay = Overlay(steady_lengths(base, append_dim))
     capture = _Capture()
     _run_xarray(
         ds,
