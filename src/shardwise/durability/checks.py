@@ -202,9 +202,9 @@ def _advice(marker: WriteMarker) -> str:
     dim, axis = marker.append.get("dim"), int(marker.append.get("axis", 0))
     a, b = marker.region[axis]
     return (
-        f"it appended rows {a}:{b} along {dim!r}, which read as fill values until it is rerun "
-        f"with resume=True (to_zarr(<the same data>, append_dim={dim!r}, resume=True) writes "
-        "them there, no rows added)"
+        f"an append of rows {a}:{b} along {dim!r} (those not written read as fill values): "
+        f"rerun it with resume=True, to_zarr(<the same data>, append_dim={dim!r}, "
+        "resume=True), which writes them there and adds no rows"
     )
 
 

@@ -234,12 +234,13 @@ def read_marker(store: ShardStore, region: Region) -> WriteMarker | None:
     return None if raw is None else WriteMarker.from_bytes(raw)
 
 
-def open_appends(store: ShardStore, dim: str) -> list[WriteMarker]:
-    """The open markers of appends along ``dim`` in the array at ``store``, first rows first."""
+def appends_of(store: ShardStore, dim: str, status: str) -> list[WriteMarker]:
+    """The markers of appends along ``dim`` in the array at ``store`` with ``status``, first
+    rows first."""
     found = [
         m
         for m in read_markers(store).values()
-        if m is not None and m.status == "open" and m.append and m.append.get("dim") == dim
+        if m is not None and m.status == status and m.append and m.append.get("dim") == dim
     ]
     return sorted(found, key=lambda m: m.region[int(m.append["axis"])] if m.append else [0])
 

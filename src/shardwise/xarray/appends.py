@@ -50,19 +50,21 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
+from ..codec.codecs import crc32c
 from ..core.job import Strategy
 from ..core.layout import ceildiv
-from ..codec.codecs import crc32c
 from ..durability.journal import (
     RECORDS,
     Record,
+    WriteMarker,
+    appends_of,
     marker_name,
     now,
     object_crc32c,
-    open_appends,
     read_marker,
     read_markers,
     read_records,
+    region_list,
 )
 from ..durability.pipeline import ArrayWrite
 from ..durability.session import plan_keys
@@ -94,13 +96,25 @@ class Reservation:
 
     def note(self) -> str:
         if self.resumed:
-            return (
-                f"append along {self.dim!r}: rows {self.start}:{self.end} of an unfinished "
-                "append finished (resume=True)"
-            )
+            what = "appended before" if self.committed else "of an unfinished append finished"
+            return f"append along {self.dim!r}: rows {self.start}:{self.end} {what} (resume=True)"
         moved = f" (found {self.found}: others appended first)" if self.start != self.found else ""
         lost = f"; {self.conflicts} reservation commits redone" if self.conflicts else ""
         return f"append along {self.dim!r}: rows {self.start}:{self.end} reserved{moved}{lost}"
+
+    def record(self, writes: list[_Write]) -> None:
+        """Each appended array's marker, open, at its reserved rows (the session that writes
+        the rows takes its place)."""
+        for w, axis in zip(writes, self.axes, strict=True):
+            marker = WriteMarker(
+                id=uuid.uuid4().hex,
+                region=region_list(w.region),
+                shape=list(w.shape),
+                status="open",
+                started=now(),
+                append={"dim": self.dim, "axis": axis, "id": self.token},
+            )
+            ShardStore(self.zstore, w.path).put(marker_name(w.region), marker.to_bytes())
 
     def tag(self, arrays: dict[int, ArrayWrite]) -> dict[int, ArrayWrite]:
         """The appended arrays' writes with this append in their markers (journal.py)."""
@@ -163,21 +177,25 @@ def reserve(
     n = first.stop - first.start
     paths = tuple(w.path for w in appended)
     lead = ShardStore(xw.zstore, appended[0].path)
-    unfinished = _unfinished(lead, appended[0], axes[0], dim, n) if resume else None
+    unfinished = _unfinished(xw, appended[0], axes[0], dim, n) if resume else None
     if unfinished is not None:  # finish its rows, with every array at least that long
-        res = Reservation(xw.zstore, dim, paths, axes, first.start, *unfinished, 0, resumed=True)
+        a, b, before = unfinished
+        res = Reservation(xw.zstore, dim, paths, axes, first.start, a, b, 0, resumed=True)
+        res.committed = before  # rows written before: nothing of theirs is ever given back
         grow = list(zip(appended, axes, strict=True))
     else:
         start, conflicts = update_json(lead, META, lambda doc: _grow_by(doc, axes[0], n))
         res = Reservation(xw.zstore, dim, paths, axes, first.start, start, start + n, conflicts)
         grow = list(zip(appended[1:], axes[1:], strict=True))
     try:
-        for w, axis in grow:
-            update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
         # a staged write merges without a condition (it is refused where it would merge), so its
         # last shard stays clipped: strategy="staged" appends are one at a time (README)
         pad = strategy != "staged"
         moved = {id(w): _moved(w, axis, res, pad) for w, axis in zip(appended, axes, strict=True)}
+        if not res.resumed:  # where the rows go, before anything else (a kill now is resumable)
+            res.record([moved[id(w)] for w in appended])
+        for w, axis in grow:
+            update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
         writes = [moved.get(id(w), w) for w in xw.writes]
         jobs = _jobs(writes, strategy, memory_limit, shared=True)
     except BaseException:
@@ -186,17 +204,42 @@ def reserve(
     return replace(xw, writes=writes, jobs=jobs), res
 
 
-def _unfinished(lead: ShardStore, w: _Write, axis: int, dim: str, n: int) -> tuple[int, int] | None:
-    """The rows of the first unfinished append along ``dim`` in the lead array whose shape is
-    this call's: ``n`` rows, and the extent of ``w`` in every other dimension."""
+def _unfinished(
+    xw: _XarrayWrite, w: _Write, axis: int, dim: str, n: int
+) -> tuple[int, int, bool] | None:
+    """The rows of the first unfinished append along ``dim`` in the lead array ``w`` whose shape
+    is this call's (``n`` rows, the extent of ``w`` in every other dimension), else those of a
+    finished one whose rows of the dimension coordinate (the lead) hold exactly this call's
+    values: (start, end, finished before)."""
+    lead = ShardStore(xw.zstore, w.path)
     want = [[s.start, s.stop] for s in w.region]
-    for m in open_appends(lead, dim):
-        rows = m.region[axis] if int((m.append or {}).get("axis", -1)) == axis else None
-        if rows is None or rows[1] - rows[0] != n or len(m.region) != len(want):
-            continue
-        if all(r == q for i, (r, q) in enumerate(zip(m.region, want, strict=True)) if i != axis):
-            return int(rows[0]), int(rows[1])
+
+    def rows_of(m: WriteMarker) -> list[int] | None:
+        if int((m.append or {}).get("axis", -1)) != axis or len(m.region) != len(want):
+            return None
+        rows = m.region[axis]
+        same = all(r == q for i, (r, q) in enumerate(zip(m.region, want, strict=True)) if i != axis)
+        return rows if same and rows[1] - rows[0] == n else None
+
+    for m in appends_of(lead, dim, "open"):
+        if (rows := rows_of(m)) is not None:
+            return int(rows[0]), int(rows[1]), False
+    if w.name != dim:
+        return None
+    for m in appends_of(lead, dim, "done"):
+        if (rows := rows_of(m)) is not None and _holds(xw.zstore, w, axis, rows):
+            return int(rows[0]), int(rows[1]), True
     return None
+
+
+def _holds(zstore: Any, w: _Write, axis: int, rows: list[int]) -> bool:
+    """Whether the stored array of ``w`` holds ``w``'s values at ``rows`` along ``axis``."""
+    import numpy as np
+    import zarr
+
+    sel = tuple(slice(*rows) if i == axis else s for i, s in enumerate(w.region))
+    stored = zarr.open_array(zstore, path=w.path, mode="r")[sel]
+    return bool(np.array_equal(np.asarray(stored), np.asarray(w.source), equal_nan=False))
 
 
 def _length(store: ShardStore, axis: int) -> int:
