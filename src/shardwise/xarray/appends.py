@@ -90,13 +90,14 @@ class Reservation:
     end: int
     conflicts: int  # reservation commits lost to other appenders
     resumed: bool = False  # the rows of an unfinished append, finished by this call
+    before: bool = False  # resumed: rows a finished append wrote (nothing left to write)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)  # in this call's markers
     committed: bool = field(default=False)
     rewrites: list[ArrayWrite] = field(default_factory=list)  # the call's other arrays
 
     def note(self) -> str:
         if self.resumed:
-            what = "appended before" if self.committed else "of an unfinished append finished"
+            what = "appended before" if self.before else "of an unfinished append finished"
             return f"append along {self.dim!r}: rows {self.start}:{self.end} {what} (resume=True)"
         moved = f" (found {self.found}: others appended first)" if self.start != self.found else ""
         lost = f"; {self.conflicts} reservation commits redone" if self.conflicts else ""
@@ -177,10 +178,10 @@ def reserve(
     n = first.stop - first.start
     paths = tuple(w.path for w in appended)
     lead = ShardStore(xw.zstore, appended[0].path)
-    unfinished = _unfinished(xw, appended[0], axes[0], dim, n) if resume else None
+    unfinished = _unfinished(xw, appended, axes, dim) if resume else None
     if unfinished is not None:  # finish its rows, with every array at least that long
         a, b, before = unfinished
-        res = Reservation(xw.zstore, dim, paths, axes, first.start, a, b, 0, resumed=True)
+        res = Reservation(xw.zstore, dim, paths, axes, first.start, a, b, 0, True, before)
         res.committed = before  # rows written before: nothing of theirs is ever given back
         grow = list(zip(appended, axes, strict=True))
     else:
@@ -205,31 +206,33 @@ def reserve(
 
 
 def _unfinished(
-    xw: _XarrayWrite, w: _Write, axis: int, dim: str, n: int
+    xw: _XarrayWrite, appended: list[_Write], axes: tuple[int, ...], dim: str
 ) -> tuple[int, int, bool] | None:
-    """The rows of the first unfinished append along ``dim`` in the lead array ``w`` whose shape
-    is this call's (``n`` rows, the extent of ``w`` in every other dimension), else those of a
-    finished one whose rows of the dimension coordinate (the lead) hold exactly this call's
-    values: (start, end, finished before)."""
-    lead = ShardStore(xw.zstore, w.path)
-    want = [[s.start, s.stop] for s in w.region]
-
-    def rows_of(m: WriteMarker) -> list[int] | None:
-        if int((m.append or {}).get("axis", -1)) != axis or len(m.region) != len(want):
-            return None
-        rows = m.region[axis]
-        same = all(r == q for i, (r, q) in enumerate(zip(m.region, want, strict=True)) if i != axis)
-        return rows if same and rows[1] - rows[0] == n else None
-
-    for m in appends_of(lead, dim, "open"):
-        if (rows := rows_of(m)) is not None:
-            return int(rows[0]), int(rows[1]), False
-    if w.name != dim:
+    """The rows of the first unfinished append along ``dim`` of this call's shape (as many rows,
+    the same extent in every other dimension): an open marker in any appended array, the
+    lead's first; else those of a finished one whose rows of the dimension coordinate (the
+    lead) hold exactly this call's values. (start, end, finished before)."""
+    for w, axis in zip(appended, axes, strict=True):
+        for m in appends_of(ShardStore(xw.zstore, w.path), dim, "open"):
+            if (rows := _rows_of(m, w, axis)) is not None:
+                return rows[0], rows[1], False
+    lead, axis = appended[0], axes[0]
+    if lead.name != dim:
         return None
-    for m in appends_of(lead, dim, "done"):
-        if (rows := rows_of(m)) is not None and _holds(xw.zstore, w, axis, rows):
-            return int(rows[0]), int(rows[1]), True
+    for m in appends_of(ShardStore(xw.zstore, lead.path), dim, "done"):
+        if (rows := _rows_of(m, lead, axis)) is not None and _holds(xw.zstore, lead, axis, rows):
+            return rows[0], rows[1], True
     return None
+
+
+def _rows_of(m: WriteMarker, w: _Write, axis: int) -> tuple[int, int] | None:
+    """The rows of the append ``m`` if it has the shape of ``w``'s (appended along ``axis``)."""
+    want = [[s.start, s.stop] for s in w.region]
+    if int((m.append or {}).get("axis", -1)) != axis or len(m.region) != len(want):
+        return None
+    a, b = (int(r) for r in m.region[axis])
+    same = all(r == q for i, (r, q) in enumerate(zip(m.region, want, strict=True)) if i != axis)
+    return (a, b) if same and b - a == want[axis][1] - want[axis][0] else None
 
 
 def _holds(zstore: Any, w: _Write, axis: int, rows: list[int]) -> bool:
