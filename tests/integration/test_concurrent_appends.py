@@ -217,7 +217,7 @@ def test_concurrent_appends_without_conditional_commits_lose_rows(
     assert res["rows_lost"] >= 2 * 3, res  # each aligned trial loses at least the 3 rows of one
 
 
-# -- an append whose xarray pass runs between another's reservations --------------------------------
+# -- an append whose xarray pass runs between another's reservations ------------------------------
 
 
 def between_worker(role: str, base: str, mid: Any, passed: Any, out: Any) -> None:

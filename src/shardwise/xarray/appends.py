@@ -235,7 +235,7 @@ def _rows_of(m: WriteMarker, w: _Write, axis: int) -> tuple[int, int] | None:
     return (a, b) if same and b - a == want[axis][1] - want[axis][0] else None
 
 
-def _holds(zstore: Any, w: _Write, axis: int, rows: list[int]) -> bool:
+def _holds(zstore: Any, w: _Write, axis: int, rows: tuple[int, int]) -> bool:
     """Whether the stored array of ``w`` holds ``w``'s values at ``rows`` along ``axis``."""
     import numpy as np
     import zarr
