@@ -32,7 +32,7 @@ from ..errors import InvalidValueError
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..target import refuse_unknown_chunks
-from .appends import Reservation, commit_metadata, reserve, steady_lengths
+from .appends import Reservation, commit_metadata, reserve, tagged
 from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import (
     _array_writes,
@@ -55,6 +55,7 @@ from .prepare import (
     _with_layout,
     check_keywords,
 )
+from .steady import steady_lengths
 from .tree import check_tree, is_tree
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
@@ -264,9 +265,7 @@ def to_zarr(
     try:
         # 3. leases (a refusal removes those taken)
         opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
-        arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
-        if held is not None:  # each appended array's marker names the append (appends.py)
-            arrays = held.tag(arrays)
+        arrays = tagged(held, _array_writes(xw, opts, fsync=fsync, resume=resume))
         with Pipeline(
             list(arrays.values()),
             lease=leased,
