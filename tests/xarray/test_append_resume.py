@@ -168,3 +168,40 @@ def test_resume_with_nothing_unfinished_appends_once(tmp_path: Path) -> None:
     # other rows of the same shape: appended
     shardwise.to_zarr(rows(20, 30), root, append_dim="t", resume=True)
     assert_holds(root, 30)
+
+
+def test_resume_does_not_finish_an_append_that_is_still_running(tmp_path: Path) -> None:
+    """Append A of 40 rows is held mid-data (its source block waits); B appends 40 other rows
+    with resume=True meanwhile. A's writer is alive, so its open markers are not B's to finish:
+    B reserves its own rows, and once A goes on both land, each where it reserved."""
+    import threading
+
+    root = tmp_path / "a.zarr"
+    base(root)
+    go, errors = threading.Event(), []
+
+    def held(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
+            assert go.wait(300), "never let go"
+        return block
+
+    a = rows(START, START + N)
+    src = da.from_array(a["v"].values, chunks=(SHARD, WIDTH))
+    a["v"] = a["v"].copy(data=src.map_blocks(held, dtype=src.dtype))
+
+    def append_a() -> None:
+        try:
+            shardwise.to_zarr(a, root, append_dim="t")
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    with dask.config.set(scheduler="threads", num_workers=4):
+        thread = threading.Thread(target=append_a)
+        thread.start()
+        settle(root / "v", 9)  # A's shards but the held ones: A is mid-data
+        rep = shardwise.to_zarr(rows(START + N, START + 2 * N), root, append_dim="t", resume=True)
+        go.set()
+        thread.join(300)
+    assert errors == []
+    assert f"rows {START + N}:{START + 2 * N} reserved" in " ".join(rep.notes), rep.notes
+    assert_holds(root, START + 2 * N)

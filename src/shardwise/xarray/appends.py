@@ -41,7 +41,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -51,6 +51,7 @@ from zarr.core.sync import sync
 from ..codec.codecs import crc32c
 from ..core.job import Strategy
 from ..core.layout import ceildiv
+from ..durability.holder import LeaseInfo, gone_reason
 from ..durability.journal import (
     RECORDS,
     Record,
@@ -64,6 +65,7 @@ from ..durability.journal import (
     read_records,
     region_list,
 )
+from ..durability.lease import shared_leases
 from ..durability.pipeline import ArrayWrite
 from ..durability.session import plan_keys
 from ..storage.conditional import read_merge_commit, update_json
@@ -90,6 +92,7 @@ class Reservation:
     resumed: bool = False  # the rows of an unfinished append, finished by this call
     before: bool = False  # resumed: rows a finished append wrote (nothing left to write)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)  # in this call's markers
+    holder: dict[str, Any] = field(default_factory=lambda: asdict(LeaseInfo.new("append")))
     committed: bool = field(default=False)
     rewrites: list[ArrayWrite] = field(default_factory=list)  # the call's other arrays
 
@@ -111,9 +114,13 @@ class Reservation:
                 shape=list(w.shape),
                 status="open",
                 started=now(),
-                append={"dim": self.dim, "axis": axis, "id": self.token},
+                append=self.named(axis),
             )
             ShardStore(self.zstore, w.path).put(marker_name(w.region), marker.to_bytes())
+
+    def named(self, axis: int) -> dict[str, Any]:
+        """This append as its markers name it: dimension, axis, id and who writes it."""
+        return {"dim": self.dim, "axis": axis, "id": self.token, "holder": self.holder}
 
     def tag(self, arrays: dict[int, ArrayWrite]) -> dict[int, ArrayWrite]:
         """The appended arrays' writes with this append in their markers (journal.py)."""
@@ -122,7 +129,7 @@ class Reservation:
         return {
             i: aw
             if aw.prefix not in axis
-            else replace(aw, append={"dim": self.dim, "axis": axis[aw.prefix], "id": self.token})
+            else replace(aw, append=self.named(axis[aw.prefix]))
             for i, aw in arrays.items()
         }
 
@@ -216,8 +223,9 @@ def _unfinished(
     lead's first; else those of a finished one whose rows of the dimension coordinate (the
     lead) hold exactly this call's values. (start, end, finished before)."""
     for w, axis in zip(appended, axes, strict=True):
-        for m in appends_of(ShardStore(xw.zstore, w.path), dim, "open"):
-            if (rows := _rows_of(m, w, axis)) is not None:
+        store = ShardStore(xw.zstore, w.path)
+        for m in appends_of(store, dim, "open"):
+            if (rows := _rows_of(m, w, axis)) is not None and not _may_run(store, m):
                 return rows[0], rows[1], False
     lead, axis = appended[0], axes[0]
     if lead.name != dim:
@@ -226,6 +234,28 @@ def _unfinished(
         if (rows := _rows_of(m, lead, axis)) is not None and _holds(xw.zstore, lead, axis, rows):
             return rows[0], rows[1], True
     return None
+
+
+def _may_run(store: ShardStore, m: WriteMarker) -> bool:
+    """Whether the writer of the append ``m`` may still be running (another process appending
+    now: its rows are not this call's to finish). On its own host its process decides; from
+    another, a holder counts as gone once neither the marker (its start) nor a shared lease of
+    that process on the array was renewed within the lease expiry, as for lease takeovers."""
+    raw = (m.append or {}).get("holder")
+    try:
+        holder = LeaseInfo(**raw) if isinstance(raw, dict) else None
+    except TypeError:
+        holder = None
+    if holder is None:
+        return False  # no holder recorded: nothing to wait for
+    if gone_reason(holder) is None:
+        return True
+    same = [
+        info
+        for info in shared_leases(store).values()
+        if (info.host, info.pid, info.started) == (holder.host, holder.pid, holder.started)
+    ]
+    return any(gone_reason(info) is None for info in same)
 
 
 def _rows_of(m: WriteMarker, w: _Write, axis: int) -> tuple[int, int] | None:
