@@ -127,9 +127,7 @@ class Reservation:
         axis = dict(zip(self.paths, self.axes, strict=True))
         self.rewrites = [aw for aw in arrays.values() if aw.prefix not in axis]
         return {
-            i: aw
-            if aw.prefix not in axis
-            else replace(aw, append=self.named(axis[aw.prefix]))
+            i: aw if aw.prefix not in axis else replace(aw, append=self.named(axis[aw.prefix]))
             for i, aw in arrays.items()
         }
 
