@@ -220,7 +220,9 @@ def test_concurrent_appends_without_conditional_commits_lose_rows(
 # -- an append whose xarray pass runs between another's reservations ------------------------------
 
 
-def between_worker(role: str, base: str, mid: Any, passed: Any, out: Any) -> None:
+def between_worker(
+    role: str, kind: str, base: str, endpoint: str, mid: Any, passed: Any, out: Any
+) -> None:
     """Writer "a" appends and stops after its lead array's commit, before the next array's,
     until writer "b" (started then) has run xarray's pass and reached its own first commit; it
     reports the stored lengths it left b to read. Both report their reserved rows or error."""
@@ -229,13 +231,14 @@ def between_worker(role: str, base: str, mid: Any, passed: Any, out: Any) -> Non
     import shardwise.storage.conditional as cond
 
     dask.config.set(scheduler="synchronous")
+    store = trial_store(kind, base, 0, endpoint)
     seen: list[str] = []
     lengths: dict[str, int] = {}
 
     def hook(name: str, attempt: int) -> None:
         seen.append(name)
         if role == "a" and len(seen) == 2:  # the lead (v) grew; w has not yet
-            lengths.update({k: len(shardwise.read_array(base, path=k)) for k in "vw"})
+            lengths.update({k: len(shardwise.read_array(store, path=k)) for k in "vw"})
             mid.set()
             assert passed.wait(300), "b never reached its commit"
         if role == "b" and len(seen) == 1:  # xarray's pass is behind b: it read the lengths
@@ -246,7 +249,7 @@ def between_worker(role: str, base: str, mid: Any, passed: Any, out: Any) -> Non
         assert mid.wait(300)
     writer = 0 if role == "a" else 1
     try:
-        rep = shardwise.to_zarr(two(ids(0, writer)), base, append_dim="t")
+        rep = shardwise.to_zarr(two(ids(0, writer)), store, append_dim="t")
         out.put((role, " ".join(rep.notes), lengths))
     except Exception as e:  # reported, and fails the test
         out.put((role, f"error: {type(e).__name__}: {e}", lengths))
@@ -258,18 +261,23 @@ def two(t: np.ndarray) -> xr.Dataset:
     return rows(t).drop_vars("t")
 
 
-def test_an_append_whose_pass_runs_between_anothers_reservations_lands(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_an_append_whose_pass_runs_between_anothers_reservations_lands(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
     """Writer b runs xarray's pass while writer a has grown its lead array (v) but not yet the
     other (w): the arrays disagree on the length, which xarray refuses ("found conflicting
     lengths for dimension t"). Held there by events, not by timing, so the interleaving is the
     one under test every run (a's report of the lengths b read shows it); both land."""
-    root = str(tmp_path / "a.zarr")
+    base, endpoint = str(tmp_path), ""
+    if kind == "s3":
+        base, endpoint = f"between-{unique()}", request.getfixturevalue("s3").endpoint
+    root = trial_store(kind, base, 0, endpoint)
     shardwise.to_zarr(two(ids(0, -1)), root, encoding={k: ENC[k] for k in "vw"})
     ctx = forkserver()
     mid, passed, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    jobs = [
-        ctx.Process(target=between_worker, args=(r, root, mid, passed, out)) for r in ("a", "b")
-    ]
+    args = (kind, base, endpoint, mid, passed, out)
+    jobs = [ctx.Process(target=between_worker, args=(r, *args)) for r in ("a", "b")]
     for j in jobs:
         j.start()
     got = {role: (note, lengths) for role, note, lengths in (out.get(timeout=600) for _ in "ab")}
