@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,9 @@ import pytest
 import xarray as xr
 
 import shardwise
-from faultkit import forkserver, hold_block, records, settle, wait_until
+from faultkit import MotoS3, exe, forkserver, hold_block, moto_s3, settle, unique, wait_until
+from shardwise.durability.journal import RECORDS
+from shardwise.storage.store import ShardStore, resolve_store
 
 START, N, SHARD, CHUNK, WIDTH = 10, 40, 4, 2, 3
 ENC = {
@@ -43,11 +47,11 @@ def rows(lo: int, hi: int) -> xr.Dataset:
     )
 
 
-def base(root: Path) -> None:
+def base(root: Any) -> None:
     shardwise.to_zarr(rows(0, START), root, encoding=ENC)
 
 
-def assert_holds(root: Path, n: int) -> None:
+def assert_holds(root: Any, n: int) -> None:
     """The store read from the root (consolidated or not) is rows 0:n, and verify is clean."""
     want = rows(0, n)
     for consolidated in (None, False):
@@ -57,7 +61,16 @@ def assert_holds(root: Path, n: int) -> None:
     assert rep.ok and not rep.changes, rep
 
 
-def killed_append(root: str, where: str, started: Any) -> None:
+def open_store(kind: str, where: str, endpoint: str = "") -> Any:
+    """A local path, or a moto S3 store under prefix ``where``."""
+    return where if kind == "local" else MotoS3(endpoint, None).obstore(where)
+
+
+def stored_records(store: Any, path: str) -> int:
+    return len(ShardStore(resolve_store(store, mode="r"), path).list(RECORDS))
+
+
+def killed_append(kind: str, where_: str, endpoint: str, where: str, started: Any) -> None:
     """The append of rows START:START+N that gets SIGKILLed: ``where`` "data" holds one source
     block of v (the other shards are stored); "reservation" holds the commit that grows the
     second array, after the lead's (the arrays then disagree on the length)."""
@@ -80,19 +93,21 @@ def killed_append(root: str, where: str, started: Any) -> None:
     if where == "data":
         started.set()
     with dask.config.set(scheduler="threads", num_workers=4):
-        shardwise.to_zarr(ds, root, append_dim="t")
+        shardwise.to_zarr(ds, open_store(kind, where_, endpoint), append_dim="t")
 
 
-def kill(root: Path, where: str) -> None:
+def kill(kind: str, root: str, where: str, endpoint: str = "") -> None:
     ctx = forkserver()
     started = ctx.Event()
-    before = records(root / "v")
-    proc = ctx.Process(target=killed_append, args=(str(root), where, started))
+    before = stored_records(open_store(kind, root, endpoint), "v")
+    proc = ctx.Process(target=killed_append, args=(kind, root, endpoint, where, started))
     proc.start()
     assert started.wait(300)
     if where == "data":
-        # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28)
-        settle(root / "v", 9, before)
+        # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28); the first
+        # (rows 8:12, merged) had a record already
+        store = open_store(kind, root, endpoint)
+        wait_until(lambda: stored_records(store, "v") >= before + 8, "8 new records of v")
     else:
         wait_until(lambda: _stopped(proc.pid), "the writer stopped between its reservations")
     os.kill(proc.pid, signal.SIGKILL)
@@ -105,13 +120,26 @@ def _stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-@pytest.mark.parametrize("where", ["data", "reservation"])
+@pytest.fixture(scope="module")
+def s3() -> Iterator[MotoS3]:
+    with moto_s3() as s:
+        yield s
+
+
+@pytest.mark.parametrize(
+    "kind,where", [("local", "data"), ("local", "reservation"), ("s3", "data")]
+)
 def test_a_killed_append_rerun_as_verify_advises_finishes_its_rows(
-    tmp_path: Path, where: str
+    tmp_path: Path, kind: str, where: str, request: pytest.FixtureRequest
 ) -> None:
-    root = tmp_path / "a.zarr"
+    path, endpoint = str(tmp_path / "a.zarr"), ""
+    if kind == "s3":
+        path, endpoint = f"killed-{unique()}", request.getfixturevalue("s3").endpoint
+    root = open_store(kind, path, endpoint)
     base(root)
-    kill(root, where)
+    kill(kind, path, where, endpoint)
+    if kind == "local":  # the command verify is: exit 1, then 0 after the advised call
+        assert subprocess.run([*exe(), "verify", path], capture_output=True).returncode == 1
     rep = shardwise.verify(root)
     advice = [p.message for p in rep.problems if p.kind == "incomplete" and "append" in p.message]
     assert advice and all(
@@ -125,6 +153,8 @@ def test_a_killed_append_rerun_as_verify_advises_finishes_its_rows(
     if where == "data":
         assert done.shards_skipped >= 9, done  # v's shards stored before the kill
     assert_holds(root, START + N)  # 50 rows, not 90; none left as fill
+    if kind == "local":
+        assert subprocess.run([*exe(), "verify", path], capture_output=True).returncode == 0
     # and it stays finished: the same call again adds nothing
     again = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
     assert again.shards_written == 0 and "appended before" in " ".join(again.notes), again
