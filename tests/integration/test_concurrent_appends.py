@@ -8,7 +8,9 @@ and the dimension coordinate, distinct values per writer -- to the same store wi
 shards and chunks at every boundary. In the even trials every writer is also held, after it
 read the length and before its first metadata commit, until all have read it: all find the same
 length, so all but one must lose that commit and reserve again (the conflict count proves the
-race ran). The control turns conditional commits off and loses rows in every trial.
+race ran). The control turns conditional commits off and loses rows in every trial. One append
+is also made to run xarray's pass exactly between another's reservations (the arrays then
+disagree on the length), held there by events.
 """
 
 from __future__ import annotations
@@ -213,6 +215,84 @@ def test_concurrent_appends_without_conditional_commits_lose_rows(
     record_figures(f"appends-unchecked-{kind}", res)
     assert res["errors"] == [] and res["redone"] == 0, res
     assert res["rows_lost"] >= 2 * 3, res  # each aligned trial loses at least the 3 rows of one
+
+
+# -- an append whose xarray pass runs between another's reservations ------------------------------
+
+
+def between_worker(
+    role: str, kind: str, base: str, endpoint: str, mid: Any, passed: Any, out: Any
+) -> None:
+    """Writer "a" appends and stops after its lead array's commit, before the next array's,
+    until writer "b" (started then) has run xarray's pass and reached its own first commit; it
+    reports the stored lengths it left b to read. Both report their reserved rows or error."""
+    import dask
+
+    import shardwise.storage.conditional as cond
+
+    dask.config.set(scheduler="synchronous")
+    store = trial_store(kind, base, 0, endpoint)
+    seen: list[str] = []
+    lengths: dict[str, int] = {}
+
+    def hook(name: str, attempt: int) -> None:
+        seen.append(name)
+        if role == "a" and len(seen) == 2:  # the lead (v) grew; w has not yet
+            lengths.update({k: len(shardwise.read_array(store, path=k)) for k in "vw"})
+            mid.set()
+            assert passed.wait(300), "b never reached its commit"
+        if role == "b" and len(seen) == 1:  # xarray's pass is behind b: it read the lengths
+            passed.set()
+
+    cond.before_commit = hook
+    if role == "b":
+        assert mid.wait(300)
+    writer = 0 if role == "a" else 1
+    try:
+        rep = shardwise.to_zarr(two(ids(0, writer)), store, append_dim="t")
+        out.put((role, " ".join(rep.notes), lengths))
+    except Exception as e:  # reported, and fails the test
+        out.put((role, f"error: {type(e).__name__}: {e}", lengths))
+
+
+def two(t: np.ndarray) -> xr.Dataset:
+    """Two variables along t without a coordinate t: xarray then checks every array's length
+    along t against the others (its get_dimensions)."""
+    return rows(t).drop_vars("t")
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_an_append_whose_pass_runs_between_anothers_reservations_lands(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Writer b runs xarray's pass while writer a has grown its lead array (v) but not yet the
+    other (w): the arrays disagree on the length, which xarray refuses ("found conflicting
+    lengths for dimension t"). Held there by events, not by timing, so the interleaving is the
+    one under test every run (a's report of the lengths b read shows it); both land."""
+    base, endpoint = str(tmp_path), ""
+    if kind == "s3":
+        base, endpoint = f"between-{unique()}", request.getfixturevalue("s3").endpoint
+    root = trial_store(kind, base, 0, endpoint)
+    shardwise.to_zarr(two(ids(0, -1)), root, encoding={k: ENC[k] for k in "vw"})
+    ctx = forkserver()
+    mid, passed, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    args = (kind, base, endpoint, mid, passed, out)
+    jobs = [ctx.Process(target=between_worker, args=(r, *args)) for r in ("a", "b")]
+    for j in jobs:
+        j.start()
+    got = {role: (note, lengths) for role, note, lengths in (out.get(timeout=600) for _ in "ab")}
+    for j in jobs:
+        j.join(timeout=60)
+    # what b's pass found: the lead grown by a's 3 rows, the other not
+    assert got["a"][1] == {"v": START + 3, "w": START}, got
+    assert f"rows {START}:{START + 3} reserved" in got["a"][0], got
+    assert f"rows {START + 3}:{START + 7} reserved" in got["b"][0], got
+    for consolidated in (None, False):
+        with xr.open_zarr(root, consolidated=consolidated) as ds:
+            xr.testing.assert_identical(
+                ds.load(), two(np.concatenate([ids(0, w) for w in (-1, 0, 1)]))
+            )
+    assert shardwise.verify(root).ok
 
 
 # -- one process: reservations given back, or kept after a later one ------------------------------

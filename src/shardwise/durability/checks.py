@@ -17,7 +17,7 @@ from ..codec.shard import ShardIndex
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..storage.store import TEMP, ShardStore
-from .journal import BATCH, PARTS, Record, read_markers
+from .journal import BATCH, PARTS, Record, WriteMarker, read_markers
 from .lease import read_lease
 
 MAX_PER_SHARD = 8
@@ -195,6 +195,19 @@ def check_shard(
     return out, change, decoded, len(data)
 
 
+def _advice(marker: WriteMarker) -> str:
+    """The call that finishes an unfinished write."""
+    if not marker.append:
+        return "rerun it with resume=True"
+    dim, axis = marker.append.get("dim"), int(marker.append.get("axis", 0))
+    a, b = marker.region[axis]
+    return (
+        f"an append of rows {a}:{b} along {dim!r} (those not written read as fill values): "
+        f"rerun it with resume=True, to_zarr(<the same data>, append_dim={dim!r}, "
+        "resume=True), which writes them there and adds no rows"
+    )
+
+
 def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -> None:
     for name, marker in read_markers(store).items():
         if marker is None:
@@ -206,7 +219,7 @@ def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -
                     "incomplete",
                     store.key(name),
                     f"write {marker.id[:8]} of region [{region}] started {marker.started} did not "
-                    "finish: rerun it with resume=True",
+                    f"finish: {_advice(marker)}",
                 )
             )
     staged: dict[str, int] = {}

@@ -11,7 +11,11 @@ that are not metadata or chunk keys):
 ``.shardwise/writes/<region digest>.json``
     one marker per write region: ``open`` while the write runs, ``done`` when every shard task
     finished. An open marker is an interrupted write; ``resume=True`` adopts its id and skips
-    the shards whose record carries that id and still matches the object.
+    the shards whose record carries that id and still matches the object. The marker of an
+    append (``to_zarr(append_dim=...)``) also names the dimension and axis it appends along
+    (``append``): its region is where the rows it reserved go, written before any of them, so
+    that ``resume=True`` finishes those rows rather than appending again. An append that gives
+    its rows back removes its markers (nothing is left to finish).
 ``.shardwise/lease``, ``.shardwise/leases/`` and ``.shardwise/batch.json``
     see :mod:`shardwise.durability.lease` and :mod:`shardwise.batch.run`.
 ``.shardwise/locks/<shard key>``
@@ -203,9 +207,14 @@ class WriteMarker:
     status: str
     started: str
     finished: str | None = None
+    # an append's: {"dim": name, "axis": i}; the rows it reserved are region[i]
+    append: dict[str, Any] | None = None
 
     def to_bytes(self) -> bytes:
-        return _json(asdict(self))
+        d = asdict(self)
+        if d["append"] is None:
+            del d["append"]  # the stored form of every other write is unchanged
+        return _json(d)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> WriteMarker | None:
@@ -223,6 +232,17 @@ class WriteMarker:
 def read_marker(store: ShardStore, region: Region) -> WriteMarker | None:
     raw = store.get(marker_name(region))
     return None if raw is None else WriteMarker.from_bytes(raw)
+
+
+def appends_of(store: ShardStore, dim: str, status: str) -> list[WriteMarker]:
+    """The markers of appends along ``dim`` in the array at ``store`` with ``status``, first
+    rows first."""
+    found = [
+        m
+        for m in read_markers(store).values()
+        if m is not None and m.status == status and m.append and m.append.get("dim") == dim
+    ]
+    return sorted(found, key=lambda m: m.region[int(m.append["axis"])] if m.append else [0])
 
 
 def read_markers(store: ShardStore) -> dict[str, WriteMarker | None]:

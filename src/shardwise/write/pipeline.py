@@ -83,6 +83,7 @@ class ArrayWrite:
     must_adopt: bool = False
     copy_source: bool = False
     prefix: str = ""
+    append: dict[str, Any] | None = None  # an append's dimension and axis, for its marker
 
 
 def lease_kind(session: WriteSession) -> str:
@@ -184,6 +185,7 @@ class Pipeline:
                 keys=plan_keys(w.plan),
                 adopt_done=w.adopt_done,
                 must_adopt=w.must_adopt,
+                append=w.append,
             )
             if w.create is not None:
                 w.create()

@@ -150,6 +150,7 @@ class WriteSession:
         keys: Iterable[str] = (),
         adopt_done: bool = False,
         must_adopt: bool = False,
+        append: dict[str, Any] | None = None,
     ) -> None:
         """Write (or on resume adopt) this write's marker; on resume clean up after the last try.
 
@@ -157,6 +158,7 @@ class WriteSession:
         only with ``adopt_done`` (every mode but "w", which replaces the array): its shards whose
         records still match are skipped.
         ``must_adopt``: raise FileExistsError when there is nothing to adopt.
+        ``append``: an append's dimension and axis, kept in its marker (journal.py).
         """
         found = read_marker(self.store, self.region) if resume else None
         if found is not None and (
@@ -169,7 +171,7 @@ class WriteSession:
                 "this region to resume (use mode='w' to replace it)"
             )
         if found is not None:
-            self.marker = replace(found, status="open", finished=None)
+            self.marker = replace(found, status="open", finished=None, append=append)
             self.resumed = True
         else:
             self.marker = WriteMarker(
@@ -178,6 +180,7 @@ class WriteSession:
                 shape=list(self.shape),
                 status="open",
                 started=now(),
+                append=append,
             )
         _pool.start_write(self.marker.id)
         names = set(keys)

@@ -17,25 +17,59 @@ first *reserves* its rows in the arrays' metadata, committed conditionally as sh
 After the data, xarray's other metadata is committed but the reserved arrays' (right already),
 and a group's consolidated metadata is merged: each reserved array keeps the larger of this
 call's end and the stored length. A call that fails before its data is done gives its rows back
-while it is still the last reservation (the arrays return to their old length); after a later
-reservation its rows read as the fill value, and its open write marker says so to verify.
+while it is still the last reservation (the arrays return to their old length) and removes its
+write markers (nothing is left to finish); after a later reservation its rows read as the fill
+value, and its open write marker says so to verify.
+
+Resume finishes, never repeats. Each appended array's write marker names the append (its
+dimension and axis) and its region is the reserved rows, written before any data. With
+``resume=True`` the lead array's open append markers are searched first: the first one of this
+call's shape (as many rows, the same extent in every other dimension) is finished, its rows
+written again where they were reserved (the shards it stored and recorded skipped); only when
+there is none does the call append, as without ``resume``.
+
+xarray's pass reads every array's length, and refuses arrays of one dimension that disagree
+("conflicting lengths"): between another appender's lead commit and its others, or after an
+append killed between them, they do. The pass therefore runs over ``steady_lengths``, a
+view in which every array of a group that has the append dimension shows the longest of them
+(the lead; the rows this call writes are moved to its reservation anyway): ``steady.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import uuid
 from collections.abc import Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
+from ..codec.codecs import crc32c
 from ..core.job import Strategy
 from ..core.layout import ceildiv
-from ..storage.conditional import update_json
+from ..durability.holder import LeaseInfo, gone_reason
+from ..durability.journal import (
+    RECORDS,
+    Record,
+    WriteMarker,
+    appends_of,
+    marker_name,
+    now,
+    object_crc32c,
+    read_marker,
+    read_markers,
+    read_records,
+    region_list,
+)
+from ..durability.lease import shared_leases
+from ..storage.conditional import read_merge_commit, update_json
 from ..storage.store import ShardStore
+from ..write.pipeline import ArrayWrite
+from ..write.session import plan_keys
 from .capture import _Write
 from .parts import _jobs, _XarrayWrite
 
@@ -55,21 +89,77 @@ class Reservation:
     start: int
     end: int
     conflicts: int  # reservation commits lost to other appenders
+    resumed: bool = False  # the rows of an unfinished append, finished by this call
+    before: bool = False  # resumed: rows a finished append wrote (nothing left to write)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)  # in this call's markers
+    holder: dict[str, Any] = field(default_factory=lambda: asdict(LeaseInfo.new("append")))
     committed: bool = field(default=False)
+    rewrites: list[ArrayWrite] = field(default_factory=list)  # the call's other arrays
 
     def note(self) -> str:
+        if self.resumed:
+            what = "appended before" if self.before else "of an unfinished append finished"
+            return f"append along {self.dim!r}: rows {self.start}:{self.end} {what} (resume=True)"
         moved = f" (found {self.found}: others appended first)" if self.start != self.found else ""
         lost = f"; {self.conflicts} reservation commits redone" if self.conflicts else ""
         return f"append along {self.dim!r}: rows {self.start}:{self.end} reserved{moved}{lost}"
 
+    def record(self, writes: list[_Write]) -> None:
+        """Each appended array's marker, open, at its reserved rows (the session that writes
+        the rows takes its place)."""
+        for w, axis in zip(writes, self.axes, strict=True):
+            marker = WriteMarker(
+                id=uuid.uuid4().hex,
+                region=region_list(w.region),
+                shape=list(w.shape),
+                status="open",
+                started=now(),
+                append=self.named(axis),
+            )
+            ShardStore(self.zstore, w.path).put(marker_name(w.region), marker.to_bytes())
+
+    def named(self, axis: int) -> dict[str, Any]:
+        """This append as its markers name it: dimension, axis, id and who writes it."""
+        return {"dim": self.dim, "axis": axis, "id": self.token, "holder": self.holder}
+
+    def tag(self, arrays: dict[int, ArrayWrite]) -> dict[int, ArrayWrite]:
+        """The appended arrays' writes with this append in their markers (journal.py)."""
+        axis = dict(zip(self.paths, self.axes, strict=True))
+        self.rewrites = [aw for aw in arrays.values() if aw.prefix not in axis]
+        return {
+            i: aw if aw.prefix not in axis else replace(aw, append=self.named(axis[aw.prefix]))
+            for i, aw in arrays.items()
+        }
+
     def release(self) -> None:
         """Give the rows back if no later append reserved rows after them (the lead array still
         ends at ``end``): the other arrays first, so that a concurrent append, which reads the
-        lead, never sees the lead shrunk while another array still ends here."""
+        lead, never sees the lead shrunk while another array still ends here. Rows given back
+        leave nothing to finish: this call's markers are removed (else they stay open, and
+        verify advises the resume that finishes them)."""
         if self.committed:
             return  # the data and metadata are there: nothing to give back
-        for path, axis in reversed(list(zip(self.paths, self.axes, strict=True))):
-            _shrink(ShardStore(self.zstore, path), axis, self.end, self.start)
+        pairs = list(zip(self.paths, self.axes, strict=True))
+        if _length(ShardStore(self.zstore, self.paths[0]), self.axes[0]) == self.end:
+            # still the last reservation: the shards it stored past the old end are its alone
+            # (each dropped only while it holds this call's bytes)
+            for path, axis in pairs:
+                _drop_stored(ShardStore(self.zstore, path), axis, self.start, self.token)
+        stores = [ShardStore(self.zstore, p) for p in self.paths]
+        given = [
+            _shrink(st, a, self.end, self.start)
+            for st, a in reversed(list(zip(stores, self.axes, strict=True)))
+        ]
+        if given[-1]:  # the lead's: no later append reserved rows after these
+            for st in stores:
+                _close(st, self.token)
+            for aw in self.rewrites:
+                _close_finished(aw)
+
+
+def tagged(res: Reservation | None, arrays: dict[int, ArrayWrite]) -> dict[int, ArrayWrite]:
+    """``arrays``, an append's with the append named in their markers (:meth:`Reservation.tag`)."""
+    return arrays if res is None else res.tag(arrays)
 
 
 def reserve(
@@ -77,9 +167,11 @@ def reserve(
     append_dim: Hashable | None,
     strategy: Strategy,
     memory_limit: int | str | None,
+    resume: bool = False,
 ) -> tuple[_XarrayWrite, Reservation | None]:
     """Reserve this append's rows (steps 1 and 2 above) and move its writes there (step 3).
-    Nothing happens (``None``) for writes that are not appends to existing arrays."""
+    Nothing happens (``None``) for writes that are not appends to existing arrays.
+    ``resume``: the rows of an unfinished append of this shape instead, if there is one."""
     dim = None if append_dim is None else str(append_dim)
     appended = [
         w
@@ -92,32 +184,157 @@ def reserve(
     axes = tuple(w.dims.index(dim) for w in appended)
     first = appended[0].region[axes[0]]
     n = first.stop - first.start
-    start, conflicts = update_json(
-        ShardStore(xw.zstore, appended[0].path), META, lambda doc: _grow_by(doc, axes[0], n)
-    )
-    res = Reservation(
-        xw.zstore,
-        dim,
-        tuple(w.path for w in appended),
-        axes,
-        first.start,
-        start,
-        start + n,
-        conflicts,
-    )
+    paths = tuple(w.path for w in appended)
+    lead = ShardStore(xw.zstore, appended[0].path)
+    unfinished = _unfinished(xw, appended, axes, dim) if resume else None
+    if unfinished is not None:  # finish its rows, with every array at least that long
+        a, b, before = unfinished
+        res = Reservation(xw.zstore, dim, paths, axes, first.start, a, b, 0, True, before)
+        res.committed = before  # rows written before: nothing of theirs is ever given back
+        grow = list(zip(appended, axes, strict=True))
+    else:
+        start, conflicts = update_json(lead, META, lambda doc: _grow_by(doc, axes[0], n))
+        res = Reservation(xw.zstore, dim, paths, axes, first.start, start, start + n, conflicts)
+        grow = list(zip(appended[1:], axes[1:], strict=True))
     try:
-        for w, axis in zip(appended[1:], axes[1:], strict=True):
-            update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
         # a staged write merges without a condition (it is refused where it would merge), so its
         # last shard stays clipped: strategy="staged" appends are one at a time (README)
         pad = strategy != "staged"
         moved = {id(w): _moved(w, axis, res, pad) for w, axis in zip(appended, axes, strict=True)}
+        if not res.resumed:  # where the rows go, before anything else (a kill now is resumable)
+            res.record([moved[id(w)] for w in appended])
+        for w, axis in grow:
+            update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
         writes = [moved.get(id(w), w) for w in xw.writes]
         jobs = _jobs(writes, strategy, memory_limit, shared=True)
     except BaseException:
         res.release()
         raise
     return replace(xw, writes=writes, jobs=jobs), res
+
+
+def _unfinished(
+    xw: _XarrayWrite, appended: list[_Write], axes: tuple[int, ...], dim: str
+) -> tuple[int, int, bool] | None:
+    """The rows of the first unfinished append along ``dim`` of this call's shape (as many rows,
+    the same extent in every other dimension): an open marker in any appended array, the
+    lead's first; else those of a finished one whose rows of the dimension coordinate (the
+    lead) hold exactly this call's values. (start, end, finished before)."""
+    for w, axis in zip(appended, axes, strict=True):
+        store = ShardStore(xw.zstore, w.path)
+        for m in appends_of(store, dim, "open"):
+            if (rows := _rows_of(m, w, axis)) is not None and not _may_run(store, m):
+                return rows[0], rows[1], False
+    lead, axis = appended[0], axes[0]
+    if lead.name != dim:
+        return None
+    for m in appends_of(ShardStore(xw.zstore, lead.path), dim, "done"):
+        if (rows := _rows_of(m, lead, axis)) is not None and _holds(xw.zstore, lead, axis, rows):
+            return rows[0], rows[1], True
+    return None
+
+
+def _may_run(store: ShardStore, m: WriteMarker) -> bool:
+    """Whether the writer of the append ``m`` may still be running (another process appending
+    now: its rows are not this call's to finish). On its own host its process decides; from
+    another, a holder counts as gone once neither the marker (its start) nor a shared lease of
+    that process on the array was renewed within the lease expiry, as for lease takeovers."""
+    raw = (m.append or {}).get("holder")
+    try:
+        holder = LeaseInfo(**raw) if isinstance(raw, dict) else None
+    except TypeError:
+        holder = None
+    if holder is None:
+        return False  # no holder recorded: nothing to wait for
+    if gone_reason(holder) is None:
+        return True
+    same = [
+        info
+        for info in shared_leases(store).values()
+        if (info.host, info.pid, info.started) == (holder.host, holder.pid, holder.started)
+    ]
+    return any(gone_reason(info) is None for info in same)
+
+
+def _rows_of(m: WriteMarker, w: _Write, axis: int) -> tuple[int, int] | None:
+    """The rows of the append ``m`` if it has the shape of ``w``'s (appended along ``axis``)."""
+    want = [[s.start, s.stop] for s in w.region]
+    if int((m.append or {}).get("axis", -1)) != axis or len(m.region) != len(want):
+        return None
+    a, b = (int(r) for r in m.region[axis])
+    same = all(r == q for i, (r, q) in enumerate(zip(m.region, want, strict=True)) if i != axis)
+    return (a, b) if same and b - a == want[axis][1] - want[axis][0] else None
+
+
+def _holds(zstore: Any, w: _Write, axis: int, rows: tuple[int, int]) -> bool:
+    """Whether the stored array of ``w`` holds ``w``'s values at ``rows`` along ``axis``."""
+    import numpy as np
+    import zarr
+
+    sel = tuple(slice(*rows) if i == axis else s for i, s in enumerate(w.region))
+    stored = zarr.open_array(zstore, path=w.path, mode="r")[sel]
+    return bool(np.array_equal(np.asarray(stored), np.asarray(w.source), equal_nan=False))
+
+
+def _length(store: ShardStore, axis: int) -> int:
+    raw = store.get(META)
+    return -1 if raw is None else int(json.loads(raw)["shape"][axis])
+
+
+class _NotOurs(Exception):
+    pass
+
+
+def _drop_stored(store: ShardStore, axis: int, start: int, token: str) -> None:
+    """Delete the shards (and their records) that the append ``token`` stored wholly past row
+    ``start`` of the array at ``store``: a shard another writer committed since is kept."""
+    ids = {m.id for m in read_markers(store).values() if m and (m.append or {}).get("id") == token}
+    raw = store.get(META)
+    if not ids or raw is None:
+        return
+    rows = int(json.loads(raw)["chunk_grid"]["configuration"]["chunk_shape"][axis])
+    for key, rec in read_records(store).items():
+        coord = key.split("/")[1:]
+        if rec is None or rec.write not in ids or len(coord) <= axis:
+            continue
+        if int(coord[axis]) * rows < start:
+            continue  # holds rows from before the append: kept
+        store.delete(RECORDS + key)
+
+        def merge(data: bytes | None, size: int = rec.size, crc: int = rec.crc32c) -> Any:
+            if data is None or len(data) != size or crc32c(data) != crc:
+                raise _NotOurs
+            return None, None
+
+        with contextlib.suppress(_NotOurs):
+            read_merge_commit(store, key, merge)
+
+
+def _close_finished(aw: ArrayWrite) -> None:
+    """Close the open marker of an array the given-back call rewrote (not appended): when each
+    shard of it is an object its writer recorded whole (this call's, or the earlier write's it
+    never reached), nothing is half-written and the marker is done; else it stays open."""
+    m = read_marker(aw.store, aw.plan.region)
+    if m is None or m.status != "open":
+        return
+    if all(_whole(aw.store, k) for k in plan_keys(aw.plan)):
+        done = replace(m, status="done", finished=now())
+        aw.store.put(marker_name(aw.plan.region), done.to_bytes())
+
+
+def _whole(store: ShardStore, key: str) -> bool:
+    raw = store.get(RECORDS + key)
+    rec = None if raw is None else Record.from_bytes(raw)
+    if rec is None:
+        return raw is None and store.size(key) is None
+    return store.size(key) == rec.size and object_crc32c(store, key) == rec.crc32c
+
+
+def _close(store: ShardStore, token: str) -> None:
+    """Remove the open markers of the append ``token`` from the array at ``store``."""
+    for name, m in read_markers(store).items():
+        if m is not None and m.status == "open" and (m.append or {}).get("id") == token:
+            store.delete(name)
 
 
 def _grow_by(doc: dict[str, Any], axis: int, n: int) -> tuple[int, bool]:
@@ -133,14 +350,16 @@ def _at_least(axis: int, end: int, doc: dict[str, Any]) -> tuple[None, bool]:
     return None, True
 
 
-def _shrink(store: ShardStore, axis: int, end: int, start: int) -> None:
-    def change(doc: dict[str, Any]) -> tuple[None, bool]:
-        if int(doc["shape"][axis]) != end:
-            return None, False  # grown by a later append: its length stays
-        doc["shape"][axis] = start
-        return None, True
+def _shrink(store: ShardStore, axis: int, end: int, start: int) -> bool:
+    """Whether the array at ``store`` went back from ``end`` to ``start`` rows."""
 
-    update_json(store, META, change)
+    def change(doc: dict[str, Any]) -> tuple[bool, bool]:
+        if int(doc["shape"][axis]) != end:
+            return False, False  # grown by a later append: its length stays
+        doc["shape"][axis] = start
+        return True, True
+
+    return update_json(store, META, change)[0]
 
 
 def _moved(w: _Write, axis: int, res: Reservation, pad: bool) -> _Write:

@@ -32,6 +32,7 @@ from .prepare import (
     _stored_dims,
     _with_layout,
 )
+from .steady import steady_lengths
 
 
 def is_tree(obj: Any) -> bool:
@@ -78,7 +79,7 @@ def check_tree(
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
     base = read_only(zstore)
     root_mode = _resumed_tree_mode(base, group, mode, nodes) if resume else mode
-    overlay, capture = Overlay(base), _Capture()
+    overlay, capture = Overlay(steady_lengths(base, append_dim)), _Capture()
     for i, (path, ds) in enumerate(nodes.items()):
         where = _join(group, path)
         node_mode: WriteMode = root_mode if i == 0 else "a" if mode in ("w", "w-") else mode

@@ -33,7 +33,7 @@ from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..write.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..write.target import refuse_unknown_chunks
-from .appends import Reservation, commit_metadata, reserve
+from .appends import Reservation, commit_metadata, reserve, tagged
 from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import (
     _array_writes,
@@ -59,6 +59,7 @@ from .prepare import (
     empty_chunks,
     shards_by_dimension,
 )
+from .steady import steady_lengths
 from .tree import check_tree, is_tree
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
@@ -267,11 +268,11 @@ def to_zarr(
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
     leased = store_lease(lease, compute, xw.zstore)  # the rule of every front end
-    xw, held = reserve(xw, append_dim, strategy, memory_limit)
+    xw, held = reserve(xw, append_dim, strategy, memory_limit, resume)
     try:
         # 3. leases (a refusal removes those taken)
         opts = WriteSettings(write_empty_chunks=empty_chunks(write_empty_chunks), threads=threads)
-        arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
+        arrays = tagged(held, _array_writes(xw, opts, fsync=fsync, resume=resume))
         nodes = [_changed_nodes(xw)]  # re-consolidated above, at the finish
         with Pipeline(
             list(arrays.values()), lease=leased, break_lease=break_lease, nodes=nodes
@@ -387,7 +388,8 @@ def _check(
     existing = set(stored or ())
     ds, user_encoding = _with_layout(ds, user_encoding, existing, shards, shard_bytes)
 
-    overlay = Overlay(base)
+    # an append's pass sees one length per dimension, whatever other appenders are doing
+    overlay = Overlay(steady_lengths(base, append_dim))
     capture = _Capture()
     _run_xarray(
         ds,

@@ -1,0 +1,237 @@
+"""Resume means finish, never repeat: an append killed or failed part-way, rerun as ``verify``
+advises, leaves the rows once, where they were reserved, and ``verify`` clean.
+
+Each append records where its rows go (its write markers, at the reserved rows, before any data).
+A writer SIGKILLed mid-data (a source block held until the kill) or between its reservations (the
+lead array grown, the others not yet) leaves rows reserved; ``verify`` names them and advises
+``resume=True``, and that call writes them there (the shards stored before skipped). An append
+whose source raised gives its rows back and closes its markers: ``verify`` is clean at once.
+``resume=True`` with nothing unfinished appends once, and finds an append it already finished.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+
+import shardwise
+from faultkit import MotoS3, exe, forkserver, hold_block, moto_s3, settle, unique, wait_until
+from shardwise.durability.journal import RECORDS
+from shardwise.storage.store import ShardStore, resolve_store
+
+START, N, SHARD, CHUNK, WIDTH = 10, 40, 4, 2, 3
+ENC = {
+    "v": {"chunks": (CHUNK, WIDTH), "shards": (SHARD, WIDTH)},
+    "w": {"chunks": (CHUNK,), "shards": (SHARD,)},
+    "t": {"chunks": (CHUNK,), "shards": (SHARD,)},
+}
+HELD = 3  # the source block of v (rows 12:16 of the append) a killed writer never gets
+
+
+def rows(lo: int, hi: int) -> xr.Dataset:
+    """Rows ``lo:hi``: every value follows from its coordinate (a row torn or filled shows)."""
+    t = np.arange(lo, hi, dtype="int64")
+    return xr.Dataset(
+        {"v": (("t", "x"), t[:, None] * 4 + np.arange(WIDTH)), "w": (("t",), t + 0.5)},
+        coords={"t": t, "x": np.arange(WIDTH)},
+    )
+
+
+def base(root: Any) -> None:
+    shardwise.to_zarr(rows(0, START), root, encoding=ENC)
+
+
+def assert_holds(root: Any, n: int) -> None:
+    """The store read from the root (consolidated or not) is rows 0:n, and verify is clean."""
+    want = rows(0, n)
+    for consolidated in (None, False):
+        with xr.open_zarr(root, consolidated=consolidated) as ds:
+            xr.testing.assert_identical(ds.load(), want)
+    rep = shardwise.verify(root)
+    assert rep.ok and not rep.changes, rep
+
+
+def open_store(kind: str, where: str, endpoint: str = "") -> Any:
+    """A local path, or a moto S3 store under prefix ``where``."""
+    return where if kind == "local" else MotoS3(endpoint, None).obstore(where)
+
+
+def stored_records(store: Any, path: str) -> int:
+    return len(ShardStore(resolve_store(store, mode="r"), path).list(RECORDS))
+
+
+def killed_append(kind: str, where_: str, endpoint: str, where: str, started: Any) -> None:
+    """The append of rows START:START+N that gets SIGKILLed: ``where`` "data" holds one source
+    block of v (the other shards are stored); "reservation" holds the commit that grows the
+    second array, after the lead's (the arrays then disagree on the length)."""
+    import shardwise.storage.conditional as cond
+
+    ds = rows(START, START + N)
+    if where == "data":
+        src = da.from_array(ds["v"].values, chunks=(SHARD, WIDTH))
+        ds["v"] = ds["v"].copy(data=src.map_blocks(hold_block, (HELD, 0), dtype=src.dtype))
+    else:
+        seen: list[str] = []
+
+        def hold(name: str, attempt: int) -> None:
+            seen.append(name)
+            if len(seen) == 2:  # the lead grew: the next array's growth never comes
+                started.set()
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+        cond.before_commit = hold
+    if where == "data":
+        started.set()
+    with dask.config.set(scheduler="threads", num_workers=4):
+        shardwise.to_zarr(ds, open_store(kind, where_, endpoint), append_dim="t")
+
+
+def kill(kind: str, root: str, where: str, endpoint: str = "") -> None:
+    ctx = forkserver()
+    started = ctx.Event()
+    before = stored_records(open_store(kind, root, endpoint), "v")
+    proc = ctx.Process(target=killed_append, args=(kind, root, endpoint, where, started))
+    proc.start()
+    assert started.wait(300)
+    if where == "data":
+        # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28); the first
+        # (rows 8:12, merged) had a record already
+        store = open_store(kind, root, endpoint)
+        wait_until(lambda: stored_records(store, "v") >= before + 8, "8 new records of v")
+    else:
+        wait_until(lambda: _stopped(proc.pid), "the writer stopped between its reservations")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[MotoS3]:
+    with moto_s3() as s:
+        yield s
+
+
+@pytest.mark.parametrize(
+    "kind,where", [("local", "data"), ("local", "reservation"), ("s3", "data")]
+)
+def test_a_killed_append_rerun_as_verify_advises_finishes_its_rows(
+    tmp_path: Path, kind: str, where: str, request: pytest.FixtureRequest
+) -> None:
+    path, endpoint = str(tmp_path / "a.zarr"), ""
+    if kind == "s3":
+        path, endpoint = f"killed-{unique()}", request.getfixturevalue("s3").endpoint
+    root = open_store(kind, path, endpoint)
+    base(root)
+    kill(kind, path, where, endpoint)
+    if kind == "local":  # the command verify is: exit 1, then 0 after the advised call
+        assert subprocess.run([*exe(), "verify", path], capture_output=True).returncode == 1
+    rep = shardwise.verify(root)
+    advice = [p.message for p in rep.problems if p.kind == "incomplete" and "append" in p.message]
+    assert advice and all(
+        f"rows {START}:{START + N} along 't'" in m and "append_dim='t', resume=True" in m
+        for m in advice
+    ), rep
+    # the advised call
+    with dask.config.set(scheduler="threads", num_workers=4):
+        done = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    assert f"rows {START}:{START + N} of an unfinished append finished" in " ".join(done.notes)
+    if where == "data":
+        assert done.shards_skipped >= 9, done  # v's shards stored before the kill
+    assert_holds(root, START + N)  # 50 rows, not 90; none left as fill
+    if kind == "local":
+        assert subprocess.run([*exe(), "verify", path], capture_output=True).returncode == 0
+    # and it stays finished: the same call again adds nothing
+    again = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    assert again.shards_written == 0 and "appended before" in " ".join(again.notes), again
+    assert_holds(root, START + N)
+
+
+def test_a_failed_append_gives_its_rows_back_and_leaves_verify_clean(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    base(root)
+
+    def lost(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
+            raise RuntimeError("source lost")
+        return block
+
+    ds = rows(START, START + N)
+    src = da.from_array(ds["v"].values, chunks=(SHARD, WIDTH))
+    ds["v"] = ds["v"].copy(data=src.map_blocks(lost, dtype=src.dtype))
+    with (
+        dask.config.set(scheduler="threads", num_workers=2),
+        pytest.raises(RuntimeError, match="source lost"),
+    ):
+        shardwise.to_zarr(ds, root, append_dim="t")
+    assert_holds(root, START)  # rows given back, nothing left for verify to report
+    # rerun (resume=True as well: nothing to finish) appends them once, where they were
+    rep = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    assert f"rows {START}:{START + N} reserved" in " ".join(rep.notes), rep.notes
+    assert_holds(root, START + N)
+
+
+def test_resume_with_nothing_unfinished_appends_once(tmp_path: Path) -> None:
+    root = tmp_path / "a.zarr"
+    base(root)
+    first = shardwise.to_zarr(rows(START, 20), root, append_dim="t", resume=True)
+    assert f"rows {START}:20 reserved" in " ".join(first.notes)
+    assert_holds(root, 20)
+    # the same rows again: found appended, nothing written
+    again = shardwise.to_zarr(rows(START, 20), root, append_dim="t", resume=True)
+    assert again.shards_written == 0 and "rows 10:20 appended before" in " ".join(again.notes)
+    assert_holds(root, 20)
+    # other rows of the same shape: appended
+    shardwise.to_zarr(rows(20, 30), root, append_dim="t", resume=True)
+    assert_holds(root, 30)
+
+
+def test_resume_does_not_finish_an_append_that_is_still_running(tmp_path: Path) -> None:
+    """Append A of 40 rows is held mid-data (its source block waits); B appends 40 other rows
+    with resume=True meanwhile. A's writer is alive, so its open markers are not B's to finish:
+    B reserves its own rows, and once A goes on both land, each where it reserved."""
+    import threading
+
+    root = tmp_path / "a.zarr"
+    base(root)
+    go, errors = threading.Event(), []
+
+    def held(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
+            assert go.wait(300), "never let go"
+        return block
+
+    a = rows(START, START + N)
+    src = da.from_array(a["v"].values, chunks=(SHARD, WIDTH))
+    a["v"] = a["v"].copy(data=src.map_blocks(held, dtype=src.dtype))
+
+    def append_a() -> None:
+        try:
+            shardwise.to_zarr(a, root, append_dim="t")
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    with dask.config.set(scheduler="threads", num_workers=4):
+        thread = threading.Thread(target=append_a)
+        thread.start()
+        settle(root / "v", 9)  # A's shards but the held ones: A is mid-data
+        rep = shardwise.to_zarr(rows(START + N, START + 2 * N), root, append_dim="t", resume=True)
+        go.set()
+        thread.join(300)
+    assert errors == []
+    assert f"rows {START + N}:{START + 2 * N} reserved" in " ".join(rep.notes), rep.notes
+    assert_holds(root, START + 2 * N)
