@@ -26,7 +26,7 @@ import xarray as xr
 
 import shardwise
 from faultkit import MotoS3, exe, forkserver, hold_block, moto_s3, settle, unique, wait_until
-from shardwise.durability.journal import RECORDS
+from shardwise.durability.journal import read_records
 from shardwise.storage.store import ShardStore, resolve_store
 
 START, N, SHARD, CHUNK, WIDTH = 10, 40, 4, 2, 3
@@ -66,8 +66,10 @@ def open_store(kind: str, where: str, endpoint: str = "") -> Any:
     return where if kind == "local" else MotoS3(endpoint, None).obstore(where)
 
 
-def stored_records(store: Any, path: str) -> int:
-    return len(ShardStore(resolve_store(store, mode="r"), path).list(RECORDS))
+def writes_recorded(store: Any, path: str) -> dict[str, str]:
+    """The write that recorded each shard of the array at ``path``, by shard key."""
+    found = read_records(ShardStore(resolve_store(store, mode="r"), path))
+    return {k: r.write for k, r in found.items() if r is not None}
 
 
 def killed_append(kind: str, where_: str, endpoint: str, where: str, started: Any) -> None:
@@ -99,15 +101,20 @@ def killed_append(kind: str, where_: str, endpoint: str, where: str, started: An
 def kill(kind: str, root: str, where: str, endpoint: str = "") -> None:
     ctx = forkserver()
     started = ctx.Event()
-    before = stored_records(open_store(kind, root, endpoint), "v")
+    before = writes_recorded(open_store(kind, root, endpoint), "v")
     proc = ctx.Process(target=killed_append, args=(kind, root, endpoint, where, started))
     proc.start()
     assert started.wait(300)
     if where == "data":
-        # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28); the first
-        # (rows 8:12, merged) had a record already
+        # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28), all 9
+        # recorded by this append (the first, rows 8:12, merged, replaces an earlier record)
         store = open_store(kind, root, endpoint)
-        wait_until(lambda: stored_records(store, "v") >= before + 8, "8 new records of v")
+
+        def nine_done() -> bool:
+            now = writes_recorded(store, "v")
+            return sum(before.get(k) != w for k, w in now.items()) >= 9
+
+        wait_until(nine_done, "9 shards of v recorded by the append")
     else:
         wait_until(lambda: _stopped(proc.pid), "the writer stopped between its reservations")
     os.kill(proc.pid, signal.SIGKILL)
