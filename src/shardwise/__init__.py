@@ -25,6 +25,7 @@ from .errors import (
     SelectionError,
     ShardConflictError,
     ShardwiseError,
+    TransactionError,
     UnsupportedCodecError,
     VerifyError,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "SelectionError",
     "ShardConflictError",
     "ShardwiseError",
+    "TransactionError",
     "UnsupportedCodecError",
     "VerifyError",
     "VerifyReport",

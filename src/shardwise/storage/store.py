@@ -18,7 +18,7 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,9 +54,14 @@ def scratch(n: int) -> memoryview:
 def resolve_store(
     store: Any, *, mode: str = "r", storage_options: dict[str, Any] | None = None
 ) -> Store:
-    """A zarr Store for a Store, a local path or a URL."""
+    """A zarr Store for a Store, a local path, a URL or an icechunk Session (its store)."""
     if isinstance(store, Store):
         return store
+    if type(store).__module__.startswith("icechunk"):
+        from .icechunk import is_session
+
+        if is_session(store):
+            return store.store  # type: ignore[no-any-return]
     if isinstance(store, os.PathLike) or (isinstance(store, str) and "://" not in store):
         path = Path(store)
         if mode == "r" and not path.exists():
@@ -164,6 +169,13 @@ class ShardStore:
     def delete(self, name: str) -> None:
         self.backend.delete(self.key(name))
 
+    def task_fork(self) -> tuple[ShardStore, Any] | None:
+        """For a store of an icechunk fork: one shard task's own fork and this store over it
+        (the task writes there and hands the fork back); None for any other store."""
+        fork_for = getattr(self.backend, "task_fork", None)
+        fork = None if fork_for is None else fork_for()
+        return None if fork is None else (replace(self, store=fork.store), fork)
+
     def list(self, prefix: str = "") -> list[str]:
         """Names (relative to the array path) under ``prefix``."""
         strip = len(self.path) + 1 if self.path else 0
@@ -204,9 +216,15 @@ class Backend(Protocol):
 
 
 def backend_for(store: Store, *, fsync: bool = False, tag: str = "") -> Backend:
-    """Direct file I/O for a local directory, zarr's Store API for any other store."""
+    """Direct file I/O for a local directory, zarr's Store API for any other store (an
+    icechunk store's without shardwise's journal: see storage/icechunk.py)."""
     if isinstance(store, LocalStore):
         return LocalFiles(Path(store.root), fsync=fsync, tag=tag)
+    if type(store).__module__.startswith("icechunk"):
+        from .icechunk import SessionBackend, is_icechunk_store
+
+        if is_icechunk_store(store):
+            return SessionBackend(store, skip=JOURNAL)
     return ZarrStoreBackend(store)
 
 
