@@ -67,9 +67,12 @@ class SessionBackend(ZarrStoreBackend):
         if self._journal(key):
             return None
         try:
-            return super().size(key)
+            size = super().size(key)
         except icechunk.NotFoundError:  # icechunk's for a missing node or chunk
             return None
+        if size == 0 and super().get(key) is None:
+            return None  # a chunk deleted in the session has size 0
+        return size
 
     def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
         """The size first (icechunk raises its own error for a missing key), then the range."""

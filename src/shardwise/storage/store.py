@@ -89,6 +89,9 @@ def describe(store: Any, path: str | None, node: str = "array") -> str:
 
 def store_name(store: Any) -> str:
     """A store as a user wrote it: ``s3://bucket/prefix``, ``file:///dir``, ``memory://...``."""
+    if type(store).__module__.startswith("icechunk"):  # a session's store: its branch, snapshot
+        session = store.session
+        return f"the icechunk session of branch {session.branch!r} ({session.snapshot_id})"
     fs, root = getattr(store, "fs", None), getattr(store, "path", None)
     if fs is not None and isinstance(root, str):  # an fsspec store: its protocol and path
         proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]

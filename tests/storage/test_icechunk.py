@@ -1,0 +1,285 @@
+"""Writes into and reads from icechunk sessions (real icechunk, local-filesystem repositories).
+
+A write into a session forks it once, each shard task writes its whole shards into a fork of its
+own, and the forks, checked disjoint, are merged back: whatever the dask chunking, on threads and
+on worker processes, nothing is lost (icechunk's own ``store_dask`` loses three quarters of the
+same array on the same chunks). No lease or journal goes into the repository; a refused call
+leaves the session without a change.
+"""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zarr.core.sync import sync
+
+import shardwise
+from shardwise.errors import InvalidTypeError, InvalidValueError, TransactionError
+
+icechunk = pytest.importorskip("icechunk")
+
+
+def new_repo(root: Path) -> Any:
+    return icechunk.Repository.create(icechunk.local_filesystem_storage(str(root)))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Any:
+    return new_repo(tmp_path / "repo")
+
+
+def keys(store: Any) -> list[str]:
+    async def go() -> list[str]:
+        return [k async for k in store.list()]
+
+    return sorted(sync(go()))
+
+
+def committed(repo: Any, path: str = "a") -> np.ndarray:
+    """The array at ``path`` of the branch's last commit, read by zarr-python."""
+    return np.asarray(zarr.open_array(repo.readonly_session("main").store, path=path, mode="r")[:])
+
+
+@st.composite
+def split_cases(draw: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Any]:
+    """A 2-d array, its inner chunks, shards of whole inner chunks and dask chunks that split
+    the shards (sizes drawn freely, so most shards are cut by several blocks)."""
+    chunks = tuple(draw(st.integers(2, 6)) for _ in range(2))
+    shards = tuple(c * draw(st.integers(1, 3)) for c in chunks)
+    shape = tuple(draw(st.integers(1, 3 * s + 3)) for s in shards)
+    blocks = []
+    for n in shape:
+        cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=4))) if n > 1 else []
+        edges = [0, *cuts, n]
+        blocks.append(tuple(b - a for a, b in zip(edges, edges[1:], strict=False)))
+    return shape, chunks, shards, tuple(blocks)
+
+
+def write_and_check(
+    root: Path, case: tuple[Any, ...], scheduler: Any
+) -> tuple[Any, np.ndarray, Any]:
+    shape, chunks, shards, blocks = case
+    x = np.arange(int(np.prod(shape)), dtype="f8").reshape(shape) + 1
+    repo = new_repo(root)
+    session = repo.writable_session("main")
+    with dask.config.set(scheduler=scheduler):
+        report = shardwise.write_array(
+            da.from_array(x, chunks=blocks),
+            session,
+            path="a",
+            chunks=chunks,
+            shards=shards,
+            dimension_names=("y", "x"),
+            commit="one task per shard",
+        )
+    assert report.forks == []
+    assert report.notes and report.notes[-1].startswith("committed snapshot")
+    np.testing.assert_array_equal(committed(repo), x)
+    return repo, x, report
+
+
+@settings(max_examples=6)
+@given(case=split_cases())
+def test_split_shards_on_threads(case: tuple[Any, ...]) -> None:
+    """Dask chunks that split shards, written on threads: every value read back by zarr-python,
+    by xarray's own zarr engine and by shardwise; nothing of shardwise's in the repository."""
+    with tempfile.TemporaryDirectory() as d:
+        repo, x, report = write_and_check(Path(d), case, "threads")
+        snap = repo.readonly_session("main")
+        ds = xr.open_dataset(snap.store, engine="zarr", consolidated=False)
+        np.testing.assert_array_equal(ds["a"].values, x)
+        np.testing.assert_array_equal(shardwise.read_array(snap, path="a"), x)
+        stored = keys(snap.store)
+        assert not [k for k in stored if ".shardwise" in k]
+        assert len([k for k in stored if k.startswith("a/c/")]) == report.shards_written
+
+
+def test_split_shards_on_worker_processes(client: Any, tmp_path: Path) -> None:
+    """The same on a LocalCluster of 2 worker processes: the forks travel to the workers and
+    back pickled; four dask blocks per shard, and blocks across shard edges."""
+    for i, blocks in enumerate([((25,) * 4, (25,) * 4), ((13, 30, 40, 17), (7, 50, 43))]):
+        write_and_check(tmp_path / str(i), ((100, 100), (10, 10), (50, 50), blocks), client)
+
+
+def test_icechunk_store_dask_loses_what_shardwise_keeps(repo: Any, tmp_path: Path) -> None:
+    """The point: icechunk's own store_dask, four tasks per shard on worker processes, keeps
+    one task's quarter of each shard (the last fork merged wins); shardwise keeps every value."""
+    from icechunk.dask import store_dask
+
+    x = np.arange(100 * 100, dtype="f8").reshape(100, 100) + 1
+    source = da.from_array(x, chunks=25)
+    session = repo.writable_session("main")
+    target = zarr.create_array(
+        session.store, name="a", shape=x.shape, dtype=x.dtype, chunks=(10, 10), shards=(50, 50)
+    )
+    fork = session.fork()
+    target = zarr.open_array(fork.store, path="a", mode="a")
+    with dask.config.set(scheduler="processes", num_workers=2):
+        session.merge(store_dask(sources=[source], targets=[target]))
+    session.commit("store_dask")
+    lost = int((committed(repo) != x).sum())
+    assert lost == 7500  # of 10,000: three of the four quarters of every shard
+
+    other = new_repo(tmp_path / "shardwise")
+    with dask.config.set(scheduler="processes", num_workers=2):
+        shardwise.write_array(
+            source,
+            other.writable_session("main"),
+            path="a",
+            chunks=(10, 10),
+            shards=(50, 50),
+            commit="shardwise",
+        )
+    np.testing.assert_array_equal(committed(other), x)
+
+
+def test_region_merges_partial_shards_from_the_base(repo: Any) -> None:
+    """A region write whose edges split shards, in a later session: each partial shard is read
+    from the session's base and merged by its one task; the rest of the array is kept."""
+    x = np.arange(60 * 60, dtype="i4").reshape(60, 60)
+    shardwise.write_array(
+        x, repo.writable_session("main"), path="a", chunks=(5, 5), shards=(20, 20), commit="base"
+    )
+    session = repo.writable_session("main")
+    y = -np.arange(33 * 27, dtype="i4").reshape(33, 27)
+    region = (slice(7, 40), slice(21, 48))
+    with dask.config.set(scheduler="threads"):
+        shardwise.write_array(
+            da.from_array(y, chunks=(11, 9)), session, path="a", region=region, mode="r+"
+        )
+    assert session.has_uncommitted_changes  # the caller commits
+    session.commit("region")
+    x[region] = y
+    np.testing.assert_array_equal(committed(repo), x)
+
+
+def test_all_fill_region_deletes_its_shards(repo: Any) -> None:
+    """A region write of fill values over whole shards deletes them in the session."""
+    x = np.ones((40, 40), dtype="f4")
+    shardwise.write_array(
+        x, repo.writable_session("main"), path="a", chunks=(10, 10), shards=(20, 20), commit="1"
+    )
+    session = repo.writable_session("main")
+    shardwise.write_array(
+        np.zeros((20, 40), dtype="f4"),
+        session,
+        path="a",
+        region=(slice(0, 20), slice(None)),
+        mode="r+",
+    )
+    session.commit("2")
+    x[:20] = 0
+    np.testing.assert_array_equal(committed(repo), x)
+    assert [k for k in keys(repo.readonly_session("main").store) if "/c/" in k] == [
+        "a/c/1/0",
+        "a/c/1/1",
+    ]
+
+
+def test_mode_w_replaces_the_array_in_the_session(repo: Any) -> None:
+    shardwise.write_array(
+        np.ones((30, 30)), repo.writable_session("main"), path="a", shards=(10, 10), commit="1"
+    )
+    shardwise.write_array(
+        np.full((12,), 2.0), s := repo.writable_session("main"), path="a", mode="w", commit="2"
+    )
+    assert s.read_only  # committed
+    np.testing.assert_array_equal(committed(repo), np.full((12,), 2.0))
+
+
+def test_reads_from_a_session(repo: Any) -> None:
+    """open_array, read_array and the shardwise engine read a session (a branch's, or a
+    snapshot's), selections through byte ranges of the stored shards."""
+    x = np.arange(64 * 48, dtype="f8").reshape(64, 48)
+    snapshot = shardwise.write_array(
+        x,
+        repo.writable_session("main"),
+        path="v",
+        chunks=(8, 8),
+        shards=(32, 24),
+        dimension_names=("y", "x"),
+        commit="v",
+    ).notes[-1].split()[-1]
+    for session in (repo.readonly_session("main"), repo.readonly_session(snapshot_id=snapshot)):
+        arr = shardwise.open_array(session, path="v")
+        np.testing.assert_array_equal(arr[5:40, 9:30].compute(), x[5:40, 9:30])
+        np.testing.assert_array_equal(shardwise.read_array(session, path="v"), x)
+        ds = xr.open_dataset(session.store, engine="shardwise")
+        np.testing.assert_array_equal(ds["v"][3:50, 1:47].values, x[3:50, 1:47])
+    # a writable session reads its uncommitted changes
+    session = repo.writable_session("main")
+    shardwise.write_array(
+        np.zeros((32, 24)), session, path="v", region=(slice(0, 32), slice(0, 24)), mode="r+"
+    )
+    x[:32, :24] = 0
+    np.testing.assert_array_equal(shardwise.read_array(session, path="v"), x)
+
+
+def test_forks_that_wrote_one_shard_are_refused(repo: Any) -> None:
+    """Two forks that wrote one chunk (a shard) are refused before any merge: icechunk would
+    keep the last one's, silently."""
+    from shardwise.storage.icechunk import check_disjoint
+
+    session = repo.writable_session("main")
+    zarr.create_array(session.store, name="a", shape=(20,), chunks=(5,), shards=(10,), dtype="i2")
+    fork = session.fork()
+    one, two, three = (pickle.loads(pickle.dumps(fork)) for _ in range(3))
+    zarr.open_array(one.store, path="a", mode="r+")[:10] = 1
+    zarr.open_array(two.store, path="a", mode="r+")[10:] = 2
+    zarr.open_array(three.store, path="a", mode="r+")[:5] = 3
+    check_disjoint([one, two])
+    with pytest.raises(TransactionError, match=r"shard \[0\] of array '/a'"):
+        check_disjoint([one, two, three])
+
+
+@pytest.fixture
+def fresh_session(repo: Any) -> Iterator[Any]:
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    session = repo.writable_session("main")
+    yield session
+    assert not session.has_uncommitted_changes
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"threads": "many"}, InvalidTypeError, "threads"),
+        ({"mode": "x"}, InvalidValueError, "mode"),
+        ({"lease": True}, InvalidValueError, "lease=True"),
+        ({"resume": True}, InvalidValueError, "resume=True"),
+        ({"compute": False}, InvalidValueError, "compute=False"),
+        ({"strategy": "staged"}, InvalidValueError, "staged"),
+        ({"commit": 3}, InvalidTypeError, "commit"),
+        ({"mode": "w-"}, shardwise.ArrayExistsError, "exists"),
+        ({"region": (slice(0, 3), slice(None)), "mode": "r+"}, shardwise.PlanError, "region"),
+    ],
+)
+def test_refused_calls_leave_the_session_unchanged(
+    fresh_session: Any, kwargs: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        shardwise.write_array(np.zeros((8, 8)), fresh_session, path="a", **{"mode": "w", **kwargs})
+
+
+def test_sessions_that_cannot_be_written_are_refused(repo: Any, tmp_path: Path) -> None:
+    with pytest.raises(InvalidValueError, match="read-only"):
+        shardwise.write_array(np.ones(3), repo.readonly_session("main"), path="a")
+    session = repo.writable_session("main")
+    with pytest.raises(InvalidValueError, match="ForkSession"):
+        shardwise.write_array(np.ones(3), session.fork(), path="a")
+    with pytest.raises(InvalidValueError, match="commit= applies"):
+        shardwise.write_array(np.ones(3), tmp_path / "plain", commit="no session")
+    assert not (tmp_path / "plain").exists()
+    assert not session.has_uncommitted_changes
