@@ -9,6 +9,7 @@ leaves the session without a change.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import tempfile
 from collections.abc import Iterator
@@ -63,7 +64,7 @@ def split_cases(draw: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int,
     for n in shape:
         cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=4))) if n > 1 else []
         edges = [0, *cuts, n]
-        blocks.append(tuple(b - a for a, b in zip(edges, edges[1:], strict=False)))
+        blocks.append(tuple(b - a for a, b in itertools.pairwise(edges)))
     return shape, chunks, shards, tuple(blocks)
 
 
@@ -203,15 +204,19 @@ def test_reads_from_a_session(repo: Any) -> None:
     """open_array, read_array and the shardwise engine read a session (a branch's, or a
     snapshot's), selections through byte ranges of the stored shards."""
     x = np.arange(64 * 48, dtype="f8").reshape(64, 48)
-    snapshot = shardwise.write_array(
-        x,
-        repo.writable_session("main"),
-        path="v",
-        chunks=(8, 8),
-        shards=(32, 24),
-        dimension_names=("y", "x"),
-        commit="v",
-    ).notes[-1].split()[-1]
+    snapshot = (
+        shardwise.write_array(
+            x,
+            repo.writable_session("main"),
+            path="v",
+            chunks=(8, 8),
+            shards=(32, 24),
+            dimension_names=("y", "x"),
+            commit="v",
+        )
+        .notes[-1]
+        .split()[-1]
+    )
     for session in (repo.readonly_session("main"), repo.readonly_session(snapshot_id=snapshot)):
         arr = shardwise.open_array(session, path="v")
         np.testing.assert_array_equal(arr[5:40, 9:30].compute(), x[5:40, 9:30])
