@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .pyramid.write import write_pyramid
     from .runtime.signals import Interrupted, stop_on_signals
     from .xarray.opening import open_dataset
-    from .xarray.writer import to_zarr
+    from .xarray.writer import to_icechunk, to_zarr
 
 __version__ = "0.1.0"
 
@@ -79,6 +79,7 @@ __all__ = [
     "plan_write",
     "read_array",
     "stop_on_signals",
+    "to_icechunk",
     "to_zarr",
     "verify",
     "write_array",
@@ -99,6 +100,7 @@ _LAZY = {
     "plan_write": ".api",
     "read_array": ".engine.load",
     "stop_on_signals": ".runtime.signals",
+    "to_icechunk": ".xarray.writer",
     "to_zarr": ".xarray.writer",
     "verify": ".durability.verify",
     "write_array": ".api",

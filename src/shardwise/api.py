@@ -194,10 +194,11 @@ def write_array(
     # writes only, not by open_array
     from .durability.lease import store_lease
     from .durability.pipeline import Pipeline
+    from .storage.icechunk import session_write
     from .target import prepare_write
 
     # into an icechunk session: its own refusals first; then a write into its store
-    tx = _session_write(store, commit, lease, resume, compute, strategy)
+    tx = session_write(store, commit, lease, resume, compute, strategy)
     if tx is not None:
         store, lease = tx.store, False
         strategy = "direct" if strategy == "auto" else strategy
@@ -244,29 +245,6 @@ def write_array(
         report = pipe.run(pipe.parts(), compute=compute, progress=progress)
     return report if tx is None else tx.finish(report)
 
-
-def _session_write(
-    store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
-) -> Any:
-    """The checked write into ``store`` when it is an icechunk Session (icechunk is imported
-    only then), else None; ``commit`` without a session is refused."""
-    if type(store).__module__.startswith("icechunk"):
-        from .storage.icechunk import SessionWrite, is_session
-
-        if is_session(store):
-            return SessionWrite.begin(
-                store,
-                commit=commit,
-                lease=lease,
-                resume=resume,
-                compute=compute,
-                strategy=strategy,
-            )
-    if commit is not None:
-        raise InvalidValueError(
-            f"commit= applies to writes into an icechunk Session, not to {type(store).__name__}"
-        )
-    return None
 
 
 def plan_write(data: Any, store: Any, **kwargs: Any) -> WritePlan:

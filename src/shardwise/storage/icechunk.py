@@ -47,6 +47,23 @@ def is_icechunk_store(obj: Any) -> bool:
     return mod is not None and isinstance(obj, mod.IcechunkStore)
 
 
+def session_write(
+    store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
+) -> SessionWrite | None:
+    """The checked write of a front end into ``store`` when it is an icechunk Session (its
+    refusals first), else None; ``commit`` without a session is refused. Imports icechunk only
+    when it is one."""
+    if is_session(store):
+        return SessionWrite.begin(
+            store, commit=commit, lease=lease, resume=resume, compute=compute, strategy=strategy
+        )
+    if commit is not None:
+        raise InvalidValueError(
+            f"commit= applies to writes into an icechunk Session, not to {type(store).__name__}"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class SessionBackend(ZarrStoreBackend):
     """The I/O of a :class:`~shardwise.storage.store.ShardStore` over an ``IcechunkStore``:
