@@ -246,7 +246,6 @@ def write_array(
     return report if tx is None else tx.finish(report)
 
 
-
 def plan_write(data: Any, store: Any, **kwargs: Any) -> WritePlan:
     """The :class:`WritePlan` that :func:`write_array` would run with these arguments.
 

@@ -301,9 +301,7 @@ def to_zarr(
     return out if tx is None else tx.finish(out)
 
 
-def to_icechunk(
-    obj: Any, session: Any, *, commit: str | None = None, **kwargs: Any
-) -> WriteReport:
+def to_icechunk(obj: Any, session: Any, *, commit: str | None = None, **kwargs: Any) -> WriteReport:
     """Write an ``xarray.Dataset``, ``DataArray`` or ``DataTree`` into an icechunk session.
 
     :func:`to_zarr` into a writable ``icechunk.Session``, under the name of icechunk's own
@@ -379,8 +377,9 @@ def _write_data(
 ) -> WriteReport | Any:
     """The data, then the metadata (last: a write that fails part-way, a worker lost or a
     source that raises, leaves the old metadata, e.g. an append leaves the array at its old
-    length; ``meta`` False: written before, into an icechunk session). ``compute=False``: the variables not backed by dask now, the others in the
-    returned ``Delayed`` (the metadata was committed before, as xarray does)."""
+    length; ``meta`` False: written before, into an icechunk session). ``compute=False``: the
+    variables not backed by dask now, the others in the returned ``Delayed`` (the metadata was
+    committed before, as xarray does)."""
     if compute:
         report = pipe.run(
             _parts(pipe, arrays, xw.zstore, xw.writes),
