@@ -179,18 +179,36 @@ class SessionWrite:
             )
         return cls(session, commit)
 
+    def xarray_keywords(
+        self, strategy: Any, safe_shards: Any, consolidated: Any
+    ) -> tuple[Any, Any, Any]:
+        """``to_zarr``'s defaults in a session: direct shard tasks; regions that split shards
+        allowed (each split shard is merged by its one task, and another session's write of it
+        conflicts at commit); no consolidated metadata (icechunk's store keeps none)."""
+        if consolidated is True:
+            raise InvalidValueError(
+                "consolidated=True does not apply to an icechunk session: its store keeps no "
+                "consolidated metadata (it lists a group's members itself)"
+            )
+        return (
+            "direct" if strategy == "auto" else strategy,
+            False if safe_shards is None else safe_shards,
+            False,
+        )
+
     @property
     def store(self) -> Any:
         """The zarr store of the session: the checks and the metadata go through it."""
         return self.session.store
 
-    def fork(self, sessions: Iterable[Any]) -> None:
+    def fork(self, sessions: Iterable[Any]) -> Any:
         """Fork the session once (its metadata written) and give the ShardStore of every one
         of the pipeline's ``sessions`` (one per array) the fork's store: each shard task forks
-        that again (:meth:`SessionBackend.task_fork`)."""
+        that again (:meth:`SessionBackend.task_fork`). Returns the fork's store."""
         fork = self.session.fork()
         for s in sessions:
             s.store = replace(s.store, store=fork.store)
+        return fork.store
 
     def finish(self, report: Any) -> Any:
         """Merge the forks of ``report`` into the session (checked disjoint first), commit if

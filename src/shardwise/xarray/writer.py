@@ -16,6 +16,7 @@ leaves the array at its old length while no later append reserved rows after it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 from ..core import args
@@ -248,7 +249,9 @@ def to_zarr(
     tx = session_write(store, commit, lease, resume, compute, strategy)
     if tx is not None:  # into an icechunk session: a write into its store, forked below
         store, lease = tx.store, False
-        strategy = "direct" if strategy == "auto" else strategy
+        strategy, safe_shards, consolidated = tx.xarray_keywords(
+            strategy, safe_shards, consolidated
+        )
     xw = _check_any(
         obj,
         store,
@@ -288,8 +291,8 @@ def to_zarr(
             if not compute or tx is not None:  # as xarray: the metadata first (a session:
                 commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
-            if tx is not None:
-                tx.fork(pipe.sessions)
+            if tx is not None:  # every task writes into a fork of the session's fork
+                xw = replace(xw, zstore=tx.fork(pipe.sessions))
             # 5. data, 6. metadata, 7. markers done and leases released
             out = _write_data(
                 pipe, arrays, xw, held, compute=compute, progress=progress, meta=tx is None
