@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from .engine.report import WriteReport
     from .pyramid.write import write_pyramid
     from .runtime.signals import Interrupted, stop_on_signals
+    from .xarray.icechunk import to_icechunk
     from .xarray.opening import open_dataset
-    from .xarray.writer import to_icechunk, to_zarr
+    from .xarray.writer import to_zarr
 
 __version__ = "0.1.0"
 
@@ -100,7 +101,7 @@ _LAZY = {
     "plan_write": ".api",
     "read_array": ".engine.load",
     "stop_on_signals": ".runtime.signals",
-    "to_icechunk": ".xarray.writer",
+    "to_icechunk": ".xarray.icechunk",
     "to_zarr": ".xarray.writer",
     "verify": ".durability.verify",
     "write_array": ".api",

@@ -29,7 +29,8 @@ from ..durability.lease import store_lease
 from ..durability.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
-from ..errors import InvalidTypeError, InvalidValueError
+from ..errors import InvalidValueError
+from ..storage.icechunk import SessionWrite, session_write
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..target import refuse_unknown_chunks
@@ -58,7 +59,7 @@ from .prepare import (
 )
 from .tree import check_tree, is_tree
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_icechunk", "to_zarr"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
 
 
 def to_zarr(
@@ -244,12 +245,9 @@ def to_zarr(
     )
     threads = args.thread_count("threads", threads)
     memory_limit = args.optional_byte_size("memory_limit", memory_limit)
-    from ..storage.icechunk import session_write
-
-    tx = session_write(store, commit, lease, resume, compute, strategy)
-    if tx is not None:  # into an icechunk session: a write into its store, forked below
-        store, lease = tx.store, False
-        strategy, safe_shards, consolidated = tx.xarray_keywords(
+    # into an icechunk session: a write into its store, forked once its metadata is there
+    if (tx := session_write(store, commit, lease, resume, compute, strategy)) is not None:
+        store, lease, strategy, safe_shards, consolidated = tx.xarray_keywords(
             strategy, safe_shards, consolidated
         )
     xw = _check_any(
@@ -278,11 +276,7 @@ def to_zarr(
         # 3. leases (a refusal removes those taken)
         opts = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
         arrays = _array_writes(xw, opts, fsync=fsync, resume=resume)
-        with Pipeline(
-            list(arrays.values()),
-            lease=leased,
-            break_lease=break_lease,
-        ) as pipe:
+        with Pipeline(list(arrays.values()), lease=leased, break_lease=break_lease) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
             keep = _kept_keys(xw, arrays, pipe, resume)
@@ -291,68 +285,13 @@ def to_zarr(
             if not compute or tx is not None:  # as xarray: the metadata first (a session:
                 commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
-            if tx is not None:  # every task writes into a fork of the session's fork
-                xw = replace(xw, zstore=tx.fork(pipe.sessions))
             # 5. data, 6. metadata, 7. markers done and leases released
-            out = _write_data(
-                pipe, arrays, xw, held, compute=compute, progress=progress, meta=tx is None
-            )
+            out = _write_data(pipe, arrays, xw, held, compute=compute, progress=progress, tx=tx)
     except BaseException:
         if held is not None:
             held.release()
         raise
-    return out if tx is None else tx.finish(out)
-
-
-def to_icechunk(obj: Any, session: Any, *, commit: str | None = None, **kwargs: Any) -> WriteReport:
-    """Write an ``xarray.Dataset``, ``DataArray`` or ``DataTree`` into an icechunk session.
-
-    :func:`to_zarr` into a writable ``icechunk.Session``, under the name of icechunk's own
-    ``icechunk.xarray.to_icechunk``: one task per shard whatever the dask chunks, on threads and
-    on any dask cluster. The metadata goes into the session first; the session is forked once,
-    each shard task writes its whole shards into a fork of its own, and the forks, checked to
-    have written disjoint shards, are merged back. The caller commits the session (or passes
-    ``commit``). No lease or journal is written into the repository; a write interrupted
-    before the merge leaves the session uncommitted (``session.discard_changes()``, or run it
-    again).
-
-    Parameters
-    ----------
-    obj : xarray.Dataset, xarray.DataArray or xarray.DataTree
-        What to write, as :func:`to_zarr` takes it.
-    session : icechunk.Session
-        A writable session (``repo.writable_session(branch)``), not a fork of one.
-    commit : str, optional
-        Commit the session with this message once the write is merged, rebased over commits
-        made meanwhile that changed other chunks (``icechunk.ConflictDetector``).
-    **kwargs
-        The keywords of :func:`to_zarr` (``mode``, ``region``, ``group``, ``encoding``,
-        ``shards`` ...); ``compute=False``, ``resume=True``, ``lease=True`` and
-        ``strategy="staged"`` do not apply to a session and are refused.
-
-    Returns
-    -------
-    WriteReport
-        What the write did; with ``commit``, its ``notes`` name the new snapshot.
-
-    Raises
-    ------
-    InvalidTypeError
-        ``session`` is not an icechunk ``Session``, or a keyword of the wrong type.
-    InvalidValueError
-        A read-only session or a ForkSession, or a keyword that does not apply to a session.
-    TransactionError
-        Two shard tasks wrote one shard (nothing merged), or the commit conflicts with another.
-    """
-    from ..storage.icechunk import is_session
-
-    if not is_session(session):
-        raise InvalidTypeError(
-            f"to_icechunk writes into an icechunk Session, got {type(session).__name__} (use "
-            "shardwise.to_zarr for other stores)"
-        )
-    report: WriteReport = to_zarr(obj, session, commit=commit, **kwargs)
-    return report
+    return out
 
 
 def _check_any(obj: Any, store: Any, write_inherited_coords: bool, **kw: Any) -> _XarrayWrite:
@@ -376,23 +315,26 @@ def _write_data(
     *,
     compute: bool,
     progress: bool,
-    meta: bool = True,
+    tx: SessionWrite | None = None,
 ) -> WriteReport | Any:
     """The data, then the metadata (last: a write that fails part-way, a worker lost or a
     source that raises, leaves the old metadata, e.g. an append leaves the array at its old
-    length; ``meta`` False: written before, into an icechunk session). ``compute=False``: the
-    variables not backed by dask now, the others in the returned ``Delayed`` (the metadata was
-    committed before, as xarray does)."""
+    length). ``compute=False``: the variables not backed by dask now, the others in the
+    returned ``Delayed`` (the metadata was committed before, as xarray does). Into an icechunk
+    session (``tx``): the metadata is in the session already; it is forked for the tasks, and
+    their forks merged."""
+    if tx is not None:  # every task writes into a fork of the session's fork
+        xw = replace(xw, zstore=tx.fork(pipe.sessions))
     if compute:
         report = pipe.run(
             _parts(pipe, arrays, xw.zstore, xw.writes),
             compute=True,
             progress=progress,
-            then=(lambda: commit_metadata(xw, held)) if meta else None,
+            then=(lambda: commit_metadata(xw, held)) if tx is None else None,
         )
         if held is not None:
             report.notes.append(held.note())
-        return report
+        return report if tx is None else tx.finish(report)
     eager = [w for w in xw.writes if not w.lazy]
     lazy = [w for w in xw.writes if w.lazy]
     done = (
