@@ -381,3 +381,36 @@ def test_to_icechunk_refusals_leave_the_session_unchanged(fresh_session: Any) ->
     ]:
         with pytest.raises(error):
             shardwise.to_icechunk(dataset(), fresh_session, **{"mode": "w", **kwargs})
+
+
+def test_split_shards_into_a_repository_on_s3(client: Any) -> None:
+    """The same write into a repository on S3 (moto), on worker processes: every value there,
+    read back by zarr-python from a new repository handle."""
+    from faultkit import BUCKET, CREDS, moto_s3
+
+    with moto_s3() as s3:
+
+        def storage() -> Any:
+            return icechunk.s3_storage(
+                bucket=BUCKET,
+                prefix="repo",
+                region=CREDS["region"],
+                endpoint_url=s3.endpoint,
+                allow_http=True,
+                force_path_style=True,
+                access_key_id=CREDS["key"],
+                secret_access_key=CREDS["secret"],
+            )
+
+        repo = icechunk.Repository.create(storage())
+        x = np.arange(90 * 70, dtype="i4").reshape(90, 70)
+        with dask.config.set(scheduler=client):
+            shardwise.write_array(
+                da.from_array(x, chunks=(17, 23)),
+                repo.writable_session("main"),
+                path="a",
+                chunks=(10, 10),
+                shards=(30, 30),
+                commit="on S3",
+            )
+        np.testing.assert_array_equal(committed(icechunk.Repository.open(storage())), x)
