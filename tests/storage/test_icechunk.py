@@ -414,3 +414,44 @@ def test_split_shards_into_a_repository_on_s3(client: Any) -> None:
                 commit="on S3",
             )
         np.testing.assert_array_equal(committed(icechunk.Repository.open(storage())), x)
+
+
+def test_to_icechunk_append(repo: Any) -> None:
+    """An append along a dimension into a session: the new rows and the shard it completes."""
+    ds = dataset()
+    shardwise.to_icechunk(
+        ds.isel(t=slice(0, 25)), repo.writable_session("main"), encoding=ENCODING, commit="1"
+    )
+    with dask.config.set(scheduler="threads"):
+        shardwise.to_icechunk(
+            ds.isel(t=slice(25, None)), repo.writable_session("main"), append_dim="t", commit="2"
+        )
+    back = xr.open_dataset(repo.readonly_session("main").store, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(back.load(), ds.compute())
+
+
+def test_sessions_on_one_shard_conflict_at_commit(repo: Any) -> None:
+    """Two sessions that wrote one shard: the second commit is a TransactionError naming the
+    array and the shard, its session keeps the write; a session on other shards is rebased."""
+    x = np.arange(40 * 10, dtype="f8").reshape(40, 10)
+    shardwise.write_array(x, repo.writable_session("main"), path="v", shards=(10, 10), commit="0")
+    first, second, other = (repo.writable_session("main") for _ in range(3))
+
+    def write(session: Any, a: int, b: int, value: float) -> None:
+        shardwise.write_array(
+            np.full((b - a, 10), value),
+            session,
+            path="v",
+            region=(slice(a, b), slice(None)),
+            mode="r+",
+            commit=f"rows {a}:{b}",
+        )
+
+    write(first, 0, 5, 1.0)
+    with pytest.raises(TransactionError, match=r"array '/v' shards \[0, 0\]"):
+        write(second, 5, 10, 2.0)
+    assert second.has_uncommitted_changes  # kept, to rerun in a new session
+    write(other, 30, 35, 3.0)
+    x[0:5] = 1.0
+    x[30:35] = 3.0
+    np.testing.assert_array_equal(committed(repo, "v"), x)

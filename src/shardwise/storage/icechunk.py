@@ -235,8 +235,20 @@ class SessionWrite:
         except (icechunk.ConflictError, icechunk.RebaseFailedError) as e:
             raise TransactionError(
                 f"the commit of branch {self.session.branch!r} conflicts with another "
-                f"commit ({e}); the session keeps this write uncommitted"
+                f"commit{_conflicts(e)}; the session keeps this write uncommitted (nothing "
+                "of either write is lost: rerun this one in a new session)"
             ) from e
+
+
+def _conflicts(error: Exception) -> str:
+    """What a failed rebase found, array by array: ``: array '/a' shards [0, 1], ...``."""
+    found = [
+        f"array {c.path!r}"
+        + (f" shards {', '.join(map(str, c.conflicted_chunks))}" if c.conflicted_chunks else "")
+        + f" ({c.conflict_type})"
+        for c in getattr(error, "conflicts", None) or []
+    ]
+    return f": {'; '.join(found)}" if found else f" ({error})"
 
 
 def check_disjoint(forks: Sequence[Any]) -> None:
