@@ -455,3 +455,24 @@ def test_sessions_on_one_shard_conflict_at_commit(repo: Any) -> None:
     x[0:5] = 1.0
     x[30:35] = 3.0
     np.testing.assert_array_equal(committed(repo, "v"), x)
+
+
+def test_a_session_store_stands_for_its_session(repo: Any) -> None:
+    """``session.store`` (as xarray users pass it) is written as its session: forked, merged."""
+    session = repo.writable_session("main")
+    x = np.arange(100.0).reshape(10, 10)
+    with dask.config.set(scheduler="threads"):
+        shardwise.write_array(da.from_array(x, chunks=3), session.store, path="a", shards=(5, 5))
+    session.commit("through the store")
+    np.testing.assert_array_equal(committed(repo), x)
+
+
+def test_writers_without_sessions_refuse_them(fresh_session: Any, tmp_path: Path) -> None:
+    """write_pyramid and convert do not write into a session yet: refused, nothing written."""
+    image = xr.DataArray(np.ones((64, 64)), dims=("y", "x"))
+    with pytest.raises(InvalidValueError, match="does not take an icechunk Session"):
+        shardwise.write_pyramid(image, fresh_session)
+    src = tmp_path / "src.zarr"
+    zarr.create_array(src, shape=(4,), chunks=(2,), dtype="i1")
+    with pytest.raises(InvalidValueError, match="does not take an icechunk Session"):
+        shardwise.convert(src, fresh_session)

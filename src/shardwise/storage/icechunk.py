@@ -51,8 +51,10 @@ def session_write(
     store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
 ) -> SessionWrite | None:
     """The checked write of a front end into ``store`` when it is an icechunk Session (its
-    refusals first), else None; ``commit`` without a session is refused. Imports icechunk only
-    when it is one."""
+    refusals first), else None; ``commit`` without a session is refused. A writable session's
+    store stands for its session. Imports icechunk only when it is one."""
+    if is_icechunk_store(store) and not store.read_only and not store.session.read_only:
+        store = store.session
     if is_session(store):
         return SessionWrite.begin(
             store, commit=commit, lease=lease, resume=resume, compute=compute, strategy=strategy

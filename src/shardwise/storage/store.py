@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from zarr.abc.store import Store
 from zarr.storage import LocalStore
 
-from ..errors import ArrayNotFoundError, InvalidTypeError
+from ..errors import ArrayNotFoundError, InvalidTypeError, InvalidValueError
 from .zarr_backend import ZarrStoreBackend
 
 PARTIAL_SUFFIX = ".partial"
@@ -60,6 +60,11 @@ def resolve_store(
     if type(store).__module__.startswith("icechunk"):
         from .icechunk import is_session
 
+        if is_session(store) and mode == "w":  # write_array and to_zarr take its store
+            raise InvalidValueError(
+                "this writer does not take an icechunk Session (write_array, to_zarr and "
+                "to_icechunk do); nothing was written"
+            )
         if is_session(store):
             return store.store  # type: ignore[no-any-return]
     if isinstance(store, os.PathLike) or (isinstance(store, str) and "://" not in store):
