@@ -114,7 +114,9 @@ def test_split_shards_on_worker_processes(client: Any, tmp_path: Path) -> None:
         write_and_check(tmp_path / str(i), ((100, 100), (10, 10), (50, 50), blocks), client)
 
 
-def test_icechunk_store_dask_on_processes_loses_what_shardwise_keeps(repo: Any, tmp_path: Path) -> None:
+def test_icechunk_store_dask_on_processes_loses_what_shardwise_keeps(
+    repo: Any, tmp_path: Path
+) -> None:
     """The point: icechunk's own store_dask, four tasks per shard on worker processes, keeps
     one task's quarter of each shard (the last fork merged wins); shardwise keeps every value."""
     from icechunk.dask import store_dask

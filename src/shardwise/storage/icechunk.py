@@ -1,15 +1,16 @@
 """Writes into an icechunk ``Session``: one transaction, one task per shard, nothing lost.
 
-Imported only when a front end is given an ``icechunk.Session`` (or its store), so
-``import shardwise`` never imports icechunk. A write into a session runs as any other write
+icechunk itself is imported only when a front end is given an ``icechunk.Session`` (or its
+store): ``import shardwise`` never imports it. A write into a session runs as any other write
 (every check first, the metadata written by zarr-python into the session itself), then:
 
 1. :meth:`SessionWrite.fork`: the session is forked once, after the metadata; every shard task
    gets that fork (pickled to the workers of a cluster);
-2. each shard task writes its whole shards into a fork of its own (:func:`task_fork`: a copy of
-   the one fork, so on threads too no two tasks share one change set) and hands it back in its
-   report (``WriteReport.forks``); a shard the write covers in part is read from the session's
-   base (its snapshot plus the changes made before the fork) and merged by its one task;
+2. each shard task writes its whole shards into a fork of its own
+   (:meth:`SessionBackend.task_fork`: a copy of the one fork, so on threads too no two tasks
+   share one change set) and hands it back in its report (``WriteReport.forks``); a shard the
+   write covers in part is read from the session's base (its snapshot plus the changes made
+   before the fork) and merged by its one task;
 3. :meth:`SessionWrite.finish`: the forks' written chunks are checked disjoint (icechunk's merge
    keeps the last of two writes of one chunk, silently), merged into the session, and committed
    when asked (``rebase_with=ConflictDetector()``).
