@@ -107,9 +107,17 @@ def test_split_shards_on_threads(case: tuple[Any, ...]) -> None:
         assert len([k for k in stored if k.startswith("a/c/")]) == report.shards_written
 
 
-def test_split_shards_on_worker_processes(client: Any, tmp_path: Path) -> None:
+@settings(max_examples=3)
+@given(case=split_cases())
+def test_split_shards_on_worker_processes(client: Any, case: tuple[Any, ...]) -> None:
     """The same on a LocalCluster of 2 worker processes: the forks travel to the workers and
-    back pickled; four dask blocks per shard, and blocks across shard edges."""
+    back pickled."""
+    with tempfile.TemporaryDirectory() as d:
+        write_and_check(Path(d), case, client)
+
+
+def test_four_blocks_per_shard_on_worker_processes(client: Any, tmp_path: Path) -> None:
+    """Four dask blocks per shard, and blocks across shard edges, on worker processes."""
     for i, blocks in enumerate([((25,) * 4, (25,) * 4), ((13, 30, 40, 17), (7, 50, 43))]):
         write_and_check(tmp_path / str(i), ((100, 100), (10, 10), (50, 50), blocks), client)
 
@@ -160,7 +168,12 @@ def test_region_merges_partial_shards_from_the_base(repo: Any) -> None:
     region = (slice(7, 40), slice(21, 48))
     with dask.config.set(scheduler="threads"):
         shardwise.write_array(
-            da.from_array(y, chunks=(11, 9)), session, path="a", region=region, mode="r+"
+            da.from_array(y, chunks=(11, 9)),
+            session,
+            path="a",
+            region=region,
+            mode="r+",
+            progress=True,  # the bar's graph hands the forks back too
         )
     assert session.has_uncommitted_changes  # the caller commits
     session.commit("region")
