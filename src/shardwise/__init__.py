@@ -25,6 +25,7 @@ from .errors import (
     SelectionError,
     ShardConflictError,
     ShardwiseError,
+    TransactionError,
     UnsupportedCodecError,
     VerifyError,
 )
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from .engine.report import WriteReport
     from .pyramid.write import write_pyramid
     from .runtime.signals import Interrupted, stop_on_signals
+    from .xarray.icechunk import to_icechunk
     from .xarray.opening import open_dataset
     from .xarray.writer import to_zarr
 
@@ -65,6 +67,7 @@ __all__ = [
     "SelectionError",
     "ShardConflictError",
     "ShardwiseError",
+    "TransactionError",
     "UnsupportedCodecError",
     "VerifyError",
     "VerifyReport",
@@ -77,6 +80,7 @@ __all__ = [
     "plan_write",
     "read_array",
     "stop_on_signals",
+    "to_icechunk",
     "to_zarr",
     "verify",
     "write_array",
@@ -97,6 +101,7 @@ _LAZY = {
     "plan_write": ".api",
     "read_array": ".engine.load",
     "stop_on_signals": ".runtime.signals",
+    "to_icechunk": ".xarray.icechunk",
     "to_zarr": ".xarray.writer",
     "verify": ".durability.verify",
     "write_array": ".api",

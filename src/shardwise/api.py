@@ -50,6 +50,7 @@ def write_array(
     strategy: Strategy = "auto",
     memory_limit: int | str | None = None,
     dry_run: bool = False,
+    commit: str | None = None,
 ) -> WriteReport | Any:
     """Write a numpy or dask array into a sharded Zarr v3 array, one task per shard.
 
@@ -66,9 +67,13 @@ def write_array(
         data is stored as zarr's ``numpy.datetime64``/``numpy.timedelta64`` types, strings (numpy
         ``StringDType``, or object arrays of Python ``str`` with ``dtype=str`` or no dtype) as
         zarr's variable-length UTF-8 ``string`` type, as zarr-python stores them.
-    store : zarr.abc.store.Store, str or os.PathLike
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
         A zarr ``Store`` (``LocalStore``, ``MemoryStore``, ``ObjectStore``, ``FsspecStore``), a
-        local path or a URL.
+        local path or a URL; or a writable ``icechunk.Session``: the write is one change of its
+        transaction (each shard task writes into a fork of the session, the forks, checked
+        disjoint, are merged into it), which the caller commits, or ``commit=`` does. No lease
+        or journal is written into the repository; a write interrupted before the merge leaves
+        the session uncommitted: discard its changes or run the write again.
     path : str, optional
         The array's path inside ``store`` (default: its root).
     chunks : tuple of int or "auto", default "auto"
@@ -148,6 +153,10 @@ def write_array(
         memory per core); a job that would not fit is refused.
     dry_run : bool, default False
         Return the :class:`WritePlan` without writing anything (see :func:`plan_write`).
+    commit : str, optional
+        With an icechunk ``Session``: commit it with this message once the write is merged,
+        rebased (``icechunk.ConflictDetector``) over commits made meanwhile that changed other
+        chunks (the report's ``notes`` name the snapshot).
 
     Returns
     -------
@@ -177,13 +186,22 @@ def write_array(
     ShardConflictError
         A shard shared with other writers kept changing between this write's read and its
         commit.
+    TransactionError
+        Into an icechunk session: two shard tasks wrote one shard (nothing merged), or the
+        commit conflicts with another commit to the branch.
     """
     # deferred: the writers, journal and leases (about 60 ms at import) are needed by
     # writes only, not by open_array
     from .durability.lease import store_lease
+    from .storage.icechunk import session_write
     from .write.pipeline import Pipeline
     from .write.target import prepare_write
 
+    # into an icechunk session: its own refusals first; then a write into its store
+    tx = session_write(store, commit, lease, resume, compute, strategy)
+    if tx is not None:
+        store, lease = tx.store, False
+        strategy = "direct" if strategy == "auto" else strategy
     # 1-4: every check and the validated job, before the store is written (dry_run stops here)
     prepared = prepare_write(
         data,
@@ -222,7 +240,10 @@ def write_array(
     # 5. the write: lease, clear, metadata, data, done (the pipeline's order)
     with Pipeline([prepared.write], lease=leased, break_lease=break_lease) as pipe:
         pipe.start()
-        return pipe.run(pipe.parts(), compute=compute, progress=progress)
+        if tx is not None:  # the metadata is in the session: fork it for the shard tasks
+            tx.fork(pipe.sessions)
+        report = pipe.run(pipe.parts(), compute=compute, progress=progress)
+    return report if tx is None else tx.finish(report)
 
 
 def plan_write(data: Any, store: Any, **kwargs: Any) -> WritePlan:

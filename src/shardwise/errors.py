@@ -25,6 +25,8 @@ The tree (the builtin or zarr class each one also is, in parentheses)::
     |-- UnsupportedCodecError       (NotImplementedError) a codec chain or Zarr v2 array
     |-- LeaseHeldError              (RuntimeError) another writer holds the write lease
     |-- ShardConflictError          (RuntimeError) a shard kept changing under a commit
+    |-- TransactionError            (RuntimeError) an icechunk session's shard tasks wrote one
+    |                               shard twice, or its commit conflicts with another
     `-- DependencyError             (RuntimeError) an installed dependency is out of range
 
 Bad arguments (InvalidTypeError, InvalidValueError) are not plan refusals: a PlanError means
@@ -52,6 +54,7 @@ __all__ = [
     "SelectionError",
     "ShardConflictError",
     "ShardwiseError",
+    "TransactionError",
     "UnsupportedCodecError",
     "VerifyError",
 ]
@@ -208,6 +211,12 @@ class ShardConflictError(ShardwiseError, RuntimeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (ShardConflictError, (self.key, self.tries))
+
+
+class TransactionError(ShardwiseError, RuntimeError):
+    """A write into an icechunk session that would lose data (a ``RuntimeError``): two of its
+    shard tasks' forks wrote one shard (nothing is merged), or its commit conflicts with
+    another commit to the branch (the session keeps the write uncommitted)."""
 
 
 class VerifyError(ShardwiseError, ValueError):

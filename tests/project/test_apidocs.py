@@ -38,6 +38,7 @@ VERB_PAGES = {
         "open_array",
         "read_array",
         "to_zarr",
+        "to_icechunk",
         "open_dataset",
         "convert",
         "verify",

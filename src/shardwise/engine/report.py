@@ -49,6 +49,9 @@ class WriteReport:
     notes : list of str
         What the write found and did besides its shards, e.g. a batch part's lease taken over
         from a writer that was gone.
+    forks : list
+        A write into an icechunk session: the forks its shard tasks wrote into, on their way
+        to the session (merged and emptied before the report is returned).
     """
 
     shards_written: int = 0
@@ -65,6 +68,7 @@ class WriteReport:
     seconds: float = 0.0
     keys: list[str] = field(default_factory=list, repr=False)
     notes: list[str] = field(default_factory=list)
+    forks: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def compression_ratio(self) -> float:

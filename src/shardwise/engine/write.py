@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -174,8 +174,13 @@ class ShardWriter:
         started = time.perf_counter()
         # counted as a running task of its write (see _pool.running); untracked without a journal
         tracked = nullcontext() if self.journal is None else _pool.running(self.journal.write_id)
+        # into an icechunk session: the task writes into a fork of its own, handed back
+        own = self.store.task_fork()
+        writer = self if own is None else replace(self, store=own[0])
         with tracked:
-            rep = self.write_piece(self.plan.shard_of_task(loc), block)
+            rep = writer.write_piece(self.plan.shard_of_task(loc), block)
+        if own is not None:
+            rep.forks = [own[1]]
         rep.seconds = time.perf_counter() - started
         out = np.empty((1,) * block.ndim, dtype=object)
         out.flat[0] = rep

@@ -18,14 +18,14 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from zarr.abc.store import Store
 from zarr.storage import LocalStore
 
-from ..errors import ArrayNotFoundError, InvalidTypeError
+from ..errors import ArrayNotFoundError, InvalidTypeError, InvalidValueError
 from .zarr_backend import ZarrStoreBackend
 
 PARTIAL_SUFFIX = ".partial"
@@ -54,9 +54,19 @@ def scratch(n: int) -> memoryview:
 def resolve_store(
     store: Any, *, mode: str = "r", storage_options: dict[str, Any] | None = None
 ) -> Store:
-    """A zarr Store for a Store, a local path or a URL."""
+    """A zarr Store for a Store, a local path, a URL or an icechunk Session (its store)."""
     if isinstance(store, Store):
         return store
+    if type(store).__module__.startswith("icechunk"):
+        from .icechunk import is_session
+
+        if is_session(store) and mode == "w":  # write_array and to_zarr take its store
+            raise InvalidValueError(
+                "this writer does not take an icechunk Session (write_array, to_zarr and "
+                "to_icechunk do); nothing was written"
+            )
+        if is_session(store):
+            return store.store  # type: ignore[no-any-return]
     if isinstance(store, os.PathLike) or (isinstance(store, str) and "://" not in store):
         path = Path(store)
         if mode == "r" and not path.exists():
@@ -84,6 +94,9 @@ def describe(store: Any, path: str | None, node: str = "array") -> str:
 
 def store_name(store: Any) -> str:
     """A store as a user wrote it: ``s3://bucket/prefix``, ``file:///dir``, ``memory://...``."""
+    if type(store).__module__.startswith("icechunk"):  # a session's store: its branch, snapshot
+        session = store.session
+        return f"the icechunk session of branch {session.branch!r} ({session.snapshot_id})"
     fs, root = getattr(store, "fs", None), getattr(store, "path", None)
     if fs is not None and isinstance(root, str):  # an fsspec store: its protocol and path
         proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
@@ -164,6 +177,13 @@ class ShardStore:
     def delete(self, name: str) -> None:
         self.backend.delete(self.key(name))
 
+    def task_fork(self) -> tuple[ShardStore, Any] | None:
+        """For a store of an icechunk fork: one shard task's own fork and this store over it
+        (the task writes there and hands the fork back); None for any other store."""
+        fork_for = getattr(self.backend, "task_fork", None)
+        fork = None if fork_for is None else fork_for()
+        return None if fork is None else (replace(self, store=fork.store), fork)
+
     def list(self, prefix: str = "") -> list[str]:
         """Names (relative to the array path) under ``prefix``."""
         strip = len(self.path) + 1 if self.path else 0
@@ -204,9 +224,15 @@ class Backend(Protocol):
 
 
 def backend_for(store: Store, *, fsync: bool = False, tag: str = "") -> Backend:
-    """Direct file I/O for a local directory, zarr's Store API for any other store."""
+    """Direct file I/O for a local directory, zarr's Store API for any other store (an
+    icechunk store's without shardwise's journal: see storage/icechunk.py)."""
     if isinstance(store, LocalStore):
         return LocalFiles(Path(store.root), fsync=fsync, tag=tag)
+    if type(store).__module__.startswith("icechunk"):
+        from .icechunk import SessionBackend, is_icechunk_store
+
+        if is_icechunk_store(store):
+            return SessionBackend(store, skip=JOURNAL)
     return ZarrStoreBackend(store)
 
 

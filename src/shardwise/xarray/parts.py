@@ -205,5 +205,7 @@ def _write_plain(
 
     data = np.asarray(block)
     meta_v3 = ArrayV3Metadata.from_dict(meta)
-    zarr.Array(zarr.AsyncArray(metadata=meta_v3, store_path=StorePath(zstore, path)))[region] = data
-    return WriteReport(raw_bytes=int(data.nbytes))
+    own = ShardStore(zstore).task_fork()  # into an icechunk fork: a fork of its own, handed back
+    into = zstore if own is None else own[0].store
+    zarr.Array(zarr.AsyncArray(metadata=meta_v3, store_path=StorePath(into, path)))[region] = data
+    return WriteReport(raw_bytes=int(data.nbytes), forks=[] if own is None else [own[1]])

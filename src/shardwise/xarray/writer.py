@@ -16,6 +16,7 @@ leaves the array at its old length while no later append reserved rows after it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from ..core import args
@@ -29,6 +30,7 @@ from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..errors import InvalidValueError
 from ..storage.consolidated import Nodes
+from ..storage.icechunk import SessionWrite, session_write
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..write.pipeline import ArrayWrite, Pipeline, compute_parts
@@ -90,6 +92,7 @@ def to_zarr(
     lease: bool | None = None,
     break_lease: bool = False,
     write_inherited_coords: bool = False,
+    commit: str | None = None,
 ) -> WriteReport | Any:
     """Write an ``xarray.Dataset``, ``DataArray`` or ``DataTree`` to a sharded Zarr v3 store.
 
@@ -207,6 +210,9 @@ def to_zarr(
     write_inherited_coords : bool, default False
         ``DataTree`` only, as in ``DataTree.to_zarr``: also write into each group the
         coordinates it inherits from its parents (else only the root's, read back inherited).
+    commit : str, optional
+        With an icechunk ``Session`` as ``store``: commit it with this message once the write
+        is merged into it (see :func:`shardwise.to_icechunk`).
 
     Returns
     -------
@@ -247,6 +253,11 @@ def to_zarr(
     )
     threads = args.thread_count("threads", threads)
     memory_limit = args.optional_byte_size("memory_limit", memory_limit)
+    # into an icechunk session: a write into its store, forked once its metadata is there
+    if (tx := session_write(store, commit, lease, resume, compute, strategy)) is not None:
+        store, lease, strategy, safe_shards, consolidated = tx.xarray_keywords(
+            strategy, safe_shards, consolidated
+        )
     xw = _check_any(
         obj,
         store,
@@ -282,11 +293,11 @@ def to_zarr(
             keep = _kept_keys(xw, arrays, pipe, resume)
             _refuse_foreign_leases(xw.zstore, xw.overlay, keep, resume, break_lease)
             xw.overlay.commit_deletes(xw.zstore, keep)
-            if not compute:  # as xarray: the metadata now, the dask-backed data later
-                commit_metadata(xw, held)
+            if not compute or tx is not None:  # as xarray: the metadata first (a session:
+                commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
             # 5. data, 6. metadata, 7. markers done and leases released
-            out = _write_data(pipe, arrays, xw, held, compute=compute, progress=progress)
+            out = _write_data(pipe, arrays, xw, held, compute=compute, progress=progress, tx=tx)
     except BaseException:
         if held is not None:
             held.release()
@@ -316,21 +327,26 @@ def _write_data(
     *,
     compute: bool,
     progress: bool,
+    tx: SessionWrite | None = None,
 ) -> WriteReport | Any:
     """The data, then the metadata (last: a write that fails part-way, a worker lost or a
     source that raises, leaves the old metadata, e.g. an append leaves the array at its old
     length). ``compute=False``: the variables not backed by dask now, the others in the
-    returned ``Delayed`` (the metadata was committed before, as xarray does)."""
+    returned ``Delayed`` (the metadata was committed before, as xarray does). Into an icechunk
+    session (``tx``): the metadata is in the session already; it is forked for the tasks, and
+    their forks merged."""
+    if tx is not None:  # every task writes into a fork of the session's fork
+        xw = replace(xw, zstore=tx.fork(pipe.sessions))
     if compute:
         report = pipe.run(
             _parts(pipe, arrays, xw.zstore, xw.writes),
             compute=True,
             progress=progress,
-            then=lambda: commit_metadata(xw, held),
+            then=(lambda: commit_metadata(xw, held)) if tx is None else None,
         )
         if held is not None:
             report.notes.append(held.note())
-        return report
+        return report if tx is None else tx.finish(report)
     eager = [w for w in xw.writes if not w.lazy]
     lazy = [w for w in xw.writes if w.lazy]
     done = (

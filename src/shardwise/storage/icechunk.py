@@ -1,0 +1,270 @@
+"""Writes into an icechunk ``Session``: one transaction, one task per shard, nothing lost.
+
+icechunk itself is imported only when a front end is given an ``icechunk.Session`` (or its
+store): ``import shardwise`` never imports it. A write into a session runs as any other write
+(every check first, the metadata written by zarr-python into the session itself), then:
+
+1. :meth:`SessionWrite.fork`: the session is forked once, after the metadata; every shard task
+   gets that fork (pickled to the workers of a cluster);
+2. each shard task writes its whole shards into a fork of its own
+   (:meth:`SessionBackend.task_fork`: a copy of the one fork, so on threads too no two tasks
+   share one change set) and hands it back in its report (``WriteReport.forks``); a shard the
+   write covers in part is read from the session's base (its snapshot plus the changes made
+   before the fork) and merged by its one task;
+3. :meth:`SessionWrite.finish`: the forks' written chunks are checked disjoint (icechunk's merge
+   keeps the last of two writes of one chunk, silently), merged into the session, and committed
+   when asked (``rebase_with=ConflictDetector()``).
+
+The transaction is the atomicity: no lease, no ``.shardwise`` journal is written into the
+repository (:class:`SessionBackend` keeps them out), and there is nothing to resume: a write
+interrupted before its merge leaves the session uncommitted, with the new metadata but none of
+the data; discard its changes (``session.discard_changes()``) or run the write again.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import InvalidTypeError, InvalidValueError, TransactionError
+from .zarr_backend import ZarrStoreBackend
+
+
+def is_session(obj: Any) -> bool:
+    """Whether ``obj`` is an icechunk Session (no import of icechunk when it is not loaded)."""
+    import sys
+
+    mod = sys.modules.get("icechunk")
+    return mod is not None and isinstance(obj, mod.Session)
+
+
+def is_icechunk_store(obj: Any) -> bool:
+    """Whether ``obj`` is an ``icechunk.IcechunkStore``."""
+    import sys
+
+    mod = sys.modules.get("icechunk")
+    return mod is not None and isinstance(obj, mod.IcechunkStore)
+
+
+def session_write(
+    store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
+) -> SessionWrite | None:
+    """The checked write of a front end into ``store`` when it is an icechunk Session (its
+    refusals first), else None; ``commit`` without a session is refused. A writable session's
+    store stands for its session. Imports icechunk only when it is one."""
+    if is_icechunk_store(store) and not store.read_only and not store.session.read_only:
+        store = store.session
+    if is_session(store):
+        return SessionWrite.begin(
+            store, commit=commit, lease=lease, resume=resume, compute=compute, strategy=strategy
+        )
+    if commit is not None:
+        raise InvalidValueError(
+            f"commit= applies to writes into an icechunk Session, not to {type(store).__name__}"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class SessionBackend(ZarrStoreBackend):
+    """The I/O of a :class:`~shardwise.storage.store.ShardStore` over an ``IcechunkStore``:
+    zarr's API, but nothing of shardwise's journal (``skip``, a key's path segment) goes into
+    the repository: its puts and deletes are dropped and it reads as absent."""
+
+    skip: str = ".shardwise"
+
+    def _journal(self, key: str) -> bool:
+        return self.skip in key.split("/")
+
+    def get(self, key: str) -> bytes | None:
+        return None if self._journal(key) else super().get(key)
+
+    def size(self, key: str) -> int | None:
+        import icechunk
+
+        if self._journal(key):
+            return None
+        try:
+            size = super().size(key)
+        except icechunk.NotFoundError:  # icechunk's for a missing node or chunk
+            return None
+        if size == 0 and super().get(key) is None:
+            return None  # a chunk deleted in the session has size 0
+        return size
+
+    def get_suffix(self, key: str, n: int) -> tuple[bytes, int] | None:
+        """The size first (icechunk raises its own error for a missing key), then the range."""
+        size = self.size(key)
+        if size is None:
+            return None
+        if size == 0:
+            return b"", 0
+        return self.get_ranges(key, [(max(0, size - n), min(n, size))])[0], size
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        if self._journal(key):
+            raise FileNotFoundError(key)
+        return super().get_ranges(key, ranges)
+
+    def put(self, key: str, parts: Sequence[Any]) -> None:
+        if not self._journal(key):
+            super().put(key, parts)
+
+    def delete(self, key: str) -> None:
+        if not self._journal(key):
+            super().delete(key)
+
+    def list(self, prefix: str) -> list[str]:
+        return [] if self._journal(prefix) else super().list(prefix)
+
+    def task_fork(self) -> Any:
+        """A fork of its own for one shard task (a copy of this store's fork, which no task
+        writes into), or None when this store is not a fork's (the caller's own session)."""
+        import icechunk
+
+        session = self.store.session  # type: ignore[attr-defined]
+        if not isinstance(session, icechunk.ForkSession):
+            return None
+        return pickle.loads(pickle.dumps(session))
+
+
+@dataclass
+class SessionWrite:
+    """One front end call's write into ``session``: checked by :meth:`begin`, forked by
+    :meth:`fork` once the metadata is in the session, merged (and committed with ``commit``)
+    by :meth:`finish`."""
+
+    session: Any
+    commit: str | None = None
+
+    @classmethod
+    def begin(
+        cls,
+        session: Any,
+        *,
+        commit: Any,
+        lease: Any,
+        resume: Any,
+        compute: Any,
+        strategy: Any = "auto",
+    ) -> SessionWrite:
+        """Refuse what a write into ``session`` cannot do, before anything is written."""
+        import icechunk
+
+        if isinstance(session, icechunk.ForkSession):
+            raise InvalidValueError(
+                "write into the Session a fork came from, not into a ForkSession: shardwise "
+                "forks the session itself, one fork per shard task"
+            )
+        if session.read_only:
+            raise InvalidValueError(
+                "the icechunk session is read-only: write into repo.writable_session(branch)"
+            )
+        if commit is not None and not isinstance(commit, str):
+            raise InvalidTypeError(f"commit must be a str (the commit message), got {commit!r}")
+        for name, value, why in (
+            ("lease", lease, "the session's transaction keeps other writers out"),
+            ("resume", resume, "an interrupted write leaves the session uncommitted: rerun it"),
+        ):
+            if value is True:
+                raise InvalidValueError(f"{name}=True does not apply to an icechunk session: {why}")
+        if compute is not True:
+            raise InvalidValueError(
+                "compute=False does not apply to an icechunk session: the forks of the shard "
+                "tasks are merged into it when the write runs"
+            )
+        if strategy == "staged":
+            raise InvalidValueError(
+                "strategy='staged' does not apply to an icechunk session: each shard task "
+                "writes its whole shard into its fork (strategy='direct')"
+            )
+        return cls(session, commit)
+
+    def xarray_keywords(
+        self, strategy: Any, safe_shards: Any, consolidated: Any
+    ) -> tuple[Any, bool, Any, Any, bool]:
+        """``to_zarr``'s store, lease and these keywords in a session: the session's store; no
+        lease (the transaction keeps other writers out); direct shard tasks; regions that
+        split shards allowed (each split shard is merged by its one task, and another
+        session's write of it conflicts at commit); no consolidated metadata (icechunk's store
+        keeps none)."""
+        if consolidated is True:
+            raise InvalidValueError(
+                "consolidated=True does not apply to an icechunk session: its store keeps no "
+                "consolidated metadata (it lists a group's members itself)"
+            )
+        return (
+            self.store,
+            False,
+            "direct" if strategy == "auto" else strategy,
+            False if safe_shards is None else safe_shards,
+            False,
+        )
+
+    @property
+    def store(self) -> Any:
+        """The zarr store of the session: the checks and the metadata go through it."""
+        return self.session.store
+
+    def fork(self, sessions: Iterable[Any]) -> Any:
+        """Fork the session once (its metadata written) and give the ShardStore of every one
+        of the pipeline's ``sessions`` (one per array) the fork's store: each shard task forks
+        that again (:meth:`SessionBackend.task_fork`). Returns the fork's store."""
+        fork = self.session.fork()
+        for s in sessions:
+            s.store = replace(s.store, store=fork.store)
+        return fork.store
+
+    def finish(self, report: Any) -> Any:
+        """Merge the forks of ``report`` into the session (checked disjoint first), commit if
+        asked; returns the report without its forks."""
+        forks, report.forks = report.forks, []
+        check_disjoint(forks)
+        self.session.merge(*forks)
+        if self.commit is not None:
+            report.notes.append(f"committed snapshot {self.commit_now()}")
+        return report
+
+    def commit_now(self) -> str:
+        """Commit the session, rebased on what others committed meanwhile when no chunk of
+        theirs is one of ours; a conflict raises :class:`TransactionError`."""
+        import icechunk
+
+        assert self.commit is not None
+        try:
+            return str(self.session.commit(self.commit, rebase_with=icechunk.ConflictDetector()))
+        except (icechunk.ConflictError, icechunk.RebaseFailedError) as e:
+            raise TransactionError(
+                f"the commit of branch {self.session.branch!r} conflicts with another "
+                f"commit{_conflicts(e)}; the session keeps this write uncommitted (nothing "
+                "of either write is lost: rerun this one in a new session)"
+            ) from e
+
+
+def _conflicts(error: Exception) -> str:
+    """What a failed rebase found, array by array: ``: array '/a' shards [0, 1], ...``."""
+    found = [
+        f"array {c.path!r}"
+        + (f" shards {', '.join(map(str, c.conflicted_chunks))}" if c.conflicted_chunks else "")
+        + f" ({c.conflict_type})"
+        for c in getattr(error, "conflicts", None) or []
+    ]
+    return f": {'; '.join(found)}" if found else f" ({error})"
+
+
+def check_disjoint(forks: Sequence[Any]) -> None:
+    """Refuse forks that changed one chunk twice (a :class:`TransactionError` naming it):
+    merged, the last would win silently. Each shard task's fork changes only its shards."""
+    owner: dict[tuple[str, tuple[int, ...]], int] = {}
+    for i, fork in enumerate(forks):
+        for path, coords in fork.status().updated_chunks.items():
+            for c in coords:
+                key = (path, tuple(c))
+                j = owner.setdefault(key, i)
+                if j != i:
+                    raise TransactionError(
+                        f"two shard tasks (forks {j} and {i}) wrote shard {list(key[1])} of "
+                        f"array {path!r}: merged, one write would be lost; nothing was merged"
+                    )

@@ -1,0 +1,493 @@
+"""Writes into and reads from icechunk sessions (real icechunk, local-filesystem repositories).
+
+A write into a session forks it once, each shard task writes its whole shards into a fork of its
+own, and the forks, checked disjoint, are merged back: whatever the dask chunking, on threads and
+on worker processes, nothing is lost (icechunk's own ``store_dask`` loses three quarters of the
+same array on the same chunks). No lease or journal goes into the repository; a refused call
+leaves the session without a change.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zarr.core.sync import sync
+
+import shardwise
+from shardwise.errors import InvalidTypeError, InvalidValueError, TransactionError
+
+icechunk = pytest.importorskip("icechunk")
+
+
+def new_repo(root: Path) -> Any:
+    return icechunk.Repository.create(icechunk.local_filesystem_storage(str(root)))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Any:
+    return new_repo(tmp_path / "repo")
+
+
+def keys(store: Any) -> list[str]:
+    async def go() -> list[str]:
+        return [k async for k in store.list()]
+
+    return sorted(sync(go()))
+
+
+def committed(repo: Any, path: str = "a") -> np.ndarray:
+    """The array at ``path`` of the branch's last commit, read by zarr-python."""
+    return np.asarray(zarr.open_array(repo.readonly_session("main").store, path=path, mode="r")[:])
+
+
+@st.composite
+def split_cases(draw: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Any]:
+    """A 2-d array, its inner chunks, shards of whole inner chunks and dask chunks that split
+    the shards (sizes drawn freely, so most shards are cut by several blocks)."""
+    chunks = tuple(draw(st.integers(2, 6)) for _ in range(2))
+    shards = tuple(c * draw(st.integers(1, 3)) for c in chunks)
+    shape = tuple(draw(st.integers(1, 3 * s + 3)) for s in shards)
+    blocks = []
+    for n in shape:
+        cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=4))) if n > 1 else []
+        edges = [0, *cuts, n]
+        blocks.append(tuple(b - a for a, b in itertools.pairwise(edges)))
+    return shape, chunks, shards, tuple(blocks)
+
+
+def write_and_check(
+    root: Path, case: tuple[Any, ...], scheduler: Any
+) -> tuple[Any, np.ndarray, Any]:
+    shape, chunks, shards, blocks = case
+    x = np.arange(int(np.prod(shape)), dtype="f8").reshape(shape) + 1
+    repo = new_repo(root)
+    session = repo.writable_session("main")
+    with dask.config.set(scheduler=scheduler):
+        report = shardwise.write_array(
+            da.from_array(x, chunks=blocks),
+            session,
+            path="a",
+            chunks=chunks,
+            shards=shards,
+            dimension_names=("y", "x"),
+            commit="one task per shard",
+        )
+    assert report.forks == []
+    assert report.notes and report.notes[-1].startswith("committed snapshot")
+    np.testing.assert_array_equal(committed(repo), x)
+    return repo, x, report
+
+
+@settings(max_examples=6)
+@given(case=split_cases())
+def test_split_shards_on_threads(case: tuple[Any, ...]) -> None:
+    """Dask chunks that split shards, written on threads: every value read back by zarr-python,
+    by xarray's own zarr engine and by shardwise; nothing of shardwise's in the repository."""
+    with tempfile.TemporaryDirectory() as d:
+        repo, x, report = write_and_check(Path(d), case, "threads")
+        snap = repo.readonly_session("main")
+        ds = xr.open_dataset(snap.store, engine="zarr", consolidated=False)
+        np.testing.assert_array_equal(ds["a"].values, x)
+        np.testing.assert_array_equal(shardwise.read_array(snap, path="a"), x)
+        stored = keys(snap.store)
+        assert not [k for k in stored if ".shardwise" in k]
+        assert len([k for k in stored if k.startswith("a/c/")]) == report.shards_written
+
+
+@settings(max_examples=3)
+@given(case=split_cases())
+def test_split_shards_on_worker_processes(client: Any, case: tuple[Any, ...]) -> None:
+    """The same on a LocalCluster of 2 worker processes: the forks travel to the workers and
+    back pickled."""
+    with tempfile.TemporaryDirectory() as d:
+        write_and_check(Path(d), case, client)
+
+
+def test_four_blocks_per_shard_on_worker_processes(client: Any, tmp_path: Path) -> None:
+    """Four dask blocks per shard, and blocks across shard edges, on worker processes."""
+    for i, blocks in enumerate([((25,) * 4, (25,) * 4), ((13, 30, 40, 17), (7, 50, 43))]):
+        write_and_check(tmp_path / str(i), ((100, 100), (10, 10), (50, 50), blocks), client)
+
+
+def test_icechunk_store_dask_on_processes_loses_what_shardwise_keeps(
+    repo: Any, tmp_path: Path
+) -> None:
+    """The point: icechunk's own store_dask, four tasks per shard on worker processes, keeps
+    one task's quarter of each shard (the last fork merged wins); shardwise keeps every value."""
+    from icechunk.dask import store_dask
+
+    x = np.arange(100 * 100, dtype="f8").reshape(100, 100) + 1
+    source = da.from_array(x, chunks=25)
+    session = repo.writable_session("main")
+    target = zarr.create_array(
+        session.store, name="a", shape=x.shape, dtype=x.dtype, chunks=(10, 10), shards=(50, 50)
+    )
+    fork = session.fork()
+    target = zarr.open_array(fork.store, path="a", mode="a")
+    with dask.config.set(scheduler="processes", num_workers=2):
+        session.merge(store_dask(sources=[source], targets=[target]))
+    session.commit("store_dask")
+    lost = int((committed(repo) != x).sum())
+    assert lost == 7500  # of 10,000: three of the four quarters of every shard
+
+    other = new_repo(tmp_path / "shardwise")
+    with dask.config.set(scheduler="processes", num_workers=2):
+        shardwise.write_array(
+            source,
+            other.writable_session("main"),
+            path="a",
+            chunks=(10, 10),
+            shards=(50, 50),
+            commit="shardwise",
+        )
+    np.testing.assert_array_equal(committed(other), x)
+
+
+def test_region_merges_partial_shards_from_the_base(repo: Any) -> None:
+    """A region write whose edges split shards, in a later session: each partial shard is read
+    from the session's base and merged by its one task; the rest of the array is kept."""
+    x = np.arange(60 * 60, dtype="i4").reshape(60, 60)
+    shardwise.write_array(
+        x, repo.writable_session("main"), path="a", chunks=(5, 5), shards=(20, 20), commit="base"
+    )
+    session = repo.writable_session("main")
+    y = -np.arange(33 * 27, dtype="i4").reshape(33, 27)
+    region = (slice(7, 40), slice(21, 48))
+    with dask.config.set(scheduler="threads"):
+        shardwise.write_array(
+            da.from_array(y, chunks=(11, 9)),
+            session,
+            path="a",
+            region=region,
+            mode="r+",
+            progress=True,  # the bar's graph hands the forks back too
+        )
+    assert session.has_uncommitted_changes  # the caller commits
+    session.commit("region")
+    x[region] = y
+    np.testing.assert_array_equal(committed(repo), x)
+
+
+def test_all_fill_region_deletes_its_shards(repo: Any) -> None:
+    """A region write of fill values over whole shards deletes them in the session."""
+    x = np.ones((40, 40), dtype="f4")
+    shardwise.write_array(
+        x, repo.writable_session("main"), path="a", chunks=(10, 10), shards=(20, 20), commit="1"
+    )
+    session = repo.writable_session("main")
+    shardwise.write_array(
+        np.zeros((20, 40), dtype="f4"),
+        session,
+        path="a",
+        region=(slice(0, 20), slice(None)),
+        mode="r+",
+    )
+    session.commit("2")
+    x[:20] = 0
+    np.testing.assert_array_equal(committed(repo), x)
+    assert [k for k in keys(repo.readonly_session("main").store) if "/c/" in k] == [
+        "a/c/1/0",
+        "a/c/1/1",
+    ]
+
+
+def test_mode_w_replaces_the_array_in_the_session(repo: Any) -> None:
+    shardwise.write_array(
+        np.ones((30, 30)), repo.writable_session("main"), path="a", shards=(10, 10), commit="1"
+    )
+    shardwise.write_array(
+        np.full((12,), 2.0), s := repo.writable_session("main"), path="a", mode="w", commit="2"
+    )
+    assert s.read_only  # committed
+    np.testing.assert_array_equal(committed(repo), np.full((12,), 2.0))
+
+
+def test_reads_from_a_session(repo: Any) -> None:
+    """open_array, read_array and the shardwise engine read a session (a branch's, or a
+    snapshot's), selections through byte ranges of the stored shards."""
+    x = np.arange(64 * 48, dtype="f8").reshape(64, 48)
+    snapshot = (
+        shardwise.write_array(
+            x,
+            repo.writable_session("main"),
+            path="v",
+            chunks=(8, 8),
+            shards=(32, 24),
+            dimension_names=("y", "x"),
+            commit="v",
+        )
+        .notes[-1]
+        .split()[-1]
+    )
+    for session in (repo.readonly_session("main"), repo.readonly_session(snapshot_id=snapshot)):
+        arr = shardwise.open_array(session, path="v")
+        np.testing.assert_array_equal(arr[5:40, 9:30].compute(), x[5:40, 9:30])
+        np.testing.assert_array_equal(shardwise.read_array(session, path="v"), x)
+        ds = xr.open_dataset(session.store, engine="shardwise")
+        np.testing.assert_array_equal(ds["v"][3:50, 1:47].values, x[3:50, 1:47])
+    # a writable session reads its uncommitted changes
+    session = repo.writable_session("main")
+    shardwise.write_array(
+        np.zeros((32, 24)), session, path="v", region=(slice(0, 32), slice(0, 24)), mode="r+"
+    )
+    x[:32, :24] = 0
+    np.testing.assert_array_equal(shardwise.read_array(session, path="v"), x)
+
+
+def test_forks_that_wrote_one_shard_are_refused(repo: Any) -> None:
+    """Two forks that wrote one chunk (a shard) are refused before any merge: icechunk would
+    keep the last one's, silently."""
+    from shardwise.storage.icechunk import check_disjoint
+
+    session = repo.writable_session("main")
+    zarr.create_array(session.store, name="a", shape=(20,), chunks=(5,), shards=(10,), dtype="i2")
+    fork = session.fork()
+    one, two, three = (pickle.loads(pickle.dumps(fork)) for _ in range(3))
+    zarr.open_array(one.store, path="a", mode="r+")[:10] = 1
+    zarr.open_array(two.store, path="a", mode="r+")[10:] = 2
+    zarr.open_array(three.store, path="a", mode="r+")[:5] = 3
+    check_disjoint([one, two])
+    with pytest.raises(TransactionError, match=r"shard \[0\] of array '/a'"):
+        check_disjoint([one, two, three])
+
+
+@pytest.fixture
+def fresh_session(repo: Any) -> Iterator[Any]:
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    session = repo.writable_session("main")
+    yield session
+    assert not session.has_uncommitted_changes
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"threads": "many"}, InvalidTypeError, "threads"),
+        ({"mode": "x"}, InvalidValueError, "mode"),
+        ({"lease": True}, InvalidValueError, "lease=True"),
+        ({"resume": True}, InvalidValueError, "resume=True"),
+        ({"compute": False}, InvalidValueError, "compute=False"),
+        ({"strategy": "staged"}, InvalidValueError, "staged"),
+        ({"commit": 3}, InvalidTypeError, "commit"),
+        ({"mode": "w-"}, shardwise.ArrayExistsError, "exists"),
+        ({"region": (slice(0, 3), slice(None)), "mode": "r+"}, shardwise.PlanError, "region"),
+    ],
+)
+def test_refused_calls_leave_the_session_unchanged(
+    fresh_session: Any, kwargs: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        shardwise.write_array(np.zeros((8, 8)), fresh_session, path="a", **{"mode": "w", **kwargs})
+
+
+def test_sessions_that_cannot_be_written_are_refused(repo: Any, tmp_path: Path) -> None:
+    with pytest.raises(InvalidValueError, match="read-only"):
+        shardwise.write_array(np.ones(3), repo.readonly_session("main"), path="a")
+    session = repo.writable_session("main")
+    with pytest.raises(InvalidValueError, match="ForkSession"):
+        shardwise.write_array(np.ones(3), session.fork(), path="a")
+    with pytest.raises(InvalidValueError, match="commit= applies"):
+        shardwise.write_array(np.ones(3), tmp_path / "plain", commit="no session")
+    assert not (tmp_path / "plain").exists()
+    assert not session.has_uncommitted_changes
+
+
+def dataset() -> xr.Dataset:
+    """Two dask-backed variables whose blocks split their shards, coordinates, a 0-d one."""
+    v = np.arange(60 * 40, dtype="f4").reshape(60, 40)
+    return xr.Dataset(
+        {
+            "v": (("t", "x"), v),
+            "w": (("t",), np.arange(60, dtype="i8") * 3),
+            "scalar": ((), 7.5),
+        },
+        coords={"t": np.arange(60), "x": np.linspace(0, 1, 40)},
+        attrs={"title": "into a session"},
+    ).chunk({"t": 7, "x": 15})
+
+
+ENCODING = {"v": {"chunks": (5, 10), "shards": (20, 20)}, "w": {"chunks": (5,), "shards": (20,)}}
+
+
+@pytest.mark.parametrize("where", ["threads", "cluster"])
+def test_to_icechunk_dataset(repo: Any, where: str, request: pytest.FixtureRequest) -> None:
+    """A Dataset whose dask chunks split its shards, into a session on threads and on worker
+    processes: read back identical by xarray's own zarr engine and by shardwise's."""
+    scheduler = request.getfixturevalue("client") if where == "cluster" else "threads"
+    ds = dataset()
+    with dask.config.set(scheduler=scheduler):
+        report = shardwise.to_icechunk(
+            ds, repo.writable_session("main"), encoding=ENCODING, commit="dataset"
+        )
+    assert report.forks == [] and report.shards_written >= 6
+    snap = repo.readonly_session("main")
+    for engine in ("zarr", "shardwise"):
+        back = xr.open_dataset(
+            snap.store, engine=engine, consolidated=False if engine == "zarr" else None
+        )
+        xr.testing.assert_identical(back.load(), ds.compute())
+    assert zarr.open_array(snap.store, path="v", mode="r").shards == (20, 20)
+
+
+def test_to_icechunk_region_and_group(repo: Any) -> None:
+    """A region of a group's variable, split shards merged from the base; the caller commits."""
+    ds = dataset()
+    shardwise.to_icechunk(
+        ds, repo.writable_session("main"), group="g", encoding=ENCODING, commit="1"
+    )
+    part = (ds[["v"]].isel(t=slice(13, 38)) * -1).chunk({"t": 6, "x": 11})
+    session = repo.writable_session("main")
+    with dask.config.set(scheduler="threads"):
+        shardwise.to_icechunk(
+            part.drop_vars(["t", "x"]), session, group="g", region={"t": slice(13, 38)}
+        )
+    session.commit("region")
+    want = ds["v"].values.copy()
+    want[13:38] *= -1
+    back = xr.open_dataset(
+        repo.readonly_session("main").store, group="g", engine="zarr", consolidated=False
+    )
+    np.testing.assert_array_equal(back["v"].values, want)
+
+
+def test_to_icechunk_refuses_other_stores(tmp_path: Path) -> None:
+    with pytest.raises(InvalidTypeError, match="icechunk Session"):
+        shardwise.to_icechunk(dataset(), tmp_path / "plain")
+    assert not (tmp_path / "plain").exists()
+
+
+def test_to_icechunk_datatree(repo: Any) -> None:
+    """Every group of a DataTree in one session, one commit: read back identical by both
+    engines."""
+    root = xr.Dataset({"v": (("y", "x"), np.arange(400.0).reshape(20, 20))}).chunk(7)
+    child = xr.Dataset({"u": (("z",), np.arange(30))}).chunk(4)
+    tree = xr.DataTree.from_dict({"/": root, "/child": child})
+    with dask.config.set(scheduler="threads"):
+        shardwise.to_icechunk(
+            tree, repo.writable_session("main"), shards={"y": 10, "x": 10, "z": 10}, commit="t"
+        )
+    snap = repo.readonly_session("main")
+    for engine in ("zarr", "shardwise"):
+        kw = {"consolidated": False} if engine == "zarr" else {}
+        back = xr.open_datatree(snap.store, engine=engine, **kw)
+        xr.testing.assert_identical(back.load(), tree.compute())
+
+
+def test_to_icechunk_refusals_leave_the_session_unchanged(fresh_session: Any) -> None:
+    for kwargs, error in [
+        ({"consolidated": True}, InvalidValueError),
+        ({"compute": False}, InvalidValueError),
+        ({"mode": "q"}, InvalidValueError),
+        ({"threads": "many"}, InvalidTypeError),
+        ({"region": {"nope": slice(0, 1)}, "mode": "r+"}, InvalidValueError),
+    ]:
+        with pytest.raises(error):
+            shardwise.to_icechunk(dataset(), fresh_session, **{"mode": "w", **kwargs})
+
+
+def test_split_shards_into_a_repository_on_s3(client: Any) -> None:
+    """The same write into a repository on S3 (moto), on worker processes: every value there,
+    read back by zarr-python from a new repository handle."""
+    from faultkit import BUCKET, CREDS, moto_s3
+
+    with moto_s3() as s3:
+
+        def storage() -> Any:
+            return icechunk.s3_storage(
+                bucket=BUCKET,
+                prefix="repo",
+                region=CREDS["region"],
+                endpoint_url=s3.endpoint,
+                allow_http=True,
+                force_path_style=True,
+                access_key_id=CREDS["key"],
+                secret_access_key=CREDS["secret"],
+            )
+
+        repo = icechunk.Repository.create(storage())
+        x = np.arange(90 * 70, dtype="i4").reshape(90, 70)
+        with dask.config.set(scheduler=client):
+            shardwise.write_array(
+                da.from_array(x, chunks=(17, 23)),
+                repo.writable_session("main"),
+                path="a",
+                chunks=(10, 10),
+                shards=(30, 30),
+                commit="on S3",
+            )
+        np.testing.assert_array_equal(committed(icechunk.Repository.open(storage())), x)
+
+
+def test_to_icechunk_append(repo: Any) -> None:
+    """An append along a dimension into a session: the new rows and the shard it completes."""
+    ds = dataset()
+    shardwise.to_icechunk(
+        ds.isel(t=slice(0, 25)), repo.writable_session("main"), encoding=ENCODING, commit="1"
+    )
+    with dask.config.set(scheduler="threads"):
+        shardwise.to_icechunk(
+            ds.isel(t=slice(25, None)), repo.writable_session("main"), append_dim="t", commit="2"
+        )
+    back = xr.open_dataset(repo.readonly_session("main").store, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(back.load(), ds.compute())
+
+
+def test_sessions_on_one_shard_conflict_at_commit(repo: Any) -> None:
+    """Two sessions that wrote one shard: the second commit is a TransactionError naming the
+    array and the shard, its session keeps the write; a session on other shards is rebased."""
+    x = np.arange(40 * 10, dtype="f8").reshape(40, 10)
+    shardwise.write_array(x, repo.writable_session("main"), path="v", shards=(10, 10), commit="0")
+    first, second, other = (repo.writable_session("main") for _ in range(3))
+
+    def write(session: Any, a: int, b: int, value: float) -> None:
+        shardwise.write_array(
+            np.full((b - a, 10), value),
+            session,
+            path="v",
+            region=(slice(a, b), slice(None)),
+            mode="r+",
+            commit=f"rows {a}:{b}",
+        )
+
+    write(first, 0, 5, 1.0)
+    with pytest.raises(TransactionError, match=r"array '/v' shards \[0, 0\]"):
+        write(second, 5, 10, 2.0)
+    assert second.has_uncommitted_changes  # kept, to rerun in a new session
+    write(other, 30, 35, 3.0)
+    x[0:5] = 1.0
+    x[30:35] = 3.0
+    np.testing.assert_array_equal(committed(repo, "v"), x)
+
+
+def test_a_session_store_stands_for_its_session(repo: Any) -> None:
+    """``session.store`` (as xarray users pass it) is written as its session: forked, merged."""
+    session = repo.writable_session("main")
+    x = np.arange(100.0).reshape(10, 10)
+    with dask.config.set(scheduler="threads"):
+        shardwise.write_array(da.from_array(x, chunks=3), session.store, path="a", shards=(5, 5))
+    session.commit("through the store")
+    np.testing.assert_array_equal(committed(repo), x)
+
+
+def test_writers_without_sessions_refuse_them(fresh_session: Any, tmp_path: Path) -> None:
+    """write_pyramid and convert do not write into a session yet: refused, nothing written."""
+    image = xr.DataArray(np.ones((64, 64)), dims=("y", "x"))
+    with pytest.raises(InvalidValueError, match="does not take an icechunk Session"):
+        shardwise.write_pyramid(image, fresh_session)
+    src = tmp_path / "src.zarr"
+    zarr.create_array(src, shape=(4,), chunks=(2,), dtype="i1")
+    with pytest.raises(InvalidValueError, match="does not take an icechunk Session"):
+        shardwise.convert(src, fresh_session)
