@@ -284,10 +284,9 @@ def to_zarr(
         # 3. leases (a refusal removes those taken)
         opts = WriteSettings(write_empty_chunks=empty_chunks(write_empty_chunks), threads=threads)
         arrays = tagged(held, _array_writes(xw, opts, fsync=fsync, resume=resume))
-        nodes = [_changed_nodes(xw)]  # re-consolidated above, at the finish
-        with Pipeline(
-            list(arrays.values()), lease=leased, break_lease=break_lease, nodes=nodes
-        ) as pipe:
+        # the nodes: re-consolidated above, at the finish
+        run: dict[str, Any] = {"lease": leased, "break_lease": break_lease}
+        with Pipeline(list(arrays.values()), nodes=[_changed_nodes(xw)], **run) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
             keep = _kept_keys(xw, arrays, pipe, resume)
@@ -297,12 +296,11 @@ def to_zarr(
                 commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
             # 5. data, 6. metadata, 7. markers done and leases released
-            out = _write_data(pipe, arrays, xw, held, compute=compute, progress=progress, tx=tx)
+            return _write_data(pipe, arrays, xw, held, compute=compute, progress=progress, tx=tx)
     except BaseException:
         if held is not None:
             held.release()
         raise
-    return out
 
 
 def _check_any(obj: Any, store: Any, write_inherited_coords: bool, **kw: Any) -> _XarrayWrite:
