@@ -261,3 +261,34 @@ def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
         with pytest.raises(shardwise.ArrayExistsError, match="was created by another writer"):
             create(LocalStore(root), "0", kwargs, probe)
     assert (root / "0" / "zarr.json").read_bytes() == before
+
+
+def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> None:
+    """Pipeline checks every write on entry (check_write): a source of another shape than the
+    region, a plan off the array's grid, a job over its memory budget are refused with
+    PlanError before a lease, a marker or a byte; the planned write itself passes."""
+    from dataclasses import replace
+
+    from shardwise.core.layout import Layout
+    from shardwise.core.plan import ShardPlan
+    from shardwise.errors import PlanError
+    from shardwise.write.pipeline import Pipeline
+    from shardwise.write.target import prepare_write
+
+    root = tmp_path / "p.zarr"
+    prepared = prepare_write(DATA, str(root), chunks=CHUNKS, shards=SHARDS, dry_run=False)
+    w = prepared.write
+    assert w.job is prepared.job
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    other = ShardPlan(Layout(SHAPE, (4, 10), CHUNKS), w.plan.region)
+    tight = replace(prepared.job, memory_limit=1)
+    bad = {
+        "the source's shape": replace(w, source=DATA[:5]),
+        "not the array's": replace(w, plan=other, job=None),
+        "memory_limit": replace(w, job=tight),
+    }
+    for words, write in bad.items():
+        with pytest.raises(PlanError, match=words):
+            Pipeline([write], lease=True)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    Pipeline([w], lease=True)  # checked, not entered: nothing taken

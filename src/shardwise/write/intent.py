@@ -201,6 +201,7 @@ def array_write(
         plan = job.plan
         extra.setdefault("strategy", job.strategy)
         extra.setdefault("blocks", job.blocks)
+        extra.setdefault("job", job)
         merges_unconditionally = job.merges_unconditionally
     else:
         merges_unconditionally = False

@@ -29,13 +29,14 @@ from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from ..codec.metadata import ArrayInfo
+from ..core.job import WritePlan
 from ..core.layout import Coord
 from ..core.plan import ShardPlan
 from ..durability.journal import Journal
 from ..durability.lease import LEASE, SHARED
 from ..engine.report import WriteReport, sum_reports
 from ..engine.write import WriteSettings, build_graph, lazy_call
-from ..errors import ArrayExistsError
+from ..errors import ArrayExistsError, PlanError
 from ..runtime import pool as _pool
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
@@ -84,6 +85,32 @@ class ArrayWrite:
     copy_source: bool = False
     prefix: str = ""
     append: dict[str, Any] | None = None  # an append's dimension and axis, for its marker
+    job: WritePlan | None = None  # the validated plan it came from (None: a copy)
+
+
+def check_write(w: ArrayWrite) -> None:
+    """What every front end's write must be before the pipeline runs it (the pipeline checks
+    each on entry, so no front end runs an unchecked plan): its job's memory check passes, the
+    plan is the job's, its grid is the array's, its region inside the array and its source of
+    the region's shape. A :class:`PlanError` names the array."""
+    if w.job is not None:
+        w.job.validate()
+    lay, grid = w.plan.layout, w.info.layout
+    problems = []
+    if w.job is not None and w.job.plan != w.plan:
+        problems.append("the plan is not its job's")
+    if (lay.shard_shape, lay.chunk_shape) != (grid.shard_shape, grid.chunk_shape):
+        problems.append(f"shards/chunks {lay.shard_shape}/{lay.chunk_shape} are not the array's")
+    if any(not 0 <= r.start <= r.stop <= n for r, n in zip(w.plan.region, lay.shape, strict=True)):
+        problems.append(f"region {w.plan.region} is outside the array {lay.shape}")
+    want = tuple(r.stop - r.start for r in w.plan.region)
+    shape = getattr(w.source, "shape", None)
+    if w.strategy != "copy" and shape is not None and tuple(shape) != want:
+        problems.append(f"the source's shape {tuple(shape)} is not the region's {want}")
+    if problems:
+        raise PlanError(
+            f"the write of {describe(w.store.store, w.store.path)}: " + "; ".join(problems)
+        )
 
 
 def lease_kind(session: WriteSession) -> str:
@@ -123,6 +150,8 @@ class Pipeline:
         part: PartLease | None = None,
         nodes: Sequence[Nodes] | None = None,
     ) -> None:
+        for w in writes:
+            check_write(w)
         self.writes = list(writes)
         self.lease = lease
         self.break_lease = break_lease
