@@ -52,22 +52,8 @@ from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
 from ..write.pipeline import Pipeline
 from ..write.session import PartLease
-from .plan import BatchPlan, check_coverage, check_parts, nearest_aligned, split_parts
-from .status import FINALIZED, _open, open_batch, parts_done, read_finalized
-
-# shardwise.batch: the steps, and the plan and state they share (from batch_plan, batch_status)
-__all__ = [
-    "BatchPlan",
-    "check_parts",
-    "finalize",
-    "init",
-    "nearest_aligned",
-    "open_batch",
-    "parts_done",
-    "read_finalized",
-    "split_parts",
-    "write_part",
-]
+from .plan import BatchPlan, check_coverage, check_parts, split_parts
+from .status import FINALIZED, _open, open_batch, parts_done
 
 
 def init(
