@@ -86,15 +86,17 @@ def test_no_progress_output_by_default(tmp_path: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().err == ""
 
 
-def test_cli_shows_progress_by_default_and_not_with_no_progress(
+def test_cli_shows_progress_when_asked_and_not_with_no_progress(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The bars count every shard (by default they show only when stderr is a terminal:
+    integration/test_cli.py::test_progress_bars_only_on_a_terminal_unless_asked)."""
     src = tmp_path / "src.zarr"
     shardwise.write_array(data(), src, chunks=(8, 8), shards=(64, 48))
-    args = ["reshard", str(src), str(tmp_path / "a.zarr"), "--shards", "16,16"]
+    args = ["reshard", str(src), str(tmp_path / "a.zarr"), "--shards", "16,16", "--progress"]
     assert main(args) == 0
     assert final_count(capsys.readouterr().err) == (NSHARDS, NSHARDS)
-    assert main(["verify", str(tmp_path / "a.zarr")]) == 0
+    assert main(["verify", str(tmp_path / "a.zarr"), "--progress"]) == 0
     assert final_count(capsys.readouterr().err) == (NSHARDS, NSHARDS)
 
     args = ["reshard", str(src), str(tmp_path / "b.zarr"), "--shards", "16,16", "--no-progress"]
