@@ -3,7 +3,7 @@ shard-disjoint part (a SLURM job array, dask-jobqueue workers, preemptible jobs)
 and closed once. ``init`` creates the array and the batch record, ``write_part`` writes one part
 under that part's lease, ``finalize`` verifies every part and closes the batch; see docs/hpc.md.
 
-A front end over the write pipeline (:mod:`shardwise.write`): the steps are in ``run.py``, the
+A front end over the write pipeline (``shardwise.write``): the steps are in ``run.py``, the
 parts of a batch in ``plan.py`` (pure), the batch's state in the store in ``status.py``.
 """
 
