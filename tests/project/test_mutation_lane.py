@@ -72,7 +72,7 @@ def test_report_on_a_clone_prints_the_kept_verdicts(tmp_path: Path) -> None:
 
 def test_report_says_when_a_kept_summary_is_stale(tmp_path: Path) -> None:
     root = clone(tmp_path)
-    name, data = next(iter(kept().items()))
+    data = next(iter(kept().values()))
     with (root / data["source"]).open("a") as f:
         f.write("\n# changed\n")
     out = report(root)
