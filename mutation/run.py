@@ -13,6 +13,18 @@ and a later run only tests the mutants without a result yet.
     python mutation/run.py --sample 0.4 durability/journal  # 40% of the mutants, evenly spread
     python mutation/run.py --report        # the numbers of the runs so far, nothing run
 
+After each run a module's verdicts are summed up in ``mutation/verdicts/<module>.json`` (kept in
+the repository: counts, the survivors' names, a hash of the source file they were measured on);
+``--report`` reads them where ``build/mutate`` holds no run of the module (a fresh clone) and says
+when the source has changed since.
+
+Mutants reach the processes tests start: mutmut activates a mutant through the environment
+variable ``MUTANT_UNDER_TEST``, which children inherit, and ``PYTHONPATH`` names the mutated
+source tree (``mutants/src``), so a forkserver child, a worker process or a CLI subprocess runs
+the mutated code too. mutmut maps tests to functions by the calls it sees in the test process
+only, so the mutants of a function only children run come out "without a covering test": each
+such mutant is then tested again with every test of its module.
+
 Survivors that are not listed in ``equivalents.md`` (with the reason each cannot be killed) are
 printed by name; the exit status is 1 while any module has such survivors.
 """
@@ -20,6 +32,7 @@ printed by name; the exit status is 1 while any module has such survivors.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -34,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = ROOT / "build" / "mutate"
 EQUIVALENTS = HERE / "equivalents.md"
+VERDICTS = HERE / "verdicts"
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code), grouped for the report
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # a test failed, or the mutant ran into the time limit
 SURVIVED = {0}
@@ -49,6 +63,13 @@ class Module:
     @property
     def work(self) -> Path:
         return WORK / self.name.replace("/", "-")
+
+    @property
+    def summary(self) -> Path:
+        return VERDICTS / (self.name.replace("/", "-") + ".json")
+
+    def source_hash(self) -> str:
+        return hashlib.sha256((ROOT / self.source).read_bytes()).hexdigest()[:12]
 
 
 def modules() -> dict[str, Module]:
@@ -96,6 +117,8 @@ def prepare(module: Module) -> None:
         if not link.is_symlink():
             link.symlink_to(ROOT / name, target_is_directory=True)
     (module.work / "pyproject.toml").write_text(pyproject_for(module))
+    # there before mutmut starts: a PYTHONPATH entry missing at start is never looked in again
+    (module.work / "mutants" / "src").mkdir(parents=True, exist_ok=True)
 
 
 def results(module: Module) -> dict[str, int | None]:
@@ -136,10 +159,31 @@ def run(module: Module, names: list[str]) -> None:
     # one child process: the machine is shared; mutmut runs the selected mutants (all when none)
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names]
     print(f"mutate: {module.name}: {' '.join(cmd[1:])}  (in {module.work})", flush=True)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    # mutmut puts mutants/src first on sys.path itself; the project's src stays reachable
-    env["PYTHONPATH"] = str(ROOT / "src")
+    # mutmut puts mutants/src first on sys.path of its own processes; PYTHONPATH puts it there in
+    # every process a test starts (a forkserver, a worker, the CLI), which inherit the mutant's
+    # name (MUTANT_UNDER_TEST) from the environment: they run the mutated code too
+    env = {**os.environ, "PYTHONPATH": str(module.work / "mutants" / "src")}
     subprocess.run(cmd, cwd=module.work, env=env, check=False)
+
+
+def reach_children(module: Module) -> None:
+    """Test the mutants mutmut found no covering test for with every test of the module: mutmut
+    sees the calls of its test process only, not those of the processes tests start."""
+    unreached = sorted(k for k, c in results(module).items() if c in NO_TESTS)
+    stats_file = module.work / "mutants" / "mutmut-stats.json"
+    if not unreached or not stats_file.exists():
+        return
+    stats = json.loads(stats_file.read_text())
+    every_test = sorted(stats["duration_by_test"])
+    for name in unreached:
+        stats["tests_by_mangled_function_name"][name.partition("__mutmut_")[0]] = every_test
+    stats_file.write_text(json.dumps(stats, indent=4))
+    print(
+        f"mutate: {module.name}: {len(unreached)} mutants without a covering test in the test "
+        f"process: again with all {len(every_test)} tests (child processes run them too)",
+        flush=True,
+    )
+    run(module, unreached)
 
 
 def _meta(module: Module) -> dict[str, Any]:
@@ -183,28 +227,60 @@ def equivalents() -> dict[str, str]:
     return out
 
 
-def report(module: Module, equivalent: dict[str, str]) -> bool:
-    """Print the module's numbers; True when every survivor is listed as equivalent."""
+def verdicts(module: Module) -> dict[str, Any]:
+    """The module's verdicts of the runs kept in ``build/mutate`` (empty when none)."""
     codes = results(module)
     if not codes:
+        return {}
+    return {
+        "module": module.name,
+        "source": module.source,
+        "source_sha256": module.source_hash(),
+        "mutants": len(codes),
+        "untested": sum(c is None for c in codes.values()),  # outside a --sample so far
+        "killed": sum(c in KILLED for c in codes.values()),
+        "survived": sorted(k for k, c in codes.items() if c in SURVIVED),
+        "no_tests": sorted(k for k, c in codes.items() if c in NO_TESTS),
+    }
+
+
+def keep_summary(module: Module) -> None:
+    """Write the module's verdicts to ``mutation/verdicts/`` (kept in the repository)."""
+    data = verdicts(module)
+    if data:
+        VERDICTS.mkdir(exist_ok=True)
+        module.summary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def report(module: Module, equivalent: dict[str, str]) -> bool:
+    """Print the module's numbers (of ``build/mutate``, else of its summary in the repository);
+    True when every survivor is listed as equivalent."""
+    data, kept = verdicts(module), ""
+    if not data and module.summary.exists():
+        data = json.loads(module.summary.read_text())
+        kept = f"    (kept in mutation/verdicts/{module.summary.name}"
+        if data["source_sha256"] == module.source_hash():
+            kept += f", measured on {module.source} as it is)"
+        else:
+            kept += f"; stale: {module.source} has changed since it was measured)"
+    if not data:
         print(f"{module.name}: not run yet")
         return False
-    untested = sum(c is None for c in codes.values())  # outside a --sample so far
-    killed = sum(c in KILLED for c in codes.values())
-    survived = [k for k, c in codes.items() if c in SURVIVED]
-    no_tests = [k for k, c in codes.items() if c in NO_TESTS]
-    other = len(codes) - untested - killed - len(survived) - len(no_tests)
+    survived, no_tests = data["survived"], data["no_tests"]
+    killed, total = data["killed"], data["mutants"] - data["untested"]  # the score: of the tested
+    other = total - killed - len(survived) - len(no_tests)
     unkilled = survived + no_tests
     listed = [k for k in unkilled if k in equivalent]
-    total = len(codes) - untested  # the score is over the mutants tested
     print(
-        f"{module.name}: {len(codes)} mutants, {untested} not tested yet; of the {total} tested: "
-        f"{killed} killed, {len(survived)} survived, "
+        f"{module.name}: {data['mutants']} mutants, {data['untested']} not tested yet; of the "
+        f"{total} tested: {killed} killed, {len(survived)} survived, "
         f"{len(no_tests)} without a covering test, {other} other; "
-        f"score {100 * killed / total:.1f}% "
+        f"score {100 * killed / max(1, total):.1f}% "
         f"({100 * killed / max(1, total - len(listed)):.1f}% without the "
         f"{len(listed)} equivalent)"
     )
+    if kept:
+        print(kept)
     open_ = sorted(set(unkilled) - set(listed))
     for name in open_:
         print(f"    not killed: {name}")
@@ -248,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                 run(module, names)
                 if args.rerun:
                     keep_verdicts(module, before)
+                reach_children(module)
+                keep_summary(module)
         ok = report(module, equivalent) and ok
     return 0 if ok else 1
 
