@@ -31,6 +31,7 @@ from ..engine.write import WriteSettings
 from ..errors import InvalidValueError
 from ..storage.consolidated import Nodes
 from ..storage.icechunk import SessionWrite, session_write
+from ..storage.nodes import refuse_inside_array
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..write.pipeline import ArrayWrite, Pipeline, compute_parts
@@ -306,6 +307,9 @@ def to_zarr(
 def _check_any(obj: Any, store: Any, write_inherited_coords: bool, **kw: Any) -> _XarrayWrite:
     """A DataTree's checks (xarray/tree.py) or a Dataset's; ``write_inherited_coords`` is a
     tree's keyword only."""
+    if kw["group"]:  # zarr would refuse a group inside an array only after the first bytes
+        zstore = resolve_store(store, mode="w", storage_options=kw["storage_options"])
+        refuse_inside_array(zstore, kw["group"], "group")
     if is_tree(obj):
         check_group_names(obj)
         return check_tree(obj, store, write_inherited_coords=write_inherited_coords, **kw)
