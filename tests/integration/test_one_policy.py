@@ -272,11 +272,13 @@ def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> 
     from shardwise.core.layout import Layout
     from shardwise.core.plan import ShardPlan
     from shardwise.errors import PlanError
+    from shardwise.write.options import WriteOptions
     from shardwise.write.pipeline import Pipeline
     from shardwise.write.target import prepare_write
 
     root = tmp_path / "p.zarr"
-    prepared = prepare_write(DATA, str(root), chunks=CHUNKS, shards=SHARDS, dry_run=False)
+    options = WriteOptions.checked(chunks=CHUNKS, shards=SHARDS)
+    prepared = prepare_write(DATA, str(root), options)
     w = prepared.write
     assert w.job is prepared.job
     before = sorted(p.name for p in tmp_path.rglob("*"))
