@@ -14,6 +14,7 @@ Two records carry a write's keywords, so that no front end passes them on by nam
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -87,9 +88,7 @@ class WriteOptions:
         first one wrong is named: :class:`InvalidTypeError` or :class:`InvalidValueError`.
         ``modes``: the modes this front end takes."""
         own = {f.name for f in fields(cls)} - {"settings", "create", "memory_limit"}
-        unknown = sorted(set(keywords) - own - set(CREATE_DEFAULTS))
-        if unknown:
-            raise InvalidTypeError(f"unexpected keyword argument(s) {unknown} for a write")
+        _refuse_unknown(keywords, own | set(CREATE_DEFAULTS))
         if type(zarr_format) is not int or zarr_format != 3:
             raise InvalidValueError(
                 f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
@@ -111,3 +110,13 @@ class WriteOptions:
         args.region("region", given.get("region"))
         create = {**CREATE_DEFAULTS, **{k: v for k, v in keywords.items() if k in CREATE_DEFAULTS}}
         return cls(**given, memory_limit=limit, settings=settings, create=create)
+
+
+def _refuse_unknown(keywords: Mapping[str, Any], known: set[str]) -> None:
+    """An :class:`InvalidTypeError` naming a keyword a write does not take (and the nearest it
+    takes), as Python names an unexpected keyword argument."""
+    taken = known | {"zarr_format", "threads", "write_empty_chunks", "memory_limit"}
+    for name in sorted(set(keywords) - known):
+        near = difflib.get_close_matches(name, sorted(taken), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise InvalidTypeError(f"{name!r} is not a keyword of write_array{hint}")
