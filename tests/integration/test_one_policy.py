@@ -263,6 +263,28 @@ def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
     assert (root / "0" / "zarr.json").read_bytes() == before
 
 
+def test_only_the_worker_settings_travel_with_the_shard_tasks(tmp_path: Path) -> None:
+    """write_array's keywords are one WriteOptions, checked once at the API edge; what the
+    pipeline hands the shard tasks is the small WriteSettings inside it (write_empty_chunks,
+    threads): what the caller decided (mode, lease, resume, ...) stays on the client."""
+    import pickle
+    from dataclasses import fields
+
+    from shardwise.engine.write import WriteSettings
+    from shardwise.write.options import WriteOptions
+    from shardwise.write.target import prepare_write
+
+    options = WriteOptions.checked(
+        chunks=CHUNKS, shards=SHARDS, mode="w", resume=True, lease=False, threads=2,
+        write_empty_chunks=True, memory_limit="64MiB",
+    )  # fmt: skip
+    assert options.memory_limit == 64 * 2**20  # checked into bytes, once
+    sent = prepare_write(DATA, str(tmp_path / "s.zarr"), options).write.options
+    assert sent is options.settings == WriteSettings(write_empty_chunks=True, threads=2)
+    assert {f.name for f in fields(sent)} == {"write_empty_chunks", "threads"}
+    assert len(pickle.dumps(sent)) < 200
+
+
 def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> None:
     """Pipeline checks every write on entry (check_write): a source of another shape than the
     region, a plan off the array's grid, a job over its memory budget are refused with
@@ -272,11 +294,13 @@ def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> 
     from shardwise.core.layout import Layout
     from shardwise.core.plan import ShardPlan
     from shardwise.errors import PlanError
+    from shardwise.write.options import WriteOptions
     from shardwise.write.pipeline import Pipeline
     from shardwise.write.target import prepare_write
 
     root = tmp_path / "p.zarr"
-    prepared = prepare_write(DATA, str(root), chunks=CHUNKS, shards=SHARDS, dry_run=False)
+    options = WriteOptions.checked(chunks=CHUNKS, shards=SHARDS)
+    prepared = prepare_write(DATA, str(root), options)
     w = prepared.write
     assert w.job is prepared.job
     before = sorted(p.name for p in tmp_path.rglob("*"))

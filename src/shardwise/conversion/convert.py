@@ -26,11 +26,11 @@ from ..core import args
 from ..core.shardspec import ShardSpec, check_names, check_shards
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
-from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError, CorruptShardError
 from ..storage.consolidated import Nodes, refresh
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
+from ..write.options import WriteOptions
 from .copy import copy_array
 from .overlap import refuse_overlap
 from .plan import XARRAY_DIMS, ArrayPlan, plan_array
@@ -182,17 +182,19 @@ def convert(
     import zarr
 
     started = time.perf_counter()
-    args.check_mode(mode, ("w-", "w"))
-    # the keywords that are not about layout (those are conversion.plan's), before any I/O
-    args.flags(
+    # the keywords of the write itself, checked as write_array checks them; then the others
+    # that are not about layout (those are conversion.plan's), before any I/O
+    how = WriteOptions.checked(
+        modes=("w-", "w"),
+        mode=mode,
         resume=resume,
-        verify=verify,
         progress=progress,
         break_lease=break_lease,
         fsync=fsync,
+        lease=lease,
+        threads=threads,
     )
-    args.optional_flags(lease=lease)
-    threads = args.thread_count("threads", threads)
+    args.flags(verify=verify)
     args.optional_str("path", path)
     args.store_path("dst_path", dst_path)
     args.mapping("storage_options", storage_options)
@@ -201,12 +203,11 @@ def convert(
     levels = pyramid_options(pyramid)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     zdst = resolve_store(dst, mode="w", storage_options=storage_options)
-    lease = store_lease(lease, True, zdst)  # write_array's rule, before anything is written
+    # write_array's rule, before anything is written
+    how = replace(how, lease=store_lease(how.lease, True, zdst))
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)
-    how = WriteSettings(threads=threads, mode=mode, resume=resume, progress=progress, lease=lease,
-                        break_lease=break_lease, fsync=fsync)  # fmt: skip
     if levels is not None:
         one = plan_source(
             zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
@@ -218,7 +219,7 @@ def convert(
     root, groups, plans = _plan_all(
         zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
     )
-    if lease and not break_lease:
+    if how.lease and not break_lease:
         _refuse_held_leases(zdst, plans, resume)
     exists = node_exists(zdst, dst_path)
     if exists and mode == "w-" and not resume:
@@ -240,7 +241,7 @@ def convert(
     if verify:
         from .verify import verify_conversion
 
-        verify_conversion(report, written, zsrc, zdst, threads=threads)
+        verify_conversion(report, written, zsrc, zdst, threads=how.settings.threads)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -252,22 +253,19 @@ def _to_pyramid(
     zdst: Any,
     dst_path: str,
     levels: Any,
-    how: WriteSettings,
+    how: WriteOptions,
     verify: bool,
 ) -> ConvertReport:
     """``convert(pyramid=...)``: the one source array written as a pyramid at ``dst_path``."""
     try:
-        convert_pyramid(one, zsrc, zdst, dst_path, levels, report, mode=how.mode,
-                        resume=how.resume, progress=how.progress, lease=how.lease,
-                        break_lease=how.break_lease, fsync=how.fsync,
-                        threads=how.threads)  # fmt: skip
+        convert_pyramid(one, zsrc, zdst, dst_path, levels, report, **_passed_on(how, how.mode))
     except CorruptShardError as e:
         if not verify:
             raise
         report.arrays.append(source_failed(replace(one, dst_path=dst_path), e, report))
         return report
     if verify:
-        verify_pyramid(report, one, zsrc, zdst, how.threads)
+        verify_pyramid(report, one, zsrc, zdst, how.settings.threads)
     return report
 
 
@@ -347,7 +345,7 @@ def _consolidated(group: Any) -> bool:
 
 
 def _convert_or_report(
-    plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings, report: ConvertReport, verify: bool
+    plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions, report: ConvertReport, verify: bool
 ) -> bool:
     """Convert one array into ``report``; whether it was written. With ``verify``, a source
     chunk (or shard index) that does not decode is one of the report's problems, naming its
@@ -362,7 +360,7 @@ def _convert_or_report(
         return False
 
 
-def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> ArrayReport:
+def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> ArrayReport:
     started = time.perf_counter()
     out = ArrayReport(
         path=plan.dst_path,
@@ -383,7 +381,7 @@ def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) ->
     return out
 
 
-def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
+def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> WriteReport:
     from ..api import write_array
 
     c = dict(plan.create)
@@ -393,13 +391,20 @@ def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -
         source_array(plan, zsrc),
         zdst,
         path=plan.dst_path or None,
-        mode="w" if how.mode == "w" and not how.resume else "w-",
+        **_passed_on(how, "w" if how.mode == "w" and not how.resume else "w-"),
+        **c,
+    )
+    return report
+
+
+def _passed_on(how: WriteOptions, mode: str) -> dict[str, Any]:
+    """The keywords of convert's own write (write_array's or write_pyramid's) from ``how``."""
+    return dict(
+        mode=mode,
         resume=how.resume,
         progress=how.progress,
         lease=how.lease,
         break_lease=how.break_lease,
         fsync=how.fsync,
-        threads=how.threads,
-        **c,
+        threads=how.settings.threads,
     )
-    return report

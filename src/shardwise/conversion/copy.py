@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,10 +24,12 @@ from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
 from ..engine.report import WriteReport
-from ..engine.write import WriteSettings
 from ..runtime import pool as _pool
 from ..storage.store import ShardStore
 from .plan import ArrayPlan, SourceChunks
+
+if TYPE_CHECKING:
+    from ..write.options import WriteOptions
 
 WINDOW = 16  # source chunks read ahead by one copy task (bounded memory, overlapped latency)
 
@@ -203,7 +205,7 @@ class ShardCopier:
         return bad
 
 
-def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
+def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> WriteReport:
     """The copy path: a ``copy`` write through the write pipeline (lease, marker, records,
     running tasks stopped on failure: resumable). What is at the destination and what the write
     does about it is the write policy's (write/intent.py), as for write_array."""
@@ -233,7 +235,7 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
         resume=how.resume,
     )
     # convert re-consolidates once, after every array (convert.py)
-    with Pipeline([write], lease=how.lease, break_lease=how.break_lease, nodes=()) as pipe:
+    with Pipeline([write], lease=bool(how.lease), break_lease=how.break_lease, nodes=()) as pipe:
         pipe.start()
         report: WriteReport = pipe.run(
             pipe.parts(), compute=True, progress=how.progress, desc=f"copy {plan.dst_path or '/'}"

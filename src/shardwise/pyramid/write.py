@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from ..core import args
-from ..core.job import STRATEGIES, Strategy
+from ..core.job import Strategy
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
-from ..engine.write import WriteSettings
 from ..storage.consolidated import Nodes
 from ..storage.store import ShardStore, resolve_store
 from ..write.intent import array_write
+from ..write.options import WriteOptions
 from ..write.pipeline import ArrayWrite, Pipeline
 from . import geozarr, images, options
 from .levels import tree_part
@@ -212,29 +212,30 @@ def write_pyramid(
     9
     """
     # 1. every keyword, then the image: nothing looked at yet
-    args.choice("mode", mode, ("w-", "w"))
-    args.choice("strategy", strategy, STRATEGIES)
-    args.flags(
+    o = WriteOptions.checked(
+        modes=("w-", "w"),
+        mode=mode,
+        strategy=strategy,
         resume=resume,
         write_empty_chunks=write_empty_chunks,
         fsync=fsync,
         compute=compute,
         progress=progress,
         break_lease=break_lease,
+        lease=lease,
+        threads=threads,
+        memory_limit=memory_limit,
+        path=path,
+        storage_options=storage_options,
     )
-    args.optional_flags(lease=lease)
-    threads = args.thread_count("threads", threads)
-    memory_limit = args.optional_byte_size("memory_limit", memory_limit)
-    args.store_path("path", path)
     args.store_path("name", name, nested=False)
-    args.mapping("storage_options", storage_options)
     args.choice("layout", layout, ("ome", "geozarr"))
     create = dict(compressors=compressors, fill_value=fill_value)
     if layout == "geozarr":
         geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))
-        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
         plan_var = functools.partial(
-            plan_image, strategy=strategy, memory_limit=memory_limit, compute=compute
+            plan_image, strategy=o.strategy, memory_limit=o.memory_limit, compute=o.compute
         )
         # the levels' small variables are in the plan too; groups: the level groups' attributes
         plan, attrs, groups = geozarr.geo_plan(
@@ -245,31 +246,30 @@ def write_pyramid(
         found = images.sources(data, dims, scale, translation, units)
         given = [_given(src, factors, levels, method, chunks, shards) for src in found]
         # 2. every level planned and checked, the store read but not written
-        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
         plan_one = functools.partial(
-            plan_image, create=create, strategy=strategy, memory_limit=memory_limit,
-            compute=compute,
+            plan_image, create=create, strategy=o.strategy, memory_limit=o.memory_limit,
+            compute=o.compute,
         )  # fmt: skip
         plan, attrs, subgroups = images.ome_plan(found, given, plan_one, name)
         groups = []  # no GeoZarr level groups
     # a store that cannot delete (ZipStore) is written without leases, refuses lease=True
-    leased = store_lease(lease, compute, zstore)
-    target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], mode, resume)
+    leased = store_lease(o.lease, o.compute, zstore)
+    target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], o.mode, o.resume)
     # 3. the write: leases, clear, markers and metadata, one graph, the group's metadata
-    settings = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
-    writes = [_write(zstore, lv, target, mode, resume, fsync, compute, settings) for lv in plan]
-    group = ShardStore(zstore, target.prefix, fsync=fsync)
+    writes = [_write(zstore, lv, target, o) for lv in plan]
+    group = ShardStore(zstore, target.prefix, fsync=o.fsync)
     # the pyramid's group consolidated (xr.open_datatree reads it without a warning), and the
     # consolidated groups above it
     nodes = [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
-    with Pipeline(writes, lease=leased, break_lease=break_lease, nodes=nodes) as pipe:
-        if mode == "w":
-            clear_group(group, [lv.path for lv in plan], resume=resume, break_lease=break_lease)
+    with Pipeline(writes, lease=leased, break_lease=o.break_lease, nodes=nodes) as pipe:
+        if o.mode == "w":
+            clear_group(group, [lv.path for lv in plan], resume=o.resume, break_lease=o.break_lease)
         pipe.start()
         return pipe.run(
             _parts(pipe, writes, plan),
-            compute=compute,
-            progress=progress,
+            compute=o.compute,
+            progress=o.progress,
             desc="shardwise pyramid",
             then=lambda: _finish(group, groups, attrs, subgroups),
         )
@@ -322,28 +322,19 @@ def _given(
     )
 
 
-def _write(
-    zstore: Any,
-    lv: LevelPlan,
-    target: Target,
-    mode: str,
-    resume: bool,
-    fsync: bool,
-    compute: bool,
-    settings: WriteSettings,
-) -> ArrayWrite:
+def _write(zstore: Any, lv: LevelPlan, target: Target, o: WriteOptions) -> ArrayWrite:
     """The pipeline's write of one level, by the policy's one builder as write_array's (a
     level a resumed call keeps is neither cleared nor created again)."""
     key = target.key(lv.path)
     return array_write(
-        ShardStore(zstore, key, fsync=fsync),
+        ShardStore(zstore, key, fsync=o.fsync),
         lv.info,
         target.intents[lv.path],
         lv.source,
         job=lv.job,
         create=functools.partial(create_level, zstore, key, lv.create, lv.probe),
-        resume=resume,
-        compute=compute,
-        options=settings,
+        resume=o.resume,
+        compute=o.compute,
+        options=o.settings,
         prefix=lv.path,
     )
