@@ -241,7 +241,7 @@ def write_array(
     with Pipeline([prepared.write], lease=leased, break_lease=break_lease) as pipe:
         pipe.start()
         if tx is not None:  # the metadata is in the session: fork it for the shard tasks
-            tx.fork(pipe.sessions)
+            tx.fork(pipe)
         report = pipe.run(pipe.parts(), compute=compute, progress=progress)
     return report if tx is None else tx.finish(report)
 
