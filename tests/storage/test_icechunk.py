@@ -682,3 +682,68 @@ def test_a_merge_of_the_tree_refuses_forks_that_wrote_one_shard(repo: Any) -> No
     session.merge(*merged.forks)
     session.commit("two forks")
     np.testing.assert_array_equal(committed(repo)[:20], [1] * 10 + [2] * 10)
+
+
+KILL_HOLD = (3, 2)  # the source block that never comes: the write cannot reach its merge
+
+
+def kill_session_writer(root: str, started: Any) -> None:
+    """The writer that gets SIGKILLed: faultkit's kill data into a session of the repository at
+    ``root`` with ``commit=``, one source block held until the kill."""
+    from faultkit import KILL_KW, hold_block, kill_data
+
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(root))
+    src = da.from_array(kill_data(5), chunks=(200, 300))
+    src = src.map_blocks(hold_block, KILL_HOLD, dtype=src.dtype, meta=src._meta)
+    started.set()
+    with dask.config.set(scheduler="threads", num_workers=4):
+        shardwise.write_array(
+            src, repo.writable_session("main"), path="a", mode="w", commit="killed", **KILL_KW
+        )
+
+
+def test_a_killed_write_leaves_the_branch_unchanged_and_a_rerun_writes_it(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of a write into a session while its shard tasks write into their forks (chunk
+    objects already in the repository's storage): the branch keeps its last commit, the array
+    as it was; the rerun the README prescribes (the same call in a new session) writes every
+    value, and garbage collection can remove what the killed write left unreferenced."""
+    import datetime
+
+    from faultkit import KILL_KW, KILL_SHAPE, forkserver, kill_data, wait_until
+
+    root = tmp_path / "repo"
+    repo = new_repo(root)
+    before = np.full(KILL_SHAPE, 7.0, dtype="f4")
+    shardwise.write_array(before, repo.writable_session("main"), path="a", commit="1", **KILL_KW)
+    head = repo.lookup_branch("main")
+    chunks_dir = root / "chunks"
+    stored = len(list(chunks_dir.iterdir()))
+    ctx = forkserver()
+    started = ctx.Event()
+    p = ctx.Process(target=kill_session_writer, args=(str(root), started))
+    p.start()
+    assert started.wait(120)
+    # mid-write: shard tasks of the new write stored chunk objects (their forks' changes)
+    wait_until(lambda: len(list(chunks_dir.iterdir())) >= stored + 4, "4 shards in forks", 300)
+    p.kill()
+    p.join(120)
+    assert p.exitcode == -9
+    again = icechunk.Repository.open(icechunk.local_filesystem_storage(str(root)))
+    assert again.lookup_branch("main") == head
+    np.testing.assert_array_equal(committed(again), before)
+    # the rerun: the same write in a new session
+    x = kill_data(5)
+    shardwise.write_array(
+        da.from_array(x, chunks=(200, 300)),
+        again.writable_session("main"),
+        path="a",
+        mode="w",
+        commit="rerun",
+        **KILL_KW,
+    )
+    np.testing.assert_array_equal(committed(again), x)
+    future = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
+    assert again.garbage_collect(future).chunks_deleted > 0
+    np.testing.assert_array_equal(committed(again), x)

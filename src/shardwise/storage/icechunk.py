@@ -18,8 +18,11 @@ store): ``import shardwise`` never imports it. A write into a session runs as an
 
 The transaction is the atomicity: no lease, no ``.shardwise`` journal is written into the
 repository (:class:`SessionBackend` keeps them out), and there is nothing to resume: a write
-interrupted before its merge leaves the session uncommitted, with the new metadata but none of
-the data; discard its changes (``session.discard_changes()``) or run the write again.
+interrupted before its commit leaves the branch unchanged (and, in a client that survived, the
+session uncommitted with the new metadata but none of the data); discard its changes
+(``session.discard_changes()``) or take a new session and run the write again. The chunk
+objects its tasks stored are unreferenced (``repo.garbage_collect``). README's Icechunk section
+lists what to rerun.
 """
 
 from __future__ import annotations
