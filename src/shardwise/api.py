@@ -243,7 +243,7 @@ def write_array(
     with Pipeline([prepared.write], lease=leased, break_lease=options.break_lease) as pipe:
         pipe.start()
         if tx is not None:  # the metadata is in the session: fork it for the shard tasks
-            tx.fork(pipe.sessions)
+            tx.fork(pipe)
         report = pipe.run(pipe.parts(), compute=options.compute, progress=options.progress)
     return report if tx is None else tx.finish(report)
 

@@ -28,6 +28,7 @@ from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..errors import ArrayExistsError, CorruptShardError
 from ..storage.consolidated import Nodes, refresh
+from ..storage.icechunk import SessionWrite, into_session
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from ..write.options import WriteOptions
@@ -78,6 +79,7 @@ def convert(
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
     pyramid: bool | Mapping[str, Any] | None = None,
+    commit: str | None = None,
 ) -> ConvertReport:
     """Convert a zarr v2 or v3 array or group into sharded Zarr v3, one dask task per shard.
 
@@ -94,8 +96,11 @@ def convert(
     ----------
     src : zarr.abc.store.Store, str or os.PathLike
         The source store: a zarr ``Store``, a local path or a URL.
-    dst : zarr.abc.store.Store, str or os.PathLike
-        The destination store.
+    dst : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        The destination store, or a writable ``icechunk.Session`` of a repository: every
+        array's shard tasks (copied or re-encoded) write into forks of the session, merged
+        back into it (checked disjoint) array by array; the caller commits (or passes
+        ``commit``). No lease, ``resume`` or consolidated metadata there.
     path : str, optional
         The array or group to convert inside ``src`` (default: its root).
     dst_path : str, optional
@@ -149,6 +154,9 @@ def convert(
         against the source by value) work as for the array itself. The pyramid goes next to
         nothing else: the source's own group is refused as the destination (it contains the
         source), so convert it elsewhere, then swap.
+    commit : str, optional
+        Into an icechunk session: commit it with this message once every array is in it,
+        as :func:`shardwise.write_array` does (the snapshot is the report's ``snapshot``).
 
     Returns
     -------
@@ -167,6 +175,8 @@ def convert(
         Nothing at ``path`` in ``src``.
     PlanError
         A destination that is the source, lies inside it or contains it.
+    TransactionError
+        Into an icechunk session: two shard tasks wrote one shard, or the commit conflicts.
 
     Examples
     --------
@@ -202,9 +212,13 @@ def convert(
     spec = check_shards(shards)
     levels = pyramid_options(pyramid)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
+    # into an icechunk session: its refusals first, then a write into its store (each
+    # array's write forks it and merges its forks back; one commit at the end)
+    tx, dst, lease, _ = into_session(dst, commit, how.lease, how.resume, True, "auto")
     zdst = resolve_store(dst, mode="w", storage_options=storage_options)
+    name = str(dst) if tx is None else f"the icechunk session of branch {tx.session.branch!r}"
     # write_array's rule, before anything is written
-    how = replace(how, lease=store_lease(how.lease, True, zdst))
+    how = replace(how, lease=store_lease(lease, True, zdst))
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)
@@ -212,10 +226,9 @@ def convert(
         one = plan_source(
             zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
         )
-        report = _to_pyramid(ConvertReport(src=str(src), dst=str(dst)), one, zsrc, zdst,
+        report = _to_pyramid(ConvertReport(src=str(src), dst=name), one, zsrc, zdst,
                              dst_path, levels, how, verify)  # fmt: skip
-        report.seconds = time.perf_counter() - started
-        return report
+        return _done(report, tx, started)
     root, groups, plans = _plan_all(
         zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
     )
@@ -224,11 +237,11 @@ def convert(
     exists = node_exists(zdst, dst_path)
     if exists and mode == "w-" and not resume:
         raise ArrayExistsError(
-            f"{dst!s} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
+            f"{name} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
             "it, or resume=True to finish an interrupted conversion"
         )
     # from here on the destination changes: the groups, then array by array
-    report = ConvertReport(src=str(src), dst=str(dst))
+    report = ConvertReport(src=str(src), dst=name)
     if isinstance(root, zarr.Group):
         _write_groups(
             zdst, dst_path, [("", root), *groups], replace=exists and mode == "w" and not resume
@@ -236,12 +249,22 @@ def convert(
     written = [p for p in plans if _convert_or_report(p, zsrc, zdst, how, report, verify)]
     # the consolidated groups above the copy (and the copy's own group, consolidated as the
     # source was) re-consolidated once, after every array (their writes leave it to this)
+    # (a session's store keeps none: it lists a group's members itself)
     as_source = (dst_path,) if isinstance(root, zarr.Group) and _consolidated(root) else ()
-    refresh(Nodes(zdst, (dst_path,), consolidate=as_source))
+    if tx is None:
+        refresh(Nodes(zdst, (dst_path,), consolidate=as_source))
     if verify:
         from .verify import verify_conversion
 
         verify_conversion(report, written, zsrc, zdst, threads=how.settings.threads)
+    return _done(report, tx, started)
+
+
+def _done(report: ConvertReport, tx: SessionWrite | None, started: float) -> ConvertReport:
+    """The report timed; into an icechunk session with ``commit=``, the session committed
+    (every array's forks were merged by its own write)."""
+    if tx is not None and tx.commit is not None:
+        report.snapshot = tx.commit_now()
     report.seconds = time.perf_counter() - started
     return report
 

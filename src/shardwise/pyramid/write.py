@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from ..core.job import Strategy
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..storage.consolidated import Nodes
+from ..storage.icechunk import into_session
 from ..storage.store import ShardStore, resolve_store
 from ..write.intent import array_write
 from ..write.options import WriteOptions
@@ -63,6 +65,7 @@ def write_pyramid(
     strategy: Strategy = "auto",
     memory_limit: int | str | None = None,
     layout: str = "ome",
+    commit: str | None = None,
 ) -> WriteReport | Any:
     """Write a multiscale pyramid of an image as an OME-Zarr 0.5 group of sharded arrays.
 
@@ -95,8 +98,11 @@ def write_pyramid(
         variable is that image, of several one image per variable (each 2-D to 5-D, named
         by its own dims; its name a group name). The coordinates of a DataArray's (or a
         variable's) space axes give their scale, translation and units (below).
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path or a URL; or a writable ``icechunk.Session``, as
+        :func:`write_array` writes it: every level's shard tasks write into forks of the
+        session, merged back into it (checked disjoint) before the group's metadata; no
+        lease, ``resume``, ``compute=False`` or ``strategy="staged"`` there.
     levels : int or "auto", default "auto"
         The number of levels, level 0 included (1 to 32); ``"auto"`` reduces until every
         space axis fits one inner chunk of level 0.
@@ -180,6 +186,9 @@ def write_pyramid(
         grid) conventions. ``factors`` is then an int or ``{"y": .., "x": ..}``, and
         ``dims``, ``scale``, ``translation``, ``units`` and ``name`` are not taken (the
         coordinates say it).
+    commit : str, optional
+        Into an icechunk session: commit it with this message once the pyramid is in it
+        (default: the caller commits).
 
     Returns
     -------
@@ -201,6 +210,8 @@ def write_pyramid(
         sizes.
     LeaseHeldError
         Another writer holds a level's lease.
+    TransactionError
+        Into an icechunk session: two shard tasks wrote one shard, or the commit conflicts.
 
     Examples
     --------
@@ -231,6 +242,11 @@ def write_pyramid(
     args.store_path("name", name, nested=False)
     args.choice("layout", layout, ("ome", "geozarr"))
     create = dict(compressors=compressors, fill_value=fill_value)
+    # into an icechunk session: its own refusals first; every level direct into its forks
+    tx, store, lease, strategy = into_session(
+        store, commit, o.lease, o.resume, o.compute, o.strategy
+    )
+    o = replace(o, lease=lease, strategy=strategy)
     if layout == "geozarr":
         geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))
         zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
@@ -261,18 +277,22 @@ def write_pyramid(
     group = ShardStore(zstore, target.prefix, fsync=o.fsync)
     # the pyramid's group consolidated (xr.open_datatree reads it without a warning), and the
     # consolidated groups above it
-    nodes = [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
+    # (a session's store keeps no consolidated metadata: it lists a group's members itself)
+    nodes = [] if tx else [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
     with Pipeline(writes, lease=leased, break_lease=o.break_lease, nodes=nodes) as pipe:
         if o.mode == "w":
             clear_group(group, [lv.path for lv in plan], resume=o.resume, break_lease=o.break_lease)
         pipe.start()
-        return pipe.run(
+        if tx is not None:  # the levels' metadata is in the session: fork it for the tasks
+            tx.fork(pipe)
+        report = pipe.run(
             _parts(pipe, writes, plan),
             compute=o.compute,
             progress=o.progress,
             desc="shardwise pyramid",
             then=lambda: _finish(group, groups, attrs, subgroups),
         )
+    return report if tx is None else tx.finish(report)
 
 
 def _parts(pipe: Pipeline, writes: list[ArrayWrite], plan: list[Any]) -> list[Any]:

@@ -34,6 +34,7 @@ from ..core.layout import Coord
 from ..core.plan import ShardPlan
 from ..durability.journal import Journal
 from ..durability.lease import LEASE, SHARED
+from ..engine.forks import fork_tree
 from ..engine.report import WriteReport, sum_reports
 from ..engine.write import WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError, PlanError
@@ -157,6 +158,7 @@ class Pipeline:
         self.break_lease = break_lease
         self.part = part  # a batch part's lease, taken instead of the array's
         self.sessions: list[WriteSession] = []
+        self.forked = False  # an icechunk session's write: its forks merged as a tree
         # what the finish re-consolidates above (default: the arrays created; () for none)
         self.nodes = list(_array_nodes(self.writes) if nodes is None else nodes)
 
@@ -243,6 +245,8 @@ class Pipeline:
             before,
             self.nodes,
         )
+        if self.forked and not progress:  # (a bar counts shard tasks: merged in the client)
+            parts = fork_tree(parts)
         if not compute:
             from dask.delayed import Delayed, delayed
 
@@ -324,7 +328,9 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
         # one Delayed per shard task; the copier counts itself as a running task of the write
         from dask.delayed import delayed
 
-        copy = write.source.copier(write.info, write.store, journal)
+        # the write's store, unless the session's was moved onto an icechunk fork
+        moved = session.store.store is not write.store.store
+        copy = write.source.copier(write.info, session.store if moved else write.store, journal)
         tok = uuid.uuid4().hex[:12]
         return [
             delayed(copy, pure=False)(s, dask_key_name=f"shardwise-copy-{tok}-{i}")

@@ -338,7 +338,7 @@ def _write_data(
     session (``tx``): the metadata is in the session already; it is forked for the tasks, and
     their forks merged."""
     if tx is not None:  # every task writes into a fork of the session's fork
-        xw = replace(xw, zstore=tx.fork(pipe.sessions))
+        xw = replace(xw, zstore=tx.fork(pipe))
     if compute:
         report = pipe.run(
             _parts(pipe, arrays, xw.zstore, xw.writes),
