@@ -292,3 +292,68 @@ def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> 
             Pipeline([write], lease=True)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
     Pipeline([w], lease=True)  # checked, not entered: nothing taken
+
+
+def test_the_pyramids_jobs_are_roles_of_the_one_job_maker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GeoZarr's small variables (y, x, the grid mapping) are written direct whatever strategy
+    is asked, a reduced level direct where its shard task fits half the budget: both are roles
+    of the one job maker (job_for), not overrides of it in the pyramid's modules."""
+    from shardwise.core.layout import Layout
+    from shardwise.core.plan import ShardPlan
+    from shardwise.write.intent import job_for
+
+    ds = xr.Dataset(
+        {"v": (DIMS, DATA), "crs": ((), 0)},
+        coords={"y": np.arange(SHAPE[0]), "x": np.arange(SHAPE[1])},
+    )
+    root = tmp_path / "geo"
+    line = re.compile(r"^array '([^']+)' in file://.*: (\w+) write")
+    with caplog.at_level(logging.DEBUG, logger="shardwise"):
+        shardwise.write_pyramid(ds, root, layout="geozarr", levels=2, chunks=CHUNKS,
+                                shards=SHARDS, strategy="staged")  # fmt: skip
+    kinds = dict(m.groups() for r in caplog.records if (m := line.search(r.getMessage())))
+    assert kinds == {
+        "0/v": "staged", "1/v": "staged", "0/y": "direct", "0/x": "direct",
+        "0/crs": "direct", "1/y": "direct", "1/x": "direct", "1/crs": "direct",
+    }  # fmt: skip
+    plan = ShardPlan(Layout(SHAPE, SHARDS, CHUNKS), (slice(0, SHAPE[0]), slice(0, SHAPE[1])))
+    whole = job_for(plan, DATA, DATA.dtype, strategy="staged", role="whole")
+    assert whole.strategy == "direct"
+    # on processes (not threads: no rechunk in memory) a misaligned array is staged; a reduced
+    # level is direct where its shard task (1920 bytes with its source blocks) fits half the
+    # budget
+    tiny = da.from_array(DATA, chunks=(3, 20))
+    with dask.config.set(scheduler="processes"):
+        for limit, role, kind in [(4000, "array", "staged"), (4000, "reduced", "direct"),
+                                  (3000, "reduced", "staged")]:  # fmt: skip
+            job = job_for(plan, tiny, DATA.dtype, memory_limit=limit, role=role)  # type: ignore[arg-type]
+            assert job.strategy == kind, (limit, role, job.reason)
+
+
+def test_a_pyramids_tree_is_one_part_of_the_one_graph_builder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pyramid levels written direct whose shards nest are ArrayWrites linked into one
+    tree: the pipeline's one graph builder (build_part) takes them together as one part, no
+    builder of the pyramid's own; the levels read back as the image reduced."""
+    from shardwise.write import pipeline
+
+    built: list[list[Any]] = []
+    real = pipeline.build_part
+
+    def seen(writes: Any) -> Any:
+        built.append([w for w, _ in writes])
+        return real(writes)
+
+    monkeypatch.setattr(pipeline, "build_part", seen)
+    image = np.arange(64 * 64, dtype="float32").reshape(64, 64)
+    root = tmp_path / "tree"
+    report = shardwise.write_pyramid(image, root, levels=3, chunks=8, shards=16)
+    assert [[(w.prefix, w.tree.level) for w in ws] for ws in built] == [
+        [("0", 0), ("1", 1), ("2", 2)]
+    ]
+    assert report.shards_written == 16 + 4 + 1
+    level1 = image.reshape(32, 2, 32, 2).mean(axis=(1, 3))
+    np.testing.assert_array_equal(shardwise.read_array(root, path="1"), level1)

@@ -26,7 +26,6 @@ from ..storage.store import ShardStore, resolve_store
 from ..write.intent import array_write
 from ..write.pipeline import ArrayWrite, Pipeline
 from . import geozarr, images, options
-from .levels import tree_part
 from .plan import LevelPlan, plan_image
 from .target import Target, check_target, clear_group, create_level
 
@@ -267,29 +266,12 @@ def write_pyramid(
             clear_group(group, [lv.path for lv in plan], resume=resume, break_lease=break_lease)
         pipe.start()
         return pipe.run(
-            _parts(pipe, writes, plan),
+            pipe.parts(),
             compute=compute,
             progress=progress,
             desc="shardwise pyramid",
             then=lambda: _finish(group, groups, attrs, subgroups),
         )
-
-
-def _parts(pipe: Pipeline, writes: list[ArrayWrite], plan: list[Any]) -> list[Any]:
-    """The pipeline's parts: each image's tree of shard tasks as one part (levels.tree_part),
-    every other level (and GeoZarr's small variables) on its own."""
-    alone = [w for w, lv in zip(writes, plan, strict=True) if getattr(lv, "tree", None) is None]
-    parts: list[Any] = pipe.parts(alone) if alone else []
-    trees: dict[str, list[tuple[Any, ArrayWrite]]] = {}
-    for w, lv in zip(writes, plan, strict=True):
-        if getattr(lv, "tree", None) is not None:
-            trees.setdefault(lv.tree.tree, []).append((lv.tree, w))
-    for links in trees.values():
-        links.sort(key=lambda lw: int(lw[0].level))
-        work = tree_part([(link, w, pipe.session(w)) for link, w in links])
-        if work is not None:  # None: every shard of the tree stored before (resume)
-            parts.append(("", work))
-    return parts
 
 
 def _finish(
@@ -346,4 +328,5 @@ def _write(
         compute=compute,
         options=settings,
         prefix=lv.path,
+        tree=lv.tree,
     )

@@ -9,7 +9,7 @@ parts under their part's lease) checks its arguments, then describes each array 
 
     with Pipeline(writes, lease=..., break_lease=...) as pipe:   # every lease, or none
         pipe.start()              # per array: clear, marker (or adopt it), metadata, done shards
-        parts = pipe.parts()      # one graph per array (build_part), shards done left out
+        parts = pipe.parts()      # one graph per array or tree (build_part), shards done out
         return pipe.run(parts, compute=...)   # one combined graph; then tidy, markers done
 
 and, when anything raises inside it, stops the tasks of every array still running in this
@@ -35,7 +35,8 @@ from ..core.plan import ShardPlan
 from ..durability.journal import Journal
 from ..durability.lease import LEASE, SHARED
 from ..engine.report import WriteReport, sum_reports
-from ..engine.write import WriteSettings, build_graph, lazy_call
+from ..engine.tree import TreeLink
+from ..engine.write import ShardWriter, WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError, PlanError
 from ..runtime import pool as _pool
 from ..storage.consolidated import Nodes, refresh
@@ -67,6 +68,8 @@ class ArrayWrite:
     lease ("all"). ``create``: writes the metadata after the marker, before any data.
     ``copy_source``: a numpy source is copied into the graph (it runs later: compute=False).
     ``prefix``: put before the shard keys of the report (the array's path in a group).
+    ``tree``: a direct write linked into a tree of writes from one source (a pyramid's levels,
+    each reduced into the next): the tree is one part, built by :func:`build_part` too.
     """
 
     store: ShardStore
@@ -86,6 +89,7 @@ class ArrayWrite:
     prefix: str = ""
     append: dict[str, Any] | None = None  # an append's dimension and axis, for its marker
     job: WritePlan | None = None  # the validated plan it came from (None: a copy)
+    tree: TreeLink | None = None  # its link in a tree of direct writes (None: alone)
 
 
 def check_write(w: ArrayWrite) -> None:
@@ -221,9 +225,20 @@ class Pipeline:
             s.find_done(w.plan, w.info.codec)
 
     def parts(self, writes: Sequence[ArrayWrite] | None = None) -> list[Part]:
-        """The dask work of ``writes`` (default: all), one part per array."""
+        """The dask work of ``writes`` (default: all), one part per array, or per tree of
+        linked writes (its levels in order; none when every shard of it is stored)."""
         chosen = self.writes if writes is None else writes
-        return [(w.prefix, build_part(w, self.session(w))) for w in chosen]
+        out = [(w.prefix, build_part([(w, self.session(w))])) for w in chosen if w.tree is None]
+        trees: dict[str, list[tuple[ArrayWrite, WriteSession]]] = {}
+        for w in chosen:
+            if w.tree is not None:
+                trees.setdefault(w.tree.tree, []).append((w, self.session(w)))
+        for links in trees.values():
+            links.sort(key=lambda ws: ws[0].tree.level if ws[0].tree else 0)
+            work = build_part(links)
+            if work is not None:  # None: every shard of the tree stored before (resume)
+                out.append(("", work))
+        return out
 
     def run(
         self,
@@ -314,10 +329,24 @@ def _still_absent(store: ShardStore) -> None:
         )
 
 
-def build_part(write: ArrayWrite, session: WriteSession) -> Any:
-    """The engine: the dask work that writes ``write`` inside ``session`` (marker started), for
-    every strategy; the shards the session found done are left out."""
-    assert session.marker is not None
+def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
+    """The engine: the dask work that writes ``writes`` inside their sessions (markers
+    started), the shards the sessions found done left out. One write of any strategy, or the
+    direct writes of one tree (linked by ``tree``, in order: one graph where each level's
+    shard tasks hand their reduced blocks to the next level's; None when no shard is left)."""
+    write, session = writes[0]
+    assert all(s.marker is not None for _, s in writes)
+    if write.tree is not None:
+        from ..engine.tree import TreeLevel, tree_graph
+
+        return tree_graph(
+            [
+                TreeLevel(w.tree, _direct_writer(w, s), s.done, w.prefix, w.source, w.copy_source)
+                for w, s in writes
+                if w.tree is not None
+            ]
+        )
+    assert len(writes) == 1, "writes that are not linked are parts of their own"
     journal = session.journal(write.info.codec)
     done, plan = session.done, write.plan
     if write.strategy == "copy":
@@ -334,6 +363,7 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
     if write.strategy == "staged":
         from ..engine.staged import StagedWriter, build_staged
 
+        assert session.marker is not None
         staged = StagedWriter(
             write.info,
             write.store,
@@ -346,22 +376,25 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
         )
         receipts = build_staged(staged, write.source, copy=write.copy_source)
     else:
-        from ..engine.write import ShardWriter
-
-        writer = ShardWriter(
-            info=write.info,
-            store=session.store,  # tagged with this write's id
-            plan=plan,
-            options=write.options,
-            journal=journal,
-            shared=write.shared,
-        )
-        receipts = build_graph(writer, write.source, copy=write.copy_source)
+        receipts = build_graph(_direct_writer(write, session), write.source, copy=write.copy_source)
     keep = plan.keep_mask(done)
     if keep is None:
         return receipts
     # one Delayed per shard task to run, without materializing or optimizing the graph here
     return receipts.to_delayed(optimize_graph=False)[keep].ravel().tolist()
+
+
+def _direct_writer(write: ArrayWrite, session: WriteSession) -> ShardWriter:
+    """The direct writer of ``write``: one task per shard, its puts tagged with the write's
+    id, its records in the session's journal."""
+    return ShardWriter(
+        info=write.info,
+        store=session.store,  # tagged with this write's id
+        plan=write.plan,
+        options=write.options,
+        journal=session.journal(write.info.codec),
+        shared=write.shared,
+    )
 
 
 def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") -> WriteReport:
