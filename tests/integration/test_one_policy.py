@@ -104,6 +104,16 @@ def convert(root: Path, region: slice | None = None, **kw: Any) -> Any:
     return shardwise.convert(src, root, path="0", dst_path="0", shards=SHARDS, **kw)
 
 
+def convert_group(root: Path, region: slice | None = None, **kw: Any) -> Any:
+    """convert of a group (the source's root, holding array "0") onto the root of ``root``."""
+    assert region is None
+    src = root.with_name(root.name + "-src")
+    if not src.exists():
+        shardwise.write_array(DATA, src, path="0", chunks=CHUNKS, shards=SHARDS,
+                              dimension_names=DIMS)  # fmt: skip
+    return shardwise.convert(src, root, shards=SHARDS, **kw)
+
+
 EVERY: dict[str, Run] = {
     "write_array": write_array,
     "batch part": batch_part,
@@ -211,19 +221,22 @@ def test_a_held_lease_is_refused_alike(tmp_path: Path) -> None:
 
 def test_a_lease_on_an_array_mode_w_drops_is_refused_alike(tmp_path: Path) -> None:
     """Another job writes array "old" of the group a mode "w" write replaces: to_zarr (Dataset,
-    DataTree) and write_pyramid refuse with the same message (the lease command reports it
-    held), leaving the store as it was; break_lease=True replaces the group."""
+    DataTree), write_pyramid and convert of a group refuse with the same message (the lease
+    command reports it held; the one clear, write/clear.py), leaving the store as it was;
+    break_lease=True replaces the group (convert deleted the other job's lease)."""
     seen = {}
-    for name in ("Dataset", "DataTree", "pyramid level 0"):
+    runs = {**{k: EVERY[k] for k in ("Dataset", "DataTree", "pyramid level 0")},
+            "convert of a group": convert_group}  # fmt: skip
+    for name, run in runs.items():
         root = tmp_path / name.replace(" ", "-")
-        EVERY[name](root, mode="w-")
+        run(root, mode="w-")
         shardwise.write_array(DATA, root, path="old", chunks=CHUNKS, shards=SHARDS)
         before = shards(root)
         with Lease.acquire(ShardStore(LocalStore(root), "old"), purpose="the other job"):
             with pytest.raises(shardwise.LeaseHeldError) as e:
-                EVERY[name](root, mode="w")
+                run(root, mode="w")
             assert shards(root) == before and (root / "old" / "zarr.json").exists()
-            EVERY[name](root, mode="w", break_lease=True)
+            run(root, mode="w", break_lease=True)
         assert not (root / "old").exists()
         seen[name] = str(e.value)
     assert "mode='w' would delete 'old/.shardwise/lease'" in seen["Dataset"]

@@ -23,11 +23,12 @@ from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..storage.consolidated import Nodes
 from ..storage.store import ShardStore, resolve_store
+from ..write.clear import clear_for_replace
 from ..write.intent import array_write
 from ..write.pipeline import ArrayWrite, Pipeline
 from . import geozarr, images, options
 from .plan import LevelPlan, plan_image
-from .target import Target, check_target, clear_group, create_level
+from .target import Target, check_target, create_level
 
 __all__ = ["write_pyramid"]
 
@@ -263,7 +264,11 @@ def write_pyramid(
     nodes = [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
     with Pipeline(writes, lease=leased, break_lease=break_lease, nodes=nodes) as pipe:
         if mode == "w":
-            clear_group(group, [lv.path for lv in plan], resume=resume, break_lease=break_lease)
+            # the group but its levels (each clears its own, sparing its lease and, resumed,
+            # its stored shards); another writer's lease there refuses first
+            levels_kept = [f"{target.key(lv.path)}/" for lv in plan]
+            clear_for_replace(zstore, [target.prefix], levels_kept, resume=resume,
+                              break_lease=break_lease)  # fmt: skip
         pipe.start()
         return pipe.run(
             pipe.parts(),

@@ -134,26 +134,6 @@ def _interrupted(session: WriteSession | None) -> bool:
     return found is not None and found.status == "open" and list(found.shape) == list(session.shape)
 
 
-def _refuse_foreign_leases(
-    zstore: Store, overlay: Overlay, keep: list[str], resume: bool, break_lease: bool
-) -> None:
-    """Before mode "w" deletes the group: a lease there that this call does not hold (another
-    job writing a variable this dataset drops, or a region of one) refuses the call, as
-    ``shardwise lease`` reports it held (:func:`~shardwise.durability.lease.blocking_leases`:
-    a resume passes a gone holder's, ``break_lease=True`` any)."""
-    from ..durability.lease import blocking_leases, refuse_foreign
-
-    foreign: list[str] = []
-    for d in overlay.changes[0]:
-        prefix = d.strip("/")
-        mine = [k.removeprefix(f"{prefix}/") for k in keep if not prefix or k.startswith(prefix)]
-        found = blocking_leases(
-            ShardStore(zstore, prefix), keep=mine, takeover=resume, broken=break_lease
-        )
-        foreign += [f"{prefix}/{n}" if prefix else n for n in found]
-    refuse_foreign(foreign)
-
-
 def _parts(
     pipe: Pipeline, arrays: dict[int, ArrayWrite], zstore: Store, writes: list[_Write]
 ) -> list[Part]:

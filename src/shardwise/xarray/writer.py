@@ -33,6 +33,7 @@ from ..storage.consolidated import Nodes
 from ..storage.icechunk import SessionWrite, session_write
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
+from ..write.clear import clear_for_replace
 from ..write.pipeline import ArrayWrite, Pipeline, compute_parts
 from ..write.target import refuse_unknown_chunks
 from .appends import Reservation, commit_metadata, reserve, tagged
@@ -42,7 +43,6 @@ from .parts import (
     _interrupted,
     _jobs,
     _parts,
-    _refuse_foreign_leases,
     _resumed_mode,
     _XarrayWrite,
 )
@@ -290,8 +290,11 @@ def to_zarr(
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
             keep = _kept_keys(xw, arrays, pipe, resume)
-            _refuse_foreign_leases(xw.zstore, xw.overlay, keep, resume, break_lease)
-            xw.overlay.commit_deletes(xw.zstore, keep)
+            # the one clear (another writer's lease there refuses first), then the keys
+            # xarray's pass deleted
+            clear_for_replace(xw.zstore, xw.overlay.changes[0], keep, resume=resume,
+                              break_lease=break_lease)  # fmt: skip
+            xw.overlay.commit_deletes(xw.zstore, keep, dirs=False)
             if not compute or tx is not None:  # as xarray: the metadata first (a session:
                 commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
