@@ -370,3 +370,50 @@ def test_a_pyramids_tree_is_one_part_of_the_one_graph_builder(
     assert report.shards_written == 16 + 4 + 1
     level1 = image.reshape(32, 2, 32, 2).mean(axis=(1, 3))
     np.testing.assert_array_equal(shardwise.read_array(root, path="1"), level1)
+
+
+def test_a_dataset_is_checked_as_a_tree_of_one_node(tmp_path: Path) -> None:
+    """to_zarr's one check (xarray/tree.py:check_tree) takes a Dataset as a tree of one node:
+    the same xarray pass into the overlay, the same writes and jobs as for the one-node
+    DataTree, for a create and a region write alike."""
+    from shardwise.xarray.tree import check_tree
+
+    def checked(obj: Any, root: Path, **kw: Any) -> Any:
+        given: dict[str, Any] = dict(
+            shards={"y": SHARDS[0], "x": SHARDS[1]}, encoding=None, mode=None,
+            append_dim=None, region=None, group=None, consolidated=False,
+            storage_options=None, safe_shards=None, shard_bytes="64MiB", strategy="auto",
+            memory_limit=None, resume=False, write_inherited_coords=False,
+        )  # fmt: skip
+        xw = check_tree(obj, root, **{**given, **kw})
+        jobs = [xw.jobs.get(id(w)) for w in xw.writes]
+        return (
+            xw.overlay.changes,
+            xw.mode,
+            [(w.path, w.region, w.shape) for w in xw.writes],
+            [None if j is None else (j.strategy, j.plan) for j in jobs],
+        )
+
+    ds = _ds(_source())
+    root = tmp_path / "one"
+    assert checked(ds, root) == checked(xr.DataTree(ds), root)
+    dataset(root, mode="w-")
+    part = _ds(_source()[ROWS])
+    region = {"region": {"y": ROWS}, "mode": "r+"}
+    assert checked(part, root, **region) == checked(xr.DataTree(part), root, **region)
+
+
+def test_xarray_modules_share_no_private_names() -> None:
+    """The modules of xarray/ import no underscore name of another module: what they share
+    is named as shared (xarray's front end checks a Dataset and a DataTree by one function)."""
+    import ast
+
+    package = Path(shardwise.__file__).parent
+    crossing = []
+    for path in sorted((package / "xarray").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or "shardwise" in (node.module or "")
+            ):
+                crossing += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert crossing == []
