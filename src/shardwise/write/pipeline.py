@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,21 +33,19 @@ from ..core.layout import Coord
 from ..core.plan import ShardPlan
 from ..durability.journal import Journal
 from ..durability.lease import LEASE, SHARED
-from ..engine.report import WriteReport, sum_reports
+from ..engine.report import WriteReport
 from ..engine.tree import TreeLink
 from ..engine.write import ShardWriter, WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError, PlanError
 from ..runtime import pool as _pool
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
+from .compute import Part, compute_parts, deferred, total_report, total_report_of
 from .session import PartLease, WriteSession, plan_keys
 
 Kind = Literal["direct", "staged", "copy"]
 Clear = Literal["none", "journal", "all"]
 log = logging.getLogger("shardwise")
-Part = tuple[str, Any]
-"""A key prefix (the array's path in a group, or "") and its dask work: a dask array of
-receipts, a list of Delayed reports (one per shard task), or one Delayed report."""
 
 
 class ShardTasks(Protocol):
@@ -267,12 +264,12 @@ class Pipeline:
                 # one layer over the parts' graphs: delayed(...) of them would materialise
                 # every task (seconds for tens of thousands of blocks)
                 total = lazy_call(
-                    functools.partial(_total_of, [prefix for prefix, _ in items]),
+                    functools.partial(total_report_of, [prefix for prefix, _ in items]),
                     [p.key for _, p in items],
                     [p for _, p in items],
                 )
                 return lazy_call(done, total.key, total)
-            return delayed(done, pure=False)(delayed(_total, pure=False)(items))
+            return delayed(done, pure=False)(delayed(total_report, pure=False)(items))
         return done(compute_parts(parts, progress, desc))
 
 
@@ -395,83 +392,3 @@ def _direct_writer(write: ArrayWrite, session: WriteSession) -> ShardWriter:
         journal=session.journal(write.info.codec),
         shared=write.shared,
     )
-
-
-def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") -> WriteReport:
-    """Compute every part in one graph into one report (``seconds``: the wall time)."""
-    from dask.base import compute
-
-    started = time.perf_counter()
-    if progress:
-        report = _with_progress(parts, desc)
-    else:
-        from dask.delayed import delayed
-
-        work = [delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p for _, p in parts]
-        got = compute(*work)
-        report = _total([(prefix, g) for (prefix, _), g in zip(parts, got, strict=True)])
-    report.seconds = time.perf_counter() - started
-    return report
-
-
-def _with_progress(parts: list[Part], desc: str) -> WriteReport:
-    """``parts`` computed with a bar over their shard tasks (one dask item per shard task)."""
-    import dask.array as da
-
-    from ..engine.progress import compute_with_progress
-
-    flat: list[Any] = []
-    spans: list[tuple[str, int, int, bool]] = []
-    nshards = 0
-    for prefix, p in parts:
-        shard_tasks = isinstance(p, da.Array | list)
-        if isinstance(p, list):
-            items = p
-        elif isinstance(p, da.Array):
-            items = p.to_delayed().ravel().tolist()
-        else:
-            items = [p]
-        nshards += len(items) if shard_tasks else 0
-        spans.append((prefix, len(flat), len(flat) + len(items), shard_tasks))
-        flat.extend(items)
-    got = compute_with_progress(flat, nshards, desc=desc)
-    return _total([(pre, sum_reports(got[a:b]) if many else got[a]) for pre, a, b, many in spans])
-
-
-def deferred(parts: list[Part]) -> list[Part]:
-    """``parts`` with each one's shard tasks as one Delayed report (for a Delayed's arguments:
-    dask resolves lists of block keys nested in them unreliably); building stays
-    O(#shards + #blocks), no graph materialized or optimized here."""
-    import dask.array as da
-    from dask.delayed import delayed
-
-    out: list[Part] = []
-    for prefix, p in parts:
-        if isinstance(p, da.Array):
-            keys = [d.key for d in p.to_delayed(optimize_graph=False).ravel()]
-            p = lazy_call(sum_reports, keys, p)
-        elif isinstance(p, list) and p and all(d.dask is p[0].dask for d in p):
-            # the shard tasks of one array (resumed: some left out) share its graph: one more
-            # layer over it, not a Delayed per task (seconds for tens of thousands of tasks)
-            p = lazy_call(sum_reports, [d.key for d in p], p[0])
-        elif isinstance(p, list):
-            p = delayed(sum_reports, pure=False)(p)
-        out.append((prefix, p))
-    return out
-
-
-def _total_of(prefixes: list[str], reports: list[Any]) -> WriteReport:
-    """:func:`_total` of the parts' reports given apart from their prefixes."""
-    return _total(list(zip(prefixes, reports, strict=True)))
-
-
-def _total(parts: Sequence[tuple[str, Any]]) -> WriteReport:
-    """Sum the reports (or receipts) of all parts; shard keys get their part's prefix."""
-    total = WriteReport()
-    for prefix, p in parts:
-        rep = p if isinstance(p, WriteReport) else sum_reports(p)
-        if prefix:
-            rep.keys = [f"{prefix}/{k}" for k in rep.keys]
-        total = total + rep
-    total.keys = sorted(total.keys)
-    return total

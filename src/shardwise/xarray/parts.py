@@ -20,8 +20,9 @@ from ..engine.write import WriteSettings
 from ..errors import PlanError
 from ..storage.overlay import Overlay
 from ..storage.store import ShardStore
+from ..write.compute import Part
 from ..write.intent import array_write, job_for, metadata_by_caller
-from ..write.pipeline import ArrayWrite, Part, Pipeline
+from ..write.pipeline import ArrayWrite, Pipeline
 from ..write.session import WriteSession
 from .capture import VariableWrite
 from .prepare import WriteMode

@@ -31,7 +31,8 @@ from ..engine.write import WriteSettings
 from ..storage.consolidated import Nodes
 from ..storage.icechunk import SessionWrite, session_write
 from ..write.clear import clear_for_replace
-from ..write.pipeline import ArrayWrite, Pipeline, compute_parts
+from ..write.compute import compute_parts
+from ..write.pipeline import ArrayWrite, Pipeline
 from .appends import Reservation, commit_metadata, reserve, tagged
 from .parts import (
     XarrayWrite,
@@ -272,12 +273,7 @@ def to_zarr(
         with Pipeline(list(arrays.values()), nodes=[_changed_nodes(xw)], **run) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
-            keep = _kept_keys(xw, arrays, pipe, resume)
-            # the one clear (another writer's lease there refuses first), then the keys
-            # xarray's pass deleted
-            clear_for_replace(xw.zstore, xw.overlay.changes[0], keep, resume=resume,
-                              break_lease=break_lease)  # fmt: skip
-            xw.overlay.commit_deletes(xw.zstore, keep, dirs=False)
+            _clear(xw, _kept_keys(xw, arrays, pipe, resume), resume, break_lease)
             if not compute or tx is not None:  # as xarray: the metadata first (a session:
                 commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
@@ -333,6 +329,15 @@ def _changed_nodes(xw: XarrayWrite) -> Nodes:
     dirs, deleted, written = xw.overlay.changes
     paths = {d.strip("/") for d in dirs} | {k.rpartition("/")[0] for k in deleted + written}
     return Nodes(xw.zstore, tuple(sorted(paths)))
+
+
+def _clear(xw: XarrayWrite, keep: list[str], resume: bool, break_lease: bool) -> None:
+    """What xarray's pass deleted: the groups by the one clear of mode "w" (another writer's
+    lease there refuses first, write/clear.py), then the keys."""
+    clear_for_replace(
+        xw.zstore, xw.overlay.changes[0], keep, resume=resume, break_lease=break_lease
+    )
+    xw.overlay.commit_deletes(xw.zstore, keep, dirs=False)
 
 
 def _kept_keys(
