@@ -31,6 +31,7 @@ from ..storage.consolidated import Nodes, refresh
 from ..storage.icechunk import SessionWrite, into_session
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
+from ..write.clear import clear_for_replace
 from ..write.options import WriteOptions
 from .copy import copy_array
 from .overlap import refuse_overlap
@@ -243,9 +244,11 @@ def convert(
     # from here on the destination changes: the groups, then array by array
     report = ConvertReport(src=str(src), dst=name)
     if isinstance(root, zarr.Group):
-        _write_groups(
-            zdst, dst_path, [("", root), *groups], replace=exists and mode == "w" and not resume
-        )
+        if exists and mode == "w" and not resume:
+            # the one clear of mode "w" (write/clear.py): another writer's lease anywhere
+            # under the destination refuses, as to_zarr's and write_pyramid's
+            clear_for_replace(zdst, [dst_path], break_lease=break_lease)
+        _write_groups(zdst, dst_path, [("", root), *groups])
     written = [p for p in plans if _convert_or_report(p, zsrc, zdst, how, report, verify)]
     # the consolidated groups above the copy (and the copy's own group, consolidated as the
     # source was) re-consolidated once, after every array (their writes leave it to this)
@@ -332,13 +335,10 @@ def _plan_all(
     return root, groups, plans
 
 
-def _write_groups(zdst: Any, dst_path: str, groups: list[tuple[str, Any]], replace: bool) -> None:
-    """The source's groups (relative path, group) as v3 groups with their attributes;
-    ``replace``: the destination group is emptied first (mode "w")."""
+def _write_groups(zdst: Any, dst_path: str, groups: list[tuple[str, Any]]) -> None:
+    """The source's groups (relative path, group) as v3 groups with their attributes."""
     import zarr
 
-    if replace:
-        zarr.open_group(zdst, path=dst_path, mode="w", zarr_format=3)
     for rel, g in groups:
         zarr.open_group(
             zdst,

@@ -24,13 +24,13 @@ from ..engine.report import WriteReport
 from ..storage.consolidated import Nodes
 from ..storage.icechunk import into_session
 from ..storage.store import ShardStore, resolve_store
+from ..write.clear import clear_for_replace
 from ..write.intent import array_write
 from ..write.options import WriteOptions
 from ..write.pipeline import ArrayWrite, Pipeline
 from . import geozarr, images, options
-from .levels import tree_part
 from .plan import LevelPlan, plan_image
-from .target import Target, check_target, clear_group, create_level
+from .target import Target, check_target, create_level
 
 __all__ = ["write_pyramid"]
 
@@ -281,35 +281,22 @@ def write_pyramid(
     nodes = [] if tx else [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
     with Pipeline(writes, lease=leased, break_lease=o.break_lease, nodes=nodes) as pipe:
         if o.mode == "w":
-            clear_group(group, [lv.path for lv in plan], resume=o.resume, break_lease=o.break_lease)
+            # the group but its levels (each clears its own, sparing its lease and, resumed,
+            # its stored shards); another writer's lease there refuses first
+            levels_kept = [f"{target.key(lv.path)}/" for lv in plan]
+            clear_for_replace(zstore, [target.prefix], levels_kept, resume=o.resume,
+                              break_lease=o.break_lease)  # fmt: skip
         pipe.start()
         if tx is not None:  # the levels' metadata is in the session: fork it for the tasks
             tx.fork(pipe)
         report = pipe.run(
-            _parts(pipe, writes, plan),
+            pipe.parts(),
             compute=o.compute,
             progress=o.progress,
             desc="shardwise pyramid",
             then=lambda: _finish(group, groups, attrs, subgroups),
         )
     return report if tx is None else tx.finish(report)
-
-
-def _parts(pipe: Pipeline, writes: list[ArrayWrite], plan: list[Any]) -> list[Any]:
-    """The pipeline's parts: each image's tree of shard tasks as one part (levels.tree_part),
-    every other level (and GeoZarr's small variables) on its own."""
-    alone = [w for w, lv in zip(writes, plan, strict=True) if getattr(lv, "tree", None) is None]
-    parts: list[Any] = pipe.parts(alone) if alone else []
-    trees: dict[str, list[tuple[Any, ArrayWrite]]] = {}
-    for w, lv in zip(writes, plan, strict=True):
-        if getattr(lv, "tree", None) is not None:
-            trees.setdefault(lv.tree.tree, []).append((lv.tree, w))
-    for links in trees.values():
-        links.sort(key=lambda lw: int(lw[0].level))
-        work = tree_part([(link, w, pipe.session(w)) for link, w in links])
-        if work is not None:  # None: every shard of the tree stored before (resume)
-            parts.append(("", work))
-    return parts
 
 
 def _finish(
@@ -357,4 +344,5 @@ def _write(zstore: Any, lv: LevelPlan, target: Target, o: WriteOptions) -> Array
         compute=o.compute,
         options=o.settings,
         prefix=lv.path,
+        tree=lv.tree,
     )
