@@ -243,13 +243,11 @@ def write_pyramid(
     args.choice("layout", layout, ("ome", "geozarr"))
     create = dict(compressors=compressors, fill_value=fill_value)
     # into an icechunk session: its own refusals first; every level direct into its forks
-    tx, store, lease, strategy = into_session(
-        store, commit, o.lease, o.resume, o.compute, o.strategy
-    )
-    o = replace(o, lease=lease, strategy=strategy)
+    tx, store, *chosen = into_session(store, commit, o.lease, o.resume, o.compute, o.strategy)
+    o = replace(o, lease=chosen[0], strategy=chosen[1])
+    zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
     if layout == "geozarr":
         geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))
-        zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
         plan_var = functools.partial(
             plan_image, strategy=o.strategy, memory_limit=o.memory_limit, compute=o.compute
         )
@@ -262,7 +260,6 @@ def write_pyramid(
         found = images.sources(data, dims, scale, translation, units)
         given = [_given(src, factors, levels, method, chunks, shards) for src in found]
         # 2. every level planned and checked, the store read but not written
-        zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
         plan_one = functools.partial(
             plan_image, create=create, strategy=o.strategy, memory_limit=o.memory_limit,
             compute=o.compute,
@@ -281,11 +278,7 @@ def write_pyramid(
     nodes = [] if tx else [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
     with Pipeline(writes, lease=leased, break_lease=o.break_lease, nodes=nodes) as pipe:
         if o.mode == "w":
-            # the group but its levels (each clears its own, sparing its lease and, resumed,
-            # its stored shards); another writer's lease there refuses first
-            levels_kept = [f"{target.key(lv.path)}/" for lv in plan]
-            clear_for_replace(zstore, [target.prefix], levels_kept, resume=o.resume,
-                              break_lease=o.break_lease)  # fmt: skip
+            _clear(zstore, target, plan, o)
         pipe.start()
         if tx is not None:  # the levels' metadata is in the session: fork it for the tasks
             tx.fork(pipe)
@@ -297,6 +290,15 @@ def write_pyramid(
             then=lambda: _finish(group, groups, attrs, subgroups),
         )
     return report if tx is None else tx.finish(report)
+
+
+def _clear(zstore: Any, target: Target, plan: list[Any], o: WriteOptions) -> None:
+    """Mode "w": the group but its levels (each clears its own, sparing its lease and, resumed,
+    its stored shards); another writer's lease there refuses first."""
+    levels_kept = [f"{target.key(lv.path)}/" for lv in plan]
+    clear_for_replace(
+        zstore, [target.prefix], levels_kept, resume=o.resume, break_lease=o.break_lease
+    )
 
 
 def _finish(
