@@ -46,6 +46,7 @@ from .pipeline import ArrayWrite, Clear
 
 __all__ = [
     "Intent",
+    "Mode",
     "Role",
     "array_write",
     "create_metadata",

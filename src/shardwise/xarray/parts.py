@@ -21,9 +21,8 @@ from ..errors import PlanError
 from ..storage.overlay import Overlay
 from ..storage.store import ShardStore
 from ..write.compute import Part
-from ..write.intent import array_write, job_for, metadata_by_caller
+from ..write.intent import Intent, Mode, array_write, job_for, resolve
 from ..write.pipeline import ArrayWrite, Pipeline
-from ..write.session import WriteSession
 from .capture import VariableWrite
 from .prepare import WriteMode
 
@@ -77,17 +76,21 @@ def array_writes(
     xw: XarrayWrite, opts: WriteSettings, *, fsync: bool, resume: bool
 ) -> dict[int, ArrayWrite]:
     """The pipeline's write of every sharded variable (by ``id`` of the variable's write), by
-    the policy's one builder: the metadata and mode "w"'s clear are this front end's own."""
+    the policy's one answer and one builder (write/intent.py, as ``write_array``'s): what is at
+    the variable's path (:func:`variable_intent`) decides what its write clears, whether it
+    adopts a finished write and whether it must find one. The metadata is xarray's (committed
+    from the overlay after the data), never the pipeline's, and mode "w"'s clear of the groups
+    xarray's pass deletes runs first (writer.py), sparing what the intents keep."""
     out: dict[int, ArrayWrite] = {}
-    intent = metadata_by_caller(xw.mode)
     for w in xw.writes:
         job = xw.jobs.get(id(w))
         if w.info is None or job is None:
             continue
+        store = ShardStore(xw.zstore, w.path, fsync=fsync)
         out[id(w)] = array_write(
-            ShardStore(xw.zstore, w.path, fsync=fsync),
+            store,
             w.info,
-            intent,
+            variable_intent(store, w, xw.mode, resume),
             # numpy-backed variables are written now, even with compute=False: no copy
             w.source if w.lazy else np.asarray(w.source),
             job=job,
@@ -99,14 +102,42 @@ def array_writes(
     return out
 
 
-def interrupted(session: WriteSession | None) -> bool:
-    """Whether an interrupted create (or replace) of this variable left its data: its open
-    marker, and no metadata (a create writes it last, a replace deleted the old first; an older
-    array with an interrupted write of its own still has its metadata, and is replaced)."""
-    if session is None or session.store.get("zarr.json") is not None:
+def variable_intent(store: ShardStore, w: VariableWrite, mode: WriteMode, resume: bool) -> Intent:
+    """What ``to_zarr`` in ``mode`` (``resume``) does about the array of variable ``w``: the
+    policy's :func:`~shardwise.write.intent.resolve`, given what is there. ``to_zarr`` stores
+    a variable's metadata last, so its interrupted create is data and an open marker of this
+    write's shape without metadata (:func:`left_by_interrupted_write`): on resume that is this
+    write's array (kept, its marker adopted; in mode "w-" it must be found). An array with
+    metadata is a finished one: replaced in mode "w" (xarray's "w-" refused it already),
+    written into in "a", "a-" and "r+"."""
+    assert w.info is not None  # a sharded variable
+    left = resume and left_by_interrupted_write(store, w.region, w.info.layout.shape)
+    # mode "w" replaces a finished array, "w-" refused it already (xarray's pass)
+    stored = mode not in ("w", "w-") and store.get("zarr.json") is not None
+    # no probe: the metadata is xarray's (in the overlay), compared by nothing here
+    asked: Mode = "a" if mode == "a-" else mode
+    return resolve(store.store, store.path, asked, resume, exists=left or stored)
+
+
+def left_by_interrupted_write(store: ShardStore, region: Region, shape: tuple[int, ...]) -> bool:
+    """Whether an interrupted create (or replace) of the array at ``store`` (``shape``, written
+    in ``region``) left its data: its open marker, and no metadata (a create writes it last, a
+    replace deleted the old first; an older array with an interrupted write of its own still
+    has its metadata, and is replaced)."""
+    if store.get("zarr.json") is not None:
         return False
-    found = read_marker(session.store, session.region)
-    return found is not None and found.status == "open" and list(found.shape) == list(session.shape)
+    found = read_marker(store, region)
+    return found is not None and found.status == "open" and list(found.shape) == list(shape)
+
+
+def resumed_paths(arrays: dict[int, ArrayWrite]) -> list[str]:
+    """The variables whose interrupted write a resumed call finishes (its intent keeps the
+    array, which has no metadata yet): what mode "w"'s clear of their group spares."""
+    return [
+        f"{aw.store.path}/"
+        for aw in arrays.values()
+        if aw.resume and aw.clear == "none" and aw.store.get("zarr.json") is None
+    ]
 
 
 def dask_parts(

@@ -38,7 +38,7 @@ from .parts import (
     XarrayWrite,
     array_writes,
     dask_parts,
-    interrupted,
+    resumed_paths,
 )
 from .prepare import (
     WriteMode,
@@ -273,7 +273,7 @@ def to_zarr(
         with Pipeline(list(arrays.values()), nodes=[_changed_nodes(xw)], **run) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
-            _clear(xw, _kept_keys(xw, arrays, pipe, resume), resume, break_lease)
+            _clear(xw, _kept_keys(xw, arrays, pipe), resume, break_lease)
             if not compute or tx is not None:  # as xarray: the metadata first (a session:
                 commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
@@ -340,13 +340,11 @@ def _clear(xw: XarrayWrite, keep: list[str], resume: bool, break_lease: bool) ->
     xw.overlay.commit_deletes(xw.zstore, keep, dirs=False)
 
 
-def _kept_keys(
-    xw: XarrayWrite, arrays: dict[int, ArrayWrite], pipe: Pipeline, resume: bool
-) -> list[str]:
+def _kept_keys(xw: XarrayWrite, arrays: dict[int, ArrayWrite], pipe: Pipeline) -> list[str]:
     """What mode "w"'s deletes spare: the leases this call holds, and on resume the variables
     an interrupted call of this dataset left."""
     sessions = {i: pipe.session(aw) for i, aw in arrays.items()}
-    keep = [f"{w.path}/" for w in xw.writes if resume and interrupted(sessions.get(id(w)))]
+    keep = resumed_paths(arrays)  # the intents that keep what an interrupted call left
     keep += [
         f"{w.path}/{s.lease.name}" for w in xw.writes if (s := sessions.get(id(w))) and s.lease
     ]
