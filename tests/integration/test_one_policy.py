@@ -11,6 +11,7 @@ on the ``shardwise`` logger at debug level; that line is what the strategy and l
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable
@@ -441,3 +442,81 @@ def test_xarray_modules_share_no_private_names() -> None:
             ):
                 crossing += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
     assert crossing == []
+
+
+def _decided(
+    caplog: pytest.LogCaptureFixture, root: Path, run: Callable[[], Any]
+) -> tuple[tuple[str, str, str], Any]:
+    """Run ``run``; the strategy, lease kind and clear the pipeline wrote array "0" with, and
+    what ``run`` returned."""
+    line = re.compile(
+        rf"^array '0' in file://{re.escape(str(root))}: (\w+) write, (\w+) lease, clear (\w+)"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="shardwise"):
+        out = run()
+    found = [m.groups() for r in caplog.records if (m := line.search(r.getMessage()))]
+    assert len(found) == 1, [r.getMessage() for r in caplog.records]
+    return found[0], out
+
+
+def _failing(values: Any) -> Any:
+    """``values`` (a dask array) whose last row block raises: the write is interrupted."""
+
+    def f(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        assert block_info is not None
+        if block_info[0]["chunk-location"][0] == len(values.chunks[0]) - 1:
+            raise RuntimeError("interrupted")
+        return block
+
+    return values.map_blocks(f, dtype=values.dtype)
+
+
+def _recorded(root: Path) -> int:
+    records = root / "0" / ".shardwise" / "shards"
+    return sum(1 for p in records.rglob("*") if p.is_file()) if records.exists() else 0
+
+
+def test_to_zarrs_variables_are_decided_by_the_one_resolve(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """to_zarr asks write/intent.py:resolve what is at each variable's path, as write_array
+    does: a create in mode "w-" clears the stale journal there, a mode "w" replace clears the
+    old array (under its lease), and a resumed "w-" create of an interrupted write keeps its
+    array and adopts its marker (clears nothing), skipping exactly the shards it recorded;
+    the bytes are write_array's."""
+    seen: dict[str, list[tuple[str, str, str]]] = {}
+    stored: dict[str, dict[str, bytes]] = {}
+    for name in ("write_array", "Dataset", "DataTree"):
+        run, root, again = EVERY[name], tmp_path / name, tmp_path / f"{name}-resumed"
+        seen[name] = [
+            _decided(caplog, root, functools.partial(run, root, mode="w-"))[0],
+            _decided(caplog, root, functools.partial(run, root, mode="w"))[0],
+        ]
+        with pytest.raises(RuntimeError, match="interrupted"):
+            _interrupted(name, again)
+        before = _recorded(again)
+        decided, report = _decided(
+            caplog, again, functools.partial(run, again, mode="w-", resume=True)
+        )
+        seen[name].append(decided)
+        assert report.shards_skipped == before, name
+        assert report.shards_written + before == 6, name
+        stored[name] = shards(again)
+    assert seen["write_array"] == [
+        ("direct", "exclusive", "journal"),
+        ("direct", "exclusive", "all"),
+        ("direct", "exclusive", "none"),
+    ]
+    assert seen["Dataset"] == seen["write_array"] and seen["DataTree"] == seen["write_array"]
+    assert stored["Dataset"] == stored["write_array"] == stored["DataTree"]
+
+
+def _interrupted(name: str, root: Path) -> Any:
+    """An interrupted "w-" create of array "0" through front end ``name`` (its last rows fail)."""
+    values = _failing(_source())
+    if name == "write_array":
+        return shardwise.write_array(
+            values, root, path="0", chunks=CHUNKS, shards=SHARDS, dimension_names=DIMS, mode="w-"
+        )
+    return _to_zarr(root, values, name == "DataTree", None, mode="w-")

@@ -52,7 +52,6 @@ __all__ = [
     "create_metadata",
     "decide",
     "job_for",
-    "metadata_by_caller",
     "resolve",
 ]
 
@@ -74,16 +73,6 @@ class Intent:
     def keep(self) -> bool:
         """The stored metadata is this write's: an array written into, or a create resumed."""
         return self.exists and not self.create
-
-
-def metadata_by_caller(mode: str) -> Intent:
-    """The intent of a write whose metadata and clear are its caller's own: ``to_zarr``, whose
-    xarray pass writes the group's metadata into an overlay (committed after the data) and
-    whose mode "w" deletes the old group before the data (sparing the leases held). The
-    shards' part is the policy's as everywhere: a finished write adopted unless mode "w"."""
-    return Intent(
-        exists=False, create=False, clear="none", adopt_done=mode != "w", must_adopt=False
-    )
 
 
 def decide(mode: Mode, resume: bool, exists: bool, same: bool) -> Intent:
