@@ -5,7 +5,7 @@ dask parts (variables without shards through zarr-python).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -116,7 +116,10 @@ def variable_intent(store: ShardStore, w: VariableWrite, mode: WriteMode, resume
     stored = mode not in ("w", "w-") and store.get("zarr.json") is not None
     # no probe: the metadata is xarray's (in the overlay), compared by nothing here
     asked: Mode = "a" if mode == "a-" else mode
-    return resolve(store.store, store.path, asked, resume, exists=left or stored)
+    intent = resolve(store.store, store.path, asked, resume, exists=left or stored)
+    # mode "w"'s clear of the old arrays is the group's (writer.py, before the metadata that
+    # compute=False commits ahead of the data): the array's own clear is its stale journal's
+    return replace(intent, clear="journal") if intent.clear == "all" else intent
 
 
 def left_by_interrupted_write(store: ShardStore, region: Region, shape: tuple[int, ...]) -> bool:
