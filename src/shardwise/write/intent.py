@@ -26,6 +26,7 @@ own about an array it writes:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -157,7 +158,8 @@ def job_for(
     numpy or dask ``source`` (its chunks; None for numpy). Not validated (the caller adds its
     own refusals first)."""
     chunks = getattr(source, "chunks", None) if _is_dask(source) else None
-    local = default_scheduler_is_local()
+    # without dask imported no client or scheduler is set: a numpy source runs here, on threads
+    local = "dask" not in sys.modules or default_scheduler_is_local()
     return make_job(
         plan,
         None if chunks is None else tuple(tuple(int(n) for n in c) for c in chunks),
@@ -171,8 +173,6 @@ def job_for(
 
 
 def _is_dask(source: Any) -> bool:
-    import sys
-
     da = sys.modules.get("dask.array")
     return da is not None and isinstance(source, da.Array)
 

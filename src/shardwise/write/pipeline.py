@@ -34,6 +34,7 @@ from ..core.layout import Coord
 from ..core.plan import ShardPlan
 from ..durability.journal import Journal
 from ..durability.lease import LEASE, SHARED
+from ..engine.inprocess import LocalShards, dask_parts, run_here
 from ..engine.report import WriteReport, sum_reports
 from ..engine.write import WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError, PlanError
@@ -247,7 +248,7 @@ class Pipeline:
             from dask.delayed import Delayed, delayed
 
             # the Delayed carries the sessions only, not the writes (their sources)
-            items = deferred(parts)
+            items = deferred(dask_parts(parts))
             if all(isinstance(p, Delayed) for _, p in items):
                 # one layer over the parts' graphs: delayed(...) of them would materialise
                 # every task (seconds for tens of thousands of blocks)
@@ -356,6 +357,8 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
             journal=journal,
             shared=write.shared,
         )
+        if local := LocalShards.of(writer, write.source, write.copy_source, plan.keep_mask(done)):
+            return local  # a numpy source: run without dask when computed here on threads
         receipts = build_graph(writer, write.source, copy=write.copy_source)
     keep = plan.keep_mask(done)
     if keep is None:
@@ -366,14 +369,17 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
 
 def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") -> WriteReport:
     """Compute every part in one graph into one report (``seconds``: the wall time)."""
-    from dask.base import compute
-
     started = time.perf_counter()
-    if progress:
-        report = _with_progress(parts, desc)
+    here = run_here(parts, progress)  # numpy sources on this process's threads, no dask
+    if here is not None:
+        report = _total([(prefix, r) for (prefix, _), r in zip(parts, here, strict=True)])
+    elif progress:
+        report = _with_progress(dask_parts(parts), desc)
     else:
+        from dask.base import compute
         from dask.delayed import delayed
 
+        parts = dask_parts(parts)
         work = [delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p for _, p in parts]
         got = compute(*work)
         report = _total([(prefix, g) for (prefix, _), g in zip(parts, got, strict=True)])
