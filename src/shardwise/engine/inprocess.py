@@ -80,9 +80,10 @@ class LocalShards:
 def run_shards(parts: Sequence[LocalShards], workers: int | None = None) -> list[WriteReport]:
     """Run every task of ``parts`` on ``workers`` threads (default: the cores, as dask's threaded
     scheduler); one report per part. At most two tasks per thread are queued at a time (a write
-    of millions of shards holds no future per shard). The first failure stops the queue: tasks
-    not started never start, running ones finish before it is raised (as
-    :func:`~shardwise.runtime.pool.map_batches` does)."""
+    of millions of shards holds no future per shard). The first failure (or a signal's
+    ``Interrupted``) stops the queue: tasks not started never start, and it is raised at once,
+    as dask's threaded scheduler raises it; the pipeline around the write then waits for the
+    running ones, at most as long as it waits for dask's (``runtime.pool.stop_write``)."""
     n = max(1, workers or cpu_count())
     got: list[list[WriteReport]] = [[] for _ in parts]
     todo = ((i, loc) for i, p in enumerate(parts) for loc in p.locations())
@@ -95,8 +96,10 @@ def run_shards(parts: Sequence[LocalShards], workers: int | None = None) -> list
             pending[pool.submit(parts[i].run, loc)] = i
         while pending:
             _collect(pending, got)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return [sum_reports(reports) for reports in got]
 
 
