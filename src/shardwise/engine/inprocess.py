@@ -15,6 +15,7 @@ the dask graph of the same tasks.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -79,8 +80,8 @@ class LocalShards:
 
 def run_shards(parts: Sequence[LocalShards], workers: int | None = None) -> list[WriteReport]:
     """Run every task of ``parts`` on ``workers`` threads (default: the cores, as dask's threaded
-    scheduler); one report per part. At most two tasks per thread are queued at a time (a write
-    of millions of shards holds no future per shard). The first failure (or a signal's
+    scheduler); one report per part. At most two tasks per thread are queued at a time (a
+    write of millions of shards holds no future per shard). The first failure (or a signal's
     ``Interrupted``) stops the queue: tasks not started never start, and it is raised at once,
     as dask's threaded scheduler raises it; the pipeline around the write then waits for the
     running ones, at most as long as it waits for dask's (``runtime.pool.stop_write``)."""
@@ -122,7 +123,12 @@ def run_here(parts: Sequence[tuple[str, Any]], progress: bool) -> list[WriteRepo
         return None
     if not threads_run_here():
         return None
-    return run_shards([p for _, p in parts])
+    workers = None
+    if "dask" in sys.modules:  # dask's num_workers, as its threaded scheduler takes it
+        import dask
+
+        workers = dask.config.get("num_workers", None)
+    return run_shards([p for _, p in parts], workers)
 
 
 def dask_parts(parts: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
