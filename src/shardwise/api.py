@@ -197,6 +197,7 @@ def write_array(
     # writes only, not by open_array
     from .durability.lease import store_lease
     from .storage.icechunk import session_write
+    from .write.options import WriteOptions
     from .write.pipeline import Pipeline
     from .write.target import prepare_write
 
@@ -205,10 +206,8 @@ def write_array(
     if tx is not None:
         store, lease = tx.store, False
         strategy = "direct" if strategy == "auto" else strategy
-    # 1-4: every check and the validated job, before the store is written (dry_run stops here)
-    prepared = prepare_write(
-        data,
-        store,
+    # 1. every keyword checked, once, into one record, before the store is looked at
+    options = WriteOptions.checked(
         path=path,
         chunks=chunks,
         shards=shards,
@@ -236,16 +235,19 @@ def write_array(
         memory_limit=memory_limit,
         dry_run=dry_run,
     )
+    # 2-4: the source, the target and the validated job, before the store is written (dry_run
+    # stops here)
+    prepared = prepare_write(data, store, options)
     # a store that cannot delete (ZipStore) cannot hold a lease: refused here, as a plan would be
-    leased = store_lease(lease, compute, prepared.write.store.store)
-    if dry_run:
+    leased = store_lease(options.lease, options.compute, prepared.write.store.store)
+    if options.dry_run:
         return prepared.job
     # 5. the write: lease, clear, metadata, data, done (the pipeline's order)
-    with Pipeline([prepared.write], lease=leased, break_lease=break_lease) as pipe:
+    with Pipeline([prepared.write], lease=leased, break_lease=options.break_lease) as pipe:
         pipe.start()
         if tx is not None:  # the metadata is in the session: fork it for the shard tasks
-            tx.fork(pipe.sessions)
-        report = pipe.run(pipe.parts(), compute=compute, progress=progress)
+            tx.fork(pipe)
+        report = pipe.run(pipe.parts(), compute=options.compute, progress=options.progress)
     return report if tx is None else tx.finish(report)
 
 

@@ -21,8 +21,15 @@ from zarr.abc.store import Store
 from zarr.storage import LocalStore, WrapperStore
 
 import shardwise
-from faultkit import files, settle
-from shardwise import InvalidValueError, LeaseHeldError, PlanError, VerifyError, batch
+from faultkit import files, settle, snapshot
+from shardwise import (
+    InvalidTypeError,
+    InvalidValueError,
+    LeaseHeldError,
+    PlanError,
+    VerifyError,
+    batch,
+)
 from shardwise.core.layout import Layout, is_aligned
 from shardwise.durability.lease import Lease, part_lease
 from shardwise.durability.verify import verify
@@ -328,3 +335,19 @@ def test_a_part_is_checked_once_then_written_under_its_lease(tmp_path: Path) -> 
     batch.write_part(data(), root, 1)
     assert batch.finalize(root).ok
     np.testing.assert_array_equal(shardwise.open_array(root).compute(), data())
+
+
+def test_a_part_refuses_a_keyword_write_array_does_not_take(tmp_path: Path) -> None:
+    """A part's write keywords are checked by write_array's one check (WriteOptions.checked):
+    one it does not take is an InvalidTypeError that names it, a wrong value write_array's own
+    refusal, both before the part's lease is taken (the store byte-identical)."""
+    root = tmp_path / "b.zarr"
+    batch.init(root, shape=SHAPE, dtype="uint8", parts=2, **KW)
+    before = snapshot(root)
+    with pytest.raises(
+        InvalidTypeError, match=r"'fsynk' is not a keyword of write_array \(did you mean 'fsync'"
+    ):
+        batch.write_part(data(), root, 0, fsynk=True)
+    with pytest.raises(InvalidTypeError, match="fsync must be True or False, got 'no'"):
+        batch.write_part(data(), root, 0, fsync="no")
+    assert snapshot(root) == before

@@ -104,6 +104,16 @@ def convert(root: Path, region: slice | None = None, **kw: Any) -> Any:
     return shardwise.convert(src, root, path="0", dst_path="0", shards=SHARDS, **kw)
 
 
+def convert_group(root: Path, region: slice | None = None, **kw: Any) -> Any:
+    """convert of a group (the source's root, holding array "0") onto the root of ``root``."""
+    assert region is None
+    src = root.with_name(root.name + "-src")
+    if not src.exists():
+        shardwise.write_array(DATA, src, path="0", chunks=CHUNKS, shards=SHARDS,
+                              dimension_names=DIMS)  # fmt: skip
+    return shardwise.convert(src, root, shards=SHARDS, **kw)
+
+
 EVERY: dict[str, Run] = {
     "write_array": write_array,
     "batch part": batch_part,
@@ -211,19 +221,22 @@ def test_a_held_lease_is_refused_alike(tmp_path: Path) -> None:
 
 def test_a_lease_on_an_array_mode_w_drops_is_refused_alike(tmp_path: Path) -> None:
     """Another job writes array "old" of the group a mode "w" write replaces: to_zarr (Dataset,
-    DataTree) and write_pyramid refuse with the same message (the lease command reports it
-    held), leaving the store as it was; break_lease=True replaces the group."""
+    DataTree), write_pyramid and convert of a group refuse with the same message (the lease
+    command reports it held; the one clear, write/clear.py), leaving the store as it was;
+    break_lease=True replaces the group (convert deleted the other job's lease)."""
     seen = {}
-    for name in ("Dataset", "DataTree", "pyramid level 0"):
+    runs = {**{k: EVERY[k] for k in ("Dataset", "DataTree", "pyramid level 0")},
+            "convert of a group": convert_group}  # fmt: skip
+    for name, run in runs.items():
         root = tmp_path / name.replace(" ", "-")
-        EVERY[name](root, mode="w-")
+        run(root, mode="w-")
         shardwise.write_array(DATA, root, path="old", chunks=CHUNKS, shards=SHARDS)
         before = shards(root)
         with Lease.acquire(ShardStore(LocalStore(root), "old"), purpose="the other job"):
             with pytest.raises(shardwise.LeaseHeldError) as e:
-                EVERY[name](root, mode="w")
+                run(root, mode="w")
             assert shards(root) == before and (root / "old" / "zarr.json").exists()
-            EVERY[name](root, mode="w", break_lease=True)
+            run(root, mode="w", break_lease=True)
         assert not (root / "old").exists()
         seen[name] = str(e.value)
     assert "mode='w' would delete 'old/.shardwise/lease'" in seen["Dataset"]
@@ -263,6 +276,28 @@ def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
     assert (root / "0" / "zarr.json").read_bytes() == before
 
 
+def test_only_the_worker_settings_travel_with_the_shard_tasks(tmp_path: Path) -> None:
+    """write_array's keywords are one WriteOptions, checked once at the API edge; what the
+    pipeline hands the shard tasks is the small WriteSettings inside it (write_empty_chunks,
+    threads): what the caller decided (mode, lease, resume, ...) stays on the client."""
+    import pickle
+    from dataclasses import fields
+
+    from shardwise.engine.write import WriteSettings
+    from shardwise.write.options import WriteOptions
+    from shardwise.write.target import prepare_write
+
+    options = WriteOptions.checked(
+        chunks=CHUNKS, shards=SHARDS, mode="w", resume=True, lease=False, threads=2,
+        write_empty_chunks=True, memory_limit="64MiB",
+    )  # fmt: skip
+    assert options.memory_limit == 64 * 2**20  # checked into bytes, once
+    sent = prepare_write(DATA, str(tmp_path / "s.zarr"), options).write.options
+    assert sent is options.settings == WriteSettings(write_empty_chunks=True, threads=2)
+    assert {f.name for f in fields(sent)} == {"write_empty_chunks", "threads"}
+    assert len(pickle.dumps(sent)) < 200
+
+
 def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> None:
     """Pipeline checks every write on entry (check_write): a source of another shape than the
     region, a plan off the array's grid, a job over its memory budget are refused with
@@ -272,11 +307,13 @@ def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> 
     from shardwise.core.layout import Layout
     from shardwise.core.plan import ShardPlan
     from shardwise.errors import PlanError
+    from shardwise.write.options import WriteOptions
     from shardwise.write.pipeline import Pipeline
     from shardwise.write.target import prepare_write
 
     root = tmp_path / "p.zarr"
-    prepared = prepare_write(DATA, str(root), chunks=CHUNKS, shards=SHARDS, dry_run=False)
+    options = WriteOptions.checked(chunks=CHUNKS, shards=SHARDS)
+    prepared = prepare_write(DATA, str(root), options)
     w = prepared.write
     assert w.job is prepared.job
     before = sorted(p.name for p in tmp_path.rglob("*"))
@@ -292,3 +329,115 @@ def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> 
             Pipeline([write], lease=True)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
     Pipeline([w], lease=True)  # checked, not entered: nothing taken
+
+
+def test_the_pyramids_jobs_are_roles_of_the_one_job_maker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GeoZarr's small variables (y, x, the grid mapping) are written direct whatever strategy
+    is asked, a reduced level direct where its shard task fits half the budget: both are roles
+    of the one job maker (job_for), not overrides of it in the pyramid's modules."""
+    from shardwise.core.layout import Layout
+    from shardwise.core.plan import ShardPlan
+    from shardwise.write.intent import job_for
+
+    ds = xr.Dataset(
+        {"v": (DIMS, DATA), "crs": ((), 0)},
+        coords={"y": np.arange(SHAPE[0]), "x": np.arange(SHAPE[1])},
+    )
+    root = tmp_path / "geo"
+    line = re.compile(r"^array '([^']+)' in file://.*: (\w+) write")
+    with caplog.at_level(logging.DEBUG, logger="shardwise"):
+        shardwise.write_pyramid(ds, root, layout="geozarr", levels=2, chunks=CHUNKS,
+                                shards=SHARDS, strategy="staged")  # fmt: skip
+    kinds = dict(m.groups() for r in caplog.records if (m := line.search(r.getMessage())))
+    assert kinds == {
+        "0/v": "staged", "1/v": "staged", "0/y": "direct", "0/x": "direct",
+        "0/crs": "direct", "1/y": "direct", "1/x": "direct", "1/crs": "direct",
+    }  # fmt: skip
+    plan = ShardPlan(Layout(SHAPE, SHARDS, CHUNKS), (slice(0, SHAPE[0]), slice(0, SHAPE[1])))
+    whole = job_for(plan, DATA, DATA.dtype, strategy="staged", role="whole")
+    assert whole.strategy == "direct"
+    # on processes (not threads: no rechunk in memory) a misaligned array is staged; a reduced
+    # level is direct where its shard task (1920 bytes with its source blocks) fits half the
+    # budget
+    tiny = da.from_array(DATA, chunks=(3, 20))
+    with dask.config.set(scheduler="processes"):
+        for limit, role, kind in [(4000, "array", "staged"), (4000, "reduced", "direct"),
+                                  (3000, "reduced", "staged")]:  # fmt: skip
+            job = job_for(plan, tiny, DATA.dtype, memory_limit=limit, role=role)  # type: ignore[arg-type]
+            assert job.strategy == kind, (limit, role, job.reason)
+
+
+def test_a_pyramids_tree_is_one_part_of_the_one_graph_builder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pyramid levels written direct whose shards nest are ArrayWrites linked into one
+    tree: the pipeline's one graph builder (build_part) takes them together as one part, no
+    builder of the pyramid's own; the levels read back as the image reduced."""
+    from shardwise.write import pipeline
+
+    built: list[list[Any]] = []
+    real = pipeline.build_part
+
+    def seen(writes: Any) -> Any:
+        built.append([w for w, _ in writes])
+        return real(writes)
+
+    monkeypatch.setattr(pipeline, "build_part", seen)
+    image = np.arange(64 * 64, dtype="float32").reshape(64, 64)
+    root = tmp_path / "tree"
+    report = shardwise.write_pyramid(image, root, levels=3, chunks=8, shards=16)
+    assert [[(w.prefix, w.tree.level) for w in ws] for ws in built] == [
+        [("0", 0), ("1", 1), ("2", 2)]
+    ]
+    assert report.shards_written == 16 + 4 + 1
+    level1 = image.reshape(32, 2, 32, 2).mean(axis=(1, 3))
+    np.testing.assert_array_equal(shardwise.read_array(root, path="1"), level1)
+
+
+def test_a_dataset_is_checked_as_a_tree_of_one_node(tmp_path: Path) -> None:
+    """to_zarr's one check (xarray/tree.py:check_tree) takes a Dataset as a tree of one node:
+    the same xarray pass into the overlay, the same writes and jobs as for the one-node
+    DataTree, for a create and a region write alike."""
+    from shardwise.xarray.tree import check_tree
+
+    def checked(obj: Any, root: Path, **kw: Any) -> Any:
+        given: dict[str, Any] = dict(
+            shards={"y": SHARDS[0], "x": SHARDS[1]}, encoding=None, mode=None,
+            append_dim=None, region=None, group=None, consolidated=False,
+            storage_options=None, safe_shards=None, shard_bytes="64MiB", strategy="auto",
+            memory_limit=None, resume=False, write_inherited_coords=False,
+        )  # fmt: skip
+        xw = check_tree(obj, root, **{**given, **kw})
+        jobs = [xw.jobs.get(id(w)) for w in xw.writes]
+        return (
+            xw.overlay.changes,
+            xw.mode,
+            [(w.path, w.region, w.shape) for w in xw.writes],
+            [None if j is None else (j.strategy, j.plan) for j in jobs],
+        )
+
+    ds = _ds(_source())
+    root = tmp_path / "one"
+    assert checked(ds, root) == checked(xr.DataTree(ds), root)
+    dataset(root, mode="w-")
+    part = _ds(_source()[ROWS])
+    region = {"region": {"y": ROWS}, "mode": "r+"}
+    assert checked(part, root, **region) == checked(xr.DataTree(part), root, **region)
+
+
+def test_xarray_modules_share_no_private_names() -> None:
+    """The modules of xarray/ import no underscore name of another module: what they share
+    is named as shared (xarray's front end checks a Dataset and a DataTree by one function)."""
+    import ast
+
+    package = Path(shardwise.__file__).parent
+    crossing = []
+    for path in sorted((package / "xarray").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or "shardwise" in (node.module or "")
+            ):
+                crossing += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert crossing == []

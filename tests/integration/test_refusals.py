@@ -253,6 +253,23 @@ def test_node_paths_that_cannot_be_stored_are_refused_before_any_byte(
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("mode", ["w-", "w", "a"])
+@pytest.mark.parametrize("group", ["a/c", "a/g", "a/g/h"])
+@pytest.mark.parametrize("tree", [False, True], ids=["dataset", "tree"])
+def test_to_zarr_into_a_group_inside_an_array_is_refused_before_any_byte(
+    tmp_path: Path, group: str, mode: str, tree: bool
+) -> None:
+    """As write_array's path=: a PlanError naming the array and the group keyword, not zarr's
+    FileExistsError or ValueError after the first bytes."""
+    shardwise.write_array(np.arange(4.0), tmp_path, path="a")
+    before = snapshot(tmp_path)
+    ds = xr.Dataset({"v": ("x", np.arange(3.0))})
+    obj = xr.DataTree(ds) if tree else ds
+    with pytest.raises(PlanError, match=r"array 'a' .* holds no other nodes.*group"):
+        shardwise.to_zarr(obj, tmp_path, group=group, mode=mode)
+    assert snapshot(tmp_path) == before
+
+
 # -- 4. unknown dask chunk sizes ----------------------------------------------------------------
 
 

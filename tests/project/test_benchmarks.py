@@ -200,3 +200,35 @@ def test_pyramid_tiny_run(tmp_path: Path) -> None:
     ).stdout
     assert "| vol | pyramid-cluster | 1 |" in table and "| vol | ngff | 1 |" in table
     assert "vol: peak memory per task (1 thread, above the baseline): 64x64x64: " in table
+
+
+@pytest.mark.slow
+def test_icechunk_safety_small_run(tmp_path: Path) -> None:
+    """icechunk_safety.py --small: every case on sync and threads; what does not depend on the
+    order of the threads: shardwise loses nothing, xarray's default check refuses, the aligned
+    write and every synchronous one lose nothing; the repositories are gone after the run."""
+    script = ROOT / "benchmarks" / "icechunk_safety.py"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = tmp_path / "ic.jsonl"
+    (tmp_path / "repos").mkdir()
+    got = subprocess.run(
+        [sys.executable, str(script), "run", "--small", "--dir", str(tmp_path / "repos"),
+         "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    recs = {(r["case"], r["scheduler"]): r for r in map(json.loads, out.read_text().splitlines())}
+    cases = ("store_dask", "xr-default", "xr-align", "xr-unsafe", "shardwise")
+    assert set(recs) == {(c, s) for c in cases for s in ("sync", "threads")}
+    for (case, sched), r in recs.items():
+        assert r["seconds"] > 0, r
+        if case == "xr-default":
+            assert r["error"] == "ValueError" and r["lost"] is None, r
+        elif case in ("shardwise", "xr-align") or sched == "sync":
+            assert r["lost"] == 0 and r["error"] is None, r
+    assert "| shardwise | threads | 1 | 0 |" in got.stdout
+    assert list((tmp_path / "repos").iterdir()) == []

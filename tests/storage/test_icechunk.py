@@ -482,12 +482,268 @@ def test_a_session_store_stands_for_its_session(repo: Any) -> None:
     np.testing.assert_array_equal(committed(repo), x)
 
 
-def test_writers_without_sessions_refuse_them(fresh_session: Any, tmp_path: Path) -> None:
-    """write_pyramid and convert do not write into a session yet: refused, nothing written."""
-    image = xr.DataArray(np.ones((64, 64)), dims=("y", "x"))
-    with pytest.raises(InvalidValueError, match="does not take an icechunk Session"):
-        shardwise.write_pyramid(image, fresh_session)
+def changes(session: Any) -> str:
+    """What a session changed and has not committed, as icechunk's status lists it."""
+    return str(session.status())
+
+
+def block_mean(x: np.ndarray, f: int) -> np.ndarray:
+    """``x`` (2-d, each side a multiple of ``f``) reduced by means of ``f`` x ``f`` blocks."""
+    return x.reshape(x.shape[0] // f, f, x.shape[1] // f, f).mean(axis=(1, 3))
+
+
+@pytest.mark.parametrize("where", ["threads", "cluster"])
+def test_write_pyramid_into_a_session(
+    repo: Any, where: str, request: pytest.FixtureRequest
+) -> None:
+    """An OME pyramid whose dask chunks split its shards, every level into forks of the session
+    (on threads and on worker processes), one commit: zarr-python reads every level."""
+    scheduler = request.getfixturevalue("client") if where == "cluster" else "threads"
+    x = np.arange(80 * 120, dtype="f4").reshape(80, 120)
+    image = xr.DataArray(da.from_array(x, chunks=(23, 31)), dims=("y", "x"))
+    with dask.config.set(scheduler=scheduler):
+        report = shardwise.write_pyramid(
+            image, repo.writable_session("main"), levels=3, chunks=10, shards=20, commit="pyr"
+        )
+    assert report.forks == [] and report.notes[-1].startswith("committed snapshot")
+    group = zarr.open_group(repo.readonly_session("main").store, mode="r")
+    assert [d["path"] for d in group.attrs["ome"]["multiscales"][0]["datasets"]] == ["0", "1", "2"]
+    np.testing.assert_array_equal(group["0"][:], x)
+    np.testing.assert_allclose(group["1"][:], block_mean(x, 2), rtol=1e-6)
+    np.testing.assert_allclose(group["2"][:], block_mean(x, 4), rtol=1e-6)
+    assert group["0"].shards == (20, 20)
+    assert not [k for k in keys(repo.readonly_session("main").store) if ".shardwise" in k]
+
+
+def test_write_pyramid_geozarr_into_a_session(repo: Any) -> None:
+    """A GeoZarr pyramid (a DataTree of levels) into a session: xarray's own zarr engine reads
+    every level back, level 1 the block means of level 0."""
+    y, x = np.arange(64.0), np.arange(48.0)
+    values = np.arange(64 * 48, dtype="f8").reshape(64, 48)
+    ds = xr.Dataset({"b": (("y", "x"), values)}, coords={"y": 1000 - 10 * y, "x": 10 * x}).chunk(
+        {"y": 13, "x": 17}
+    )
+    session = repo.writable_session("main")
+    with dask.config.set(scheduler="threads"):
+        shardwise.write_pyramid(ds, session, levels=2, chunks=8, shards=16, layout="geozarr")
+    assert session.has_uncommitted_changes
+    session.commit("geozarr")
+    tree = xr.open_datatree(repo.readonly_session("main").store, engine="zarr", consolidated=False)
+    np.testing.assert_array_equal(tree["0"]["b"].values, values)
+    np.testing.assert_allclose(tree["1"]["b"].values, block_mean(values, 2))
+
+
+def v2_dataset(root: Path) -> xr.Dataset:
+    ds = xr.Dataset(
+        {"v": (("y", "x"), np.arange(60 * 40, dtype="f4").reshape(60, 40))},
+        coords={"y": np.arange(60), "x": np.arange(40) * 0.5},
+        attrs={"title": "converted"},
+    )
+    ds.to_zarr(root, zarr_format=2, encoding={"v": {"chunks": (10, 10)}}, consolidated=True)
+    return ds
+
+
+@pytest.mark.parametrize("where", ["threads", "cluster"])
+def test_convert_into_a_session(
+    repo: Any, tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    """convert of a v2 dataset store into a session (encoded chunks copied, then re-encoded
+    with another compressor), one commit each: xarray's own zarr engine reads it identical."""
+    scheduler = request.getfixturevalue("client") if where == "cluster" else "threads"
+    ds = v2_dataset(tmp_path / "src.zarr")
+    with dask.config.set(scheduler=scheduler):
+        copied = shardwise.convert(
+            tmp_path / "src.zarr", repo.writable_session("main"), shards={"y": 30}, commit="1"
+        )
+        again = shardwise.convert(
+            tmp_path / "src.zarr",
+            repo.writable_session("main"),
+            dst_path="again",
+            compressors=zarr.codecs.GzipCodec(),
+            commit="2",
+        )
+    assert {a.method for a in copied.arrays} == {"copy"} and copied.snapshot
+    assert {a.method for a in again.arrays} == {"reencode"} and again.snapshot
+    assert "icechunk session of branch 'main'" in str(copied)
+    snap = repo.readonly_session("main")
+    for group in (None, "again"):
+        back = xr.open_dataset(snap.store, group=group, engine="zarr", consolidated=False)
+        xr.testing.assert_identical(back.load(), ds)
+    assert zarr.open_array(snap.store, path="v", mode="r").shards == (30, 40)
+    gz = zarr.open_array(snap.store, path="again/v", mode="r").compressors
+    assert isinstance(gz[0], zarr.codecs.GzipCodec)
+
+
+def test_convert_a_pyramid_into_a_session(repo: Any, tmp_path: Path) -> None:
+    """convert(pyramid=...) into a session, verified; the caller commits."""
+    ds = v2_dataset(tmp_path / "src.zarr")
+    session = repo.writable_session("main")
+    report = shardwise.convert(
+        tmp_path / "src.zarr", session, path="v", dst_path="p", pyramid={"levels": 2}, verify=True
+    )
+    assert report.ok and report.snapshot is None and session.has_uncommitted_changes
+    session.commit("pyramid")
+    group = zarr.open_group(repo.readonly_session("main").store, path="p", mode="r")
+    np.testing.assert_array_equal(group["0"][:], ds["v"].values)
+    np.testing.assert_allclose(group["1"][:], block_mean(ds["v"].values, 2))
+
+
+@pytest.fixture
+def dirty_session(repo: Any) -> Iterator[Any]:
+    """A session with a change of its own not committed yet: a refused call must leave its
+    status exactly as it was."""
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    session = repo.writable_session("main")
+    zarr.open_array(session.store, path="a", mode="r+")[:2] = 5
+    before = changes(session)
+    yield session
+    assert changes(session) == before
+
+
+SESSION_REFUSALS = [
+    ({"compute": False}, InvalidValueError, "compute=False"),
+    ({"strategy": "staged"}, InvalidValueError, "staged"),
+    ({"lease": True}, InvalidValueError, "lease=True"),
+    ({"resume": True}, InvalidValueError, "resume=True"),
+    ({"commit": 3}, InvalidTypeError, "commit"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "words"), SESSION_REFUSALS)
+def test_every_writer_refuses_before_any_change(
+    dirty_session: Any,
+    tmp_path: Path,
+    kwargs: dict[str, Any],
+    error: type[Exception],
+    words: str,
+) -> None:
+    """compute=False (the forks could not be merged into the caller's session from a Delayed
+    computed elsewhere), staged writes (their staging objects would go into the repository),
+    leases and resume: refused by every writer with a clear error, the session's uncommitted
+    changes as they were (the fixture compares its status)."""
+    image = xr.DataArray(da.ones((64, 64), chunks=16), dims=("y", "x"))
     src = tmp_path / "src.zarr"
     zarr.create_array(src, shape=(4,), chunks=(2,), dtype="i1")
-    with pytest.raises(InvalidValueError, match="does not take an icechunk Session"):
-        shardwise.convert(src, fresh_session)
+    calls = [
+        lambda kw: shardwise.write_array(image.data, dirty_session, path="b", **kw),
+        lambda kw: shardwise.to_icechunk(image.to_dataset(name="b"), dirty_session, **kw),
+        lambda kw: shardwise.write_pyramid(image, dirty_session, path="p", **kw),
+        lambda kw: shardwise.convert(src, dirty_session, dst_path="c", **kw),
+    ]
+    for i, call in enumerate(calls):
+        if i == 3 and set(kwargs) & {"compute", "strategy"}:
+            continue  # convert takes neither keyword
+        with pytest.raises(error, match=words):
+            call(kwargs)
+
+
+def test_forks_merged_as_a_tree_on_worker_processes(client: Any, repo: Any) -> None:
+    """64 shard tasks on 2 worker processes: their forks are merged by a tree of tasks on the
+    workers (8 merges of 8 forks, then 1 of those 8), not 64 merges in the client; every value
+    read back."""
+    from distributed import get_task_stream
+
+    x = np.arange(160 * 160, dtype="f8").reshape(160, 160)
+    workers = set(client.scheduler_info()["workers"])
+    with dask.config.set(scheduler=client), get_task_stream(client) as stream:
+        report = shardwise.write_array(
+            da.from_array(x, chunks=(15, 25)),
+            repo.writable_session("main"),
+            path="a",
+            chunks=10,
+            shards=20,
+            commit="tree",
+        )
+    assert report.shards_written == 64 and report.forks == []
+    merges = [t for t in stream.data if "shardwise-merge-forks" in str(t["key"])]
+    depths = sorted(str(t["key"]).rsplit("-", 2)[-2] for t in merges)
+    assert depths == ["0"] * 8 + ["1"]
+    assert {t["worker"] for t in merges} <= workers
+    np.testing.assert_array_equal(committed(repo), x)
+
+
+def test_a_merge_of_the_tree_refuses_forks_that_wrote_one_shard(repo: Any) -> None:
+    """A merge task of the tree checks its inputs' forks disjoint before it merges them: two
+    that wrote one shard are a TransactionError naming it; disjoint ones become one fork."""
+    from shardwise.engine.forks import merge_forks
+    from shardwise.engine.report import WriteReport
+
+    session = repo.writable_session("main")
+    zarr.create_array(session.store, name="a", shape=(30,), chunks=(5,), shards=(10,), dtype="i2")
+    fork = session.fork()
+    one, two, three = (pickle.loads(pickle.dumps(fork)) for _ in range(3))
+    zarr.open_array(one.store, path="a", mode="r+")[:10] = 1
+    zarr.open_array(two.store, path="a", mode="r+")[10:20] = 2
+    zarr.open_array(three.store, path="a", mode="r+")[5:10] = 3
+    merged = merge_forks(WriteReport(forks=[one]), WriteReport(forks=[two]))
+    assert len(merged.forks) == 1
+    with pytest.raises(TransactionError, match=r"shard \[0\] of array '/a'"):
+        merge_forks(merged, WriteReport(forks=[three]))
+    session.merge(*merged.forks)
+    session.commit("two forks")
+    np.testing.assert_array_equal(committed(repo)[:20], [1] * 10 + [2] * 10)
+
+
+KILL_HOLD = (3, 2)  # the source block that never comes: the write cannot reach its merge
+
+
+def kill_session_writer(root: str, started: Any) -> None:
+    """The writer that gets SIGKILLed: faultkit's kill data into a session of the repository at
+    ``root`` with ``commit=``, one source block held until the kill."""
+    from faultkit import KILL_KW, hold_block, kill_data
+
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(root))
+    src = da.from_array(kill_data(5), chunks=(200, 300))
+    src = src.map_blocks(hold_block, KILL_HOLD, dtype=src.dtype, meta=src._meta)
+    started.set()
+    with dask.config.set(scheduler="threads", num_workers=4):
+        shardwise.write_array(
+            src, repo.writable_session("main"), path="a", mode="w", commit="killed", **KILL_KW
+        )
+
+
+def test_a_killed_write_leaves_the_branch_unchanged_and_a_rerun_writes_it(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of a write into a session while its shard tasks write into their forks (chunk
+    objects already in the repository's storage): the branch keeps its last commit, the array
+    as it was; the rerun the README prescribes (the same call in a new session) writes every
+    value, and garbage collection can remove what the killed write left unreferenced."""
+    import datetime
+
+    from faultkit import KILL_KW, KILL_SHAPE, forkserver, kill_data, wait_until
+
+    root = tmp_path / "repo"
+    repo = new_repo(root)
+    before = np.full(KILL_SHAPE, 7.0, dtype="f4")
+    shardwise.write_array(before, repo.writable_session("main"), path="a", commit="1", **KILL_KW)
+    head = repo.lookup_branch("main")
+    chunks_dir = root / "chunks"
+    stored = len(list(chunks_dir.iterdir()))
+    ctx = forkserver()
+    started = ctx.Event()
+    p = ctx.Process(target=kill_session_writer, args=(str(root), started))
+    p.start()
+    assert started.wait(120)
+    # mid-write: shard tasks of the new write stored chunk objects (their forks' changes)
+    wait_until(lambda: len(list(chunks_dir.iterdir())) >= stored + 4, "4 shards in forks", 300)
+    p.kill()
+    p.join(120)
+    assert p.exitcode == -9
+    again = icechunk.Repository.open(icechunk.local_filesystem_storage(str(root)))
+    assert again.lookup_branch("main") == head
+    np.testing.assert_array_equal(committed(again), before)
+    # the rerun: the same write in a new session
+    x = kill_data(5)
+    shardwise.write_array(
+        da.from_array(x, chunks=(200, 300)),
+        again.writable_session("main"),
+        path="a",
+        mode="w",
+        commit="rerun",
+        **KILL_KW,
+    )
+    np.testing.assert_array_equal(committed(again), x)
+    future = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
+    assert again.garbage_collect(future).chunks_deleted > 0
+    np.testing.assert_array_equal(committed(again), x)

@@ -248,6 +248,7 @@ def write_part(
     LeaseHeldError
         The part (or the whole array) is leased by another writer.
     """
+    from ..write.options import WriteOptions
     from ..write.target import prepare_write
 
     args.flags(resume=resume, lease=lease, break_lease=break_lease)
@@ -262,9 +263,8 @@ def write_part(
         data = data[region]
     # every keyword of the write checked (once) before the part's lease is taken: a refused
     # write leaves the store as it was
-    prepared = prepare_write(
-        data, sstore.store, path=path, mode="r+", region=region, resume=resume, **write
-    )
+    options = WriteOptions.checked(path=path, mode="r+", region=region, resume=resume, **write)
+    prepared = prepare_write(data, sstore.store, options)
 
     def record(report: WriteReport) -> None:
         """The part's record, once its write is done, while its lease is still held."""
@@ -283,9 +283,7 @@ def write_part(
     )
     with Pipeline([prepared.write], lease=lease, break_lease=break_lease, part=leased) as pipe:
         pipe.start()
-        report: WriteReport = pipe.run(
-            pipe.parts(), compute=True, progress=bool(write.get("progress", False))
-        )
+        report: WriteReport = pipe.run(pipe.parts(), compute=True, progress=options.progress)
     held = pipe.sessions[0].lease
     report.notes += [str(t) for t in held.took_over] if held is not None else []
     return report

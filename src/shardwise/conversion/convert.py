@@ -26,11 +26,13 @@ from ..core import args
 from ..core.shardspec import ShardSpec, check_names, check_shards
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
-from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError, CorruptShardError
 from ..storage.consolidated import Nodes, refresh
+from ..storage.icechunk import SessionWrite, into_session
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
+from ..write.clear import clear_for_replace
+from ..write.options import WriteOptions
 from .copy import copy_array
 from .overlap import refuse_overlap
 from .plan import XARRAY_DIMS, ArrayPlan, plan_array
@@ -78,6 +80,7 @@ def convert(
     threads: int | None = None,
     storage_options: dict[str, Any] | None = None,
     pyramid: bool | Mapping[str, Any] | None = None,
+    commit: str | None = None,
 ) -> ConvertReport:
     """Convert a zarr v2 or v3 array or group into sharded Zarr v3, one dask task per shard.
 
@@ -94,8 +97,11 @@ def convert(
     ----------
     src : zarr.abc.store.Store, str or os.PathLike
         The source store: a zarr ``Store``, a local path or a URL.
-    dst : zarr.abc.store.Store, str or os.PathLike
-        The destination store.
+    dst : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        The destination store, or a writable ``icechunk.Session`` of a repository: every
+        array's shard tasks (copied or re-encoded) write into forks of the session, merged
+        back into it (checked disjoint) array by array; the caller commits (or passes
+        ``commit``). No lease, ``resume`` or consolidated metadata there.
     path : str, optional
         The array or group to convert inside ``src`` (default: its root).
     dst_path : str, optional
@@ -149,6 +155,9 @@ def convert(
         against the source by value) work as for the array itself. The pyramid goes next to
         nothing else: the source's own group is refused as the destination (it contains the
         source), so convert it elsewhere, then swap.
+    commit : str, optional
+        Into an icechunk session: commit it with this message once every array is in it,
+        as :func:`shardwise.write_array` does (the snapshot is the report's ``snapshot``).
 
     Returns
     -------
@@ -167,6 +176,8 @@ def convert(
         Nothing at ``path`` in ``src``.
     PlanError
         A destination that is the source, lies inside it or contains it.
+    TransactionError
+        Into an icechunk session: two shard tasks wrote one shard, or the commit conflicts.
 
     Examples
     --------
@@ -182,17 +193,19 @@ def convert(
     import zarr
 
     started = time.perf_counter()
-    args.check_mode(mode, ("w-", "w"))
-    # the keywords that are not about layout (those are conversion.plan's), before any I/O
-    args.flags(
+    # the keywords of the write itself, checked as write_array checks them; then the others
+    # that are not about layout (those are conversion.plan's), before any I/O
+    how = WriteOptions.checked(
+        modes=("w-", "w"),
+        mode=mode,
         resume=resume,
-        verify=verify,
         progress=progress,
         break_lease=break_lease,
         fsync=fsync,
+        lease=lease,
+        threads=threads,
     )
-    args.optional_flags(lease=lease)
-    threads = args.thread_count("threads", threads)
+    args.flags(verify=verify)
     args.optional_str("path", path)
     args.store_path("dst_path", dst_path)
     args.mapping("storage_options", storage_options)
@@ -200,47 +213,61 @@ def convert(
     spec = check_shards(shards)
     levels = pyramid_options(pyramid)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
+    # into an icechunk session: its refusals first, then a write into its store (each
+    # array's write forks it and merges its forks back; one commit at the end)
+    tx, dst, lease, _ = into_session(dst, commit, how.lease, how.resume, True, "auto")
     zdst = resolve_store(dst, mode="w", storage_options=storage_options)
-    lease = store_lease(lease, True, zdst)  # write_array's rule, before anything is written
+    name = str(dst) if tx is None else f"the icechunk session of branch {tx.session.branch!r}"
+    # write_array's rule, before anything is written
+    how = replace(how, lease=store_lease(lease, True, zdst))
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)
-    how = WriteSettings(threads=threads, mode=mode, resume=resume, progress=progress, lease=lease,
-                        break_lease=break_lease, fsync=fsync)  # fmt: skip
     if levels is not None:
         one = plan_source(
             zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
         )
-        report = _to_pyramid(ConvertReport(src=str(src), dst=str(dst)), one, zsrc, zdst,
+        report = _to_pyramid(ConvertReport(src=str(src), dst=name), one, zsrc, zdst,
                              dst_path, levels, how, verify)  # fmt: skip
-        report.seconds = time.perf_counter() - started
-        return report
+        return _done(report, tx, started)
     root, groups, plans = _plan_all(
         zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
     )
-    if lease and not break_lease:
+    if how.lease and not break_lease:
         _refuse_held_leases(zdst, plans, resume)
     exists = node_exists(zdst, dst_path)
     if exists and mode == "w-" and not resume:
         raise ArrayExistsError(
-            f"{dst!s} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
+            f"{name} already holds a zarr node at {dst_path or '/'!r}: use mode='w' to replace "
             "it, or resume=True to finish an interrupted conversion"
         )
     # from here on the destination changes: the groups, then array by array
-    report = ConvertReport(src=str(src), dst=str(dst))
+    report = ConvertReport(src=str(src), dst=name)
     if isinstance(root, zarr.Group):
-        _write_groups(
-            zdst, dst_path, [("", root), *groups], replace=exists and mode == "w" and not resume
-        )
+        if exists and mode == "w" and not resume:
+            # the one clear of mode "w" (write/clear.py): another writer's lease anywhere
+            # under the destination refuses, as to_zarr's and write_pyramid's
+            clear_for_replace(zdst, [dst_path], break_lease=break_lease)
+        _write_groups(zdst, dst_path, [("", root), *groups])
     written = [p for p in plans if _convert_or_report(p, zsrc, zdst, how, report, verify)]
     # the consolidated groups above the copy (and the copy's own group, consolidated as the
     # source was) re-consolidated once, after every array (their writes leave it to this)
+    # (a session's store keeps none: it lists a group's members itself)
     as_source = (dst_path,) if isinstance(root, zarr.Group) and _consolidated(root) else ()
-    refresh(Nodes(zdst, (dst_path,), consolidate=as_source))
+    if tx is None:
+        refresh(Nodes(zdst, (dst_path,), consolidate=as_source))
     if verify:
         from .verify import verify_conversion
 
-        verify_conversion(report, written, zsrc, zdst, threads=threads)
+        verify_conversion(report, written, zsrc, zdst, threads=how.settings.threads)
+    return _done(report, tx, started)
+
+
+def _done(report: ConvertReport, tx: SessionWrite | None, started: float) -> ConvertReport:
+    """The report timed; into an icechunk session with ``commit=``, the session committed
+    (every array's forks were merged by its own write)."""
+    if tx is not None and tx.commit is not None:
+        report.snapshot = tx.commit_now()
     report.seconds = time.perf_counter() - started
     return report
 
@@ -252,22 +279,19 @@ def _to_pyramid(
     zdst: Any,
     dst_path: str,
     levels: Any,
-    how: WriteSettings,
+    how: WriteOptions,
     verify: bool,
 ) -> ConvertReport:
     """``convert(pyramid=...)``: the one source array written as a pyramid at ``dst_path``."""
     try:
-        convert_pyramid(one, zsrc, zdst, dst_path, levels, report, mode=how.mode,
-                        resume=how.resume, progress=how.progress, lease=how.lease,
-                        break_lease=how.break_lease, fsync=how.fsync,
-                        threads=how.threads)  # fmt: skip
+        convert_pyramid(one, zsrc, zdst, dst_path, levels, report, **_passed_on(how, how.mode))
     except CorruptShardError as e:
         if not verify:
             raise
         report.arrays.append(source_failed(replace(one, dst_path=dst_path), e, report))
         return report
     if verify:
-        verify_pyramid(report, one, zsrc, zdst, how.threads)
+        verify_pyramid(report, one, zsrc, zdst, how.settings.threads)
     return report
 
 
@@ -311,13 +335,10 @@ def _plan_all(
     return root, groups, plans
 
 
-def _write_groups(zdst: Any, dst_path: str, groups: list[tuple[str, Any]], replace: bool) -> None:
-    """The source's groups (relative path, group) as v3 groups with their attributes;
-    ``replace``: the destination group is emptied first (mode "w")."""
+def _write_groups(zdst: Any, dst_path: str, groups: list[tuple[str, Any]]) -> None:
+    """The source's groups (relative path, group) as v3 groups with their attributes."""
     import zarr
 
-    if replace:
-        zarr.open_group(zdst, path=dst_path, mode="w", zarr_format=3)
     for rel, g in groups:
         zarr.open_group(
             zdst,
@@ -347,7 +368,7 @@ def _consolidated(group: Any) -> bool:
 
 
 def _convert_or_report(
-    plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings, report: ConvertReport, verify: bool
+    plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions, report: ConvertReport, verify: bool
 ) -> bool:
     """Convert one array into ``report``; whether it was written. With ``verify``, a source
     chunk (or shard index) that does not decode is one of the report's problems, naming its
@@ -362,7 +383,7 @@ def _convert_or_report(
         return False
 
 
-def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> ArrayReport:
+def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> ArrayReport:
     started = time.perf_counter()
     out = ArrayReport(
         path=plan.dst_path,
@@ -383,7 +404,7 @@ def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) ->
     return out
 
 
-def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
+def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> WriteReport:
     from ..api import write_array
 
     c = dict(plan.create)
@@ -393,13 +414,20 @@ def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -
         source_array(plan, zsrc),
         zdst,
         path=plan.dst_path or None,
-        mode="w" if how.mode == "w" and not how.resume else "w-",
+        **_passed_on(how, "w" if how.mode == "w" and not how.resume else "w-"),
+        **c,
+    )
+    return report
+
+
+def _passed_on(how: WriteOptions, mode: str) -> dict[str, Any]:
+    """The keywords of convert's own write (write_array's or write_pyramid's) from ``how``."""
+    return dict(
+        mode=mode,
         resume=how.resume,
         progress=how.progress,
         lease=how.lease,
         break_lease=how.break_lease,
         fsync=how.fsync,
-        threads=how.threads,
-        **c,
+        threads=how.settings.threads,
     )
-    return report

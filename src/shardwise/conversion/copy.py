@@ -12,8 +12,8 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,10 +24,13 @@ from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
 from ..engine.report import WriteReport
-from ..engine.write import WriteSettings
 from ..runtime import pool as _pool
+from ..storage.icechunk import session_write
 from ..storage.store import ShardStore
 from .plan import ArrayPlan, SourceChunks
+
+if TYPE_CHECKING:
+    from ..write.options import WriteOptions
 
 WINDOW = 16  # source chunks read ahead by one copy task (bounded memory, overlapped latency)
 
@@ -124,10 +127,16 @@ class ShardCopier:
     def task(self, shard: Coord) -> WriteReport:
         """The shard task: :meth:`copy`, counted as a running task of its write (see
         ``_pool.running``: a failed write waits for it before it releases its lease)."""
+        own = self.store.task_fork()  # into an icechunk session: a fork of its own
+        copier = self if own is None else replace(self, store=own[0])
         if self.journal is None:
-            return self.copy(shard)
-        with _pool.running(self.journal.write_id):
-            return self.copy(shard)
+            rep = copier.copy(shard)
+        else:
+            with _pool.running(self.journal.write_id):
+                rep = copier.copy(shard)
+        if own is not None:
+            rep.forks = [own[1]]
+        return rep
 
     def copy(self, shard: Coord) -> WriteReport:
         from ..engine.stream import commit_shard
@@ -203,7 +212,7 @@ class ShardCopier:
         return bad
 
 
-def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> WriteReport:
+def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> WriteReport:
     """The copy path: a ``copy`` write through the write pipeline (lease, marker, records,
     running tasks stopped on failure: resumable). What is at the destination and what the write
     does about it is the write policy's (write/intent.py), as for write_array."""
@@ -215,6 +224,8 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
     from ..write.intent import Mode, array_write, create_metadata, resolve
     from ..write.pipeline import Pipeline
 
+    # into an icechunk session's store: its shard tasks write into forks, merged back here
+    tx = session_write(zdst, None, how.lease, how.resume, True, "auto")
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
     info = open_info(probe.store)
     dpath = plan.dst_path or None
@@ -233,9 +244,11 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteSettings) -> Wri
         resume=how.resume,
     )
     # convert re-consolidates once, after every array (convert.py)
-    with Pipeline([write], lease=how.lease, break_lease=how.break_lease, nodes=()) as pipe:
+    with Pipeline([write], lease=bool(how.lease), break_lease=how.break_lease, nodes=()) as pipe:
         pipe.start()
+        if tx is not None:
+            tx.fork(pipe)
         report: WriteReport = pipe.run(
             pipe.parts(), compute=True, progress=how.progress, desc=f"copy {plan.dst_path or '/'}"
         )
-    return report
+    return report if tx is None else tx.finish(report)

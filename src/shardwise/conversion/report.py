@@ -81,6 +81,8 @@ class ConvertReport:
     problems : list of str
         What verification found (``verify=True``); ``ok`` is False when there are any, or an
         array failed verification.
+    snapshot : str or None
+        Into an icechunk session with ``commit=``: the snapshot committed.
     """
 
     src: str
@@ -88,6 +90,7 @@ class ConvertReport:
     arrays: list[ArrayReport] = field(default_factory=list)
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    snapshot: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -119,4 +122,5 @@ class ConvertReport:
             f"converted {self.src} -> {self.dst}: {len(self.arrays)} arrays, objects "
             f"{self.objects_before} -> {self.objects_after} in {self.seconds:.2f} s"
         )
-        return "\n".join([head, *(f"  {a}" for a in self.arrays), *self.problems])
+        done = [f"committed snapshot {self.snapshot}"] if self.snapshot else []
+        return "\n".join([head, *(f"  {a}" for a in self.arrays), *self.problems, *done])

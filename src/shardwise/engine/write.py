@@ -39,19 +39,13 @@ Mode = Literal["w", "w-", "a", "r+"]
 
 @dataclass(frozen=True)
 class WriteSettings:
-    """How one call writes: its keywords, carried as one record by every front end.
-
-    Shard tasks read ``write_empty_chunks`` and ``threads`` (the record travels to the workers,
-    configuration only); ``convert`` also hands the rest on to the write it runs per array."""
+    """What travels to the workers with every shard task (configuration only, a few bytes
+    pickled): whether inner chunks equal to the fill value are stored, and the threads that
+    encode them. ``fsync`` travels in the task's ``ShardStore``; what the call decided on the
+    client (mode, lease, resume, ...) is :class:`~shardwise.write.options.WriteOptions`."""
 
     write_empty_chunks: bool = False
     threads: int | None = None
-    mode: str = "w-"  # validated by each front end (convert takes "w" and "w-" only)
-    resume: bool = False
-    progress: bool = False
-    lease: bool = True
-    break_lease: bool = False
-    fsync: bool = False
 
 
 @dataclass(frozen=True)

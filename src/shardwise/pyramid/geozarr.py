@@ -29,7 +29,7 @@ import numpy as np
 
 from ..codec.metadata import ArrayInfo, default_compressors
 from ..core import args
-from ..core.job import WritePlan, make_job
+from ..core.job import WritePlan
 from ..core.plan import ShardPlan
 from ..core.pyramid import Level
 from ..core.sizing import default_layout
@@ -111,6 +111,7 @@ class Small:
     probe: Any  # the array built in memory from them
     info: ArrayInfo
     job: WritePlan
+    tree: None = None  # written alone, never in a tree of shard tasks
 
 
 def geo_inputs(data: Any, ome_only: Sequence[Any] = ()) -> Geo:
@@ -279,6 +280,7 @@ def plan_small(path: str, x: Extra, create: Mapping[str, Any]) -> Small:
     """A small variable's array (default chunks and shards: one shard but for the largest),
     built and checked in memory, and its validated job (written whole, from numpy)."""
     from ..write.create import create_in_memory
+    from ..write.intent import job_for
 
     values = x.values
     if values.dtype == object:
@@ -305,9 +307,7 @@ def plan_small(path: str, x: Extra, create: Mapping[str, Any]) -> Small:
     probe = create_in_memory(kwargs)
     info = open_info(probe.store)
     region = tuple(slice(0, n) for n in shape)
-    job = make_job(
-        ShardPlan(info.layout, region), None, np.dtype(info.dtype).itemsize, strategy="direct"
-    )
+    job = job_for(ShardPlan(info.layout, region), values, info.dtype, role="whole")
     job.validate()
     return Small(path, values, kwargs, probe, info, job)
 

@@ -4,6 +4,7 @@ validated job; write.py hands each level to the pipeline as one ``ArrayWrite``."
 
 from __future__ import annotations
 
+import functools
 import sys
 import uuid
 from dataclasses import dataclass, replace
@@ -17,12 +18,14 @@ from ..core.layout import Layout
 from ..core.plan import ShardPlan
 from ..core.pyramid import Level, auto_levels, level_layout, nests, pyramid_levels
 from ..core.sizing import default_layout
+from ..engine.tree import TreeLink
 from ..engine.write import as_dask
 from ..errors import PlanError
 from ..storage.nodes import open_info
 from ..write.intent import job_for
 from . import options
-from .levels import TreeLink, level_arrays
+from .levels import level_arrays
+from .reduce import reduce_block
 
 __all__ = ["LevelPlan", "plan_image"]
 
@@ -38,7 +41,7 @@ class LevelPlan:
     probe: Any  # the array built in memory from them
     info: ArrayInfo
     job: WritePlan
-    # written in the image's tree of shard tasks (levels.tree_part), else alone (None)
+    # written in the image's tree of shard tasks (engine/tree.py), else alone (None)
     tree: TreeLink | None = None
 
 
@@ -94,7 +97,8 @@ def plan_image(
 def _linked(levels: list[LevelPlan], method: str) -> list[LevelPlan]:
     """The levels from the first of a run up to the top, each written direct and nesting in
     the next (:func:`~shardwise.core.pyramid.nests`), linked into one tree of shard tasks
-    (levels.tree_part); the levels below it stay written alone, as ``map_blocks`` arrays."""
+    (built by the pipeline's one graph builder); the levels below it stay written alone, as
+    ``map_blocks`` arrays."""
     first = len(levels)
     while first > 0:
         lv = levels[first - 1]
@@ -113,11 +117,16 @@ def _linked(levels: list[LevelPlan], method: str) -> list[LevelPlan]:
     out = levels[:first]
     for k in range(first, len(levels)):
         top = k + 1 == len(levels)
-        link = TreeLink(
-            tree, k, None if top else _step(levels[k].geometry, levels[k + 1].geometry), method
-        )
+        into = None if top else _step(levels[k].geometry, levels[k + 1].geometry)
+        reduce = None if into is None else functools.partial(_reduce, into, method)
+        link = TreeLink(tree, k, into, reduce)
         out.append(replace(levels[k], tree=link))
     return out
+
+
+def _reduce(step: tuple[int, ...], method: str, block: np.ndarray) -> np.ndarray:
+    """A tree level's shard block reduced into its part of the next level's."""
+    return reduce_block(block, step, method)
 
 
 def _step(lv: Level, up: Level) -> tuple[int, ...]:
@@ -133,20 +142,18 @@ def _job(
     strategy: Strategy,
     memory_limit: int | None,
 ) -> WritePlan:
-    """Level ``k``'s validated job (refusals name the level). Level 0 by write_array's rule;
-    a reduced level's blocks are this graph's own cut, never the shard pieces, so "auto"
-    writes it direct wherever a shard's task fits half the budget (no staging round trip
-    through the store) and staged where it does not."""
+    """Level ``k``'s validated job (refusals name the level), by the one job maker: level 0
+    as ``write_array``'s, a reduced level by the pyramid's half-budget rule (its ``role``)."""
     plan = ShardPlan(layout, tuple(slice(0, n) for n in layout.shape))
     try:
-        # the one job maker: the scheduler asked as write_array asks it
-        job = job_for(plan, arr, dtype, strategy=strategy, memory_limit=memory_limit)
-        if k and strategy == "auto" and job.strategy == "staged":
-            direct = job_for(plan, arr, dtype, strategy="direct", memory_limit=memory_limit)
-            # half: a worker's budget (its memory_limit / threads) also holds the worker itself
-            # and the blocks it keeps for other tasks; a direct task near the whole budget
-            # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
-            job = direct if 2 * direct.peak_per_task <= direct.memory_limit else job
+        job = job_for(
+            plan,
+            arr,
+            dtype,
+            strategy=strategy,
+            memory_limit=memory_limit,
+            role="reduced" if k else "array",
+        )
         job.validate()
     except PlanError as e:
         raise PlanError(f"level {k}: {e}") from None

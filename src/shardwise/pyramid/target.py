@@ -1,24 +1,21 @@
 """Where a pyramid goes: what is at its group path (checked before anything is written, per
-mode and resume), the group cleared for mode "w", and a level's metadata stored."""
+mode and resume), and a level's metadata stored (mode "w"'s clear of the group is the one
+clear, ``write/clear.py``)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..durability.lease import blocking_leases, refuse_foreign
 from ..errors import ArrayExistsError, PlanError
 from ..storage.nodes import array_exists, node_exists
 from ..storage.retry import retry_transient
-from ..storage.store import ShardStore, describe, join
+from ..storage.store import describe, join
 from ..write.intent import Intent, Mode, create_metadata, decide, resolve
 
-__all__ = ["Target", "check_target", "clear_group", "create_level"]
+__all__ = ["Target", "check_target", "create_level"]
 
 
 @dataclass(frozen=True)
@@ -84,32 +81,6 @@ def _is_array(zstore: Any, key: str, mode: str) -> bool:
         if mode == "w-" and not node_exists(zstore, key):
             raise
         return False
-
-
-def clear_group(
-    group: ShardStore, levels: Sequence[str], *, resume: bool = False, break_lease: bool = False
-) -> None:
-    """Mode "w": delete what is under the group but the levels (each clears its own, sparing
-    its lease and, resumed, its stored shards). Another writer's lease there refuses the call
-    first, as to_zarr's mode "w" (durability/lease.py: a resume passes a gone holder's and
-    ``break_lease`` any, which then go with the rest)."""
-    mine = tuple(f"{lv}/" for lv in levels)
-    found = blocking_leases(group, keep=mine, takeover=resume, broken=break_lease)
-    refuse_foreign(join(group.path, n) for n in found)
-    for name in group.list():
-        if name.startswith(mine):
-            continue
-        group.delete(name)
-    root = group.local_root
-    top = root / group.path if root is not None and group.path else root
-    if top is not None and top.is_dir():
-        # local directories of what was deleted (an old level 5 of a deeper pyramid) go too,
-        # so that the group lists only this pyramid's levels
-        for d, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
-            rel = Path(d).relative_to(top).as_posix()
-            if rel != "." and not f"{rel}/".startswith(mine):
-                with contextlib.suppress(OSError):  # not empty: written meanwhile
-                    Path(d).rmdir()
 
 
 def create_level(zstore: Any, key: str, kwargs: dict[str, Any], probe: Any) -> None:

@@ -12,23 +12,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..core import args
-from ..core.job import STRATEGIES, Strategy
+from ..core.job import Strategy
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
-from ..engine.write import WriteSettings
 from ..storage.consolidated import Nodes
+from ..storage.icechunk import into_session
 from ..storage.store import ShardStore, resolve_store
+from ..write.clear import clear_for_replace
 from ..write.intent import array_write
+from ..write.options import WriteOptions
 from ..write.pipeline import ArrayWrite, Pipeline
 from . import geozarr, images, options
-from .levels import tree_part
 from .plan import LevelPlan, plan_image
-from .target import Target, check_target, clear_group, create_level
+from .target import Target, check_target, create_level
 
 __all__ = ["write_pyramid"]
 
@@ -63,6 +65,7 @@ def write_pyramid(
     strategy: Strategy = "auto",
     memory_limit: int | str | None = None,
     layout: str = "ome",
+    commit: str | None = None,
 ) -> WriteReport | Any:
     """Write a multiscale pyramid of an image as an OME-Zarr 0.5 group of sharded arrays.
 
@@ -95,8 +98,11 @@ def write_pyramid(
         variable is that image, of several one image per variable (each 2-D to 5-D, named
         by its own dims; its name a group name). The coordinates of a DataArray's (or a
         variable's) space axes give their scale, translation and units (below).
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path or a URL; or a writable ``icechunk.Session``, as
+        :func:`write_array` writes it: every level's shard tasks write into forks of the
+        session, merged back into it (checked disjoint) before the group's metadata; no
+        lease, ``resume``, ``compute=False`` or ``strategy="staged"`` there.
     levels : int or "auto", default "auto"
         The number of levels, level 0 included (1 to 32); ``"auto"`` reduces until every
         space axis fits one inner chunk of level 0.
@@ -180,6 +186,9 @@ def write_pyramid(
         grid) conventions. ``factors`` is then an int or ``{"y": .., "x": ..}``, and
         ``dims``, ``scale``, ``translation``, ``units`` and ``name`` are not taken (the
         coordinates say it).
+    commit : str, optional
+        Into an icechunk session: commit it with this message once the pyramid is in it
+        (default: the caller commits).
 
     Returns
     -------
@@ -201,6 +210,8 @@ def write_pyramid(
         sizes.
     LeaseHeldError
         Another writer holds a level's lease.
+    TransactionError
+        Into an icechunk session: two shard tasks wrote one shard, or the commit conflicts.
 
     Examples
     --------
@@ -212,29 +223,33 @@ def write_pyramid(
     9
     """
     # 1. every keyword, then the image: nothing looked at yet
-    args.choice("mode", mode, ("w-", "w"))
-    args.choice("strategy", strategy, STRATEGIES)
-    args.flags(
+    o = WriteOptions.checked(
+        modes=("w-", "w"),
+        mode=mode,
+        strategy=strategy,
         resume=resume,
         write_empty_chunks=write_empty_chunks,
         fsync=fsync,
         compute=compute,
         progress=progress,
         break_lease=break_lease,
+        lease=lease,
+        threads=threads,
+        memory_limit=memory_limit,
+        path=path,
+        storage_options=storage_options,
     )
-    args.optional_flags(lease=lease)
-    threads = args.thread_count("threads", threads)
-    memory_limit = args.optional_byte_size("memory_limit", memory_limit)
-    args.store_path("path", path)
     args.store_path("name", name, nested=False)
-    args.mapping("storage_options", storage_options)
     args.choice("layout", layout, ("ome", "geozarr"))
     create = dict(compressors=compressors, fill_value=fill_value)
+    # into an icechunk session: its own refusals first; every level direct into its forks
+    tx, store, *chosen = into_session(store, commit, o.lease, o.resume, o.compute, o.strategy)
+    o = replace(o, lease=chosen[0], strategy=chosen[1])
+    zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
     if layout == "geozarr":
         geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))
-        zstore = resolve_store(store, mode="w", storage_options=storage_options)
         plan_var = functools.partial(
-            plan_image, strategy=strategy, memory_limit=memory_limit, compute=compute
+            plan_image, strategy=o.strategy, memory_limit=o.memory_limit, compute=o.compute
         )
         # the levels' small variables are in the plan too; groups: the level groups' attributes
         plan, attrs, groups = geozarr.geo_plan(
@@ -245,51 +260,45 @@ def write_pyramid(
         found = images.sources(data, dims, scale, translation, units)
         given = [_given(src, factors, levels, method, chunks, shards) for src in found]
         # 2. every level planned and checked, the store read but not written
-        zstore = resolve_store(store, mode="w", storage_options=storage_options)
         plan_one = functools.partial(
-            plan_image, create=create, strategy=strategy, memory_limit=memory_limit,
-            compute=compute,
+            plan_image, create=create, strategy=o.strategy, memory_limit=o.memory_limit,
+            compute=o.compute,
         )  # fmt: skip
         plan, attrs, subgroups = images.ome_plan(found, given, plan_one, name)
         groups = []  # no GeoZarr level groups
     # a store that cannot delete (ZipStore) is written without leases, refuses lease=True
-    leased = store_lease(lease, compute, zstore)
-    target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], mode, resume)
+    leased = store_lease(o.lease, o.compute, zstore)
+    target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], o.mode, o.resume)
     # 3. the write: leases, clear, markers and metadata, one graph, the group's metadata
-    settings = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
-    writes = [_write(zstore, lv, target, mode, resume, fsync, compute, settings) for lv in plan]
-    group = ShardStore(zstore, target.prefix, fsync=fsync)
+    writes = [_write(zstore, lv, target, o) for lv in plan]
+    group = ShardStore(zstore, target.prefix, fsync=o.fsync)
     # the pyramid's group consolidated (xr.open_datatree reads it without a warning), and the
     # consolidated groups above it
-    nodes = [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
-    with Pipeline(writes, lease=leased, break_lease=break_lease, nodes=nodes) as pipe:
-        if mode == "w":
-            clear_group(group, [lv.path for lv in plan], resume=resume, break_lease=break_lease)
+    # (a session's store keeps no consolidated metadata: it lists a group's members itself)
+    nodes = [] if tx else [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
+    with Pipeline(writes, lease=leased, break_lease=o.break_lease, nodes=nodes) as pipe:
+        if o.mode == "w":
+            _clear(zstore, target, plan, o)
         pipe.start()
-        return pipe.run(
-            _parts(pipe, writes, plan),
-            compute=compute,
-            progress=progress,
+        if tx is not None:  # the levels' metadata is in the session: fork it for the tasks
+            tx.fork(pipe)
+        report = pipe.run(
+            pipe.parts(),
+            compute=o.compute,
+            progress=o.progress,
             desc="shardwise pyramid",
             then=lambda: _finish(group, groups, attrs, subgroups),
         )
+    return report if tx is None else tx.finish(report)
 
 
-def _parts(pipe: Pipeline, writes: list[ArrayWrite], plan: list[Any]) -> list[Any]:
-    """The pipeline's parts: each image's tree of shard tasks as one part (levels.tree_part),
-    every other level (and GeoZarr's small variables) on its own."""
-    alone = [w for w, lv in zip(writes, plan, strict=True) if getattr(lv, "tree", None) is None]
-    parts: list[Any] = pipe.parts(alone) if alone else []
-    trees: dict[str, list[tuple[Any, ArrayWrite]]] = {}
-    for w, lv in zip(writes, plan, strict=True):
-        if getattr(lv, "tree", None) is not None:
-            trees.setdefault(lv.tree.tree, []).append((lv.tree, w))
-    for links in trees.values():
-        links.sort(key=lambda lw: int(lw[0].level))
-        work = tree_part([(link, w, pipe.session(w)) for link, w in links])
-        if work is not None:  # None: every shard of the tree stored before (resume)
-            parts.append(("", work))
-    return parts
+def _clear(zstore: Any, target: Target, plan: list[Any], o: WriteOptions) -> None:
+    """Mode "w": the group but its levels (each clears its own, sparing its lease and, resumed,
+    its stored shards); another writer's lease there refuses first."""
+    levels_kept = [f"{target.key(lv.path)}/" for lv in plan]
+    clear_for_replace(
+        zstore, [target.prefix], levels_kept, resume=o.resume, break_lease=o.break_lease
+    )
 
 
 def _finish(
@@ -322,28 +331,20 @@ def _given(
     )
 
 
-def _write(
-    zstore: Any,
-    lv: LevelPlan,
-    target: Target,
-    mode: str,
-    resume: bool,
-    fsync: bool,
-    compute: bool,
-    settings: WriteSettings,
-) -> ArrayWrite:
+def _write(zstore: Any, lv: LevelPlan, target: Target, o: WriteOptions) -> ArrayWrite:
     """The pipeline's write of one level, by the policy's one builder as write_array's (a
     level a resumed call keeps is neither cleared nor created again)."""
     key = target.key(lv.path)
     return array_write(
-        ShardStore(zstore, key, fsync=fsync),
+        ShardStore(zstore, key, fsync=o.fsync),
         lv.info,
         target.intents[lv.path],
         lv.source,
         job=lv.job,
         create=functools.partial(create_level, zstore, key, lv.create, lv.probe),
-        resume=resume,
-        compute=compute,
-        options=settings,
+        resume=o.resume,
+        compute=o.compute,
+        options=o.settings,
         prefix=lv.path,
+        tree=lv.tree,
     )

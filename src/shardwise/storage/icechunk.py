@@ -10,21 +10,25 @@ store): ``import shardwise`` never imports it. A write into a session runs as an
    (:meth:`SessionBackend.task_fork`: a copy of the one fork, so on threads too no two tasks
    share one change set) and hands it back in its report (``WriteReport.forks``); a shard the
    write covers in part is read from the session's base (its snapshot plus the changes made
-   before the fork) and merged by its one task;
-3. :meth:`SessionWrite.finish`: the forks' written chunks are checked disjoint (icechunk's merge
-   keeps the last of two writes of one chunk, silently), merged into the session, and committed
-   when asked (``rebase_with=ConflictDetector()``).
+   before the fork) and merged by its one task; the forks are merged as a tree of tasks where
+   the shard tasks ran (``engine/forks.py``), each merge checking its inputs disjoint;
+3. :meth:`SessionWrite.finish`: the forks left (one per array) are checked disjoint (icechunk's
+   merge keeps the last of two writes of one chunk, silently), merged into the session, and
+   committed when asked (``rebase_with=ConflictDetector()``).
 
 The transaction is the atomicity: no lease, no ``.shardwise`` journal is written into the
 repository (:class:`SessionBackend` keeps them out), and there is nothing to resume: a write
-interrupted before its merge leaves the session uncommitted, with the new metadata but none of
-the data; discard its changes (``session.discard_changes()``) or run the write again.
+interrupted before its commit leaves the branch unchanged (and, in a client that survived, the
+session uncommitted with the new metadata but none of the data); discard its changes
+(``session.discard_changes()``) or take a new session and run the write again. The chunk
+objects its tasks stored are unreferenced (``repo.garbage_collect``). README's Icechunk section
+lists what to rerun.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,6 +69,17 @@ def session_write(
             f"commit= applies to writes into an icechunk Session, not to {type(store).__name__}"
         )
     return None
+
+
+def into_session(
+    store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
+) -> tuple[SessionWrite | None, Any, Any, Any]:
+    """:func:`session_write` and what a front end then writes with: the session's store, no
+    lease, direct shard tasks for ``"auto"``; the arguments as given without a session."""
+    tx = session_write(store, commit, lease, resume, compute, strategy)
+    if tx is None:
+        return None, store, lease, strategy
+    return tx, tx.store, False, "direct" if strategy == "auto" else strategy
 
 
 @dataclass(frozen=True)
@@ -208,13 +223,15 @@ class SessionWrite:
         """The zarr store of the session: the checks and the metadata go through it."""
         return self.session.store
 
-    def fork(self, sessions: Iterable[Any]) -> Any:
+    def fork(self, pipe: Any) -> Any:
         """Fork the session once (its metadata written) and give the ShardStore of every one
-        of the pipeline's ``sessions`` (one per array) the fork's store: each shard task forks
-        that again (:meth:`SessionBackend.task_fork`). Returns the fork's store."""
+        of the sessions of ``pipe`` (a write pipeline, one session per array) the fork's store:
+        each shard task forks that again (:meth:`SessionBackend.task_fork`); the pipeline
+        merges the tasks' forks as a tree (``engine/forks.py``). Returns the fork's store."""
         fork = self.session.fork()
-        for s in sessions:
+        for s in pipe.sessions:
             s.store = replace(s.store, store=fork.store)
+        pipe.forked = True
         return fork.store
 
     def finish(self, report: Any) -> Any:

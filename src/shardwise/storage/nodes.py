@@ -149,16 +149,22 @@ def _v2_message(store: Any, path: str | None, kind: str) -> str:
     )
 
 
+def refuse_inside_array(store: Any, path: str | None, keyword: str = "path") -> None:
+    """A :class:`PlanError` when ``path`` lies inside an array (zarr would refuse only after
+    the write's first bytes, with its own error); ``keyword`` names the caller's keyword."""
+    above = _array_above(store, path)
+    if above is not None:
+        raise PlanError(
+            f"{describe(store, above)} holds no other nodes, so nothing can be written at "
+            f"{describe(store, path, keyword)}: pick a {keyword} that is not inside an array"
+        )
+
+
 def array_exists(store: Any, path: str | None) -> bool:
     """True when a Zarr v3 array is at ``path``, False when nothing is; anything else there
     (a group, a Zarr v2 node, a path inside an array) is a :class:`PlanError` saying what to
     pass instead."""
-    above = _array_above(store, path)
-    if above is not None:  # zarr would refuse only after the write's marker is stored
-        raise PlanError(
-            f"{describe(store, above)} holds no other nodes, so nothing can be written at "
-            f"{describe(store, path, 'path')}: pick a path that is not inside an array"
-        )
+    refuse_inside_array(store, path)
     try:
         open_zarr_array(store, path)
     except ArrayNotFoundError:

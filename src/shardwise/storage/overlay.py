@@ -20,7 +20,7 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.sync import sync
 
-__all__ = ["Overlay", "read_only"]
+__all__ = ["Overlay", "delete_under", "prune", "read_only"]
 
 
 def read_only(store: Store) -> Store:
@@ -222,9 +222,11 @@ class Overlay(Store):
         self.commit_deletes(target)
         self.commit_writes(target)
 
-    def commit_deletes(self, target: Store, keep: Iterable[str] = ()) -> None:
+    def commit_deletes(self, target: Store, keep: Iterable[str] = (), *, dirs: bool = True) -> None:
         """Apply the recorded deletes (prefixes, then keys not written again) to ``target``;
-        ``keep``: keys, or prefixes ending in "/", that stay (e.g. a lease the writer holds)."""
+        ``keep``: keys, or prefixes ending in "/", that stay (e.g. a lease the writer holds).
+        ``dirs=False``: the prefixes were cleared already (mode "w"'s one clear,
+        ``write/clear.py``), only the keys are left."""
         kept = tuple(keep)
         exact = {q for q in kept if not q.endswith("/")}
         prefixes = tuple(q for q in kept if q.endswith("/"))
@@ -232,31 +234,11 @@ class Overlay(Store):
         def under_prefix(k: str) -> bool:  # ``k``: a key, or a directory ending in "/"
             return k.startswith(prefixes)
 
-        async def prune(d: str) -> None:
-            """Delete what is under prefix ``d`` except what is kept (directory by directory,
-            so that no empty directories stay behind on local files)."""
-            if not any(q.startswith(d) for q in kept):
-                await target.delete_dir(d.rstrip("/"))
-                return
-            children = {c.rstrip("/") async for c in target.list_dir(d)}
-            for c in sorted(children):
-                full = d + c
-                # an exact keep keeps a key only: a directory of that name is pruned as any
-                # other (a kept "a/c" is no reason to keep "a/c/0")
-                if await target.exists(full):
-                    if full not in exact and not under_prefix(full):
-                        await target.delete(full)
-                elif not under_prefix(full + "/"):
-                    await prune(full + "/")
-            async for _ in target.list_dir(d):
-                return
-            await target.delete_dir(d.rstrip("/"))  # emptied: no empty directory stays behind
-
         async def go() -> None:
-            for p in self._deleted_dirs:
+            for p in self._deleted_dirs if dirs else ():
                 d = _dir(p)
                 if not under_prefix(d):
-                    await prune(d)
+                    await prune(target, d, kept)
             for k in sorted(self._deleted - set(self._written)):
                 if k not in exact and not under_prefix(k) and await target.exists(k):
                     await target.delete(k)
@@ -271,6 +253,35 @@ class Overlay(Store):
                 await target.set(k, self._written[k])
 
         sync(go())
+
+
+def delete_under(target: Store, prefix: str, keep: Iterable[str] = ()) -> None:
+    """Delete everything under ``prefix`` ("" for the whole store) but ``keep``: keys, or
+    prefixes ending in "/" (relative to the store's root), directory by directory, so that no
+    empty directories stay behind on local files."""
+    sync(prune(target, _dir(prefix), tuple(keep)))
+
+
+async def prune(target: Store, d: str, kept: tuple[str, ...]) -> None:
+    """Delete what is under prefix ``d`` except ``kept`` (keys, or prefixes ending in "/")."""
+    exact = {q for q in kept if not q.endswith("/")}
+    prefixes = tuple(q for q in kept if q.endswith("/"))
+    if not any(q.startswith(d) for q in kept):
+        await target.delete_dir(d.rstrip("/"))
+        return
+    children = {c.rstrip("/") async for c in target.list_dir(d)}
+    for c in sorted(children):
+        full = d + c
+        # an exact keep keeps a key only: a directory of that name is pruned as any other (a
+        # kept "a/c" is no reason to keep "a/c/0")
+        if await target.exists(full):
+            if full not in exact and not full.startswith(prefixes):
+                await target.delete(full)
+        elif not (full + "/").startswith(prefixes):
+            await prune(target, full + "/", kept)
+    async for _ in target.list_dir(d):
+        return
+    await target.delete_dir(d.rstrip("/"))  # emptied: no empty directory stays behind
 
 
 def _dir(prefix: str) -> str:

@@ -13,7 +13,9 @@ own about an array it writes:
   refusals are this module's too: mode "w-" over an array (:class:`ArrayExistsError`), mode
   "r+" over nothing (:class:`ArrayNotFoundError`), a resume over other metadata.
 - :func:`job_for` chooses the strategy with the scheduler asked once (threads or a local
-  cluster in this process), for every front end.
+  cluster in this process), for every front end; its ``role`` says what else decides it: an
+  array by ``write_array``'s rule, a pyramid's reduced level direct wherever its shard task fits
+  half the budget, a small variable (GeoZarr's coordinates) direct, written whole.
 - :func:`array_write` builds the pipeline's :class:`~.pipeline.ArrayWrite` from the intent and
   the job: the flags are set here only. A write that merges shards it shares with other writers
   runs beside them (a shared lease) only where its merges commit conditionally; an explicit
@@ -45,6 +47,7 @@ from .pipeline import ArrayWrite, Clear
 
 __all__ = [
     "Intent",
+    "Role",
     "array_write",
     "create_metadata",
     "decide",
@@ -54,6 +57,7 @@ __all__ = [
 ]
 
 Mode = Literal["w", "w-", "a", "r+"]
+Role = Literal["array", "reduced", "whole"]
 
 
 @dataclass(frozen=True)
@@ -152,24 +156,46 @@ def job_for(
     strategy: Strategy = "auto",
     memory_limit: int | str | None = None,
     shared: bool = False,
+    role: Role = "array",
 ) -> WritePlan:
     """The job of every front end: :func:`~shardwise.core.job.make_job` with the scheduler the
     write runs on asked here (threads in this process, a local cluster, or another), for a
     numpy or dask ``source`` (its chunks; None for numpy). Not validated (the caller adds its
-    own refusals first)."""
+    own refusals first).
+
+    ``role``: ``"array"``, an array written from its source (``write_array``'s rule, for every
+    front end and a pyramid's level 0); ``"reduced"``, a pyramid level reduced in the graph,
+    whose blocks are the graph's own cut, never the shard pieces: ``"auto"`` writes it direct
+    wherever a shard's task fits half the budget (no staging round trip through the store),
+    staged where it does not; ``"whole"``, a small variable held in memory (GeoZarr's
+    coordinates and grid mapping), written direct whatever ``strategy`` asks: one task per
+    shard, its metadata and shards recorded as the other arrays'."""
     chunks = getattr(source, "chunks", None) if _is_dask(source) else None
     # without dask imported no client or scheduler is set: a numpy source runs here, on threads
     local = "dask" not in sys.modules or default_scheduler_is_local()
-    return make_job(
-        plan,
-        None if chunks is None else tuple(tuple(int(n) for n in c) for c in chunks),
-        itemsize if isinstance(itemsize, int) else np.dtype(itemsize).itemsize,
-        strategy=strategy,
-        memory_limit=memory_limit,
-        shared=shared,
-        runs_locally=local,
-        local_cluster=not local and default_cluster_is_local(),
-    )
+
+    def job(asked: Strategy) -> WritePlan:
+        return make_job(
+            plan,
+            None if chunks is None else tuple(tuple(int(n) for n in c) for c in chunks),
+            itemsize if isinstance(itemsize, int) else np.dtype(itemsize).itemsize,
+            strategy=asked,
+            memory_limit=memory_limit,
+            shared=shared,
+            runs_locally=local,
+            local_cluster=not local and default_cluster_is_local(),
+        )
+
+    if role == "whole":
+        return job("direct")
+    chosen = job(strategy)
+    if role == "reduced" and strategy == "auto" and chosen.strategy == "staged":
+        direct = job("direct")
+        # half: a worker's budget (its memory_limit / threads) also holds the worker itself
+        # and the blocks it keeps for other tasks; a direct task near the whole budget
+        # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
+        return direct if 2 * direct.peak_per_task <= direct.memory_limit else chosen
+    return chosen
 
 
 def _is_dask(source: Any) -> bool:

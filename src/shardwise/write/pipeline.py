@@ -9,7 +9,7 @@ parts under their part's lease) checks its arguments, then describes each array 
 
     with Pipeline(writes, lease=..., break_lease=...) as pipe:   # every lease, or none
         pipe.start()              # per array: clear, marker (or adopt it), metadata, done shards
-        parts = pipe.parts()      # one graph per array (build_part), shards done left out
+        parts = pipe.parts()      # one graph per array or tree (build_part), shards done out
         return pipe.run(parts, compute=...)   # one combined graph; then tidy, markers done
 
 and, when anything raises inside it, stops the tasks of every array still running in this
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,21 +33,21 @@ from ..core.layout import Coord
 from ..core.plan import ShardPlan
 from ..durability.journal import Journal
 from ..durability.lease import LEASE, SHARED
-from ..engine.inprocess import LocalShards, dask_parts, run_here
-from ..engine.report import WriteReport, sum_reports
-from ..engine.write import WriteSettings, build_graph, lazy_call
+from ..engine.forks import fork_tree
+from ..engine.inprocess import LocalShards, dask_parts
+from ..engine.report import WriteReport
+from ..engine.tree import TreeLink
+from ..engine.write import ShardWriter, WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError, PlanError
 from ..runtime import pool as _pool
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
+from .compute import Part, compute_parts, deferred, total_report, total_report_of
 from .session import PartLease, WriteSession, plan_keys
 
 Kind = Literal["direct", "staged", "copy"]
 Clear = Literal["none", "journal", "all"]
 log = logging.getLogger("shardwise")
-Part = tuple[str, Any]
-"""A key prefix (the array's path in a group, or "") and its dask work: a dask array of
-receipts, a list of Delayed reports (one per shard task), or one Delayed report."""
 
 
 class ShardTasks(Protocol):
@@ -68,6 +67,8 @@ class ArrayWrite:
     lease ("all"). ``create``: writes the metadata after the marker, before any data.
     ``copy_source``: a numpy source is copied into the graph (it runs later: compute=False).
     ``prefix``: put before the shard keys of the report (the array's path in a group).
+    ``tree``: a direct write linked into a tree of writes from one source (a pyramid's levels,
+    each reduced into the next): the tree is one part, built by :func:`build_part` too.
     """
 
     store: ShardStore
@@ -87,6 +88,7 @@ class ArrayWrite:
     prefix: str = ""
     append: dict[str, Any] | None = None  # an append's dimension and axis, for its marker
     job: WritePlan | None = None  # the validated plan it came from (None: a copy)
+    tree: TreeLink | None = None  # its link in a tree of direct writes (None: alone)
 
 
 def check_write(w: ArrayWrite) -> None:
@@ -158,6 +160,7 @@ class Pipeline:
         self.break_lease = break_lease
         self.part = part  # a batch part's lease, taken instead of the array's
         self.sessions: list[WriteSession] = []
+        self.forked = False  # an icechunk session's write: its forks merged as a tree
         # what the finish re-consolidates above (default: the arrays created; () for none)
         self.nodes = list(_array_nodes(self.writes) if nodes is None else nodes)
 
@@ -222,9 +225,20 @@ class Pipeline:
             s.find_done(w.plan, w.info.codec)
 
     def parts(self, writes: Sequence[ArrayWrite] | None = None) -> list[Part]:
-        """The dask work of ``writes`` (default: all), one part per array."""
+        """The dask work of ``writes`` (default: all), one part per array, or per tree of
+        linked writes (its levels in order; none when every shard of it is stored)."""
         chosen = self.writes if writes is None else writes
-        return [(w.prefix, build_part(w, self.session(w))) for w in chosen]
+        out = [(w.prefix, build_part([(w, self.session(w))])) for w in chosen if w.tree is None]
+        trees: dict[str, list[tuple[ArrayWrite, WriteSession]]] = {}
+        for w in chosen:
+            if w.tree is not None:
+                trees.setdefault(w.tree.tree, []).append((w, self.session(w)))
+        for links in trees.values():
+            links.sort(key=lambda ws: ws[0].tree.level if ws[0].tree else 0)
+            work = build_part(links)
+            if work is not None:  # None: every shard of the tree stored before (resume)
+                out.append(("", work))
+        return out
 
     def run(
         self,
@@ -244,6 +258,8 @@ class Pipeline:
             before,
             self.nodes,
         )
+        if self.forked and not progress:  # (a bar counts shard tasks: merged in the client)
+            parts = fork_tree(dask_parts(parts))
         if not compute:
             from dask.delayed import Delayed, delayed
 
@@ -253,12 +269,12 @@ class Pipeline:
                 # one layer over the parts' graphs: delayed(...) of them would materialise
                 # every task (seconds for tens of thousands of blocks)
                 total = lazy_call(
-                    functools.partial(_total_of, [prefix for prefix, _ in items]),
+                    functools.partial(total_report_of, [prefix for prefix, _ in items]),
                     [p.key for _, p in items],
                     [p for _, p in items],
                 )
                 return lazy_call(done, total.key, total)
-            return delayed(done, pure=False)(delayed(_total, pure=False)(items))
+            return delayed(done, pure=False)(delayed(total_report, pure=False)(items))
         return done(compute_parts(parts, progress, desc))
 
 
@@ -315,17 +331,33 @@ def _still_absent(store: ShardStore) -> None:
         )
 
 
-def build_part(write: ArrayWrite, session: WriteSession) -> Any:
-    """The engine: the dask work that writes ``write`` inside ``session`` (marker started), for
-    every strategy; the shards the session found done are left out."""
-    assert session.marker is not None
+def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
+    """The engine: the dask work that writes ``writes`` inside their sessions (markers
+    started), the shards the sessions found done left out. One write of any strategy, or the
+    direct writes of one tree (linked by ``tree``, in order: one graph where each level's
+    shard tasks hand their reduced blocks to the next level's; None when no shard is left)."""
+    write, session = writes[0]
+    assert all(s.marker is not None for _, s in writes)
+    if write.tree is not None:
+        from ..engine.tree import TreeLevel, tree_graph
+
+        return tree_graph(
+            [
+                TreeLevel(w.tree, _direct_writer(w, s), s.done, w.prefix, w.source, w.copy_source)
+                for w, s in writes
+                if w.tree is not None
+            ]
+        )
+    assert len(writes) == 1, "writes that are not linked are parts of their own"
     journal = session.journal(write.info.codec)
     done, plan = session.done, write.plan
     if write.strategy == "copy":
         # one Delayed per shard task; the copier counts itself as a running task of the write
         from dask.delayed import delayed
 
-        copy = write.source.copier(write.info, write.store, journal)
+        # the write's store, unless the session's was moved onto an icechunk fork
+        moved = session.store.store is not write.store.store
+        copy = write.source.copier(write.info, session.store if moved else write.store, journal)
         tok = uuid.uuid4().hex[:12]
         return [
             delayed(copy, pure=False)(s, dask_key_name=f"shardwise-copy-{tok}-{i}")
@@ -335,6 +367,7 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
     if write.strategy == "staged":
         from ..engine.staged import StagedWriter, build_staged
 
+        assert session.marker is not None
         staged = StagedWriter(
             write.info,
             write.store,
@@ -347,16 +380,7 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
         )
         receipts = build_staged(staged, write.source, copy=write.copy_source)
     else:
-        from ..engine.write import ShardWriter
-
-        writer = ShardWriter(
-            info=write.info,
-            store=session.store,  # tagged with this write's id
-            plan=plan,
-            options=write.options,
-            journal=journal,
-            shared=write.shared,
-        )
+        writer = _direct_writer(write, session)
         if local := LocalShards.of(writer, write.source, write.copy_source, plan.keep_mask(done)):
             return local  # a numpy source: run without dask when computed here on threads
         receipts = build_graph(writer, write.source, copy=write.copy_source)
@@ -367,84 +391,14 @@ def build_part(write: ArrayWrite, session: WriteSession) -> Any:
     return receipts.to_delayed(optimize_graph=False)[keep].ravel().tolist()
 
 
-def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") -> WriteReport:
-    """Compute every part in one graph into one report (``seconds``: the wall time)."""
-    started = time.perf_counter()
-    here = run_here(parts, progress)  # numpy sources on this process's threads, no dask
-    if here is not None:
-        report = _total([(prefix, r) for (prefix, _), r in zip(parts, here, strict=True)])
-    elif progress:
-        report = _with_progress(dask_parts(parts), desc)
-    else:
-        from dask.base import compute
-        from dask.delayed import delayed
-
-        parts = dask_parts(parts)
-        work = [delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p for _, p in parts]
-        got = compute(*work)
-        report = _total([(prefix, g) for (prefix, _), g in zip(parts, got, strict=True)])
-    report.seconds = time.perf_counter() - started
-    return report
-
-
-def _with_progress(parts: list[Part], desc: str) -> WriteReport:
-    """``parts`` computed with a bar over their shard tasks (one dask item per shard task)."""
-    import dask.array as da
-
-    from ..engine.progress import compute_with_progress
-
-    flat: list[Any] = []
-    spans: list[tuple[str, int, int, bool]] = []
-    nshards = 0
-    for prefix, p in parts:
-        shard_tasks = isinstance(p, da.Array | list)
-        if isinstance(p, list):
-            items = p
-        elif isinstance(p, da.Array):
-            items = p.to_delayed().ravel().tolist()
-        else:
-            items = [p]
-        nshards += len(items) if shard_tasks else 0
-        spans.append((prefix, len(flat), len(flat) + len(items), shard_tasks))
-        flat.extend(items)
-    got = compute_with_progress(flat, nshards, desc=desc)
-    return _total([(pre, sum_reports(got[a:b]) if many else got[a]) for pre, a, b, many in spans])
-
-
-def deferred(parts: list[Part]) -> list[Part]:
-    """``parts`` with each one's shard tasks as one Delayed report (for a Delayed's arguments:
-    dask resolves lists of block keys nested in them unreliably); building stays
-    O(#shards + #blocks), no graph materialized or optimized here."""
-    import dask.array as da
-    from dask.delayed import delayed
-
-    out: list[Part] = []
-    for prefix, p in parts:
-        if isinstance(p, da.Array):
-            keys = [d.key for d in p.to_delayed(optimize_graph=False).ravel()]
-            p = lazy_call(sum_reports, keys, p)
-        elif isinstance(p, list) and p and all(d.dask is p[0].dask for d in p):
-            # the shard tasks of one array (resumed: some left out) share its graph: one more
-            # layer over it, not a Delayed per task (seconds for tens of thousands of tasks)
-            p = lazy_call(sum_reports, [d.key for d in p], p[0])
-        elif isinstance(p, list):
-            p = delayed(sum_reports, pure=False)(p)
-        out.append((prefix, p))
-    return out
-
-
-def _total_of(prefixes: list[str], reports: list[Any]) -> WriteReport:
-    """:func:`_total` of the parts' reports given apart from their prefixes."""
-    return _total(list(zip(prefixes, reports, strict=True)))
-
-
-def _total(parts: Sequence[tuple[str, Any]]) -> WriteReport:
-    """Sum the reports (or receipts) of all parts; shard keys get their part's prefix."""
-    total = WriteReport()
-    for prefix, p in parts:
-        rep = p if isinstance(p, WriteReport) else sum_reports(p)
-        if prefix:
-            rep.keys = [f"{prefix}/{k}" for k in rep.keys]
-        total = total + rep
-    total.keys = sorted(total.keys)
-    return total
+def _direct_writer(write: ArrayWrite, session: WriteSession) -> ShardWriter:
+    """The direct writer of ``write``: one task per shard, its puts tagged with the write's
+    id, its records in the session's journal."""
+    return ShardWriter(
+        info=write.info,
+        store=session.store,  # tagged with this write's id
+        plan=write.plan,
+        options=write.options,
+        journal=session.journal(write.info.codec),
+        shared=write.shared,
+    )

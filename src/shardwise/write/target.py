@@ -1,7 +1,7 @@
-"""What write_array writes into, checked before the first byte: its keywords, the source data
-(numpy, dask or xarray; unknown chunks and lossy casts refused), the array at the path (existing
-or built in memory), the region the data fills, the validated job, and the pipeline's ArrayWrite
-of it."""
+"""What write_array writes into, checked before the first byte (its keywords checked already,
+one record: write/options.py): the source data (numpy, dask or xarray; unknown chunks and lossy
+casts refused), the array at the path (existing or built in memory), the region the data fills,
+the validated job, and the pipeline's ArrayWrite of it."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 
 from ..codec.metadata import ArrayInfo, default_compressors
-from ..core import args
-from ..core.job import STRATEGIES, Strategy, WritePlan
+from ..core.job import Strategy, WritePlan
 from ..core.layout import Region, RegionArg, normalize_region
 from ..core.plan import ShardPlan
-from ..engine.write import Mode, WriteSettings
+from ..engine.write import Mode
 from ..errors import InvalidValueError, PlanError
 from ..storage.conditional import versions
 from ..storage.nodes import open_info
@@ -26,9 +25,8 @@ from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, resolve_store
 from .create import _probe
 from .intent import Intent, array_write, create_metadata, job_for, resolve
+from .options import WriteOptions
 from .pipeline import ArrayWrite
-
-_MODES = ("w", "w-", "a", "r+")
 
 
 def _is_auto(value: Any) -> bool:
@@ -45,85 +43,28 @@ class PreparedWrite:
     write: ArrayWrite
 
 
-def prepare_write(
-    data: Any,
-    store: Any,
-    *,
-    path: str | None = None,
-    chunks: Any = "auto",
-    shards: Any = None,
-    dtype: Any = None,
-    fill_value: Any = None,
-    compressors: Any = "auto",
-    filters: Any = "auto",
-    serializer: Any = "auto",
-    dimension_names: Any = None,
-    attributes: dict[str, Any] | None = None,
-    chunk_key_encoding: Any = None,
-    zarr_format: int = 3,
-    mode: Mode = "w-",
-    region: RegionArg | None = None,
-    write_empty_chunks: bool = False,
-    threads: int | None = None,
-    fsync: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    compute: bool = True,
-    progress: bool = False,
-    resume: bool = False,
-    lease: bool | None = None,
-    break_lease: bool = False,
-    strategy: Strategy = "auto",
-    memory_limit: int | str | None = None,
-    dry_run: bool = False,
-) -> PreparedWrite:
-    """Steps 1-4 of :func:`~shardwise.write_array` with its keywords: every check, in the order
-    of its signature, and the validated job, before the store is written."""
-    # 1. every keyword is checked before the store is looked at
-    flags = dict(
-        write_empty_chunks=write_empty_chunks,
-        fsync=fsync,
-        compute=compute,
-        progress=progress,
-        resume=resume,
-        break_lease=break_lease,
-        dry_run=dry_run,
-    )
-    threads, memory_limit = _check_write_keywords(
-        zarr_format,
-        mode,
-        strategy,
-        threads,
-        memory_limit,
-        flags,
-        lease,
-        path,
-        storage_options,
-        region,
-    )
+def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite:
+    """Steps 2-4 of :func:`~shardwise.write_array`, its keywords checked already (step 1,
+    :meth:`~shardwise.write.options.WriteOptions.checked`): the source, the array at the path
+    and the validated job, before the store is written."""
+    o, given = options, dict(options.create)
+    dtype, chunks, shards = given.pop("dtype"), given.pop("chunks"), given.pop("shards")
     # 2. the data
     data = _source(data)
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
-    zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
     # 3. what is at the path (refusals of "w-" and "r+"), the array's metadata: a new one
     # built and checked in memory, else the stored one
     layout = (shape, data.dtype if dtype is None else dtype, chunks, shards)
-    given = dict(
-        fill_value=fill_value,
-        compressors=default_compressors() if _is_auto(compressors) else compressors,
-        filters=filters,
-        serializer=serializer,
-        dimension_names=dimension_names,
-        attributes=attributes,
-        chunk_key_encoding=chunk_key_encoding,
-    )
-    meta = _target_metadata(zstore, path, mode, resume, region, layout, given)
+    if _is_auto(given["compressors"]):
+        given["compressors"] = default_compressors()
+    meta = _target_metadata(zstore, o.path, o.mode, o.resume, o.region, layout, given)
     # 4. where the data goes, and the job that puts it there (validated: dry_run stops here)
-    target, data = _placed(data, meta.info, region, shape)
-    sstore = ShardStore(zstore, path or "", fsync=fsync)
-    job, shared = _validated_job(sstore, meta, target, data, mode, strategy, memory_limit)
-    options = WriteSettings(write_empty_chunks=write_empty_chunks, threads=threads)
+    target, data = _placed(data, meta.info, o.region, shape)
+    sstore = ShardStore(zstore, o.path or "", fsync=o.fsync)
+    job, shared = _validated_job(sstore, meta, target, data, o.mode, o.strategy, o.memory_limit)
     write = array_write(
         sstore,
         meta.info,
@@ -132,42 +73,11 @@ def prepare_write(
         job=job,
         create=meta.create,
         shared=shared,
-        resume=resume,
-        compute=compute,
-        options=options,
+        resume=o.resume,
+        compute=o.compute,
+        options=o.settings,
     )
     return PreparedWrite(job, write)
-
-
-def _check_write_keywords(
-    zarr_format: Any,
-    mode: Any,
-    strategy: Any,
-    threads: Any,
-    memory_limit: Any,
-    flags: dict[str, Any],
-    lease: Any,
-    path: Any,
-    storage_options: Any,
-    region: Any,
-) -> tuple[int | None, int | None]:
-    """Refuse a keyword of :func:`write_array` of the wrong type or value (in the order of its
-    signature, so the first one wrong is named); returns ``threads`` and ``memory_limit``
-    checked."""
-    if type(zarr_format) is not int or zarr_format != 3:
-        raise InvalidValueError(
-            f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
-        )
-    args.choice("mode", mode, _MODES)
-    args.choice("strategy", strategy, STRATEGIES)
-    checked_threads = args.thread_count("threads", threads)
-    checked_limit = args.optional_byte_size("memory_limit", memory_limit)
-    args.flags(**flags)
-    args.optional_flags(lease=lease)
-    args.store_path("path", path)
-    args.mapping("storage_options", storage_options)
-    args.region("region", region)
-    return checked_threads, checked_limit
 
 
 @dataclass(frozen=True)

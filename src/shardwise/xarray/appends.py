@@ -70,8 +70,8 @@ from ..storage.conditional import read_merge_commit, update_json, versions
 from ..storage.store import ShardStore
 from ..write.pipeline import ArrayWrite
 from ..write.session import plan_keys
-from .capture import _Write
-from .parts import _jobs, _XarrayWrite
+from .capture import VariableWrite
+from .parts import XarrayWrite, variable_jobs
 
 META = "zarr.json"
 
@@ -104,7 +104,7 @@ class Reservation:
         lost = f"; {self.conflicts} reservation commits redone" if self.conflicts else ""
         return f"append along {self.dim!r}: rows {self.start}:{self.end} reserved{moved}{lost}"
 
-    def record(self, writes: list[_Write]) -> None:
+    def record(self, writes: list[VariableWrite]) -> None:
         """Each appended array's marker, open, at its reserved rows (the session that writes
         the rows takes its place)."""
         for w, axis in zip(writes, self.axes, strict=True):
@@ -163,12 +163,12 @@ def tagged(res: Reservation | None, arrays: dict[int, ArrayWrite]) -> dict[int, 
 
 
 def reserve(
-    xw: _XarrayWrite,
+    xw: XarrayWrite,
     append_dim: Hashable | None,
     strategy: Strategy,
     memory_limit: int | str | None,
     resume: bool = False,
-) -> tuple[_XarrayWrite, Reservation | None]:
+) -> tuple[XarrayWrite, Reservation | None]:
     """Reserve this append's rows (steps 1 and 2 above) and move its writes there (step 3).
     Nothing happens (``None``) for writes that are not appends to existing arrays.
     ``resume``: the rows of an unfinished append of this shape instead, if there is one."""
@@ -206,7 +206,7 @@ def reserve(
         for w, axis in grow:
             update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
         writes = [moved.get(id(w), w) for w in xw.writes]
-        jobs = _jobs(writes, strategy, memory_limit, shared=True)
+        jobs = variable_jobs(writes, strategy, memory_limit, shared=True)
     except BaseException:
         res.release()
         raise
@@ -214,7 +214,7 @@ def reserve(
 
 
 def _unfinished(
-    xw: _XarrayWrite, appended: list[_Write], axes: tuple[int, ...], dim: str
+    xw: XarrayWrite, appended: list[VariableWrite], axes: tuple[int, ...], dim: str
 ) -> tuple[int, int, bool] | None:
     """The rows of the first unfinished append along ``dim`` of this call's shape (as many rows,
     the same extent in every other dimension): an open marker in any appended array, the
@@ -256,7 +256,7 @@ def _may_run(store: ShardStore, m: WriteMarker) -> bool:
     return any(gone_reason(info) is None for info in same)
 
 
-def _rows_of(m: WriteMarker, w: _Write, axis: int) -> tuple[int, int] | None:
+def _rows_of(m: WriteMarker, w: VariableWrite, axis: int) -> tuple[int, int] | None:
     """The rows of the append ``m`` if it has the shape of ``w``'s (appended along ``axis``)."""
     want = [[s.start, s.stop] for s in w.region]
     if int((m.append or {}).get("axis", -1)) != axis or len(m.region) != len(want):
@@ -266,7 +266,7 @@ def _rows_of(m: WriteMarker, w: _Write, axis: int) -> tuple[int, int] | None:
     return (a, b) if same and b - a == want[axis][1] - want[axis][0] else None
 
 
-def _holds(zstore: Any, w: _Write, axis: int, rows: tuple[int, int]) -> bool:
+def _holds(zstore: Any, w: VariableWrite, axis: int, rows: tuple[int, int]) -> bool:
     """Whether the stored array of ``w`` holds ``w``'s values at ``rows`` along ``axis``."""
     import numpy as np
     import zarr
@@ -367,7 +367,7 @@ def _shrink(store: ShardStore, axis: int, end: int, start: int) -> bool:
     return update_json(store, META, change)[0]
 
 
-def _moved(w: _Write, axis: int, res: Reservation, pad: bool) -> _Write:
+def _moved(w: VariableWrite, axis: int, res: Reservation, pad: bool) -> VariableWrite:
     """``w`` written to the reserved rows, in an array padded to whole shards along the append
     axis (its last shard merged, never clipped: see the module's step 3)."""
     from zarr.core.metadata import ArrayV3Metadata
@@ -383,7 +383,7 @@ def _moved(w: _Write, axis: int, res: Reservation, pad: bool) -> _Write:
     return replace(w, region=tuple(region), shape=tuple(shape), meta=meta, info=info)
 
 
-def commit_metadata(xw: _XarrayWrite, res: Reservation | None) -> None:
+def commit_metadata(xw: XarrayWrite, res: Reservation | None) -> None:
     """xarray's metadata from the overlay, deepest keys first; with a reservation, without the
     reserved arrays' documents and with a group's consolidated lengths merged."""
     if res is None:

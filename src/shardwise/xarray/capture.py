@@ -23,7 +23,7 @@ from ..storage.store import ShardStore
 from .prepare import WriteMode
 
 
-class _Capture:
+class Capture:
     """Stands in for xarray's ArrayWriter: records what it would write instead of writing."""
 
     def __init__(self) -> None:
@@ -33,10 +33,10 @@ class _Capture:
         self.items.append((source, target, region))
 
 
-def _run_xarray(
+def run_xarray(
     ds: Any,
     store: Store,
-    writer: _Capture,
+    writer: Capture,
     *,
     mode: WriteMode,
     group: str | None,
@@ -84,7 +84,7 @@ def _run_xarray(
 
 
 @dataclass(frozen=True)
-class _Write:
+class VariableWrite:
     name: str
     path: str
     source: Any
@@ -106,14 +106,14 @@ class _Write:
         return math.prod(s.stop - s.start for s in self.region)
 
 
-def _plan_writes(
+def plan_writes(
     items: Iterable[tuple[Any, Any, Any]],
     append_dim: Hashable | None,
     has_region: bool,
     safe_shards: bool | None,
     zstore: Store,
-) -> list[_Write]:
-    out: list[_Write] = []
+) -> list[VariableWrite]:
+    out: list[VariableWrite] = []
     splits: list[tuple[str, str, slice, int, str]] = []
     for source, arr, reg in items:
         meta = arr.metadata
@@ -151,7 +151,9 @@ def _plan_writes(
                 if d != append_dim and not _on_grid(sl, s, n):
                     splits.append((name, d, sl, s, unit))
         out.append(
-            _Write(name, arr.path, source, target, info, tuple(grid), shape, dims, meta.to_dict())
+            VariableWrite(
+                name, arr.path, source, target, info, tuple(grid), shape, dims, meta.to_dict()
+            )
         )
     if splits:
         raise PlanError(_split_message(splits, out))
@@ -163,7 +165,9 @@ def _on_grid(sl: slice, step: int, n: int) -> bool:
     return start % step == 0 and (stop % step == 0 or stop == n)
 
 
-def _split_message(splits: list[tuple[str, str, slice, int, str]], writes: list[_Write]) -> str:
+def _split_message(
+    splits: list[tuple[str, str, slice, int, str]], writes: list[VariableWrite]
+) -> str:
     """Name what is split and the nearest region (per dimension) aligned for every variable."""
     lines = [
         f"variable {name!r} along {d!r}: {sl.start}:{sl.stop} splits its {unit} of {s}"

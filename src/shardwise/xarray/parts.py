@@ -20,28 +20,29 @@ from ..engine.write import WriteSettings
 from ..errors import PlanError
 from ..storage.overlay import Overlay
 from ..storage.store import ShardStore
+from ..write.compute import Part
 from ..write.intent import array_write, job_for, metadata_by_caller
-from ..write.pipeline import ArrayWrite, Part, Pipeline
+from ..write.pipeline import ArrayWrite, Pipeline
 from ..write.session import WriteSession
-from .capture import _Write
+from .capture import VariableWrite
 from .prepare import WriteMode
 
 
 @dataclass(frozen=True)
-class _XarrayWrite:
+class XarrayWrite:
     """A checked ``to_zarr`` call: the metadata xarray would write (in ``overlay``, not yet in
     the store), the data writes and their jobs."""
 
     zstore: Store
     overlay: Overlay
-    writes: list[_Write]
+    writes: list[VariableWrite]
     jobs: dict[int, WritePlan]
     mode: WriteMode
     shared: bool  # region and append writes: other processes may write beside this one
 
 
-def _jobs(
-    writes: list[_Write], strategy: Strategy, memory_limit: int | str | None, *, shared: bool
+def variable_jobs(
+    writes: list[VariableWrite], strategy: Strategy, memory_limit: int | str | None, *, shared: bool
 ) -> dict[int, WritePlan]:
     """The validated job of every sharded variable write (by ``id`` of the write), by the one
     job maker (write/intent.py); ``shared``: region and append writes, which other
@@ -67,39 +68,13 @@ def _jobs(
     return out
 
 
-def _resumed_mode(base: Store, group: str | None, mode: WriteMode, names: set[str]) -> WriteMode:
-    """Mode "w-" finds the data of the interrupted call it resumes: while the group's metadata
-    (written last) is missing and everything in the group is an interrupted write of one of
-    this dataset's variables, that is no reason to refuse, so the xarray pass runs as "w"
-    (whose deletes spare the variables being resumed). Anything else there keeps "w-", which
-    refuses the call."""
-    if mode != "w-":
-        return mode
-    from zarr.core.sync import sync
-
-    prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
-
-    async def children() -> list[str]:
-        return [c.rstrip("/") async for c in base.list_dir(prefix)]
-
-    if sync(base.exists(prefix + "zarr.json")):
-        return "w-"
-    found = sync(children())
-    if not found:
-        return "w-"  # nothing there: "w-" writes as it is
-    for name in found:
-        if name not in names or not _open_marker(ShardStore(base, prefix + name)):
-            return "w-"
-    return "w"
-
-
-def _open_marker(store: ShardStore) -> bool:
+def open_marker(store: ShardStore) -> bool:
     """Whether an interrupted write left its open marker in the array at ``store``."""
     return any(m is not None and m.status == "open" for m in read_markers(store).values())
 
 
-def _array_writes(
-    xw: _XarrayWrite, opts: WriteSettings, *, fsync: bool, resume: bool
+def array_writes(
+    xw: XarrayWrite, opts: WriteSettings, *, fsync: bool, resume: bool
 ) -> dict[int, ArrayWrite]:
     """The pipeline's write of every sharded variable (by ``id`` of the variable's write), by
     the policy's one builder: the metadata and mode "w"'s clear are this front end's own."""
@@ -124,7 +99,7 @@ def _array_writes(
     return out
 
 
-def _interrupted(session: WriteSession | None) -> bool:
+def interrupted(session: WriteSession | None) -> bool:
     """Whether an interrupted create (or replace) of this variable left its data: its open
     marker, and no metadata (a create writes it last, a replace deleted the old first; an older
     array with an interrupted write of its own still has its metadata, and is replaced)."""
@@ -134,28 +109,8 @@ def _interrupted(session: WriteSession | None) -> bool:
     return found is not None and found.status == "open" and list(found.shape) == list(session.shape)
 
 
-def _refuse_foreign_leases(
-    zstore: Store, overlay: Overlay, keep: list[str], resume: bool, break_lease: bool
-) -> None:
-    """Before mode "w" deletes the group: a lease there that this call does not hold (another
-    job writing a variable this dataset drops, or a region of one) refuses the call, as
-    ``shardwise lease`` reports it held (:func:`~shardwise.durability.lease.blocking_leases`:
-    a resume passes a gone holder's, ``break_lease=True`` any)."""
-    from ..durability.lease import blocking_leases, refuse_foreign
-
-    foreign: list[str] = []
-    for d in overlay.changes[0]:
-        prefix = d.strip("/")
-        mine = [k.removeprefix(f"{prefix}/") for k in keep if not prefix or k.startswith(prefix)]
-        found = blocking_leases(
-            ShardStore(zstore, prefix), keep=mine, takeover=resume, broken=break_lease
-        )
-        foreign += [f"{prefix}/{n}" if prefix else n for n in found]
-    refuse_foreign(foreign)
-
-
-def _parts(
-    pipe: Pipeline, arrays: dict[int, ArrayWrite], zstore: Store, writes: list[_Write]
+def dask_parts(
+    pipe: Pipeline, arrays: dict[int, ArrayWrite], zstore: Store, writes: list[VariableWrite]
 ) -> list[Part]:
     """The dask work that writes ``writes``, run together: sharded variables through the
     pipeline's engine (shards a resumed session stored already left out), the others through

@@ -41,7 +41,7 @@ MAX_DASK_CHUNKS_PER_SHARD = 4096
 # -- checks ---------------------------------------------------------------------------------------
 
 
-def _as_dataset(obj: Any) -> Any:
+def as_dataset(obj: Any) -> Any:
     import xarray as xr
 
     if isinstance(obj, xr.Dataset):
@@ -93,7 +93,7 @@ def check_keywords(
     args.optional_flags(**optional_flags, write_empty_chunks=write_empty_chunks)
 
 
-def _check_names(ds: Any) -> None:
+def check_names(ds: Any) -> None:
     """Refuse names zarr or xarray cannot store, before any I/O (xarray's messages for types)."""
     for name, var in ds.variables.items():
         if name is not None:  # None is xarray's own: stored as "__values__", read back as None
@@ -139,7 +139,7 @@ def _check_names(ds: Any) -> None:
                 )
 
 
-def _as_dict(value: Any, name: Hashable) -> dict[str, Any]:
+def as_dict(value: Any, name: Hashable) -> dict[str, Any]:
     try:
         return dict(value)
     except (TypeError, ValueError):
@@ -193,7 +193,7 @@ def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] 
     if isinstance(obj, xr.DataTree):
         datasets = [node.to_dataset(inherit=False) for node in obj.subtree]
     else:
-        datasets = [_as_dataset(obj)]
+        datasets = [as_dataset(obj)]
     out: dict[Hashable, int] = {}
     for ds in datasets:
         for name, var in ds.data_vars.items():
@@ -219,7 +219,7 @@ def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] 
     return out
 
 
-def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
+def check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
     for dim, n in shards.items():
         if dim not in ds.dims:
             raise InvalidValueError(
@@ -230,7 +230,7 @@ def _check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
             raise InvalidValueError(f"shards[{dim!r}] must be a positive int or None, got {n!r}")
 
 
-def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: Any) -> WriteMode:
+def choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: Any) -> WriteMode:
     if mode is None:
         mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
     args.check_mode(mode, ("w", "w-", "a", "a-", "r+"))
@@ -248,7 +248,7 @@ def _choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: An
     return mode
 
 
-def _stored_dims(store: Store, group: str | None) -> dict[str, tuple[str, ...]] | None:
+def stored_dims(store: Store, group: str | None) -> dict[str, tuple[str, ...]] | None:
     """The dimension names of every array in ``group`` (None when there is no group)."""
     g = open_group(store, group)
     if g is None:
@@ -262,7 +262,7 @@ def _stored_dims(store: Store, group: str | None) -> dict[str, tuple[str, ...]] 
     return out
 
 
-def _check_append_dim(
+def check_append_dim(
     stored: dict[str, tuple[str, ...]] | None, group: str | None, append_dim: Hashable
 ) -> None:
     dims = {d for names in (stored or {}).values() for d in names}
@@ -399,7 +399,7 @@ def _small_dask_chunks(
     return first
 
 
-def _with_layout(
+def with_layout(
     ds: Any,
     user_encoding: dict[Hashable, dict[str, Any]],
     existing: set[str],

@@ -60,6 +60,8 @@ class _SteadyLengths(WrapperStore[Store]):
         prefix = f"{group}/" if group else ""
         out = 0
         async for child in self._store.list_dir(prefix):
+            if child.rstrip("/") == META:  # the group's own document, not a child node
+                continue
             buf = await self._store.get(f"{prefix}{child.rstrip('/')}/{META}", prototype)
             doc = None if buf is None else _appended_doc(buf.to_bytes(), self.dim)
             if doc is not None:

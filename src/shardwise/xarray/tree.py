@@ -1,9 +1,10 @@
-"""Write an ``xarray.DataTree``: every group of the tree through the one write of ``to_zarr``.
+"""``to_zarr``'s one check, of an ``xarray.DataTree`` or of a Dataset, which is a tree of one
+node: every group of the tree through the one write of ``to_zarr``.
 
 xarray's own metadata pass runs once per node (parents first) against ONE dry-run overlay, as
 ``DataTree.to_zarr`` runs it against one store: the root in the call's mode, the nodes below in
 mode "a" (after a "w" or "w-" of the root, which clears or refuses the whole tree). Every node's
-variable writes are recorded by one capture, so the checked call is one ``_XarrayWrite`` like a
+variable writes are recorded by one capture, so the checked call is one ``XarrayWrite`` like a
 Dataset's: ``to_zarr`` then runs its one pipeline over the variables of every group (one graph,
 one task per shard across all groups), and the overlay's metadata (every group's ``zarr.json``,
 consolidated unless ``consolidated=False``, as ``DataTree.to_zarr``) is committed once, after the
@@ -18,19 +19,23 @@ from typing import Any
 from ..core import args
 from ..core.job import Strategy
 from ..errors import InvalidTypeError, InvalidValueError
+from ..storage.nodes import refuse_inside_array
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import resolve_store
 from ..write.target import refuse_unknown_chunks
-from .capture import _Capture, _plan_writes, _run_xarray
-from .parts import _jobs, _open_marker, _XarrayWrite
+from .capture import Capture, plan_writes, run_xarray
+from .parts import XarrayWrite, open_marker, variable_jobs
 from .prepare import (
     WriteMode,
-    _as_dict,
-    _check_append_dim,
-    _check_names,
-    _choose_mode,
-    _stored_dims,
-    _with_layout,
+    as_dataset,
+    as_dict,
+    check_append_dim,
+    check_group_names,
+    check_names,
+    check_shards_kw,
+    choose_mode,
+    stored_dims,
+    with_layout,
 )
 from .steady import steady_lengths
 
@@ -43,7 +48,7 @@ def is_tree(obj: Any) -> bool:
 
 
 def check_tree(
-    tree: Any,
+    obj: Any,
     store: Any,
     *,
     shards: Mapping[Hashable, int | None] | None,
@@ -60,62 +65,103 @@ def check_tree(
     memory_limit: int | str | None,
     resume: bool,
     write_inherited_coords: bool,
-) -> _XarrayWrite:
-    """Every check of a tree write, every group's metadata built in one overlay; nothing is
-    written. Returns the call as ``to_zarr`` runs a Dataset's."""
-    args.flags(write_inherited_coords=write_inherited_coords)
-    nodes = _node_datasets(tree, write_inherited_coords)
-    encodings = _group_encodings(encoding, nodes)
-    dims = {str(d) for ds in nodes.values() for d in ds.dims}
-    _refuse_unknown_dims("shards", shards, dims)
-    _refuse_unknown_dims("region", region if isinstance(region, Mapping) else None, dims)
-    if append_dim is not None and append_dim not in dims:
-        raise InvalidValueError(
-            f"append_dim={append_dim!r} is not a dimension of any group of the tree "
-            f"(dimensions: {sorted(dims)})"
-        )
+) -> XarrayWrite:
+    """``to_zarr``'s one check, of a DataTree or of a Dataset (or DataArray), which is a tree of
+    one node: every keyword, every group's metadata built in one overlay by xarray's pass (the
+    root in the call's mode, the nodes below in "a"); nothing is written."""
+    tree = is_tree(obj)
+    nodes, encodings = _nodes(obj, shards, encoding, region, append_dim, write_inherited_coords)
     shard_bytes = args.byte_size("shard_bytes", shard_bytes)
-    mode = _choose_mode(mode, append_dim, region)
+    mode = choose_mode(mode, append_dim, region)
     zstore = resolve_store(store, mode="w", storage_options=storage_options)
+    if group:  # zarr would refuse a group inside an array only after the first bytes
+        refuse_inside_array(zstore, group, "group")
     base = read_only(zstore)
-    root_mode = _resumed_tree_mode(base, group, mode, nodes) if resume else mode
-    overlay, capture = Overlay(steady_lengths(base, append_dim)), _Capture()
+    root_mode = _resumed_mode(base, group, mode, nodes) if resume else mode
+    overlay, capture = Overlay(steady_lengths(base, append_dim)), Capture()
     for i, (path, ds) in enumerate(nodes.items()):
-        where = _join(group, path)
+        where = _join(group, path) if tree else group
         node_mode: WriteMode = root_mode if i == 0 else "a" if mode in ("w", "w-") else mode
-        node_region = _node_region(region, ds)
+        node_region = _node_region(region, ds) if tree else region
         if region is not None and node_region is None:
             continue  # no variable of this group lies in the region: the group stays as stored
         if i:
-            node_region = _inherited_region(node_region, tree[path], ds, base, group, tree)
+            node_region = _inherited_region(node_region, obj[path], ds, base, group, obj)
         node_append = append_dim if append_dim in ds.dims else None
-        stored = _stored_dims(base, where) if mode in ("a", "a-", "r+") else None
+        stored = stored_dims(base, where) if mode in ("a", "a-", "r+") else None
         if node_append is not None:
-            _check_append_dim(stored, where, node_append)
-        ds, enc = _with_layout(
-            ds,
-            encodings.get(path, {}),
-            set(stored or ()),
-            _node_shards(shards, ds),
-            shard_bytes,
+            check_append_dim(stored, where, node_append)
+        ds, enc = with_layout(
+            ds, encodings.get(path, {}), set(stored or ()), _node_shards(shards, ds), shard_bytes
         )
-        _run_xarray(
+        run_xarray(
             ds,
             overlay,
             capture,
             mode=node_mode,
             group=where or None,
-            consolidated=False,  # once for the whole tree, below
+            consolidated=False if tree else consolidated,  # a tree's once, below
             append_dim=node_append,
             region=node_region,
             encoding=enc,
         )
-    if consolidated is not False:  # None too: DataTree.to_zarr consolidates by default
+    if tree and consolidated is not False:  # None too: DataTree.to_zarr consolidates by default
         _consolidate(overlay, group, asked=consolidated is True)
-    writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
+    writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
-    jobs = _jobs(writes, strategy, memory_limit, shared=shared)
-    return _XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
+    jobs = variable_jobs(writes, strategy, memory_limit, shared=shared)
+    return XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
+
+
+def _nodes(
+    obj: Any,
+    shards: Mapping[Hashable, int | None] | None,
+    encoding: Mapping[Hashable, Any] | None,
+    region: Any,
+    append_dim: Hashable | None,
+    inherited: bool,
+) -> tuple[dict[str, Any], dict[str, dict[Hashable, dict[str, Any]]]]:
+    """The datasets to write by their path in the tree ("" the root; a Dataset's alone) and
+    their encodings, the names and every keyword naming dimensions, groups or variables
+    checked against them (a Dataset's messages in xarray's wording)."""
+    if is_tree(obj):
+        check_group_names(obj)
+        args.flags(write_inherited_coords=inherited)
+        nodes = _node_datasets(obj, inherited)
+        encodings = _group_encodings(encoding, nodes)
+        dims = {str(d) for ds in nodes.values() for d in ds.dims}
+        _refuse_unknown_dims("shards", shards, dims)
+        _refuse_unknown_dims("region", region if isinstance(region, Mapping) else None, dims)
+        if append_dim is not None and append_dim not in dims:
+            raise InvalidValueError(
+                f"append_dim={append_dim!r} is not a dimension of any group of the tree "
+                f"(dimensions: {sorted(dims)})"
+            )
+        return nodes, encodings
+    if inherited:
+        raise InvalidValueError(
+            "write_inherited_coords=True applies to an xarray DataTree only, got a "
+            f"{type(obj).__name__}"
+        )
+    ds = as_dataset(obj)
+    check_names(ds)
+    for name, var in ds.variables.items():
+        refuse_unknown_chunks(var.data, f"variable {name!r}: ")
+    unknown = sorted(map(str, set(region) - set(ds.dims))) if isinstance(region, Mapping) else []
+    if unknown:
+        # xarray's words for it
+        raise InvalidValueError(
+            f"all keys in ``region`` are not in Dataset dimensions, got {unknown} and "
+            f"{sorted(map(str, ds.dims))}: region names dimensions of the data to write"
+        )
+    if shards is not None:
+        check_shards_kw(ds, shards)
+    if append_dim is not None and append_dim not in ds.dims:
+        raise InvalidValueError(  # with xarray's wording, which callers match on
+            f"append_dim={append_dim!r} is not a dimension of the data to write: it "
+            f"does not match any existing dataset dimensions {sorted(map(str, ds.dims))}"
+        )
+    return {"": ds}, {"": {k: as_dict(v, k) for k, v in (encoding or {}).items()}}
 
 
 def _node_datasets(tree: Any, inherited: bool) -> dict[str, Any]:
@@ -125,7 +171,7 @@ def _node_datasets(tree: Any, inherited: bool) -> dict[str, Any]:
     out = {}
     for node in tree.subtree:
         ds = node.to_dataset(inherit=inherited or node is tree)
-        _check_names(ds)
+        check_names(ds)
         for name, var in ds.variables.items():
             refuse_unknown_chunks(var.data, f"group {node.path!r}, variable {name!r}: ")
         out[node.relative_to(tree) if node is not tree else ""] = ds
@@ -165,7 +211,7 @@ def _group_encodings(
                 f"encoding[{key!r}] names variables {unknown} that group {key!r} does not "
                 f"have (variables: {sorted(map(str, names))})"
             )
-        out[path] = {k: _as_dict(v, k) for k, v in value.items()}
+        out[path] = {k: as_dict(v, k) for k, v in value.items()}
     return out
 
 
@@ -292,7 +338,7 @@ def _consolidate(overlay: Overlay, group: str | None, *, asked: bool) -> None:
         zarr.consolidate_metadata(overlay, path=(group or "").strip("/") or None)
 
 
-def _resumed_tree_mode(
+def _resumed_mode(
     base: Any, group: str | None, mode: WriteMode, nodes: Mapping[str, Any]
 ) -> WriteMode:
     """Mode "w-" resuming an interrupted tree write (whose metadata, written last, is missing)
@@ -319,6 +365,6 @@ def _resumed_tree_mode(
             return "w-"  # metadata (written last), or something else: not ours to resume
         found.add(owner)
     # variables without shards (0-d ones) are written by zarr-python, without a marker
-    if not any(_open_marker(ShardStore(base, v)) for v in found):
+    if not any(open_marker(ShardStore(base, v)) for v in found):
         return "w-"
     return "w"

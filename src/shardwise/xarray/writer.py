@@ -28,41 +28,25 @@ from ..core.sizing import (
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
-from ..errors import InvalidValueError
 from ..storage.consolidated import Nodes
 from ..storage.icechunk import SessionWrite, session_write
-from ..storage.overlay import Overlay, read_only
-from ..storage.store import resolve_store
-from ..write.pipeline import ArrayWrite, Pipeline, compute_parts
-from ..write.target import refuse_unknown_chunks
+from ..write.clear import clear_for_replace
+from ..write.compute import compute_parts
+from ..write.pipeline import ArrayWrite, Pipeline
 from .appends import Reservation, commit_metadata, reserve, tagged
-from .capture import _Capture, _plan_writes, _run_xarray
 from .parts import (
-    _array_writes,
-    _interrupted,
-    _jobs,
-    _parts,
-    _refuse_foreign_leases,
-    _resumed_mode,
-    _XarrayWrite,
+    XarrayWrite,
+    array_writes,
+    dask_parts,
+    interrupted,
 )
 from .prepare import (
     WriteMode,
-    _as_dataset,
-    _as_dict,
-    _check_append_dim,
-    _check_names,
-    _check_shards_kw,
-    _choose_mode,
-    _stored_dims,
-    _with_layout,
-    check_group_names,
     check_keywords,
     empty_chunks,
     shards_by_dimension,
 )
-from .steady import steady_lengths
-from .tree import check_tree, is_tree
+from .tree import check_tree
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
 
@@ -258,10 +242,10 @@ def to_zarr(
         store, lease, strategy, safe_shards, consolidated = tx.xarray_keywords(
             strategy, safe_shards, consolidated
         )
-    xw = _check_any(
+    xw = check_tree(  # a Dataset is a tree of one node
         obj,
         store,
-        write_inherited_coords,
+        write_inherited_coords=write_inherited_coords,
         shards=shards_by_dimension(shards, obj),  # a shape: sizes per dimension name
         encoding=encoding,
         mode=mode,
@@ -283,15 +267,13 @@ def to_zarr(
     try:
         # 3. leases (a refusal removes those taken)
         opts = WriteSettings(write_empty_chunks=empty_chunks(write_empty_chunks), threads=threads)
-        arrays = tagged(held, _array_writes(xw, opts, fsync=fsync, resume=resume))
+        arrays = tagged(held, array_writes(xw, opts, fsync=fsync, resume=resume))
         # the nodes: re-consolidated above, at the finish
         run: dict[str, Any] = {"lease": leased, "break_lease": break_lease}
         with Pipeline(list(arrays.values()), nodes=[_changed_nodes(xw)], **run) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
-            keep = _kept_keys(xw, arrays, pipe, resume)
-            _refuse_foreign_leases(xw.zstore, xw.overlay, keep, resume, break_lease)
-            xw.overlay.commit_deletes(xw.zstore, keep)
+            _clear(xw, _kept_keys(xw, arrays, pipe, resume), resume, break_lease)
             if not compute or tx is not None:  # as xarray: the metadata first (a session:
                 commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
@@ -303,24 +285,10 @@ def to_zarr(
         raise
 
 
-def _check_any(obj: Any, store: Any, write_inherited_coords: bool, **kw: Any) -> _XarrayWrite:
-    """A DataTree's checks (xarray/tree.py) or a Dataset's; ``write_inherited_coords`` is a
-    tree's keyword only."""
-    if is_tree(obj):
-        check_group_names(obj)
-        return check_tree(obj, store, write_inherited_coords=write_inherited_coords, **kw)
-    if write_inherited_coords:
-        raise InvalidValueError(
-            "write_inherited_coords=True applies to an xarray DataTree only, got a "
-            f"{type(obj).__name__}"
-        )
-    return _check(obj, store, **kw)
-
-
 def _write_data(
     pipe: Pipeline,
     arrays: dict[int, ArrayWrite],
-    xw: _XarrayWrite,
+    xw: XarrayWrite,
     held: Reservation | None,
     *,
     compute: bool,
@@ -334,10 +302,10 @@ def _write_data(
     session (``tx``): the metadata is in the session already; it is forked for the tasks, and
     their forks merged."""
     if tx is not None:  # every task writes into a fork of the session's fork
-        xw = replace(xw, zstore=tx.fork(pipe.sessions))
+        xw = replace(xw, zstore=tx.fork(pipe))
     if compute:
         report = pipe.run(
-            _parts(pipe, arrays, xw.zstore, xw.writes),
+            dask_parts(pipe, arrays, xw.zstore, xw.writes),
             compute=True,
             progress=progress,
             then=(lambda: commit_metadata(xw, held)) if tx is None else None,
@@ -348,81 +316,14 @@ def _write_data(
     eager = [w for w in xw.writes if not w.lazy]
     lazy = [w for w in xw.writes if w.lazy]
     done = (
-        compute_parts(_parts(pipe, arrays, xw.zstore, eager), progress) if eager else WriteReport()
+        compute_parts(dask_parts(pipe, arrays, xw.zstore, eager), progress)
+        if eager
+        else WriteReport()
     )
-    return pipe.run(_parts(pipe, arrays, xw.zstore, lazy), compute=False, before=done)
+    return pipe.run(dask_parts(pipe, arrays, xw.zstore, lazy), compute=False, before=done)
 
 
-def _check(
-    obj: Any,
-    store: Any,
-    *,
-    shards: Mapping[Hashable, int | None] | None,
-    encoding: Mapping[Hashable, Mapping[str, Any]] | None,
-    mode: WriteMode | None,
-    append_dim: Hashable | None,
-    region: Any,
-    group: str | None,
-    consolidated: bool | None,
-    storage_options: dict[str, Any] | None,
-    safe_shards: bool | None,
-    shard_bytes: int | str,
-    strategy: Strategy,
-    memory_limit: int | str | None,
-    resume: bool,
-) -> _XarrayWrite:
-    """Open the store and run every check; xarray's own metadata pass runs against an overlay,
-    so nothing is written."""
-    ds = _as_dataset(obj)
-    _check_names(ds)
-    for name, var in ds.variables.items():
-        refuse_unknown_chunks(var.data, f"variable {name!r}: ")
-    unknown = sorted(map(str, set(region) - set(ds.dims))) if isinstance(region, Mapping) else []
-    if unknown:
-        # xarray's words for it
-        raise InvalidValueError(
-            f"all keys in ``region`` are not in Dataset dimensions, got {unknown} and "
-            f"{sorted(map(str, ds.dims))}: region names dimensions of the data to write"
-        )
-    if shards is not None:
-        _check_shards_kw(ds, shards)
-    shard_bytes = args.byte_size("shard_bytes", shard_bytes)
-    mode = _choose_mode(mode, append_dim, region)
-    if append_dim is not None and append_dim not in ds.dims:
-        raise InvalidValueError(  # with xarray's wording, which callers match on
-            f"append_dim={append_dim!r} is not a dimension of the data to write: it "
-            f"does not match any existing dataset dimensions {sorted(map(str, ds.dims))}"
-        )
-    user_encoding = {k: _as_dict(v, k) for k, v in (encoding or {}).items()}
-    zstore = resolve_store(store, mode="w", storage_options=storage_options)
-    base = read_only(zstore)
-    stored = _stored_dims(base, group) if mode in ("a", "a-", "r+") else None
-    if append_dim is not None:
-        _check_append_dim(stored, group, append_dim)
-    existing = set(stored or ())
-    ds, user_encoding = _with_layout(ds, user_encoding, existing, shards, shard_bytes)
-
-    # an append's pass sees one length per dimension, whatever other appenders are doing
-    overlay = Overlay(steady_lengths(base, append_dim))
-    capture = _Capture()
-    _run_xarray(
-        ds,
-        overlay,
-        capture,
-        mode=_resumed_mode(base, group, mode, set(map(str, ds.variables))) if resume else mode,
-        group=group,
-        consolidated=consolidated,
-        append_dim=append_dim,
-        region=region,
-        encoding=user_encoding,
-    )
-    writes = _plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
-    shared = region is not None or append_dim is not None
-    jobs = _jobs(writes, strategy, memory_limit, shared=shared)
-    return _XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
-
-
-def _changed_nodes(xw: _XarrayWrite) -> Nodes:
+def _changed_nodes(xw: XarrayWrite) -> Nodes:
     """The nodes whose metadata this call writes or deletes (groups and arrays, appends'
     grown arrays among them): the consolidated groups above them are re-consolidated."""
     dirs, deleted, written = xw.overlay.changes
@@ -430,13 +331,22 @@ def _changed_nodes(xw: _XarrayWrite) -> Nodes:
     return Nodes(xw.zstore, tuple(sorted(paths)))
 
 
+def _clear(xw: XarrayWrite, keep: list[str], resume: bool, break_lease: bool) -> None:
+    """What xarray's pass deleted: the groups by the one clear of mode "w" (another writer's
+    lease there refuses first, write/clear.py), then the keys."""
+    clear_for_replace(
+        xw.zstore, xw.overlay.changes[0], keep, resume=resume, break_lease=break_lease
+    )
+    xw.overlay.commit_deletes(xw.zstore, keep, dirs=False)
+
+
 def _kept_keys(
-    xw: _XarrayWrite, arrays: dict[int, ArrayWrite], pipe: Pipeline, resume: bool
+    xw: XarrayWrite, arrays: dict[int, ArrayWrite], pipe: Pipeline, resume: bool
 ) -> list[str]:
     """What mode "w"'s deletes spare: the leases this call holds, and on resume the variables
     an interrupted call of this dataset left."""
     sessions = {i: pipe.session(aw) for i, aw in arrays.items()}
-    keep = [f"{w.path}/" for w in xw.writes if resume and _interrupted(sessions.get(id(w)))]
+    keep = [f"{w.path}/" for w in xw.writes if resume and interrupted(sessions.get(id(w)))]
     keep += [
         f"{w.path}/{s.lease.name}" for w in xw.writes if (s := sessions.get(id(w))) and s.lease
     ]
