@@ -136,6 +136,13 @@ def test_resume_with_compute_false_finishes_the_interrupted_write(tmp_path: Path
     assert {k: after[k] for k in shards} == {k: done[k] for k in shards}  # none written again
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "a")[:], x)
     assert shardwise.verify(tmp_path / "a").ok
+    # resumed again, deferred, once finished: nothing left to write, every shard done before
+    again = shardwise.write_array(x, a, resume=True, compute=False, **LAYOUT).compute()
+    assert again.shards_written == 0 and again.shards_skipped == 4
+    final = snapshot(a)
+    assert {k: v for k, v in final.items() if k.startswith("c/")} == {
+        k: v for k, v in after.items() if k.startswith("c/")
+    }
 
 
 def test_create_metadata_refuses_an_array_another_writer_created_first(tmp_path: Path) -> None:
