@@ -10,6 +10,8 @@ Cases (the source is the workload's ``.npy`` loaded into memory before anything 
 
 * ``sw-write``      ``shardwise.write_array(x, path, chunks=inner, shards=shard, ...)`` (after
   a first write of a 1-element array, outside the in-process figure: it imports what writes use);
+  its shard tasks run on the process's threads without dask (the row's ``dask`` says whether the
+  process imported it: false for ``sw-write`` and ``sw-read``);
 * ``sw-dask-write`` the same of ``dask.array.from_array(x, chunks=shard)`` (threaded scheduler);
 * ``ts-write``      tensorstore ``open(create=True)`` then ``write(x)`` (``file_io_sync`` off:
   shardwise and zarrista do not fsync either);
@@ -29,6 +31,9 @@ the open included; the check after it not), and the growth of the peak RSS (``Vm
 write or read in multiples of the array's bytes. After the timing, every written store is read
 back by another library (tensorstore reads shardwise's and zarrista's, shardwise tensorstore's)
 and compared with the source; every read is compared with the source.
+
+The compiled libraries come with the ``bench`` extra (``pip install -e .[bench]``); a case of a
+library that is not installed fails.
 
 Usage::
 
@@ -175,8 +180,8 @@ def _op(case: str, path: str, W: dict[str, Any], src: np.ndarray | None) -> Call
 
     if op == "write":
         assert src is not None
-        # a first write_array imports what writes use (dask's array module and more: seconds on
-        # a loaded machine) and starts the pool: paid here, in the whole-process figure only
+        # a first write_array imports what writes use (the writers, zarr's codecs; dask's array
+        # module for the dask cases) and starts the pool: in the whole-process figure only
         warm = f"{path}-warm"
         shardwise.write_array(np.zeros((1,) * src.ndim, src.dtype), warm, chunks=1, mode="w")
         shutil.rmtree(warm)
@@ -247,6 +252,7 @@ def one(args: argparse.Namespace) -> None:
         cpu_in=round(cpu, 4),
         rss_x=round(grown / src.nbytes, 2),
         ok=ok,
+        dask="dask" in sys.modules,
         done=done,
     )
     print(json.dumps(row), flush=True)

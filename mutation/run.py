@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             if names or not (args.rerun or args.sample):
                 before = _meta(module)
                 run(module, names)
-                if args.rerun:
+                if args.rerun or args.sample is not None:
                     keep_verdicts(module, before)
                 reach_children(module)
                 keep_summary(module)

@@ -120,7 +120,10 @@ def write_array(
     storage_options : dict, optional
         fsspec options, for a ``store`` given as a URL.
     compute : bool, default True
-        False returns a dask ``Delayed`` that runs the write and computes the report.
+        False returns a dask ``Delayed`` that runs the write and computes the report. True
+        with a numpy ``data`` runs its shard tasks on this process's threads without dask (not
+        imported; a ``dask.distributed`` client, a synchronous scheduler, dask callbacks or
+        ``progress`` run them through dask).
     progress : bool, default False
         Show a progress bar over shards done and bytes moved, on the local schedulers and on a
         ``dask.distributed`` client.

@@ -236,6 +236,26 @@ def default_runs_locally() -> bool:
     return not Callback.active and default_scheduler_is_local()
 
 
+def threads_run_here() -> bool:
+    """True when a write computed now would run its tasks on dask's threaded scheduler in this
+    process with no callbacks watching them (or dask is not imported at all: then no client,
+    scheduler setting or callback exists). A numpy source's direct write then runs its shard
+    tasks on this process's threads without dask (``engine/inprocess.py``): what dask's threaded
+    scheduler would do, without importing it (a second of a fresh process's first write)."""
+    if "dask" not in sys.modules:
+        return True
+    import dask
+    import dask.threaded
+    from dask.base import get_scheduler
+    from dask.callbacks import Callback
+
+    if Callback.active:
+        return False
+    if "distributed" not in sys.modules and not dask.config.get("scheduler", None):
+        return True
+    return get_scheduler() in (None, dask.threaded.get)
+
+
 def default_cluster_is_local() -> bool:
     """True when dask's default scheduler is a distributed client of a ``LocalCluster`` made in
     this process: its workers share this machine, so what moves between them is copied between

@@ -6,12 +6,14 @@ zarr's MemoryStore.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any, ClassVar
 
 import dask
 import dask.array as da
@@ -217,6 +219,53 @@ def test_a_failed_write_returns_after_its_running_tasks(
         go.set()  # a write that did not wait: its put lands now (the test has seen enough)
     assert landed_before_return, "the call returned before its running put had landed"
     assert (root / "c" / "0" / "0").exists()
+    assert read_lease(sstore(root)) is None
+    report = verify(root)
+    assert [p.kind for p in report.problems] == ["incomplete"] and not report.changes, report
+
+
+class _FailsOnceHeld(HeldPut):
+    """:class:`HeldPut` whose put of ``c/2/1`` fails once the held put has started, noting the
+    threads alive then (the failing shard task's among them)."""
+
+    threads: ClassVar[set[str]] = set()
+
+    def _with_store(self, store: Any) -> _FailsOnceHeld:
+        return _FailsOnceHeld(store, self.key, self.held, self.go, self.resumed, self.landed)
+
+    async def set(self, key: str, value: Any) -> None:
+        if key == "c/2/1":
+            assert await asyncio.to_thread(self.held.wait, 300), "the held put never started"
+            _FailsOnceHeld.threads = {t.name for t in threading.enumerate()}
+            raise OSError("the put of c/2/1 failed")
+        await super().set(key, value)
+
+
+def test_a_failed_numpy_write_returns_after_its_running_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same of a numpy source, whose shard tasks run on this process's threads without a
+    dask graph (engine/inprocess.py): the put of c/0/0 is held, that of c/2/1 fails; the write
+    raises only once the held put has landed, its lease is gone and verify finds it
+    incomplete. The failing task ran on the in-process pool's threads."""
+    from shardwise.runtime import pool as _pool
+
+    root = tmp_path / "a.zarr"
+    held, go, resumed = threading.Event(), threading.Event(), threading.Event()
+    monkeypatch.setattr(_pool, "_tasks", SeenWaiting(go))
+    store = _FailsOnceHeld(LocalStore(root), "c/0/0", held, go, resumed)
+    try:
+        with (
+            dask.config.set(scheduler="threads", num_workers=2),
+            pytest.raises(OSError, match="c/2/1 failed"),
+        ):
+            shardwise.write_array(data(), store, **KW)
+        landed_before_return = resumed.is_set()
+    finally:
+        go.set()
+    assert landed_before_return, "the call returned before its running put had landed"
+    assert any(name.startswith("shardwise-shard") for name in _FailsOnceHeld.threads)
+    assert (root / "c" / "0" / "0").exists() and not (root / "c" / "2" / "1").exists()
     assert read_lease(sstore(root)) is None
     report = verify(root)
     assert [p.kind for p in report.problems] == ["incomplete"] and not report.changes, report

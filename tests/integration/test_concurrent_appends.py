@@ -28,7 +28,7 @@ import xarray as xr
 from zarr.storage import LocalStore
 
 import shardwise
-from faultkit import MotoS3, files, forkserver, moto_s3, record_figures, unique, wait_until
+from faultkit import MotoS3, files, forkserver, moto_s3, record_figures, unique
 from shardwise.durability.lease import Lease
 from shardwise.errors import LeaseHeldError
 from shardwise.storage.store import ShardStore
@@ -330,11 +330,12 @@ def test_a_failed_append_keeps_the_rows_of_a_later_one(tmp_path: Path) -> None:
 
     root = tmp_path / "a.zarr"
     shardwise.to_zarr(rows(ids(0, -1)), root, encoding=ENC)
-    go, failed = threading.Event(), []
+    go, writing, failed = threading.Event(), threading.Event(), []
 
     def held(block: np.ndarray) -> np.ndarray:
         if block.size == 0:  # dask's probe of the output type, while building the graph
             return block
+        writing.set()  # A's rows are reserved in every array: its data tasks run
         assert go.wait(60)
         raise RuntimeError("source lost")
 
@@ -351,7 +352,10 @@ def test_a_failed_append_keeps_the_rows_of_a_later_one(tmp_path: Path) -> None:
     with dask.config.set(scheduler="threads", num_workers=4):
         thread = threading.Thread(target=append_a)
         thread.start()
-        wait_until(lambda: xr.open_zarr(root, consolidated=False).sizes["t"] > START, "A's rows")
+        # (not a poll of xr.open_zarr: between A's reservations of its arrays xarray refuses
+        # the lengths it reads)
+        assert writing.wait(120), "A never reached its data"
+        assert xr.open_zarr(root, consolidated=False).sizes["t"] == START + 3
         rep = shardwise.to_zarr(rows(ids(0, 1)), root, append_dim="t")
         go.set()
         thread.join(60)

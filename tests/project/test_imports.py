@@ -152,3 +152,48 @@ def test_an_unknown_attribute_raises_attribute_error_naming_it() -> None:
     with pytest.raises(ImportError, match="read_arry"):
         from shardwise import read_arry  # type: ignore[attr-defined]  # noqa: F401
     assert not hasattr(shardwise, "open_zarr")
+
+
+def shard_files(root: Path) -> dict[str, bytes]:
+    """Every shard object under the array at ``root`` (its ``c/`` keys), by key."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in (root / "c").rglob("*")
+        if p.is_file()
+    }
+
+
+def test_numpy_write_and_read_in_a_fresh_process_import_no_dask(tmp_path: Path) -> None:
+    """A numpy array written and read back in a fresh process: its shard tasks run on this
+    process's threads, no dask graph (and no dask, distributed, xarray or pandas import), with
+    the write's whole lifecycle (lease, marker, journal: verify finds it clean) and the same
+    shard bytes as the dask write of the same array: edge shards, all-fill chunks and a shard
+    of fill alone (not stored) included."""
+    import dask.array as da
+
+    data = np.arange(70 * 45, dtype="uint16").reshape(70, 45) % 251
+    data[:16, :16] = 0  # one whole shard of the fill value, and all-fill chunks elsewhere
+    data[40:48, 32:40] = 0
+    layout = {"chunks": (8, 8), "shards": (16, 16), "fill_value": 0}
+    got = fresh(
+        """
+        import json, sys
+        import numpy as np
+        import shardwise
+        data = np.arange(70 * 45, dtype="uint16").reshape(70, 45) % 251
+        data[:16, :16] = 0
+        data[40:48, 32:40] = 0
+        rep = shardwise.write_array(data, sys.argv[1], chunks=(8, 8), shards=(16, 16),
+                                    fill_value=0)
+        back = shardwise.read_array(sys.argv[1])
+        print(json.dumps({"modules": sorted(sys.modules), "same": bool((back == data).all()),
+                          "written": rep.shards_written, "empty": rep.shards_empty}))
+        """,
+        str(tmp_path / "numpy"),
+    )
+    assert loaded(got["modules"], "dask", "distributed", "xarray", "pandas") == []
+    assert got["same"] and (got["written"], got["empty"]) == (14, 1)
+    assert shardwise.verify(tmp_path / "numpy").ok
+    shardwise.write_array(da.from_array(data, chunks=(16, 16)), tmp_path / "dask", **layout)
+    ours, theirs = shard_files(tmp_path / "numpy"), shard_files(tmp_path / "dask")
+    assert len(ours) == 14 and ours == theirs

@@ -165,6 +165,13 @@ class ShardWriter:
         return self._receipt(spec.loc, Mosaic(spec.shape, spec.origins, views))
 
     def _receipt(self, loc: Sequence[int], block: np.ndarray | Mosaic) -> np.ndarray:
+        out = np.empty((1,) * block.ndim, dtype=object)
+        out.flat[0] = self.run_task(loc, block)
+        return out
+
+    def run_task(self, loc: Sequence[int], block: np.ndarray | Mosaic) -> WriteReport:
+        """The shard task at ``loc`` of the task grid with its piece ``block``, on a dask
+        worker or this process's threads (``inprocess.py``): its report."""
         started = time.perf_counter()
         # counted as a running task of its write (see _pool.running); untracked without a journal
         tracked = nullcontext() if self.journal is None else _pool.running(self.journal.write_id)
@@ -176,9 +183,7 @@ class ShardWriter:
         if own is not None:
             rep.forks = [own[1]]
         rep.seconds = time.perf_counter() - started
-        out = np.empty((1,) * block.ndim, dtype=object)
-        out.flat[0] = rep
-        return out
+        return rep
 
 
 def _parts(enc: EncodedShard) -> list[Any]:

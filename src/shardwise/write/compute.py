@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..engine.inprocess import dask_parts, run_here
 from ..engine.report import WriteReport, sum_reports
 from ..engine.write import lazy_call
 
@@ -14,19 +15,26 @@ __all__ = ["Part", "compute_parts", "deferred", "total_report", "total_report_of
 
 Part = tuple[str, Any]
 """A key prefix (the array's path in a group, or "") and its dask work: a dask array of
-receipts, a list of Delayed reports (one per shard task), or one Delayed report."""
+receipts, a list of Delayed reports (one per shard task), or one Delayed report; or a numpy
+source's shard tasks to run without dask (:class:`~shardwise.engine.inprocess.LocalShards`,
+its dask work when asked: ``dask_parts``)."""
 
 
 def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") -> WriteReport:
-    """Compute every part in one graph into one report (``seconds``: the wall time)."""
-    from dask.base import compute
-
+    """Compute every part in one graph into one report (``seconds``: the wall time); a numpy
+    source's shard tasks (:class:`~shardwise.engine.inprocess.LocalShards`) on this process's
+    threads without dask when every part is one and nothing asks for dask."""
     started = time.perf_counter()
-    if progress:
-        report = _with_progress(parts, desc)
+    here = run_here(parts, progress)
+    if here is not None:
+        report = total_report([(prefix, r) for (prefix, _), r in zip(parts, here, strict=True)])
+    elif progress:
+        report = _with_progress(dask_parts(parts), desc)
     else:
+        from dask.base import compute
         from dask.delayed import delayed
 
+        parts = dask_parts(parts)
         work = [delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p for _, p in parts]
         got = compute(*work)
         report = total_report([(prefix, g) for (prefix, _), g in zip(parts, got, strict=True)])

@@ -28,6 +28,7 @@ own about an array it writes:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -160,7 +161,8 @@ def job_for(
     coordinates and grid mapping), written direct whatever ``strategy`` asks: one task per
     shard, its metadata and shards recorded as the other arrays'."""
     chunks = getattr(source, "chunks", None) if _is_dask(source) else None
-    local = default_scheduler_is_local()
+    # without dask imported no client or scheduler is set: a numpy source runs here, on threads
+    local = "dask" not in sys.modules or default_scheduler_is_local()
 
     def job(asked: Strategy) -> WritePlan:
         return make_job(
@@ -187,8 +189,6 @@ def job_for(
 
 
 def _is_dask(source: Any) -> bool:
-    import sys
-
     da = sys.modules.get("dask.array")
     return da is not None and isinstance(source, da.Array)
 

@@ -34,6 +34,7 @@ from ..core.plan import ShardPlan
 from ..durability.journal import Journal
 from ..durability.lease import LEASE, SHARED
 from ..engine.forks import fork_tree
+from ..engine.inprocess import LocalShards, dask_parts
 from ..engine.report import WriteReport
 from ..engine.tree import TreeLink
 from ..engine.write import ShardWriter, WriteSettings, build_graph, lazy_call
@@ -258,12 +259,12 @@ class Pipeline:
             self.nodes,
         )
         if self.forked and not progress:  # (a bar counts shard tasks: merged in the client)
-            parts = fork_tree(parts)
+            parts = fork_tree(dask_parts(parts))
         if not compute:
             from dask.delayed import Delayed, delayed
 
             # the Delayed carries the sessions only, not the writes (their sources)
-            items = deferred(parts)
+            items = deferred(dask_parts(parts))
             if all(isinstance(p, Delayed) for _, p in items):
                 # one layer over the parts' graphs: delayed(...) of them would materialise
                 # every task (seconds for tens of thousands of blocks)
@@ -379,7 +380,10 @@ def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
         )
         receipts = build_staged(staged, write.source, copy=write.copy_source)
     else:
-        receipts = build_graph(_direct_writer(write, session), write.source, copy=write.copy_source)
+        writer = _direct_writer(write, session)
+        if local := LocalShards.of(writer, write.source, write.copy_source, plan.keep_mask(done)):
+            return local  # a numpy source: run without dask when computed here on threads
+        receipts = build_graph(writer, write.source, copy=write.copy_source)
     keep = plan.keep_mask(done)
     if keep is None:
         return receipts

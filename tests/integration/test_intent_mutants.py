@@ -1,0 +1,179 @@
+"""The write policy's edges that the mode, resume and refusal tests pass through without pinning
+them (survivors of the mutation lane, `mutation/run.py write/intent`): a deferred write of a numpy
+array writes the array as it was at the call; a write into an existing array ("a", "r+") keeps the
+stored layout whatever layout keywords it is given; "w-" over an array refuses with its own advice
+before any keyword is looked at; a resumed "w-" finds the write it resumes at a path inside a
+store, and refuses when there is none; a resumed region write never replaces the array; resume
+with ``compute=False`` finishes the interrupted write when computed; another writer's array
+(same metadata) found by the create is refused. Each test names the mutants it kills. Real
+stores: local files (and zarr's own arrays)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from zarr.storage import LocalStore, MemoryStore
+
+import shardwise
+from faultkit import snapshot, wait_until
+from shardwise.errors import ArrayExistsError
+from shardwise.write.intent import create_metadata
+
+LAYOUT = dict(chunks=(2, 2), shards=(4, 4))
+
+
+def data() -> np.ndarray:
+    return np.arange(64, dtype=np.int16).reshape(8, 8)
+
+
+def test_compute_false_writes_the_numpy_array_as_it_was_at_the_call(tmp_path: Path) -> None:
+    # kills array_write_54 (the numpy source not copied into the deferred graph)
+    x = data()
+    want = x.copy()
+    delayed = shardwise.write_array(x, tmp_path / "a", compute=False, **LAYOUT)
+    x[:] = -1  # the caller reuses its buffer before the write runs
+    delayed.compute()
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a")[:], want)
+
+
+@pytest.mark.parametrize("mode", ["a", "r+"])
+def test_a_write_into_an_array_keeps_its_stored_layout(tmp_path: Path, mode: str) -> None:
+    # kills resolve_48 (the layout of the keywords, built in memory, taken for the stored one)
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    shardwise.write_array(data() + 1, tmp_path / "a", mode=mode, chunks=(8, 8), shards=(8, 8))
+    z = zarr.open_array(tmp_path / "a")
+    assert (z.chunks, z.shards) == ((2, 2), (4, 4))
+    np.testing.assert_array_equal(z[:], data() + 1)
+    assert shardwise.verify(tmp_path / "a").ok
+
+
+@pytest.mark.parametrize(
+    "other", [dict(chunks=(8, 8), shards=(8, 8)), dict(chunks=(3, 3), shards=(4, 4)), LAYOUT]
+)
+def test_w_minus_over_an_array_refuses_first_with_its_advice(tmp_path: Path, other: dict) -> None:
+    # kills resolve_28 (the refusal left to the metadata comparison: another message, and
+    # keyword errors of the new layout first)
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    before = snapshot(tmp_path / "a")
+    with pytest.raises(ArrayExistsError, match=r"already exists \(use mode='w' to replace it\)"):
+        shardwise.write_array(data() + 1, tmp_path / "a", **other)
+    assert snapshot(tmp_path / "a") == before
+
+
+def test_a_resumed_w_minus_with_no_write_to_resume_is_refused(tmp_path: Path) -> None:
+    # kills decide_42 (must_adopt never set: the array rewritten instead)
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    shutil.rmtree(tmp_path / "a" / ".shardwise")  # an array without a journal (copied)
+    before = snapshot(tmp_path / "a")
+    with pytest.raises(ArrayExistsError, match="without an interrupted write"):
+        shardwise.write_array(data() + 1, tmp_path / "a", mode="w-", resume=True, **LAYOUT)
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a")[:], data())
+    assert {k: v for k, v in snapshot(tmp_path / "a").items() if ".shardwise" not in k} == {
+        k: v for k, v in before.items() if ".shardwise" not in k
+    }
+
+
+def test_a_resumed_w_minus_at_a_path_in_a_store_adopts_the_finished_write(
+    tmp_path: Path,
+) -> None:
+    # kills resolve_78 (the stored metadata compared at the store's root, not at the path)
+    root = tmp_path / "s.zarr"
+    zarr.create_group(root)
+    shardwise.write_array(data(), root, path="g/x", **LAYOUT)
+    before = snapshot(root / "g" / "x")
+    report = shardwise.write_array(data(), root, path="g/x", mode="w-", resume=True, **LAYOUT)
+    assert report.shards_written == 0 and report.shards_skipped == 4
+    after = snapshot(root / "g" / "x")
+    assert {k: after[k] for k in before if ".shardwise" not in k} == {
+        k: v for k, v in before.items() if ".shardwise" not in k
+    }
+
+
+def test_a_resumed_region_write_in_mode_w_keeps_the_rest_of_the_array(tmp_path: Path) -> None:
+    # kills resolve_58 (the array kept by a resumed region write taken for another's: replaced)
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    region = (slice(0, 4), slice(None))
+    shardwise.write_array(data()[:4] + 100, tmp_path / "a", mode="w", resume=True, region=region)
+    want = data()
+    want[:4] += 100
+    z = zarr.open_array(tmp_path / "a")
+    assert (z.shape, z.chunks, z.shards) == ((8, 8), (2, 2), (4, 4))
+    np.testing.assert_array_equal(z[:], want)
+
+
+def test_resume_with_compute_false_finishes_the_interrupted_write(tmp_path: Path) -> None:
+    """A write whose source fails on its last block, resumed with ``compute=False``: nothing
+    runs at the call; the computed graph writes only the shards the failed try left."""
+    x = data()
+    a = tmp_path / "a"
+    stored = lambda: len([k for k in snapshot(a) if k.startswith("c/")]) == 3  # noqa: E731
+
+    def fail_last(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
+        assert block_info is not None
+        if block_info[0]["chunk-location"] == (1, 1):
+            wait_until(stored, "the other three shards stored", 300)
+            raise RuntimeError("source failed")
+        return block
+
+    src = da.from_array(x, chunks=(4, 4)).map_blocks(fail_last, dtype=x.dtype)
+    threads = dask.config.set(scheduler="threads", num_workers=4)
+    with threads, pytest.raises(RuntimeError, match="source"):
+        shardwise.write_array(src, a, **LAYOUT)
+    done = snapshot(tmp_path / "a")
+    shards = {k for k in done if k.startswith("c/")}
+    assert len(shards) == 3
+    delayed = shardwise.write_array(x, tmp_path / "a", resume=True, compute=False, **LAYOUT)
+    assert {k for k in snapshot(tmp_path / "a") if k.startswith("c/")} == shards
+    report = delayed.compute()
+    assert report.shards_written == 1 and report.shards_skipped == 3
+    after = snapshot(tmp_path / "a")
+    assert {k: after[k] for k in shards} == {k: done[k] for k in shards}  # none written again
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a")[:], x)
+    assert shardwise.verify(tmp_path / "a").ok
+    # resumed again, deferred, once finished: nothing left to write, every shard done before
+    again = shardwise.write_array(x, a, resume=True, compute=False, **LAYOUT).compute()
+    assert again.shards_written == 0 and again.shards_skipped == 4
+    final = snapshot(a)
+    assert {k: v for k, v in final.items() if k.startswith("c/")} == {
+        k: v for k, v in after.items() if k.startswith("c/")
+    }
+
+
+def test_create_metadata_refuses_an_array_another_writer_created_first(tmp_path: Path) -> None:
+    # kills create_metadata_13 (another writer's array of the same metadata, found on the first
+    # try, counted as this write's own)
+    kwargs = dict(shape=(8, 8), dtype="int16", **LAYOUT)
+    probe = zarr.create_array(MemoryStore(), **kwargs)
+    zstore = LocalStore(tmp_path / "s.zarr")
+    create_metadata(zstore, "mine", kwargs, probe)  # nothing there: created
+    assert zarr.open_array(zstore, path="mine").shape == (8, 8)
+    zarr.create_array(zstore, name="theirs", **kwargs)
+    with pytest.raises(ArrayExistsError, match="created by another writer"):
+        create_metadata(zstore, "theirs", kwargs, probe)
+
+
+@pytest.mark.parametrize("where", ["threads", "processes", "local cluster"])
+def test_the_job_asks_the_scheduler_the_write_runs_on(tmp_path: Path, where: str) -> None:
+    """A misaligned dask source is rechunked in memory (direct) on this process's threads and on
+    a LocalCluster made here, and staged on other schedulers: the job of every front end asks
+    dask's default scheduler once (job_for)."""
+    # kills job_for_12 (the dask chunks not read: a misaligned source taken for numpy) and
+    # job_for_42 (a LocalCluster taken for a remote cluster)
+    source = da.zeros((16, 16), dtype="uint16", chunks=(6, 6))
+    if where == "local cluster":
+        from distributed import Client
+
+        with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None):
+            plan = shardwise.plan_write(source, tmp_path / "p", chunks=(4, 4), shards=(8, 8))
+        assert "LocalCluster" in plan.reason, plan.reason
+    else:
+        with dask.config.set(scheduler=where):
+            plan = shardwise.plan_write(source, tmp_path / "p", chunks=(4, 4), shards=(8, 8))
+    assert plan.strategy == ("staged" if where == "processes" else "direct"), plan.reason
+    assert plan.source_chunks == ((6, 6, 4), (6, 6, 4))
