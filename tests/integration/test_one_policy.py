@@ -258,6 +258,39 @@ def test_mode_w_minus_clears_alike(tmp_path: Path) -> None:
         assert not (root / "0" / ".shardwise" / "stale").exists(), name
 
 
+def test_mode_w_minus_over_a_finished_write_means_one_thing(tmp_path: Path) -> None:
+    """Mode "w-" over what a finished write stored: every front end that creates refuses with
+    ArrayExistsError and the same advice (to_zarr raised xarray's bare FileExistsError), and with
+    ``resume=True`` finds nothing left to do: no shard rewritten (to_zarr refused it), the
+    store as it was; over other metadata a resume is refused alike."""
+    advice = {}
+    for name, run in EVERY.items():
+        if name == "batch part":
+            continue  # a part writes into its batch's array, never creates it
+        root = tmp_path / name.replace(" ", "-")
+        run(root, mode="w-")
+        before = shards(root)
+        stamps = {p: p.stat().st_mtime_ns for p in (root / "0" / "c").rglob("*") if p.is_file()}
+        with pytest.raises(shardwise.ArrayExistsError) as e:
+            run(root, mode="w-")
+        advice[name] = str(e.value).rsplit(" already exists ", 1)[-1]
+        run(root, mode="w-", resume=True)
+        assert shards(root) == before, name
+        assert {p: p.stat().st_mtime_ns for p in stamps} == stamps, name  # no shard rewritten
+    assert set(advice.values()) == {"(use mode='w' to replace it)"} | {advice["convert"]}, advice
+    for name in ("write_array", "Dataset", "DataTree"):
+        root = tmp_path / f"{name}-other"
+        EVERY[name](root, mode="w-")
+        other = {"chunks": (2, 5)} if name == "write_array" else {}
+        with pytest.raises(shardwise.ArrayExistsError, match="other metadata: nothing to resume"):
+            if other:
+                shardwise.write_array(DATA, root, path="0", chunks=(2, 5), shards=SHARDS,
+                                      dimension_names=DIMS, mode="w-", resume=True)  # fmt: skip
+            else:
+                _to_zarr(root, _source().astype("float64"), name == "DataTree", None,
+                         mode="w-", resume=True)  # fmt: skip
+
+
 def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
     """An array created by another writer between a write's check and its create: the one
     create (write_array's, a pyramid level's, convert's) raises ArrayExistsError and leaves the

@@ -272,7 +272,7 @@ REFUSED: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("unknown group in encoding", {"encoding": {"/nope": {}}}, InvalidValueError, "'/nope'"),
     ("unknown variable", {"encoding": {"/a": {"q": {}}}}, InvalidValueError, r"\['q'\]"),
     ("bad encoding key", {"encoding": {"/a": {"u": {"foo": 1}}}}, ValueError, "unexpected"),
-    ("mode w- over a store", {"mode": "w-"}, FileExistsError, "already contains data"),
+    ("mode w- over a store", {"mode": "w-"}, FileExistsError, "already exists"),
     ("shards of 0", {"shards": {"time": 0}}, InvalidValueError, "positive"),
     ("shards of no dimension", {"shards": {"lat": 4}}, InvalidValueError, "'lat'"),
     (

@@ -450,7 +450,7 @@ REFUSED: list[tuple[str, Any, dict[str, Any], str]] = [
         {"region": {"time": slice(0, 8)}},
         "non-pre-existing",
     ),
-    ("mode w- on an existing store", lambda ds: ds, {"mode": "w-"}, "already contains data"),
+    ("mode w- on an existing store", lambda ds: ds, {"mode": "w-"}, "already exists"),
     (
         "task over the memory limit",
         lambda ds: ds,

@@ -13,15 +13,16 @@ data.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from ..core import args
 from ..core.job import Strategy
-from ..errors import InvalidTypeError, InvalidValueError
+from ..errors import ArrayExistsError, InvalidTypeError, InvalidValueError
 from ..storage.nodes import refuse_inside_array
 from ..storage.overlay import Overlay, read_only
-from ..storage.store import resolve_store
+from ..storage.store import describe, resolve_store
 from ..write.target import refuse_unknown_chunks
 from .capture import Capture, plan_writes, run_xarray
 from .parts import XarrayWrite, open_marker, variable_jobs
@@ -94,17 +95,20 @@ def check_tree(
         ds, enc = with_layout(
             ds, encodings.get(path, {}), set(stored or ()), _node_shards(shards, ds), shard_bytes
         )
-        run_xarray(
-            ds,
-            overlay,
-            capture,
-            mode=node_mode,
-            group=where or None,
-            consolidated=False if tree else consolidated,  # a tree's once, below
-            append_dim=node_append,
-            region=node_region,
-            encoding=enc,
-        )
+        with _refused_create(zstore, where, node_mode, resume):
+            run_xarray(
+                ds,
+                overlay,
+                capture,
+                mode=node_mode,
+                group=where or None,
+                consolidated=False if tree else consolidated,  # a tree's once, below
+                append_dim=node_append,
+                region=node_region,
+                encoding=enc,
+            )
+    if resume and mode == "w-" and root_mode == "w":
+        _refuse_other_metadata(base, overlay, [t.path for _, t, _ in capture.items])
     if tree and consolidated is not False:  # None too: DataTree.to_zarr consolidates by default
         _consolidate(overlay, group, asked=consolidated is True)
     writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
@@ -338,14 +342,32 @@ def _consolidate(overlay: Overlay, group: str | None, *, asked: bool) -> None:
         zarr.consolidate_metadata(overlay, path=(group or "").strip("/") or None)
 
 
+@contextmanager
+def _refused_create(
+    zstore: Any, where: str | None, mode: WriteMode, resume: bool
+) -> Iterator[None]:
+    """xarray's refusal of mode "w-" over a stored group (a ``FileExistsError`` from its dry
+    run, before any byte) as the one refusal of every front end (``resolve``'s)."""
+    try:
+        yield
+    except FileExistsError as e:
+        if mode != "w-" or isinstance(e, ArrayExistsError):
+            raise
+        here = describe(zstore, where, "group")
+        if resume:  # _resumed_mode found keys this tree does not write
+            raise ArrayExistsError(f"{here} holds other nodes: nothing to resume") from e
+        raise ArrayExistsError(f"{here} already exists (use mode='w' to replace it)") from e
+
+
 def _resumed_mode(
     base: Any, group: str | None, mode: WriteMode, nodes: Mapping[str, Any]
 ) -> WriteMode:
-    """Mode "w-" resuming an interrupted tree write (whose metadata, written last, is missing)
-    runs the xarray pass as "w", whose deletes spare the variables being resumed: only while
-    every key under the tree's group is data (no metadata) of the tree's variables, one of them
-    with the open marker of an interrupted write. Anything else keeps "w-", which refuses the
-    call."""
+    """Mode "w-" resuming a write of this tree runs the xarray pass as "w", whose deletes spare
+    the variables being resumed: only while every key under the tree's group is this tree's
+    (data of its variables, metadata of its variables and groups), with the open marker of an
+    interrupted write (whose metadata, written last, is missing) or the metadata of a finished
+    one (:func:`_refuse_other_metadata` then compares it: a resume of a finished write keeps
+    it, as ``write_array``'s does). Anything else keeps "w-", which refuses the call."""
     if mode != "w-":
         return mode
     from zarr.core.sync import sync
@@ -354,17 +376,44 @@ def _resumed_mode(
 
     prefix = f"{_join(group, '')}/" if _join(group, "") else ""
     variables = {_join(group, _join(p, str(v))) for p, ds in nodes.items() for v in ds.variables}
+    groups = {_join(group, p) for p in nodes}
 
     async def keys() -> list[str]:
         return [k async for k in base.list_prefix(prefix)]
 
     found: set[str] = set()
+    finished = False
     for key in sync(keys()):
+        node, _, name = key.rpartition("/")
+        if name == "zarr.json" and (node in variables or node in groups):
+            finished = True
+            continue
         owner = next((v for v in variables if key.startswith(v + "/")), None)
-        if owner is None or key.rsplit("/", 1)[-1] == "zarr.json":
-            return "w-"  # metadata (written last), or something else: not ours to resume
+        if owner is None or name == "zarr.json":
+            return "w-"  # something else: not ours to resume
         found.add(owner)
     # variables without shards (0-d ones) are written by zarr-python, without a marker
-    if not any(open_marker(ShardStore(base, v)) for v in found):
+    if not finished and not any(open_marker(ShardStore(base, v)) for v in found):
         return "w-"
     return "w"
+
+
+def _refuse_other_metadata(base: Any, overlay: Overlay, variables: list[str]) -> None:
+    """A resumed "w-" over stored metadata (:func:`_resumed_mode`): each stored variable's must
+    be the one this write creates (xarray's pass stored it in ``overlay``), else nothing of
+    this write is there to resume (``resolve``'s refusal, before any byte)."""
+    import json
+
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    async def meta(store: Any, key: str) -> Any:
+        buf = await store.get(key, prototype=default_buffer_prototype())
+        return None if buf is None else json.loads(buf.to_bytes())
+
+    for v in variables:
+        stored = sync(meta(base, f"{v}/zarr.json"))
+        if stored is not None and stored != sync(meta(overlay, f"{v}/zarr.json")):
+            raise ArrayExistsError(
+                f"{describe(base, v)} exists with other metadata: nothing to resume"
+            )
