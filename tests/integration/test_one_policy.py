@@ -178,6 +178,30 @@ def test_a_create_is_written_alike_by_every_front_end(
                                                            path="0"), DATA)  # fmt: skip
 
 
+def test_a_variable_an_append_creates_is_created_as_write_array_creates(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An append that brings a new variable creates its array: the exclusive lease and the
+    journal's clear of write_array's create, while the appended array is written beside other
+    appenders (a shared lease); the new array holds the same bytes as write_array's."""
+    root = tmp_path / "appended"
+    xr.Dataset({"a": (DIMS, DATA)}).pipe(
+        lambda ds: shardwise.to_zarr(ds, root, shards={"y": SHARDS[0], "x": SHARDS[1]})
+    )
+    grown = xr.Dataset({"a": (DIMS, DATA), "0": (("x",), DATA[0])}).chunk(y=6)
+    line = re.compile(rf"^array '(\w+)' in file://{re.escape(str(root))}: (\w+) write, (\w+) lease")
+    with caplog.at_level(logging.DEBUG, logger="shardwise"):
+        shardwise.to_zarr(grown, root, append_dim="y", shards={"y": SHARDS[0], "x": SHARDS[1]},
+                          encoding={"0": {"chunks": CHUNKS[1:]}})  # fmt: skip
+    seen = {m[1]: m.groups()[1:] for r in caplog.records if (m := line.search(r.getMessage()))}
+    assert seen == {"0": ("direct", "exclusive"), "a": ("direct", "shared")}, seen
+    alone = tmp_path / "alone"
+    shardwise.write_array(DATA[0], alone, path="0", chunks=CHUNKS[1:], shards=SHARDS[1:])
+    assert [p.read_bytes() for p in sorted((root / "0" / "c").rglob("*")) if p.is_file()] == [
+        p.read_bytes() for p in sorted((alone / "0" / "c").rglob("*")) if p.is_file()
+    ]
+
+
 @pytest.mark.parametrize("strategy", ["auto", "staged"])
 def test_a_region_that_splits_shards_is_written_alike(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, strategy: str
