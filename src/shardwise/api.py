@@ -196,16 +196,11 @@ def write_array(
     # deferred: the writers, journal and leases (about 60 ms at import) are needed by
     # writes only, not by open_array
     from .durability.lease import store_lease
-    from .storage.icechunk import session_write
+    from .storage.icechunk import into_session
     from .write.options import WriteOptions
     from .write.pipeline import Pipeline
     from .write.target import prepare_write
 
-    # into an icechunk session: its own refusals first; then a write into its store
-    tx = session_write(store, commit, lease, resume, compute, strategy)
-    if tx is not None:
-        store, lease = tx.store, False
-        strategy = "direct" if strategy == "auto" else strategy
     # 1. every keyword checked, once, into one record, before the store is looked at
     options = WriteOptions.checked(
         path=path,
@@ -235,6 +230,8 @@ def write_array(
         memory_limit=memory_limit,
         dry_run=dry_run,
     )
+    # into an icechunk session: its own refusals, then a write into its store
+    tx, store, options = into_session(store, commit, options)
     # 2-4: the source, the target and the validated job, before the store is written (dry_run
     # stops here)
     prepared = prepare_write(data, store, options)

@@ -215,11 +215,11 @@ def convert(
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     # into an icechunk session: its refusals first, then a write into its store (each
     # array's write forks it and merges its forks back; one commit at the end)
-    tx, dst, lease, _ = into_session(dst, commit, how.lease, how.resume, True, "auto")
+    tx, dst, how = into_session(dst, commit, how)
     zdst = resolve_store(dst, mode="w", storage_options=storage_options)
     name = str(dst) if tx is None else f"the icechunk session of branch {tx.session.branch!r}"
     # write_array's rule, before anything is written
-    how = replace(how, lease=store_lease(lease, True, zdst))
+    how = replace(how, lease=store_lease(how.lease, True, zdst))
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -243,8 +242,7 @@ def write_pyramid(
     args.choice("layout", layout, ("ome", "geozarr"))
     create = dict(compressors=compressors, fill_value=fill_value)
     # into an icechunk session: its own refusals first; every level direct into its forks
-    tx, store, *chosen = into_session(store, commit, o.lease, o.resume, o.compute, o.strategy)
-    o = replace(o, lease=chosen[0], strategy=chosen[1])
+    tx, store, o = into_session(store, commit, o)
     zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
     if layout == "geozarr":
         geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))

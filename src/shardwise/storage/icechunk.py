@@ -71,15 +71,19 @@ def session_write(
     return None
 
 
-def into_session(
-    store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
-) -> tuple[SessionWrite | None, Any, Any, Any]:
-    """:func:`session_write` and what a front end then writes with: the session's store, no
-    lease, direct shard tasks for ``"auto"``; the arguments as given without a session."""
-    tx = session_write(store, commit, lease, resume, compute, strategy)
+def into_session[Options](
+    store: Any, commit: Any, options: Options
+) -> tuple[SessionWrite | None, Any, Options]:
+    """:func:`session_write` and what a front end then writes with: the session's store, and
+    its checked ``options`` (a dataclass with ``lease``, ``resume``, ``compute`` and
+    ``strategy``, such as ``WriteOptions``) with no lease and direct shard tasks for
+    ``"auto"``; the store and options as given without a session."""
+    o: Any = options
+    tx = session_write(store, commit, o.lease, o.resume, o.compute, o.strategy)
     if tx is None:
-        return None, store, lease, strategy
-    return tx, tx.store, False, "direct" if strategy == "auto" else strategy
+        return None, store, options
+    strategy = "direct" if o.strategy == "auto" else o.strategy
+    return tx, tx.store, replace(o, lease=False, strategy=strategy)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
