@@ -27,6 +27,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+import reached
+import skips
 from skips import (  # noqa: F401 (hooks: pytest finds them by name in this module)
     pytest_make_collect_report,
     pytest_runtest_makereport,
@@ -34,6 +36,13 @@ from skips import (  # noqa: F401 (hooks: pytest finds them by name in this modu
 )
 
 pytest_plugins = ["pytester"]  # tests/project/test_skips.py runs the hooks on a suite of its own
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The counting hooks of the skip allowlist and of the xarray suite, bound to this run."""
+    skips.pytest_configure(config)
+    reached.pytest_configure(config)
+
 
 settings.register_profile(
     "shardwise",

@@ -232,24 +232,41 @@ def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str | None:
     return text.removeprefix("Skipped: ")
 
 
-def _judge(config: pytest.Config, report: pytest.TestReport | pytest.CollectReport) -> None:
+_UNLISTED = "skipped outside the allowlist (tests/skips.py) while CI=true: "
+
+
+def _judge(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """With CI=true a skip outside the allowlist fails its test, where it would have hidden
+    (in the process that ran it: a worker's report reaches the run as failed)."""
+    reason = skip_reason(report)
+    if reason is None or allowed(report.nodeid, reason) is not None or not in_ci():
+        return
+    # the test fails where it would have hidden: its own report names it and the reason
+    report.outcome = "failed"
+    report.longrepr = (
+        f"{_UNLISTED}{reason}\n"
+        "fix the precondition, or add an entry that says why this skip is expected"
+    )
+    if hasattr(report, "wasxfail"):
+        del report.wasxfail
+
+
+def _count(config: pytest.Config, report: pytest.TestReport | pytest.CollectReport) -> None:
+    """The summary's counts, from the reports the run logs (those of ``pytest -n`` workers
+    too, which reach the controlling process as logged reports)."""
+    text = str(report.longrepr) if report.failed else ""
+    if _UNLISTED in text:
+        reason = text.split(_UNLISTED, 1)[1].split("\n", 1)[0]
+        config.stash.setdefault(_unlisted, []).append((report.nodeid, reason))
+        return
     reason = skip_reason(report)
     if reason is None:
         return
     entry = allowed(report.nodeid, reason)
     if entry is not None:
         config.stash.setdefault(_counts, Counter())[entry.name] += 1
-        return
-    config.stash.setdefault(_unlisted, []).append((report.nodeid, reason))
-    if in_ci():
-        # the test fails where it would have hidden: its own report names it and the reason
-        report.outcome = "failed"
-        report.longrepr = (
-            f"skipped outside the allowlist (tests/skips.py) while CI=true: {reason}\n"
-            "fix the precondition, or add an entry that says why this skip is expected"
-        )
-        if hasattr(report, "wasxfail"):
-            del report.wasxfail
+    else:
+        config.stash.setdefault(_unlisted, []).append((report.nodeid, reason))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -257,7 +274,7 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    _judge(item.config, report)
+    _judge(report)
     return report
 
 
@@ -266,8 +283,26 @@ def pytest_make_collect_report(
     collector: pytest.Collector,
 ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
     report = yield
-    _judge(collector.config, report)
+    _judge(report)
     return report
+
+
+class _Counts:
+    """The hooks that count, bound to their run's config (a run inside a run, as
+    ``tests/project/test_skips.py``'s, counts in its own)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        _count(self.config, report)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        _count(self.config, report)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_Counts(config), "shardwise-skip-counts")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -4,6 +4,8 @@ otherwise; listed skips are counted per entry on one summary line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import skips
@@ -31,18 +33,23 @@ def test_unlisted_xfail():
 def test_runs():
     pass
 """
-HOOKS = "from skips import pytest_make_collect_report, pytest_runtest_makereport, "
+HOOKS = (
+    "from skips import pytest_configure, pytest_make_collect_report, pytest_runtest_makereport, "
+)
 HOOKS += "pytest_terminal_summary\n"
 
 
 def run(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str | None
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str | None, *more: str
 ) -> pytest.RunResult:
     if ci is None:
         monkeypatch.delenv("CI", raising=False)
     else:
         monkeypatch.setenv("CI", ci)
-    pytester.makeconftest(HOOKS)
+    # worker processes (``-n``) import the hooks' module from where this process did
+    pytester.makeconftest(
+        f"import sys; sys.path.insert(0, {str(Path(skips.__file__).parent)!r})\n" + HOOKS
+    )
     path = pytester.path / MODULE
     path.parent.mkdir(parents=True)
     path.write_text(SUITE)
@@ -57,14 +64,18 @@ def run(
         "no:randomly",
         "--import-mode=importlib",
         "-rA",
+        *more,
         MODULE,
     )
 
 
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "two workers"])
 def test_a_skip_outside_the_list_fails_under_ci(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: tuple[str, ...]
 ) -> None:
-    got = run(pytester, monkeypatch, "true")
+    """Also with the tests in worker processes (``pytest -n``, as ``dev.sh test`` runs them):
+    each worker fails its own unlisted skips, the run counts every worker's."""
+    got = run(pytester, monkeypatch, "true", *workers)
     got.assert_outcomes(passed=1, skipped=2, failed=2)
     assert got.ret == pytest.ExitCode.TESTS_FAILED
     text = got.stdout.str()

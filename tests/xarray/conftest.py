@@ -7,7 +7,7 @@ doors into shardwise that xarray code can go through -- :func:`shardwise.to_zarr
 item that passes without a single call tested xarray, not shardwise: it is reported as failed,
 so the number of passing items can never overstate what shardwise was tested for (an item that
 cannot reach shardwise is skipped with its reason instead, and then does not run at all). The
-terminal summary says how many passing items reached shardwise.
+terminal summary (``tests/reached.py``) says how many passing items reached shardwise.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import shardwise
 from shardwise.xarray.backend import ShardwiseBackendEntrypoint
 
 CALLS = pytest.StashKey[Counter[str]]()
-_REACHED = pytest.StashKey[Counter[str]]()  # on the config: passed items, calls by door
 
 
 def _counted(calls: Counter[str], door: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,24 +75,6 @@ def pytest_runtest_makereport(
             "reads through shardwise, or skip it with the reason it cannot be."
         )
         return report
-    reached = item.config.stash.setdefault(_REACHED, Counter())
-    reached["items"] += 1
-    reached["items writing"] += calls["to_zarr"] > 0
-    reached["items reading"] += calls["open_dataset"] + calls["open_groups_as_dict"] > 0
-    reached.update(calls)
+    # counted where the run reports (tests/reached.py), from worker processes too
+    report.user_properties.append(("shardwise_calls", dict(calls)))
     return report
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    reached = terminalreporter.config.stash.get(_REACHED, None)
-    if reached is not None:
-        terminalreporter.write_line(
-            f"xarray suite: {reached['items']} passed items reached shardwise "
-            f"({reached['to_zarr']} calls of shardwise.to_zarr, "
-            f"{reached['open_dataset'] + reached['open_groups_as_dict']} opens "
-            "with the shardwise engine)"
-        )
-        terminalreporter.write_line(
-            f"  of which {reached['items writing']} wrote with shardwise.to_zarr and "
-            f"{reached['items reading']} read with the shardwise engine"
-        )

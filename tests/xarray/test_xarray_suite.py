@@ -359,7 +359,12 @@ def test_an_item_passing_without_reaching_shardwise_fails(pytester: pytest.Pytes
     (one whose arguments do not bind is none) nor of the shardwise engine fail; the summary
     counts the others, and items that do not ask are left alone."""
 
-    pytester.makeconftest(Path(__file__).with_name("conftest.py").read_text())
+    tests = Path(__file__).parents[1]  # tests/reached.py sums the counts
+    pytester.makeconftest(
+        Path(__file__).with_name("conftest.py").read_text()
+        + f"\nimport sys\nsys.path.insert(0, {str(tests)!r})\n"
+        + "from reached import pytest_configure  # noqa: E402\n"
+    )
     pytester.makepyfile(test_items=_ITEMS)
     # no:randomly: the failures are listed in run order, and the inner run reads no addopts
     # (pytest-randomly, when installed, would shuffle it whatever the outer run's order)
