@@ -222,7 +222,7 @@ CASES: list[tuple[str, str, Any, type, list[str]]] = [
     ("read_array", "selection", "abc", SelectionError, ["'abc'", "basic selections"]),
     ("read_array", "selection", 1.5, SelectionError, ["1.5", "basic selections"]),
     ("read_array", "out", [1], OutputError, ["out=", "numpy array"]),
-    ("read_array", "out", np.empty((8, 8), "f8"), OutputError, ["out=", "float32"]),
+    ("read_array", "out", np.zeros((8, 8), "f8"), OutputError, ["out=", "float32"]),
     ("to_zarr", "encoding", 5, T, ["encoding", "dict or None"]),
     ("to_zarr", "encoding", {"v": "foo"}, V, ["encoding['v']", "dictionary"]),
     ("to_zarr", "append_dim", "nope", V, ["append_dim='nope'", "dimensions"]),
