@@ -342,6 +342,20 @@ def test_to_icechunk_dataset(repo: Any, where: str, request: pytest.FixtureReque
     assert zarr.open_array(snap.store, path="v", mode="r").shards == (20, 20)
 
 
+def test_to_icechunk_mode_w_into_a_new_repository(repo: Any) -> None:
+    """mode="w" of a Dataset into a repository that has none of its variables (icechunk lists
+    only under a group or an array, and refuses a name it does not hold): written, then
+    replaced by a second mode="w" with other values, read back by xarray's zarr engine."""
+    ds = dataset()
+    with dask.config.set(scheduler="threads"):
+        shardwise.to_icechunk(
+            ds, repo.writable_session("main"), encoding=ENCODING, mode="w", commit="1"
+        )
+        shardwise.to_zarr(ds * 2, repo.writable_session("main"), mode="w", commit="2")
+    back = xr.open_dataset(repo.readonly_session("main").store, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(back.load(), (ds * 2).compute())
+
+
 def test_to_icechunk_region_and_group(repo: Any) -> None:
     """A region of a group's variable, split shards merged from the base; the caller commits."""
     ds = dataset()

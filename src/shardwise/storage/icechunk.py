@@ -132,7 +132,21 @@ class SessionBackend(ZarrStoreBackend):
             super().delete(key)
 
     def list(self, prefix: str) -> list[str]:
-        return [] if self._journal(prefix) else super().list(prefix)
+        """The keys under ``prefix``. icechunk lists only under a group or an array (a name
+        not in the repository yet is an ``InvalidInputError``): under anything else, the keys
+        of its nearest listable parent that are under ``prefix``."""
+        import icechunk
+
+        if self._journal(prefix):
+            return []
+        try:
+            return super().list(prefix)
+        except icechunk.InvalidInputError:
+            if not prefix.strip("/"):
+                raise
+            parent = prefix.strip("/").rpartition("/")[0]
+            under = prefix.strip("/") + "/"
+            return [k for k in self.list(parent) if k.startswith(under)]
 
     def task_fork(self) -> Any:
         """A fork of its own for one shard task (a copy of this store's fork, which no task
