@@ -356,6 +356,24 @@ def test_to_icechunk_mode_w_into_a_new_repository(repo: Any) -> None:
     xr.testing.assert_identical(back.load(), (ds * 2).compute())
 
 
+def test_absent_keys_of_a_session_are_answers_not_retried(
+    repo: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a session does not hold (a chunk: icechunk's NotFoundError; a listing under a name
+    that is no node: its InvalidInputError) is an answer: no store request is retried (each
+    retry waits its backoff) by a new write_array, a mode="w" one, or a mode="w" to_zarr."""
+    from shardwise.storage.retry import RetryPolicy
+
+    waits: list[int] = []
+    monkeypatch.setattr(RetryPolicy, "pause", lambda self, attempt: waits.append(attempt))
+    x = da.from_array(np.arange(100.0).reshape(10, 10), chunks=3)
+    with dask.config.set(scheduler="threads"):
+        shardwise.write_array(x, repo.writable_session("main"), path="a", shards=(5, 5), commit="1")
+        shardwise.write_array(x, repo.writable_session("main"), path="b", mode="w", commit="2")
+        shardwise.to_zarr(dataset(), repo.writable_session("main"), mode="w", commit="3")
+    assert waits == []
+
+
 def test_to_icechunk_region_and_group(repo: Any) -> None:
     """A region of a group's variable, split shards merged from the base; the caller commits."""
     ds = dataset()
