@@ -694,6 +694,36 @@ def test_forks_merged_as_a_tree_on_worker_processes(client: Any, repo: Any) -> N
     np.testing.assert_array_equal(committed(repo), x)
 
 
+def test_progress_on_worker_processes_shows_the_merges_and_the_commit(
+    client: Any, repo: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """progress=True on worker processes: the shard bar counts the 64 shard tasks and closes
+    when they are done, but the data is not in the session yet (with a bar the forks come to
+    the client, no tree of merges): a second bar counts the forks merged into the session and
+    shows the commit, and closes only after it, at the snapshot the branch is at."""
+    x = np.arange(160 * 160, dtype="f8").reshape(160, 160)
+    with dask.config.set(scheduler=client):
+        report = shardwise.write_array(
+            da.from_array(x, chunks=(15, 25)),
+            repo.writable_session("main"),
+            path="a",
+            chunks=10,
+            shards=20,
+            progress=True,
+            commit="with a bar",
+        )
+    lines = [ln.strip() for ln in capsys.readouterr().err.replace("\r", "\n").splitlines()]
+    shard_bar = [i for i, ln in enumerate(lines) if ln.startswith("shardwise:") and "shard/s" in ln]
+    merge_bar = [i for i, ln in enumerate(lines) if "merge into the session" in ln]
+    assert shard_bar and merge_bar and max(shard_bar) < min(merge_bar)
+    assert "64/64" in lines[max(shard_bar)]
+    snapshot = repo.lookup_branch("main")
+    assert report.notes[-1] == f"committed snapshot {snapshot}"
+    last = lines[max(merge_bar)]
+    assert "64/64" in last and f"committed snapshot {snapshot}" in last, last
+    np.testing.assert_array_equal(committed(repo), x)
+
+
 def test_a_merge_of_the_tree_refuses_forks_that_wrote_one_shard(repo: Any) -> None:
     """A merge task of the tree checks its inputs' forks disjoint before it merges them: two
     that wrote one shard are a TransactionError naming it; disjoint ones become one fork."""
