@@ -245,7 +245,7 @@ def write_array(
         if tx is not None:  # the metadata is in the session: fork it for the shard tasks
             tx.fork(pipe)
         report = pipe.run(pipe.parts(), compute=options.compute, progress=options.progress)
-    return report if tx is None else tx.finish(report)
+    return report if tx is None else tx.finish(report, progress=options.progress)
 
 
 def plan_write(data: Any, store: Any, **kwargs: Any) -> WritePlan:

@@ -232,3 +232,46 @@ def test_icechunk_safety_small_run(tmp_path: Path) -> None:
             assert r["lost"] == 0 and r["error"] is None, r
     assert "| shardwise | threads | 1 | 0 |" in got.stdout
     assert list((tmp_path / "repos").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_icechunk_writes_small_run(tmp_path: Path) -> None:
+    """icechunk_writes.py --small on W2 (a Dataset with coordinates): shardwise into a repository
+    and icechunk's own to_icechunk, each read back equal shard by shard by zarr-python and its
+    coordinates by xarray; one peak-memory run on the synchronous scheduler; the stores and
+    repositories are gone after the run, the report has both tables."""
+    pytest.importorskip("icechunk")
+    script = ROOT / "benchmarks" / "icechunk_writes.py"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BENCH_SRC": str(tmp_path / "src")}
+    env.pop("BENCH_SIZE", None)
+    out = tmp_path / "icw.jsonl"
+    got = subprocess.run(
+        [sys.executable, str(script), "run", "--quick", "--workloads", "W2",
+         "--cases", "sw-repo,ic-xr", "--mem-cases", "sw-repo", "--reps", "1",
+         "--dir", str(tmp_path / "stores"), "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    recs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+    assert recs[0]["case"] == "env" and recs[0]["size"] == "small" and recs[0]["icechunk"]
+    rows = {(r["case"], r["mode"]): r for r in recs[1:]}
+    assert set(rows) == {("sw-repo", "time"), ("ic-xr", "time"), ("sw-repo", "mem")}
+    for r in rows.values():
+        assert r["ok"] and r["coords_ok"] and r["bad_shards"] == 0 and r["size"] == "small", r
+        assert r["s_whole"] > r["s_in"] > r["commit_s"] > 0 and r["stored_bytes"] > 0, r
+    mem = rows["sw-repo", "mem"]
+    assert mem["scheduler"] == "sync" and mem["task_x"] > 0 and mem["malloc_mmap_threshold"]
+    assert list((tmp_path / "stores").iterdir()) == []
+    table = subprocess.run(
+        [sys.executable, str(script), "report", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "| W2 | sw-repo | 1 |" in table and "| W2 | ic-xr | 1 |" in table
+    assert "Peak memory per task" in table and "| W2 | sw-repo | " in table.split("Peak")[1]

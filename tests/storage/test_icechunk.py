@@ -342,6 +342,38 @@ def test_to_icechunk_dataset(repo: Any, where: str, request: pytest.FixtureReque
     assert zarr.open_array(snap.store, path="v", mode="r").shards == (20, 20)
 
 
+def test_to_icechunk_mode_w_into_a_new_repository(repo: Any) -> None:
+    """mode="w" of a Dataset into a repository that has none of its variables (icechunk lists
+    only under a group or an array, and refuses a name it does not hold): written, then
+    replaced by a second mode="w" with other values, read back by xarray's zarr engine."""
+    ds = dataset()
+    with dask.config.set(scheduler="threads"):
+        shardwise.to_icechunk(
+            ds, repo.writable_session("main"), encoding=ENCODING, mode="w", commit="1"
+        )
+        shardwise.to_zarr(ds * 2, repo.writable_session("main"), mode="w", commit="2")
+    back = xr.open_dataset(repo.readonly_session("main").store, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(back.load(), (ds * 2).compute())
+
+
+def test_absent_keys_of_a_session_are_answers_not_retried(
+    repo: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a session does not hold (a chunk: icechunk's NotFoundError; a listing under a name
+    that is no node: its InvalidInputError) is an answer: no store request is retried (each
+    retry waits its backoff) by a new write_array, a mode="w" one, or a mode="w" to_zarr."""
+    from shardwise.storage.retry import RetryPolicy
+
+    waits: list[int] = []
+    monkeypatch.setattr(RetryPolicy, "pause", lambda self, attempt: waits.append(attempt))
+    x = da.from_array(np.arange(100.0).reshape(10, 10), chunks=3)
+    with dask.config.set(scheduler="threads"):
+        shardwise.write_array(x, repo.writable_session("main"), path="a", shards=(5, 5), commit="1")
+        shardwise.write_array(x, repo.writable_session("main"), path="b", mode="w", commit="2")
+        shardwise.to_zarr(dataset(), repo.writable_session("main"), mode="w", commit="3")
+    assert waits == []
+
+
 def test_to_icechunk_region_and_group(repo: Any) -> None:
     """A region of a group's variable, split shards merged from the base; the caller commits."""
     ds = dataset()
@@ -659,6 +691,36 @@ def test_forks_merged_as_a_tree_on_worker_processes(client: Any, repo: Any) -> N
     depths = sorted(str(t["key"]).rsplit("-", 2)[-2] for t in merges)
     assert depths == ["0"] * 8 + ["1"]
     assert {t["worker"] for t in merges} <= workers
+    np.testing.assert_array_equal(committed(repo), x)
+
+
+def test_progress_on_worker_processes_shows_the_merges_and_the_commit(
+    client: Any, repo: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """progress=True on worker processes: the shard bar counts the 64 shard tasks and closes
+    when they are done, but the data is not in the session yet (with a bar the forks come to
+    the client, no tree of merges): a second bar counts the forks merged into the session and
+    shows the commit, and closes only after it, at the snapshot the branch is at."""
+    x = np.arange(160 * 160, dtype="f8").reshape(160, 160)
+    with dask.config.set(scheduler=client):
+        report = shardwise.write_array(
+            da.from_array(x, chunks=(15, 25)),
+            repo.writable_session("main"),
+            path="a",
+            chunks=10,
+            shards=20,
+            progress=True,
+            commit="with a bar",
+        )
+    lines = [ln.strip() for ln in capsys.readouterr().err.replace("\r", "\n").splitlines()]
+    shard_bar = [i for i, ln in enumerate(lines) if ln.startswith("shardwise:") and "shard/s" in ln]
+    merge_bar = [i for i, ln in enumerate(lines) if "merge into the session" in ln]
+    assert shard_bar and merge_bar and max(shard_bar) < min(merge_bar)
+    assert "64/64" in lines[max(shard_bar)]
+    snapshot = repo.lookup_branch("main")
+    assert report.notes[-1] == f"committed snapshot {snapshot}"
+    last = lines[max(merge_bar)]
+    assert "64/64" in last and f"committed snapshot {snapshot}" in last, last
     np.testing.assert_array_equal(committed(repo), x)
 
 

@@ -251,4 +251,4 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> Writ
         report: WriteReport = pipe.run(
             pipe.parts(), compute=True, progress=how.progress, desc=f"copy {plan.dst_path or '/'}"
         )
-    return report if tx is None else tx.finish(report)
+    return report if tx is None else tx.finish(report, progress=how.progress)

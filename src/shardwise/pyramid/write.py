@@ -287,7 +287,7 @@ def write_pyramid(
             desc="shardwise pyramid",
             then=lambda: _finish(group, groups, attrs, subgroups),
         )
-    return report if tx is None else tx.finish(report)
+    return report if tx is None else tx.finish(report, progress=o.progress)
 
 
 def _clear(zstore: Any, target: Target, plan: list[Any], o: WriteOptions) -> None:

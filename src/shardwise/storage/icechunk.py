@@ -136,7 +136,21 @@ class SessionBackend(ZarrStoreBackend):
             super().delete(key)
 
     def list(self, prefix: str) -> list[str]:
-        return [] if self._journal(prefix) else super().list(prefix)
+        """The keys under ``prefix``. icechunk lists only under a group or an array (a name
+        not in the repository yet is an ``InvalidInputError``): under anything else, the keys
+        of its nearest listable parent that are under ``prefix``."""
+        import icechunk
+
+        if self._journal(prefix):
+            return []
+        try:
+            return super().list(prefix)
+        except icechunk.InvalidInputError:
+            if not prefix.strip("/"):
+                raise
+            parent = prefix.strip("/").rpartition("/")[0]
+            under = prefix.strip("/") + "/"
+            return [k for k in self.list(parent) if k.startswith(under)]
 
     def task_fork(self) -> Any:
         """A fork of its own for one shard task (a copy of this store's fork, which no task
@@ -238,14 +252,31 @@ class SessionWrite:
         pipe.forked = True
         return fork.store
 
-    def finish(self, report: Any) -> Any:
+    def finish(self, report: Any, progress: bool = False) -> Any:
         """Merge the forks of ``report`` into the session (checked disjoint first), commit if
-        asked; returns the report without its forks."""
+        asked; returns the report without its forks. ``progress``: a bar over the forks merged
+        and the commit (the shard tasks' bar closed when they were done; with a bar, the forks
+        are merged here, in the client, and that is not done yet)."""
         forks, report.forks = report.forks, []
         check_disjoint(forks)
-        self.session.merge(*forks)
-        if self.commit is not None:
-            report.notes.append(f"committed snapshot {self.commit_now()}")
+        bar = _MergeBar(len(forks)) if progress and forks else None
+        if bar is None:
+            self.session.merge(*forks)
+        else:
+            for fork in forks:
+                self.session.merge(fork)
+                bar.step()
+        try:
+            if self.commit is not None:
+                if bar is not None:
+                    bar.note(f"committing {self.commit!r}")
+                snapshot = self.commit_now()
+                report.notes.append(f"committed snapshot {snapshot}")
+                if bar is not None:
+                    bar.note(f"committed snapshot {snapshot}")
+        finally:
+            if bar is not None:
+                bar.close()
         return report
 
     def commit_now(self) -> str:
@@ -262,6 +293,24 @@ class SessionWrite:
                 f"commit{_conflicts(e)}; the session keeps this write uncommitted (nothing "
                 "of either write is lost: rerun this one in a new session)"
             ) from e
+
+
+class _MergeBar:
+    """A tqdm bar over the forks merged into the session, then its commit."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc="shardwise: merge into the session", unit="fork")
+
+    def step(self) -> None:
+        self.bar.update(1)
+
+    def note(self, text: str) -> None:
+        self.bar.set_postfix_str(text)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _conflicts(error: Exception) -> str:

@@ -29,8 +29,15 @@ def transient(e: BaseException) -> bool:
 
 
 def not_missing(e: BaseException) -> bool:
-    """Any failure but "not found" (an answer, not a failure)."""
-    return not isinstance(e, FileNotFoundError)
+    """Any failure but "not found" (an answer, not a failure): a ``FileNotFoundError``, or an
+    icechunk store's ``NotFoundError`` (a key it does not hold) or ``InvalidInputError`` (a
+    listing under a name that is no group or array), which no repeat answers otherwise."""
+    import sys
+
+    if isinstance(e, FileNotFoundError):
+        return False
+    ic = sys.modules.get("icechunk")
+    return ic is None or not isinstance(e, ic.NotFoundError | ic.InvalidInputError)
 
 
 def any_error(e: BaseException) -> bool:

@@ -312,7 +312,7 @@ def _write_data(
         )
         if held is not None:
             report.notes.append(held.note())
-        return report if tx is None else tx.finish(report)
+        return report if tx is None else tx.finish(report, progress=progress)
     eager = [w for w in xw.writes if not w.lazy]
     lazy = [w for w in xw.writes if w.lazy]
     done = (
