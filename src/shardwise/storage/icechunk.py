@@ -145,8 +145,8 @@ class SessionBackend(ZarrStoreBackend):
             return []
         try:
             return super().list(prefix)
-        except icechunk.InvalidInputError:
-            if not prefix.strip("/"):
+        except icechunk.InvalidInputError as e:
+            if not prefix.strip("/") or getattr(e, "kind", None) != "bad-key-prefix":
                 raise
             parent = prefix.strip("/").rpartition("/")[0]
             under = prefix.strip("/") + "/"
@@ -260,13 +260,13 @@ class SessionWrite:
         forks, report.forks = report.forks, []
         check_disjoint(forks)
         bar = _MergeBar(len(forks)) if progress and forks else None
-        if bar is None:
-            self.session.merge(*forks)
-        else:
-            for fork in forks:
-                self.session.merge(fork)
-                bar.step()
         try:
+            if bar is None:
+                self.session.merge(*forks)
+            else:
+                for fork in forks:
+                    self.session.merge(fork)
+                    bar.step()
             if self.commit is not None:
                 if bar is not None:
                     bar.note(f"committing {self.commit!r}")

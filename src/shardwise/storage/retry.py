@@ -37,7 +37,11 @@ def not_missing(e: BaseException) -> bool:
     if isinstance(e, FileNotFoundError):
         return False
     ic = sys.modules.get("icechunk")
-    return ic is None or not isinstance(e, ic.NotFoundError | ic.InvalidInputError)
+    if ic is None:
+        return True
+    if isinstance(e, ic.InvalidInputError):  # only a listing under no group or array
+        return getattr(e, "kind", None) != "bad-key-prefix"
+    return not isinstance(e, ic.NotFoundError)
 
 
 def any_error(e: BaseException) -> bool:

@@ -112,10 +112,8 @@ def variable_intent(store: ShardStore, w: VariableWrite, mode: WriteMode, resume
     written into in "a", "a-" and "r+"."""
     assert w.info is not None  # a sharded variable
     left = resume and left_by_interrupted_write(store, w.region, w.info.layout.shape)
-    # mode "w" replaces a finished array; "w-" refused it already (xarray's pass) unless
-    # resumed over this write's own metadata (xarray/tree.py compared it)
-    kept = mode != "w" and (mode != "w-" or resume)
-    stored = kept and store.get("zarr.json") is not None
+    # mode "w" replaces a finished array, "w-" refused it already (xarray's pass)
+    stored = mode not in ("w", "w-") and store.get("zarr.json") is not None
     # no probe: the metadata is xarray's (in the overlay), compared by nothing here
     asked: Mode = "a" if mode == "a-" else mode
     intent = resolve(store.store, store.path, asked, resume, exists=left or stored)
@@ -138,7 +136,11 @@ def left_by_interrupted_write(store: ShardStore, region: Region, shape: tuple[in
 def resumed_paths(arrays: dict[int, ArrayWrite]) -> list[str]:
     """The variables whose interrupted write a resumed call finishes (its intent keeps the
     array, which has no metadata yet): what mode "w"'s clear of their group spares."""
-    return [f"{aw.store.path}/" for aw in arrays.values() if aw.resume and aw.clear == "none"]
+    return [
+        f"{aw.store.path}/"
+        for aw in arrays.values()
+        if aw.resume and aw.clear == "none" and aw.store.get("zarr.json") is None
+    ]
 
 
 def dask_parts(

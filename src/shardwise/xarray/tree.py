@@ -107,8 +107,6 @@ def check_tree(
                 region=node_region,
                 encoding=enc,
             )
-    if resume and mode == "w-" and root_mode == "w":
-        _refuse_other_metadata(base, overlay, [t.path for _, t, _ in capture.items])
     if tree and consolidated is not False:  # None too: DataTree.to_zarr consolidates by default
         _consolidate(overlay, group, asked=consolidated is True)
     writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
@@ -354,20 +352,24 @@ def _refused_create(
         if mode != "w-" or isinstance(e, ArrayExistsError):
             raise
         here = describe(zstore, where, "group")
-        if resume:  # _resumed_mode found keys this tree does not write
-            raise ArrayExistsError(f"{here} holds other nodes: nothing to resume") from e
+        if resume:  # metadata (a finished write's, or another's), or keys of another write
+            raise ArrayExistsError(
+                f"{here} holds a finished write or other nodes: nothing to resume "
+                "(use mode='w' to replace it)"
+            ) from e
         raise ArrayExistsError(f"{here} already exists (use mode='w' to replace it)") from e
 
 
 def _resumed_mode(
     base: Any, group: str | None, mode: WriteMode, nodes: Mapping[str, Any]
 ) -> WriteMode:
-    """Mode "w-" resuming a write of this tree runs the xarray pass as "w", whose deletes spare
-    the variables being resumed: only while every key under the tree's group is this tree's
-    (data of its variables, metadata of its variables and groups), with the open marker of an
-    interrupted write (whose metadata, written last, is missing) or the metadata of a finished
-    one (:func:`_refuse_other_metadata` then compares it: a resume of a finished write keeps
-    it, as ``write_array``'s does). Anything else keeps "w-", which refuses the call."""
+    """Mode "w-" resuming an interrupted tree write (whose metadata, written last, is missing)
+    runs the xarray pass as "w", whose deletes spare the variables being resumed: only while
+    every key under the tree's group is data (no metadata) of the tree's variables, one of them
+    with the open marker of an interrupted write. Anything else keeps "w-", which refuses the
+    call (:func:`_refused_create`), a finished write included: unlike ``write_array``'s resume
+    of its finished array, which has nothing to do, a tree's would rewrite its metadata and its
+    coordinates, so it is refused and changes nothing."""
     if mode != "w-":
         return mode
     from zarr.core.sync import sync
@@ -376,44 +378,17 @@ def _resumed_mode(
 
     prefix = f"{_join(group, '')}/" if _join(group, "") else ""
     variables = {_join(group, _join(p, str(v))) for p, ds in nodes.items() for v in ds.variables}
-    groups = {_join(group, p) for p in nodes}
 
     async def keys() -> list[str]:
         return [k async for k in base.list_prefix(prefix)]
 
     found: set[str] = set()
-    finished = False
     for key in sync(keys()):
-        node, _, name = key.rpartition("/")
-        if name == "zarr.json" and (node in variables or node in groups):
-            finished = True
-            continue
         owner = next((v for v in variables if key.startswith(v + "/")), None)
-        if owner is None or name == "zarr.json":
-            return "w-"  # something else: not ours to resume
+        if owner is None or key.rsplit("/", 1)[-1] == "zarr.json":
+            return "w-"  # metadata (written last), or something else: not ours to resume
         found.add(owner)
     # variables without shards (0-d ones) are written by zarr-python, without a marker
-    if not finished and not any(open_marker(ShardStore(base, v)) for v in found):
+    if not any(open_marker(ShardStore(base, v)) for v in found):
         return "w-"
     return "w"
-
-
-def _refuse_other_metadata(base: Any, overlay: Overlay, variables: list[str]) -> None:
-    """A resumed "w-" over stored metadata (:func:`_resumed_mode`): each stored variable's must
-    be the one this write creates (xarray's pass stored it in ``overlay``), else nothing of
-    this write is there to resume (``resolve``'s refusal, before any byte)."""
-    import json
-
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    async def meta(store: Any, key: str) -> Any:
-        buf = await store.get(key, prototype=default_buffer_prototype())
-        return None if buf is None else json.loads(buf.to_bytes())
-
-    for v in variables:
-        stored = sync(meta(base, f"{v}/zarr.json"))
-        if stored is not None and stored != sync(meta(overlay, f"{v}/zarr.json")):
-            raise ArrayExistsError(
-                f"{describe(base, v)} exists with other metadata: nothing to resume"
-            )
