@@ -51,12 +51,15 @@ class Shard:
             self.fetches.append(len(entries))
         return self.data, entries
 
-    def decode(self, local: Sequence[slice], threads: int | None) -> np.ndarray:
+    def decode(
+        self, local: Sequence[slice], threads: int | None, fetch_bytes: int | None = None
+    ) -> np.ndarray:
         cs = self.codec.chunk_shape
         box = [range(s.start // c, -(-s.stop // c)) for s, c in zip(local, cs, strict=True)]
         out = np.full([s.stop - s.start for s in local], -1, self.values.dtype)
         self.fetches.clear()
-        decode_into(self.codec, self.index, box, local, self.fetch, out, threads)
+        more = {} if fetch_bytes is None else {"fetch_bytes": fetch_bytes}
+        decode_into(self.codec, self.index, box, local, self.fetch, out, threads, **more)
         return out
 
 
@@ -89,6 +92,23 @@ def test_large_chunks_decode_a_region_starting_inside_a_chunk(
     shard = Shard(ShardCodec((192, 512), inner), _values((192, 512), chunk, empty=(1, 0)))
     wide = (local[0], slice(local[1].start * 5, local[1].stop * 5 + 3))
     np.testing.assert_array_equal(shard.decode(wide, threads), shard.values[wide])
+
+
+@pytest.mark.parametrize("chunk", [(64, 256), (32, 512)], ids=["strided", "contiguous"])
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("local", REGIONS, ids=str)
+def test_large_chunks_are_fetched_a_few_at_a_time(
+    local: tuple[slice, ...], threads: int, chunk: tuple[int, int]
+) -> None:
+    # the read path decodes a whole shard in one call (the chunks' places in the output found
+    # once) and bounds each fetch by fetch_bytes: here two 64 KiB chunks at most; a chunk
+    # spanning the trailing axis whole ("contiguous") is decoded straight into the output
+    inner = ChunkCodec(chunk, np.dtype("int32"), 0, bytes_codecs=(Zstd(),))
+    shard = Shard(ShardCodec((192, 512), inner), _values((192, 512), chunk, empty=(1, 0)))
+    wide = (local[0], slice(local[1].start * 5, local[1].stop * 5 + 3))
+    got = shard.decode(wide, threads, fetch_bytes=2 * inner.raw_nbytes + 1)
+    np.testing.assert_array_equal(got, shard.values[wide])
+    assert max(shard.fetches, default=0) <= 2
 
 
 @pytest.mark.parametrize("threads", [2, 3, 4])

@@ -9,7 +9,7 @@ chunk is contiguous, so the codecs read and write it without further copies.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -17,10 +17,18 @@ import numpy as np
 
 from ..compat import decode_sync, encode_sync
 from ..runtime.units import SMALL_CHUNK
-from .codecs import BytesCodec, Zstd
+from .codecs import Buffer, BytesCodec, Zstd
 from .frames import FrameArena
 
 Endian = Literal["little", "big"]
+
+
+def _copy_into(data: Buffer, out: memoryview) -> bool:
+    """The ``bytes``-only chain's decode into ``out``: the chunk's bytes copied."""
+    if len(data) != len(out):
+        raise ValueError(f"chunk holds {len(data)} bytes, expected {len(out)}")
+    out[:] = data
+    return True
 
 
 def raw_view(a: np.ndarray) -> memoryview:
@@ -374,28 +382,33 @@ class ChunkCodec:
             data = codec.encode(data)
         return bytes(data)
 
-    def decode_to(self, data: bytes | memoryview, dest: np.ndarray) -> bool:
-        """Decode one chunk straight into ``dest`` (the chunk's place in the output) when the
-        chain and ``dest`` allow it: no transpose, a plain or zstd-only chain, ``dest``
-        C-contiguous in the stored dtype. False, with nothing written, otherwise."""
+    def decoder_into(self, dtype: np.dtype[Any]) -> Callable[[Buffer, memoryview], bool] | None:
+        """A function decoding one chunk straight into a writable raw view of a chunk of the
+        stored shape (``dest`` of :meth:`decode_to`), when the chain allows it: no transpose, a
+        plain or zstd-only chain, ``dtype`` the stored dtype. The function returns False, with
+        nothing written, when it cannot (a zstd frame without its size); None otherwise. The
+        chain is checked once here, not per chunk."""
         if (
             self.zarr_chain is not None
             or self.nested is not None
             or self.order is not None
-            or dest.dtype != self.stored_dtype
-            or dest.shape != self.chunk_shape
-            or not dest.flags.c_contiguous
+            or dtype != self.stored_dtype
             or len(self.bytes_codecs) > 1
         ):
-            return False
-        out = raw_view(dest)
+            return None
         if not self.bytes_codecs:
-            if len(data) != len(out):
-                raise ValueError(f"chunk holds {len(data)} bytes, expected {len(out)}")
-            out[:] = data
-            return True
+            return _copy_into
         codec = self.bytes_codecs[0]
-        return isinstance(codec, Zstd) and codec.decode_into(data, out)
+        return codec.decode_into if isinstance(codec, Zstd) else None
+
+    def decode_to(self, data: bytes | memoryview, dest: np.ndarray) -> bool:
+        """Decode one chunk straight into ``dest`` (the chunk's place in the output) when the
+        chain and ``dest`` allow it: no transpose, a plain or zstd-only chain, ``dest``
+        C-contiguous in the stored dtype. False, with nothing written, otherwise."""
+        if dest.shape != self.chunk_shape or not dest.flags.c_contiguous:
+            return False
+        into = self.decoder_into(dest.dtype)
+        return into is not None and into(data, raw_view(dest))
 
     def decode(self, data: bytes | memoryview) -> np.ndarray:
         """Decode one inner chunk into a stored chunk (shape :attr:`stored_shape`).

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import crc32c as _crc32c
 import numcodecs
 import zstandard
+from numcodecs.zstd import decompress as _nc_decompress
 
 Buffer = bytes | bytearray | memoryview
 
@@ -36,13 +37,6 @@ _local = threading.local()
 
 def crc32c(data: Buffer) -> int:
     return int(_crc32c.crc32c(data))
-
-
-def _nc_zstd() -> Any:
-    c = getattr(_local, "nc_zstd", None)
-    if c is None:
-        c = _local.nc_zstd = numcodecs.Zstd()
-    return c
 
 
 @dataclass(frozen=True)
@@ -108,7 +102,9 @@ class Zstd:
         if size != len(out):
             raise ValueError(f"zstd frame claims {size} bytes, expected {len(out)}")
         try:
-            _nc_zstd().decode(data, out=out)
+            # numcodecs' module function, not its codec object: the same GIL-free decompress
+            # into ``out`` without the codec's argument wrapping, once per large chunk
+            _nc_decompress(data, out)
         except (RuntimeError, ValueError) as e:
             raise ValueError(f"zstd: {e}") from None
         return True

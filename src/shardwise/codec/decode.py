@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
 from ..runtime.units import SMALL_CHUNK
-from .chunks import ChunkDecodeError
+from .chunks import ChunkCodec, ChunkDecodeError, raw_view
 from .index import MISSING, ShardFormat, ShardIndex
 
 Fetch = Callable[[np.ndarray], tuple[Any, np.ndarray]]
@@ -92,16 +92,18 @@ def decode_into(
     fetch: Fetch,
     out: np.ndarray,
     threads: int | None = None,
+    fetch_bytes: int | None = None,
 ) -> None:
     """Decode the chunks of ``box`` and copy their part ``local`` (relative to the shard origin)
     into ``out``.
 
     The box is cut into slabs of chunk rows handled in parallel, each decoded and copied into
     ``out`` by the same pool thread: no stack of the whole box, and the copies run in parallel.
+    ``fetch_bytes``: large chunks are fetched at most this many raw bytes of them at a time
+    (default: all of a pool task's chunks in one fetch).
     """
-    inner = codec.inner
-    if box and inner.raw_nbytes >= SMALL_CHUNK and inner.nested is None and not inner.zarr_chain:
-        _decode_each_into(codec, index, box, local, fetch, out, threads)
+    if each_chunk(codec, box):
+        _decode_each_into(codec, index, box, local, fetch, out, threads, fetch_bytes)
         return
     size = _pool.pool_size() if threads is None else threads
     if not box or len(box[0]) < 2 or size < 2:
@@ -126,6 +128,39 @@ def decode_into(
     _pool.map_batches(run, list(itertools.pairwise(cuts)), threads)
 
 
+def each_chunk(codec: ShardFormat, box: Sequence[range]) -> bool:
+    """True when :func:`decode_into` decodes the chunks of ``box`` one by one straight into
+    place (large inner chunks of a chain shardwise runs itself), not through a stack."""
+    inner = codec.inner
+    return (
+        bool(box)
+        and inner.raw_nbytes >= SMALL_CHUNK
+        and inner.nested is None
+        and inner.zarr_chain is None
+    )
+
+
+def _places(
+    coords: np.ndarray, cs: Sequence[int], local: Sequence[slice]
+) -> tuple[list[tuple[slice, ...]], list[tuple[slice, ...] | None]]:
+    """Where each chunk of ``coords`` lands in the output of ``local``, and which part of the
+    chunk lands there (None: all of it); computed for all chunks at once, with numpy."""
+    c = np.asarray(cs, dtype=np.int64)
+    lo = coords * c
+    starts = np.asarray([sl.start for sl in local], dtype=np.int64)
+    stops = np.asarray([sl.stop for sl in local], dtype=np.int64)
+    a = np.maximum(lo, starts)
+    b = np.minimum(lo + c, stops)
+    whole = ((a == lo) & (b == lo + c)).all(axis=1).tolist()
+    d0, d1 = (a - starts).tolist(), (b - starts).tolist()
+    s0, s1 = (a - lo).tolist(), (b - lo).tolist()
+    dst = [tuple(map(slice, x, y)) for x, y in zip(d0, d1, strict=True)]
+    src: list[tuple[slice, ...] | None] = [
+        None if w else tuple(map(slice, x, y)) for w, x, y in zip(whole, s0, s1, strict=True)
+    ]
+    return dst, src
+
+
 def _decode_each_into(
     codec: ShardFormat,
     index: ShardIndex,
@@ -134,53 +169,71 @@ def _decode_each_into(
     fetch: Fetch,
     out: np.ndarray,
     threads: int | None,
+    fetch_bytes: int | None = None,
 ) -> None:
     """:func:`decode_into` for large chunks: each chunk is decoded and copied straight into
-    ``out`` by a pool thread (no stack: one pass over the output's memory)."""
-    inner, cs, key = codec.inner, codec.chunk_shape, index.key
+    ``out`` by a pool thread (no stack: one pass over the output's memory).
+
+    The places of the chunks in ``out`` are computed once for the whole box, with numpy; a
+    chunk that is a contiguous run of ``out`` is decoded into it, any other into the thread's
+    reused chunk buffer and copied from there (the one copy left): little Python per chunk."""
+    inner, key = codec.inner, index.key
     coords = box_coords(box)
     entries = index.ranges(np.ravel_multi_index(tuple(coords.T), codec.grid))
     inv = None if inner.order is None else [int(i) for i in np.argsort(inner.order)]
-
-    def place(c: Sequence[int]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
-        """Where chunk ``c`` lands in ``out``, and which part of the chunk lands there."""
-        dst, src = [], []
-        for ci, n, sl in zip(c, cs, local, strict=True):
-            lo, hi = max(ci * n, sl.start), min(ci * n + n, sl.stop)
-            dst.append(slice(lo - sl.start, hi - sl.start))
-            src.append(slice(lo - ci * n, hi - ci * n))
-        return tuple(dst), tuple(src)
-
+    dst, src = _places(coords, codec.chunk_shape, local)
     present = entries[:, 0] != MISSING
-    for c in coords[~present].tolist():
-        out[place(c)[0]] = inner.fill_value
+    for i in np.flatnonzero(~present).tolist():
+        out[dst[i]] = inner.fill_value
     todo = np.flatnonzero(present)
     if not todo.size:
         return
+    into = inner.decoder_into(out.dtype)
+    per_fetch = len(todo) if fetch_bytes is None else max(1, fetch_bytes // inner.raw_nbytes)
 
     def run(js: Sequence[int]) -> list[None]:
-        # each batch fetches its own chunks: range reads run on the pool, next to the decoding
-        buf, segs = fetch(entries[todo[js[0] : js[-1] + 1]])
-        mv = memoryview(buf)
-        seg_list = segs.tolist()
-        for k, j in enumerate(js):
-            c = coords[todo[j]].tolist()
-            o, n = seg_list[k]
-            dst, src = place(c)
-            try:
-                if inner.decode_to(mv[o : o + n], out[dst]):
-                    continue  # decoded in place: a whole chunk, contiguous in the output
-                value = reused_array(inner.stored_shape, inner.stored_dtype, "chunk")
-                if not inner.decode_to(mv[o : o + n], value):
-                    value = inner.decode(mv[o : o + n])
-            except ValueError as e:
-                raise CorruptShardError(key, f"cannot decode: {e}", chunk=tuple(c)) from None
-            if inv is not None:
-                value = value.transpose(inv)
-            out[dst] = value[src]
+        chunk = reused_array(inner.stored_shape, inner.stored_dtype, "chunk")
+        chunk_raw = raw_view(chunk) if into is not None else None
+        for a in range(0, len(js), per_fetch):
+            sub = todo[js[a] : js[min(a + per_fetch, len(js)) - 1] + 1]
+            # each batch fetches its own chunks: range reads run on the pool, next to decoding
+            buf, segs = fetch(entries[sub])
+            mv = memoryview(buf)
+            for i, (o, n) in zip(sub.tolist(), segs.tolist(), strict=True):
+                try:
+                    _decode_one(
+                        inner, into, mv[o : o + n], out, dst[i], src[i], chunk, chunk_raw, inv
+                    )
+                except ValueError as e:
+                    c = tuple(int(x) for x in coords[i])
+                    raise CorruptShardError(key, f"cannot decode: {e}", chunk=c) from None
         return [None] * len(js)
 
     _pool.map_batches(run, list(range(len(todo))), threads)
+
+
+def _decode_one(
+    inner: ChunkCodec,
+    into: Callable[[Any, memoryview], bool] | None,
+    data: memoryview,
+    out: np.ndarray,
+    dst: tuple[slice, ...],
+    src: tuple[slice, ...] | None,
+    chunk: np.ndarray,
+    chunk_raw: memoryview | None,
+    inv: list[int] | None,
+) -> None:
+    """Decode one chunk's ``data`` and copy its part ``src`` to ``out[dst]``."""
+    target = out[dst]
+    if into is not None and src is None and target.flags.c_contiguous:  # noqa: SIM102
+        if into(data, raw_view(target)):
+            return  # decoded in place: a whole chunk, contiguous in the output
+    value = chunk
+    if into is None or chunk_raw is None or not into(data, chunk_raw):
+        value = inner.decode(data)
+    if inv is not None:
+        value = value.transpose(inv)
+    target[...] = value if src is None else value[src]
 
 
 def _fetched(buf: Any, segs: np.ndarray) -> Fetch:

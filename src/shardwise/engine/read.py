@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codec.decode import Fetch, decode_chunks, decode_into
+from ..codec.decode import Fetch, decode_chunks, decode_into, each_chunk
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import ShardIndex
 from ..core import args
@@ -184,6 +184,12 @@ class ShardReader:
                 out[_dest(part, region, steps)] = self.info.fill_value
                 return
             index, fetch = got
+            if small_fetch and steps is None and each_chunk(codec, box):
+                # large chunks: one call places every chunk of the shard (their places in
+                # ``out`` computed once), fetching GROUP_BYTES of them at a time per pool task
+                target = out[_dest(part, region, None)]
+                decode_into(codec, index, box, local, fetch, target, threads, GROUP_BYTES)
+                return
 
             def run(batch: Sequence[list[range]]) -> list[None]:
                 for fbox in batch:
