@@ -64,11 +64,8 @@ case "$cmd" in
         "$venv/bin/ruff" format --check src tests benchmarks
         say "types: mypy"
         "$venv/bin/mypy"
-        # two worker processes, each running whole test files (a file's module-scoped
-        # fixtures, such as its cluster, stay in one process): what waits on servers,
-        # subprocesses and clusters overlaps; the tests hold under that load by design
-        say "tests: pytest -n 2 --dist loadfile $*"
-        exec "$venv/bin/python" -m pytest -n 2 --dist loadfile --durations=40 "$@" ;;
+        say "tests: pytest $*"
+        exec "$venv/bin/python" -m pytest --durations=40 "$@" ;;
     docs)
         setup
         # warnings are errors (numpydoc's validation of the public verbs included); --keep-going

@@ -97,11 +97,39 @@ def s3_client(endpoint: str, bucket: str = BUCKET) -> Any:
     return client
 
 
+_S3_WRITES = threading.RLock()
+
+
+def atomic_conditional_writes() -> None:
+    """Make the in-process moto server check a write's condition and store it in one step,
+    as S3 does. moto checks ``If-Match`` / ``If-None-Match`` in its request handler and stores
+    afterwards, with the hashing of the body between: two conditional puts of one key served
+    by two of its threads at once could both pass the check, and the second would silently
+    replace the first, which S3 never does. Every object put, copy, delete and
+    multipart completion runs under one lock here (a test server's throughput is no concern).
+    ``test_conditional.py::test_moto_refuses_all_but_one_of_racing_conditional_puts``."""
+    from moto.s3.responses import S3Response
+
+    for name in ("put_object", "copy_object", "delete_object", "_key_response_post"):
+        handler = getattr(S3Response, name)
+        if getattr(handler, "atomic", False):
+            continue
+
+        def locked(self: Any, *args: Any, _handler: Any = handler, **kwargs: Any) -> Any:
+            with _S3_WRITES:
+                return _handler(self, *args, **kwargs)
+
+        locked.atomic = True  # type: ignore[attr-defined]
+        setattr(S3Response, name, locked)
+
+
 @contextmanager
 def moto_s3(bucket: str = BUCKET) -> Iterator[MotoS3]:
-    """A moto S3 server on a free port of 127.0.0.1 with ``bucket`` created."""
+    """A moto S3 server on a free port of 127.0.0.1 with ``bucket`` created, enforcing
+    conditional writes atomically (:func:`atomic_conditional_writes`)."""
     from moto.server import ThreadedMotoServer
 
+    atomic_conditional_writes()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

@@ -132,6 +132,52 @@ def test_moto_enforces_if_match_and_if_none_match(s3: MotoS3) -> None:
     assert s3.client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"two"
 
 
+@pytest.mark.parametrize("racers", [8])
+def test_moto_refuses_all_but_one_of_racing_conditional_puts(s3: MotoS3, racers: int) -> None:
+    """Racing conditional puts of one key, each on what it read (the same ETag, or nothing):
+    exactly one lands per round, as on S3. The racers start together (a barrier), after all
+    of them read, so every round is a race. (moto checks a condition and stores in two steps;
+    faultkit.atomic_conditional_writes makes the two one, as on S3.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import boto3
+    from botocore.exceptions import ClientError
+
+    clients = [
+        boto3.client(
+            "s3",
+            endpoint_url=s3.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        for _ in range(racers)
+    ]
+    key = f"race-{unique()}/k"
+    barrier = threading.Barrier(racers)
+
+    def put(i: int, cond: dict[str, str], body: bytes) -> bool:
+        barrier.wait()
+        try:
+            clients[i].put_object(Bucket=BUCKET, Key=key, Body=body, **cond)
+            return True
+        except ClientError as e:
+            assert "PreconditionFailed" in str(e) or "ConditionalRequestConflict" in str(e)
+            return False
+
+    with ThreadPoolExecutor(racers) as pool:
+        for round_ in range(20):
+            etag = None if round_ == 0 else s3.client.head_object(Bucket=BUCKET, Key=key)["ETag"]
+            cond = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+            # bodies differ from every earlier one (a put of the stored bytes keeps the ETag);
+            # large, so the server spends a while between its check and its store (hashing)
+            bodies = [b"%d-%d" % (round_, i) + bytes(4 << 20) for i in range(racers)]
+            landed = list(pool.map(put, range(racers), [cond] * racers, bodies))
+            assert sum(landed) == 1, (round_, landed)
+            winner = bodies[landed.index(True)]
+            assert s3.client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == winner
+
+
 def test_conditional_commits_through_s3_faults(s3: MotoS3) -> None:
     """A lost answer to a conditional put: the retry is refused (412, the put had landed), the
     writer reads its own commit back and merges again onto it, which changes nothing."""
