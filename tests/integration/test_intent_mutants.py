@@ -6,9 +6,9 @@ before any keyword is looked at; a resumed "w-" finds the write it resumes at a 
 store, and refuses when there is none; a resumed region write never replaces the array; resume
 with ``compute=False`` finishes the interrupted write when computed; another writer's array
 (same metadata) found by the create is refused, while this write's own create whose answer was
-lost counts as done; a region write where no array is refused with its advice. Each test names
-the mutants it kills. Real
-stores: local files (and zarr's own arrays)."""
+lost counts as done; a region write where no array is refused with its advice; to_zarr writes
+each of its variables once (`mutation/run.py write/pipeline`). Each test names the mutants it
+kills. Real stores: local files (and zarr's own arrays)."""
 
 from __future__ import annotations
 
@@ -220,3 +220,17 @@ def test_the_job_asks_the_scheduler_the_write_runs_on(tmp_path: Path, where: str
             plan = shardwise.plan_write(source, tmp_path / "p", chunks=(4, 4), shards=(8, 8))
     assert plan.strategy == ("staged" if where == "processes" else "direct"), plan.reason
     assert plan.source_chunks == ((6, 6, 4), (6, 6, 4))
+
+
+def test_to_zarr_writes_each_variable_once(tmp_path: Path) -> None:
+    # kills Pipeline.parts_3 (every array's part built for each variable asked: each written
+    # as many times as there are variables, and counted so)
+    import xarray as xr
+
+    ds = xr.Dataset({"a": (("y", "x"), data()), "b": (("y", "x"), data() * 2)})
+    enc = {name: dict(LAYOUT) for name in ds.data_vars}
+    report = shardwise.to_zarr(ds, tmp_path / "s.zarr", encoding=enc)
+    stored = [k for k in snapshot(tmp_path / "s.zarr") if "/c/" in k and ".shardwise" not in k]
+    assert report.shards_written == len(stored) == 8, (report, stored)
+    with xr.open_zarr(tmp_path / "s.zarr") as got:
+        xr.testing.assert_identical(got.load(), ds)
