@@ -26,6 +26,7 @@ from shardwise.durability.journal import (
     Journal,
     Record,
     WriteMarker,
+    appends_of,
     clear_array,
     marker_name,
     now,
@@ -328,3 +329,24 @@ def test_a_path_with_a_leading_slash_never_reaches_outside_the_store(tmp_path: P
     stray.write_bytes(b"partial")
     assert remove_temp_files(s, {"zarr.json"}) == [f"zarr.{HEX_A}.partial"]
     assert not stray.exists()
+
+
+def test_appends_of_finds_the_appends_of_one_dimension_and_status() -> None:
+    # kills appends_of_5 (every marker taken for an append of that dimension and status)
+    store = ShardStore(MemoryStore())
+
+    def put(lo: int, status: str, append: dict | None) -> None:
+        region = [[lo, lo + 2], [0, 3]]
+        m = WriteMarker(
+            id=f"w{lo}", region=region, shape=[8, 3], status=status, started=now(), append=append
+        )
+        store.put(marker_name(tuple(slice(a, b) for a, b in region)), m.to_bytes())
+
+    put(0, "done", None)  # a write that is no append
+    put(2, "open", None)
+    put(4, "open", {"dim": "t", "axis": 0, "id": "a"})
+    put(6, "done", {"dim": "t", "axis": 0, "id": "b"})
+    put(8, "open", {"dim": "u", "axis": 0, "id": "c"})
+    assert [m.id for m in appends_of(store, "t", "open")] == ["w4"]
+    assert [m.id for m in appends_of(store, "t", "done")] == ["w6"]
+    assert [m.id for m in appends_of(store, "u", "open")] == ["w8"]

@@ -225,3 +225,33 @@ def test_a_lease_that_vanished_after_its_create_is_not_taken() -> None:
     with pytest.raises(LeaseHeldError) as err:
         Lease.acquire(st)
     assert str(err.value) == _message(st, LEASE, "an unknown writer (the lease vanished)")
+
+
+# -- survivors of the mutation lane (`mutation/run.py durability/lease`) --------------------------
+
+
+def test_renew_rewrites_the_heartbeat_of_the_lease_it_holds(tmp_path: Path) -> None:
+    # kills renew_19 (the conditional rewrite refused: the heartbeat never stored) and renew_39
+    # (a lease still held read as lost)
+    st = ShardStore(LocalStore(tmp_path), "arr")
+    with Lease.acquire(st) as lease:
+        before = read_lease(st)
+        assert before is not None and before.token == lease.info.token
+        assert lease.renew() is True
+        after = read_lease(st)
+        assert after is not None and after.token == lease.info.token
+        assert after.renewed == lease.info.renewed > before.renewed
+
+
+def test_a_takeover_refused_by_a_live_shared_lease_names_that_lease(tmp_path: Path) -> None:
+    # kills acquire_28 (the refusal names no lease)
+    st = ShardStore(LocalStore(tmp_path), "arr")
+    live = Lease.acquire_shared(st, purpose="a running region job")
+    try:
+        (name,) = shared_leases(st)
+        with pytest.raises(LeaseHeldError) as err:
+            Lease.acquire(st, takeover=True)
+        assert repr(st.key(name)) in str(err.value), str(err.value)
+        assert read_lease(st) is None and set(shared_leases(st)) == {name}
+    finally:
+        live.release()

@@ -235,6 +235,21 @@ def s3() -> Iterator[MotoS3]:
         yield s
 
 
+def test_a_direct_write_leaves_multipart_uploads_alone(s3: MotoS3) -> None:
+    """A direct write stores each shard with one put, never in parts: its finish looks for no
+    multipart uploads, and an upload open at one of its shards' keys is not its to abort (the
+    mutation lane's write/pipeline: ``_Finish.__call__``'s ``multipart=kind != "direct"``)."""
+    prefix = unique()
+    store = s3.obstore(prefix)
+    upload = s3.client.create_multipart_upload(Bucket=BUCKET, Key=f"{prefix}/c/1/1")["UploadId"]
+    report = shardwise.write_array(data(), store, **KW)
+    assert report.shards_written == NSHARDS - 1
+    parts = s3.client.list_parts(Bucket=BUCKET, Key=f"{prefix}/c/1/1", UploadId=upload)
+    assert parts.get("Parts", []) == []  # still open: not aborted
+    s3.client.abort_multipart_upload(Bucket=BUCKET, Key=f"{prefix}/c/1/1", UploadId=upload)
+    np.testing.assert_array_equal(shardwise.open_array(store).compute(), data())
+
+
 def test_resume_aborts_abandoned_multipart_uploads(s3: MotoS3) -> None:
     prefix, neighbour = unique(), unique()
     store = s3.obstore(prefix)

@@ -451,3 +451,21 @@ def test_a_record_temp_file_alone_marks_a_shardwise_array(tmp_path: Path) -> Non
         ("unrecorded", "c/1"),
     ]
     assert report.shards_recorded == 0 and report.notes == []
+
+
+@pytest.mark.parametrize("path", ["g/x", None])
+def test_verify_names_the_metadata_gone_under_a_finished_journal(
+    tmp_path: Path, path: str | None
+) -> None:
+    # kills verify's _check_unfinished_20 (the problem made without its key: a TypeError)
+    root = tmp_path / "s.zarr"
+    if path is not None:
+        zarr.create_group(root)
+    shardwise.write_array(np.arange(64, dtype="int16").reshape(8, 8), root, path=path,
+                          chunks=(2, 2), shards=(4, 4))  # fmt: skip
+    key = "zarr.json" if path is None else f"{path}/zarr.json"
+    (root / key).unlink()
+    report = shardwise.verify(root)
+    assert not report.ok
+    problems = [(p.kind, p.key) for p in report.problems]
+    assert ("metadata", key) in problems, report.problems

@@ -5,24 +5,28 @@ stored layout whatever layout keywords it is given; "w-" over an array refuses w
 before any keyword is looked at; a resumed "w-" finds the write it resumes at a path inside a
 store, and refuses when there is none; a resumed region write never replaces the array; resume
 with ``compute=False`` finishes the interrupted write when computed; another writer's array
-(same metadata) found by the create is refused. Each test names the mutants it kills. Real
-stores: local files (and zarr's own arrays)."""
+(same metadata) found by the create is refused, while this write's own create whose answer was
+lost counts as done; a region write where no array is refused with its advice; to_zarr writes
+each of its variables once (`mutation/run.py write/pipeline`). Each test names the mutants it
+kills. Real stores: local files (and zarr's own arrays)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from zarr.storage import LocalStore, MemoryStore
+from zarr.abc.store import Store
+from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
 from faultkit import snapshot, wait_until
-from shardwise.errors import ArrayExistsError
+from shardwise.errors import ArrayExistsError, InvalidValueError
 from shardwise.write.intent import create_metadata
 
 LAYOUT = dict(chunks=(2, 2), shards=(4, 4))
@@ -107,6 +111,18 @@ def test_a_resumed_region_write_in_mode_w_keeps_the_rest_of_the_array(tmp_path: 
     np.testing.assert_array_equal(z[:], want)
 
 
+@pytest.mark.parametrize("mode", ["a", "w-", "w"])
+def test_a_region_write_where_no_array_is_refused_with_its_advice(
+    tmp_path: Path, mode: str
+) -> None:
+    # kills resolve_66 (the refusal's message)
+    region = (slice(0, 4), slice(None))
+    with pytest.raises(InvalidValueError) as err:
+        shardwise.write_array(data()[:4], tmp_path / "a", mode=mode, resume=True, region=region)
+    assert str(err.value) == "region= needs an existing array (mode='r+' or 'a')"
+    assert not (tmp_path / "a").exists()
+
+
 def test_resume_with_compute_false_finishes_the_interrupted_write(tmp_path: Path) -> None:
     """A write whose source fails on its last block, resumed with ``compute=False``: nothing
     runs at the call; the computed graph writes only the shards the failed try left."""
@@ -158,6 +174,33 @@ def test_create_metadata_refuses_an_array_another_writer_created_first(tmp_path:
         create_metadata(zstore, "theirs", kwargs, probe)
 
 
+class LostAnswer(WrapperStore[Store]):
+    """A store whose first write of an array's ``zarr.json`` is stored but answered with a
+    dropped connection (a transient failure: the request went through, its answer was lost)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.lost = 0
+
+    async def set(self, key: str, value: Any) -> None:
+        await self._store.set(key, value)
+        if key.endswith("zarr.json") and not self.lost:
+            self.lost += 1
+            raise ConnectionResetError(f"the answer to the write of {key} was lost")
+
+
+def test_create_metadata_counts_its_own_create_whose_answer_was_lost(tmp_path: Path) -> None:
+    # kills create_metadata_17 (the stored metadata compared without the probe) and
+    # create_metadata_27 (the first try not remembered: its own array refused as another's)
+    kwargs = dict(shape=(8, 8), dtype="int16", **LAYOUT)
+    probe = zarr.create_array(MemoryStore(), **kwargs)
+    zstore = LostAnswer(LocalStore(tmp_path / "s.zarr"))
+    create_metadata(zstore, "mine", kwargs, probe)  # stored, its answer lost, tried again: done
+    assert zstore.lost == 1
+    z = zarr.open_array(LocalStore(tmp_path / "s.zarr"), path="mine")
+    assert (z.shape, z.chunks, z.shards, z.dtype) == ((8, 8), (2, 2), (4, 4), np.int16)
+
+
 @pytest.mark.parametrize("where", ["threads", "processes", "local cluster"])
 def test_the_job_asks_the_scheduler_the_write_runs_on(tmp_path: Path, where: str) -> None:
     """A misaligned dask source is rechunked in memory (direct) on this process's threads and on
@@ -177,3 +220,17 @@ def test_the_job_asks_the_scheduler_the_write_runs_on(tmp_path: Path, where: str
             plan = shardwise.plan_write(source, tmp_path / "p", chunks=(4, 4), shards=(8, 8))
     assert plan.strategy == ("staged" if where == "processes" else "direct"), plan.reason
     assert plan.source_chunks == ((6, 6, 4), (6, 6, 4))
+
+
+def test_to_zarr_writes_each_variable_once(tmp_path: Path) -> None:
+    # kills Pipeline.parts_3 (every array's part built for each variable asked: each written
+    # as many times as there are variables, and counted so)
+    import xarray as xr
+
+    ds = xr.Dataset({"a": (("y", "x"), data()), "b": (("y", "x"), data() * 2)})
+    enc = {name: dict(LAYOUT) for name in ds.data_vars}
+    report = shardwise.to_zarr(ds, tmp_path / "s.zarr", encoding=enc)
+    stored = [k for k in snapshot(tmp_path / "s.zarr") if "/c/" in k and ".shardwise" not in k]
+    assert report.shards_written == len(stored) == 8, (report, stored)
+    with xr.open_zarr(tmp_path / "s.zarr") as got:
+        xr.testing.assert_identical(got.load(), ds)

@@ -3,11 +3,14 @@
 named): an append that asks for consolidated metadata on a store written without it leaves the
 root consolidated, showing every row appended, as xarray's own engine does; an append resumed
 with ``compute=False`` after its source failed writes nothing at the call and appends the rows
-once when computed. Each test names what it kills. Real stores: local files."""
+once when computed; an append that gives its rows back drops only the shards it stored (another
+write's past its start are kept); a shard counts as whole only with its recorded bytes. Each
+test names what it kills. Real stores: local files."""
 
 from __future__ import annotations
 
 import json
+import uuid
 import warnings
 from pathlib import Path
 
@@ -15,8 +18,13 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
+from zarr.storage import LocalStore
 
 import shardwise
+from faultkit import snapshot
+from shardwise.durability.journal import WriteMarker, marker_name, now, region_list
+from shardwise.storage.store import ShardStore
+from shardwise.xarray.appends import _drop_stored, _whole
 
 ENC = {"v": {"chunks": (2, 3), "shards": (4, 3)}, "t": {"chunks": (2,), "shards": (4,)}}
 
@@ -74,3 +82,41 @@ def test_an_append_resumed_with_compute_false_appends_once_when_computed(
         with xr.open_zarr(root, consolidated=consolidated) as ds:
             xr.testing.assert_identical(ds.load(), rows(0, 10))
     assert shardwise.verify(root).ok
+
+
+def _stored(root: Path) -> tuple[ShardStore, dict[str, str]]:
+    """A 12-row array of three shards written by one write_array, its store and snapshot."""
+    x = np.arange(24, dtype="int16").reshape(12, 2)
+    shardwise.write_array(x, root, chunks=(2, 2), shards=(4, 2))
+    return ShardStore(LocalStore(root)), snapshot(root)
+
+
+def test_a_given_back_append_drops_only_the_shards_it_stored(tmp_path: Path) -> None:
+    # kills _drop_stored_3 (every marker's write taken for the append's: the shards another write
+    # recorded past the append's start deleted with their records)
+    store, before = _stored(tmp_path / "a")
+    region = (slice(12, 16), slice(0, 2))  # an append's marker: it stored nothing yet
+    marker = WriteMarker(
+        id=uuid.uuid4().hex,
+        region=region_list(region),
+        shape=[16, 2],
+        status="open",
+        started=now(),
+        append={"dim": "t", "axis": 0, "id": "the append", "holder": None},
+    )
+    store.put(marker_name(region), marker.to_bytes())
+    _drop_stored(store, 0, 4, "the append")
+    after = snapshot(tmp_path / "a")
+    assert {k: v for k, v in after.items() if k in before} == before  # the other write's shards
+
+
+def test_a_shard_counts_as_whole_only_with_its_recorded_bytes(tmp_path: Path) -> None:
+    # kills _whole_14 (a shard of the recorded size but other bytes counted as whole: the open
+    # marker of a rewritten array closed over a torn shard)
+    store, _ = _stored(tmp_path / "a")
+    assert _whole(store, "c/1/0") and _whole(store, "c/5/0")  # recorded, and never stored
+    shard = tmp_path / "a" / "c" / "1" / "0"
+    raw = bytearray(shard.read_bytes())
+    raw[0] ^= 0xFF  # the same size, other bytes
+    shard.write_bytes(bytes(raw))
+    assert not _whole(store, "c/1/0")
