@@ -107,8 +107,24 @@ def atomic_conditional_writes() -> None:
     by two of its threads at once could both pass the check, and the second would silently
     replace the first, which S3 never does. Every object put, copy, delete and
     multipart completion runs under one lock here (a test server's throughput is no concern).
-    ``test_conditional.py::test_moto_refuses_all_but_one_of_racing_conditional_puts``."""
+    ``test_conditional.py::test_moto_refuses_all_but_one_of_racing_conditional_puts``.
+
+    moto also hashes an object's ETag on first use, reading its buffer without the lock its
+    value reads take: a GET of a new object while its PUT's answer hashed it could cache the
+    ETag of empty bytes for it (two such versions then pass each other's ``If-Match``). Objects
+    are hashed here as they are made, before any request sees them
+    (``test_conditional.py::test_moto_hashes_an_etag_before_a_read_can_move_its_buffer``)."""
+    from moto.s3.models import FakeKey
     from moto.s3.responses import S3Response
+
+    if not getattr(FakeKey.__init__, "atomic", False):
+
+        def hashed(self: Any, *args: Any, _init: Any = FakeKey.__init__, **kwargs: Any) -> None:
+            _init(self, *args, **kwargs)
+            _ = self.etag  # cached: no later read of the buffer can spoil it
+
+        hashed.atomic = True  # type: ignore[attr-defined]
+        FakeKey.__init__ = hashed
 
     for name in ("put_object", "copy_object", "delete_object", "_key_response_post"):
         handler = getattr(S3Response, name)

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import threading
@@ -39,6 +40,7 @@ from faultkit import (
     FaultProxy,
     MotoS3,
     NoSpaceStore,
+    atomic_conditional_writes,
     files,
     forkserver,
     moto_s3,
@@ -130,6 +132,31 @@ def test_moto_enforces_if_match_and_if_none_match(s3: MotoS3) -> None:
     with pytest.raises(AlreadyExistsError):
         obstore.put(inner, key, b"three", mode="create")
     assert s3.client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"two"
+
+
+def test_moto_hashes_an_etag_before_a_read_can_move_its_buffer() -> None:
+    """A read of an object's value (another request's GET) in the middle of the hashing of its
+    ETag (its PUT's answer) leaves the right ETag: moto hashes on first use, sharing the buffer's
+    position with value reads; faultkit.atomic_conditional_writes hashes as the object is made.
+    The read is forced into the hashing here, in one thread."""
+    from moto.s3.models import FakeKey
+
+    atomic_conditional_writes()
+    data = b"shard bytes " * 1000
+    key = FakeKey("k", data, account_id="123456789012", region_name="us-east-1")
+    buf = key._value_buffer
+
+    class ReadMeanwhile:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(buf, name)
+
+        def read(self, *args: Any) -> bytes:
+            key._value_buffer = buf
+            assert key.value == data  # the other request's read: leaves the position at the end
+            return bytes(buf.read(*args))
+
+    key._value_buffer = ReadMeanwhile()
+    assert key.etag == f'"{hashlib.md5(data).hexdigest()}"'
 
 
 @pytest.mark.parametrize("racers", [8])
