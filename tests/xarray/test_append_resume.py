@@ -25,7 +25,17 @@ import pytest
 import xarray as xr
 
 import shardwise
-from faultkit import MotoS3, exe, forkserver, hold_block, moto_s3, settle, unique, wait_until
+from faultkit import (
+    MotoS3,
+    exe,
+    forkserver,
+    hold_block,
+    moto_s3,
+    settle,
+    snapshot,
+    unique,
+    wait_until,
+)
 from shardwise.durability.journal import read_records
 from shardwise.storage.store import ShardStore, resolve_store
 
@@ -72,16 +82,30 @@ def writes_recorded(store: Any, path: str) -> dict[str, str]:
     return {k: r.write for k, r in found.items() if r is not None}
 
 
-def killed_append(kind: str, where_: str, endpoint: str, where: str, started: Any) -> None:
-    """The append of rows START:START+N that gets SIGKILLed: ``where`` "data" holds one source
+def killed_append(
+    kind: str, where_: str, endpoint: str, where: str, started: Any, lo: int = START
+) -> None:
+    """The append of rows lo:lo+N that gets SIGKILLed: ``where`` "data" holds one source
     block of v (the other shards are stored); "reservation" holds the commit that grows the
-    second array, after the lead's (the arrays then disagree on the length)."""
+    second array, after the lead's (the arrays then disagree on the length); "window" stops
+    after the lead's commit, before the markers that name its rows; "claim" stops before the
+    lead's commit (its record put: durability/appending.py)."""
     import shardwise.storage.conditional as cond
+    import shardwise.xarray.appends as appends
 
-    ds = rows(START, START + N)
+    def stop(*_: Any) -> None:
+        if not started.is_set():
+            started.set()
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    ds = rows(lo, lo + N)
     if where == "data":
         src = da.from_array(ds["v"].values, chunks=(SHARD, WIDTH))
         ds["v"] = ds["v"].copy(data=src.map_blocks(hold_block, (HELD, 0), dtype=src.dtype))
+    elif where == "window":
+        appends.after_claim = stop
+    elif where == "claim":
+        cond.before_commit = stop  # the first commit: the lead's
     else:
         seen: list[str] = []
 
@@ -98,25 +122,40 @@ def killed_append(kind: str, where_: str, endpoint: str, where: str, started: An
         shardwise.to_zarr(ds, open_store(kind, where_, endpoint), append_dim="t")
 
 
+def stopped_append(kind: str, root: str, where: str, endpoint: str = "", lo: int = START) -> Any:
+    """The appending process, stopped at ``where`` (not "data"): alive, until killed or
+    continued."""
+    ctx = forkserver()
+    started = ctx.Event()
+    proc = ctx.Process(target=killed_append, args=(kind, root, endpoint, where, started, lo))
+    proc.start()
+    assert started.wait(300)
+    wait_until(lambda: _stopped(proc.pid), f"the writer stopped at {where!r}")
+    return proc
+
+
 def kill(kind: str, root: str, where: str, endpoint: str = "") -> None:
+    if where != "data":
+        proc = stopped_append(kind, root, where, endpoint)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(60)
+        assert proc.exitcode == -signal.SIGKILL
+        return
     ctx = forkserver()
     started = ctx.Event()
     before = writes_recorded(open_store(kind, root, endpoint), "v")
     proc = ctx.Process(target=killed_append, args=(kind, root, endpoint, where, started))
     proc.start()
     assert started.wait(300)
-    if where == "data":
-        # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28), all 9
-        # recorded by this append (the first, rows 8:12, merged, replaces an earlier record)
-        store = open_store(kind, root, endpoint)
+    # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28), all 9
+    # recorded by this append (the first, rows 8:12, merged, replaces an earlier record)
+    store = open_store(kind, root, endpoint)
 
-        def nine_done() -> bool:
-            now = writes_recorded(store, "v")
-            return sum(before.get(k) != w for k, w in now.items()) >= 9
+    def nine_done() -> bool:
+        now = writes_recorded(store, "v")
+        return sum(before.get(k) != w for k, w in now.items()) >= 9
 
-        wait_until(nine_done, "9 shards of v recorded by the append")
-    else:
-        wait_until(lambda: _stopped(proc.pid), "the writer stopped between its reservations")
+    wait_until(nine_done, "9 shards of v recorded by the append")
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(60)
     assert proc.exitcode == -signal.SIGKILL
@@ -134,7 +173,14 @@ def s3() -> Iterator[MotoS3]:
 
 
 @pytest.mark.parametrize(
-    "kind,where", [("local", "data"), ("local", "reservation"), ("s3", "data")]
+    "kind,where",
+    [
+        ("local", "data"),
+        ("local", "reservation"),
+        ("local", "window"),  # its rows in the lead's length, named by its record alone
+        ("s3", "data"),
+        ("s3", "window"),
+    ],
 )
 def test_a_killed_append_rerun_as_verify_advises_finishes_its_rows(
     tmp_path: Path, kind: str, where: str, request: pytest.FixtureRequest
@@ -247,4 +293,52 @@ def test_resume_does_not_finish_an_append_that_is_still_running(tmp_path: Path) 
         thread.join(300)
     assert errors == []
     assert f"rows {START + N}:{START + 2 * N} reserved" in " ".join(rep.notes), rep.notes
+    assert_holds(root, START + 2 * N)
+
+
+def test_an_append_killed_before_its_reservation_is_appended_once(tmp_path: Path) -> None:
+    """Killed with its record put but before the lead's commit: nothing of it is stored. verify
+    says the append did not finish; resume=True appends its rows once (no rows were reserved to
+    finish) and removes the record: verify clean."""
+    root = tmp_path / "a.zarr"
+    base(root)
+    kill("local", str(root), "claim")
+    with xr.open_zarr(root) as ds:
+        assert ds.sizes["t"] == START  # nothing reserved
+    rep = shardwise.verify(root)
+    advice = [p.message for p in rep.problems if p.kind == "incomplete"]
+    assert len(advice) == 1 and "stopped before it reserved them" in advice[0], rep
+    assert "append_dim='t', resume=True" in advice[0]
+    done = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    assert f"rows {START}:{START + N} reserved" in " ".join(done.notes), done.notes
+    assert_holds(root, START + N)
+
+
+def test_resume_never_finishes_rows_an_append_still_reserving_holds(tmp_path: Path) -> None:
+    """K is killed before its commit (its record stays); A, alive, stops between its commit
+    (rows 10:50) and its markers. A resume of K's shape then sees 40 rows no marker names after
+    the length K saw: A's, or K's had K committed first. It refuses (nothing written) rather
+    than take A's rows or append K's again; verify notes A reserving and is otherwise only
+    K's. Once A goes on and names its rows, the resume appends K's once (rows 50:90)."""
+    from shardwise.errors import LeaseHeldError
+
+    root = tmp_path / "a.zarr"
+    base(root)
+    kill("local", str(root), "claim")
+    a = stopped_append("local", str(root), "window", lo=START)
+    try:
+        rep = shardwise.verify(root)
+        assert any("reserving its rows now" in n for n in rep.notes), rep
+        assert [p.kind for p in rep.problems] == ["incomplete"], rep  # K's, not A's
+        before = snapshot(root)
+        k = rows(START + N, START + 2 * N)
+        with pytest.raises(LeaseHeldError, match="another append is reserving rows now"):
+            shardwise.to_zarr(k, root, append_dim="t", resume=True)
+        assert snapshot(root) == before  # refused: nothing changed
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+        a.join(300)
+    assert a.exitcode == 0
+    done = shardwise.to_zarr(k, root, append_dim="t", resume=True)
+    assert f"rows {START + N}:{START + 2 * N} reserved" in " ".join(done.notes), done.notes
     assert_holds(root, START + 2 * N)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -58,6 +58,7 @@ from ..durability.journal import (
     now,
     region_list,
 )
+from ..errors import LeaseHeldError
 from ..storage.conditional import update_json
 from ..storage.store import ShardStore
 from ..write.pipeline import ArrayWrite
@@ -66,6 +67,9 @@ from .giveback import close_finished, close_open, drop_stored
 from .parts import XarrayWrite, variable_jobs
 
 META = "zarr.json"
+# called as after_claim(lead path) between the lead's commit that gave a call its rows and the
+# markers that name them (tests stop a writer there)
+after_claim: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -195,8 +199,8 @@ def reserve(
         res.committed = res.before  # rows written before: nothing of theirs is ever given back
         grow = list(zip(appended, axes, strict=True))
     else:
-        res = _claim(xw, appended[0], axes[0], dim, paths, axes)
         drop = [] if found is None else _not_reserved(found, dim, axes[0], appended[0])
+        res = _claim(xw, appended[0], axes[0], dim, paths, axes)
         grow = list(zip(appended[1:], axes[1:], strict=True))
     res.drop += drop + ([] if found is None else found.settled)
     unnamed = unfinished is None or unfinished[2] == "orphan"  # rows no marker names yet
@@ -241,6 +245,8 @@ def _claim(
     except BaseException:
         store.delete(rec.name())
         raise
+    if after_claim is not None:
+        after_claim(lead.path)
     found = region[axis][0]
     res = Reservation(xw.zstore, dim, paths, axes, found, start, start + n, lost, token=token)
     res.holder, res.drop = holder, [rec.name()]
@@ -249,11 +255,24 @@ def _claim(
 
 def _not_reserved(found: Survey, dim: str, axis: int, lead: VariableWrite) -> list[str]:
     """The record of an append of this shape killed before it reserved anything (no rows after
-    the length it saw are unnamed): this call, appending, stands for it."""
+    the length it saw are unnamed): this call, appending, stands for it. Refused while another
+    append is reserving (its rows may be the unnamed ones: whose they are shows once they are
+    named); other unnamed rows (appends killed in their window) stay reported."""
     want = region_list(lead.region)
     for name, rec in found.stale:
-        if rec.fits(dim, axis, want) and not found.unnamed(rec):
+        if not rec.fits(dim, axis, want):
+            continue
+        if not (rows := found.unnamed(rec)):
             return [name]
+        if found.running:
+            spans = ", ".join(f"{a}:{b}" for a, b in rows)
+            raise LeaseHeldError(
+                f"an append of {rec.rows} rows along {dim!r} at {lead.path!r} (started "
+                f"{rec.started}) was killed around its reservation, and another append is "
+                f"reserving rows now: rows {spans} are named by no write yet, and whether they "
+                "are the killed append's shows once that append names its rows. Nothing was "
+                "written: rerun with resume=True in a moment"
+            )
     return []
 
 
