@@ -342,3 +342,80 @@ def test_resume_never_finishes_rows_an_append_still_reserving_holds(tmp_path: Pa
     done = shardwise.to_zarr(k, root, append_dim="t", resume=True)
     assert f"rows {START + N}:{START + 2 * N} reserved" in " ".join(done.notes), done.notes
     assert_holds(root, START + 2 * N)
+
+
+def shrunk_append(root: str, read: Any, claimed: Any) -> None:
+    """Rows START:START+N appended; stopped at its lead commit's first try (the length read),
+    and again between that commit and its markers."""
+    import shardwise.storage.conditional as cond
+    import shardwise.xarray.appends as appends
+
+    def at_commit(name: str, attempt: int) -> None:
+        if not read.is_set():
+            read.set()
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    def at_claim(path: str) -> None:
+        claimed.set()
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    cond.before_commit, appends.after_claim = at_commit, at_claim
+    shardwise.to_zarr(rows(START, START + N), root, append_dim="t")
+
+
+def test_rows_reserved_below_the_length_seen_after_a_give_back_are_finished(
+    tmp_path: Path,
+) -> None:
+    """B reserves rows 10:50 and is held mid-data; A reads length 50 and is held at its commit;
+    B fails and gives its rows back (length 10); A's commit, lost, is redone at rows 10:50, below
+    the length it first saw, and A is killed before its markers. Its record says the length its
+    commit grew from, so the resume finds rows 10:50 unnamed and finishes them there."""
+    import json
+    import threading
+
+    root = tmp_path / "a.zarr"
+    base(root)
+    go, errors = threading.Event(), []
+
+    def failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
+            assert go.wait(300), "never let go"
+            raise RuntimeError("source lost")
+        return block
+
+    b = rows(START, START + N)
+    src = da.from_array(b["v"].values, chunks=(SHARD, WIDTH))
+    b["v"] = b["v"].copy(data=src.map_blocks(failing, dtype=src.dtype))
+
+    def append_b() -> None:
+        try:
+            shardwise.to_zarr(b, root, append_dim="t")
+        except BaseException as e:  # checked below
+            errors.append(e)
+
+    def lead_length() -> int:
+        return int(json.loads((root / "t" / "zarr.json").read_bytes())["shape"][0])
+
+    ctx = forkserver()
+    read, claimed = ctx.Event(), ctx.Event()
+    with dask.config.set(scheduler="threads", num_workers=4):
+        thread = threading.Thread(target=append_b)
+        thread.start()
+        wait_until(lambda: lead_length() == START + N, "B reserved its rows")
+        a = ctx.Process(target=shrunk_append, args=(str(root), read, claimed))
+        a.start()
+        assert read.wait(300)
+        wait_until(lambda: _stopped(a.pid), "A stopped at its commit")
+        go.set()
+        thread.join(300)
+    assert [str(e) for e in errors] == ["source lost"]
+    assert lead_length() == START  # B's rows given back
+    os.kill(a.pid, signal.SIGCONT)
+    assert claimed.wait(300)
+    wait_until(lambda: _stopped(a.pid), "A stopped before its markers")
+    os.kill(a.pid, signal.SIGKILL)
+    a.join(60)
+    assert lead_length() == START + N  # A's rows, named by its record alone
+    done = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    assert f"rows {START}:{START + N} of an unfinished append finished" in " ".join(done.notes)
+    assert_holds(root, START + N)

@@ -22,11 +22,20 @@ write markers (nothing is left to finish); after a later reservation its rows re
 value, and its open write marker says so to verify.
 
 Resume finishes, never repeats. Each appended array's write marker names the append (its
-dimension and axis) and its region is the reserved rows, written before any data. With
-``resume=True`` the lead array's open append markers are searched first: the first one of this
-call's shape (as many rows, the same extent in every other dimension) is finished, its rows
-written again where they were reserved (the shards it stored and recorded skipped); only when
-there is none does the call append, as without ``resume``.
+dimension and axis) and its region is the reserved rows, written before any data. Between the
+lead's commit (step 1) and those markers the rows are named by nothing but the append's record,
+put in the lead's journal before the commit and removed once the markers are there
+(:mod:`shardwise.durability.appending`). With ``resume=True`` the open append markers are
+searched first: the first one of this call's shape (as many rows, the same extent in every other
+dimension) whose writer is gone is finished, its rows written again where they were reserved
+(the shards it stored and recorded skipped); then a finished append whose rows of the dimension
+coordinate hold this call's values (nothing to write); then the record of a killed append of
+this shape with exactly its rows in the lead that no marker names, from the length it saw on
+(``Survey.orphaned``: no append of a running process may be between its commit and markers):
+those rows are finished, named first by this call's markers. Only when there is none does the
+call append, as without ``resume``, removing a record of this shape whose append reserved
+nothing; while a running append's record makes a killed one's rows undecidable, the call is
+refused before any change (``LeaseHeldError``).
 
 xarray's pass reads every array's length, and refuses arrays of one dimension that disagree
 ("conflicting lengths"): between another appender's lead commit and its others, or after an
@@ -238,10 +247,20 @@ def _claim(
     region = region_list(lead.region)
     n = region[axis][1] - region[axis][0]
     token, holder = uuid.uuid4().hex, asdict(LeaseInfo.new("append"))
-    rec = AppendRecord.new(token, dim, axis, region, _length(store, axis), holder)
-    store.put(rec.name(), rec.to_bytes())
+    said = [AppendRecord.new(token, dim, axis, region, _length(store, axis), holder)]
+    store.put(said[0].name(), said[0].to_bytes())
+
+    def grow(doc: dict[str, Any]) -> tuple[int, bool]:
+        # a failed append gave rows back since the length was read: the record says the
+        # shorter length before this commit, so that its rows start at or after ``seen``
+        if (at := int(doc["shape"][axis])) < said[0].seen:
+            said[0] = replace(said[0], seen=at)
+            store.put(said[0].name(), said[0].to_bytes())
+        return _grow_by(doc, axis, n)
+
+    rec = said[0]
     try:
-        start, lost = update_json(store, META, lambda doc: _grow_by(doc, axis, n))
+        start, lost = update_json(store, META, grow)
     except BaseException:
         store.delete(rec.name())
         raise
