@@ -419,3 +419,22 @@ def test_rows_reserved_below_the_length_seen_after_a_give_back_are_finished(
     done = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
     assert f"rows {START}:{START + N} of an unfinished append finished" in " ".join(done.notes)
     assert_holds(root, START + N)
+
+
+def test_two_appends_killed_in_their_window_are_finished_first_rows_first(tmp_path: Path) -> None:
+    """Two appends of one shape, each killed between its commit and its markers (rows 10:50 and
+    50:90, named by their records alone). verify reports both; the first resume finishes rows
+    10:50, the second 50:90: the calls rerun in their order land where they were reserved."""
+    root = tmp_path / "a.zarr"
+    base(root)
+    kill("local", str(root), "window")
+    proc = stopped_append("local", str(root), "window", lo=START + N)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    rep = shardwise.verify(root)
+    advice = [p.message for p in rep.problems if p.kind == "incomplete"]
+    assert len(advice) == 2 and all("resume=True" in m for m in advice), rep
+    for lo in (START, START + N):
+        done = shardwise.to_zarr(rows(lo, lo + N), root, append_dim="t", resume=True)
+        assert f"rows {lo}:{lo + N} of an unfinished append finished" in " ".join(done.notes)
+    assert_holds(root, START + 2 * N)

@@ -15,9 +15,11 @@ markers speak for it: the writer died before it removed the record).
 An unsettled record whose holder is gone (:func:`holder_may_run`) is an append killed before its
 markers: either before its commit (nothing reserved) or after it (rows reserved, unnamed). The
 rows no marker of the lead names, from ``seen`` to the lead's end (:func:`unnamed`), tell which:
-when they are exactly as many rows as the record's, one stretch, and no unsettled record of a
-writer still running is there (it may be between its own commit and markers), they are the
-killed append's; anything else reserved there was named first. Rows before ``seen`` are never
+when no unsettled record of a writer still running is there (it may be between its own commit
+and markers) and they are whole blocks of the record's row count, no more than the killed
+appends there can have reserved, the first block is a killed append's (which one of several of
+this shape does not matter: they are finished first rows first); anything else reserved there
+was named first. Rows before ``seen`` are never
 looked at, so arrays written before markers existed are read right.
 """
 
@@ -148,11 +150,23 @@ class Survey:
         return [(a, b) for a, b in out if a < b]
 
     def orphaned(self, rec: AppendRecord) -> tuple[int, int] | None:
-        """The rows the killed append ``rec`` reserved and never named, when that is certain."""
+        """The first rows a killed append of ``rec``'s shape reserved and never named, when that
+        is certain: no writer may be between its commit and its markers, and the unnamed rows
+        from ``rec.seen`` on are whole blocks of its row count, no more than the killed appends
+        there (all of its shape) can have reserved. Which of those appends a block was is not
+        known, nor needed: they are one call's shape, finished first rows first."""
         rows = self.unnamed(rec)
-        if self.running or len(rows) != 1 or rows[0][1] - rows[0][0] != rec.rows:
+        if self.running or not rows:
             return None
-        return rows[0]
+        owners = [r for _, r in self.stale if self.unnamed(r)]
+        if not all(r.fits(rec.dim, rec.axis, rec.region) for r in owners):
+            return None  # appends of other shapes may hold some: which rows are whose is unknown
+        n = rec.rows
+        if n <= 0 or any((b - a) % n for a, b in rows):
+            return None
+        if sum(b - a for a, b in rows) > n * len(owners):
+            return None  # rows no killed append can have reserved: not ours to take
+        return rows[0][0], rows[0][0] + n
 
 
 def survey(store: ShardStore) -> Survey | None:
@@ -164,9 +178,11 @@ def survey(store: ShardStore) -> Survey | None:
     markers = [m for m in read_markers(store).values() if m is not None]
     tokens = {str((m.append or {}).get("id")) for m in markers if m.append}
     stale, running, settled = [], [], []
-    for name, rec in read_appending(store).items():
-        if rec is None:
-            continue
+    found = sorted(
+        ((n, r) for n, r in read_appending(store).items() if r is not None),
+        key=lambda nr: (nr[1].seen, nr[1].started),
+    )
+    for name, rec in found:
         if rec.id in tokens:
             settled.append(name)
         elif holder_may_run(store, rec.holder):

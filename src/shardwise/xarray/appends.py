@@ -30,9 +30,9 @@ searched first: the first one of this call's shape (as many rows, the same exten
 dimension) whose writer is gone is finished, its rows written again where they were reserved
 (the shards it stored and recorded skipped); then a finished append whose rows of the dimension
 coordinate hold this call's values (nothing to write); then the record of a killed append of
-this shape with exactly its rows in the lead that no marker names, from the length it saw on
-(``Survey.orphaned``: no append of a running process may be between its commit and markers):
-those rows are finished, named first by this call's markers. Only when there is none does the
+this shape and rows in the lead that no marker names from the length it saw on, whole blocks
+of its row count (``Survey.orphaned``: no append of a running process may be between its commit
+and markers): the first block is finished, named first by this call's markers. Only when there is none does the
 call append, as without ``resume``, removing a record of this shape whose append reserved
 nothing; while a running append's record makes a killed one's rows undecidable, the call is
 refused before any change (``LeaseHeldError``).
