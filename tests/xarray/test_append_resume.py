@@ -1,10 +1,14 @@
 """Resume means finish, never repeat: an append killed or failed part-way, rerun as ``verify``
 advises, leaves the rows once, where they were reserved, and ``verify`` clean.
 
-Each append records where its rows go (its write markers, at the reserved rows, before any data).
-A writer SIGKILLed mid-data (a source block held until the kill) or between its reservations (the
-lead array grown, the others not yet) leaves rows reserved; ``verify`` names them and advises
-``resume=True``, and that call writes them there (the shards stored before skipped). An append
+Each append records where its rows go (its write markers, at the reserved rows, before any data;
+before its lead commit, a record of itself that names them until the markers do). A writer
+SIGKILLed mid-data (a source block held until the kill), between its reservations (the lead
+array grown, the others not yet) or between the lead's commit and its markers leaves rows
+reserved; ``verify`` names them and advises ``resume=True``, and that call writes them there
+(the shards stored before skipped). One killed before its commit reserved nothing: the resume
+appends once. A writer is stopped at a named point by a hook it calls there
+(``conditional.before_commit``, ``appends.after_claim``), then killed: no timing. An append
 whose source raised gives its rows back and closes its markers: ``verify`` is clean at once.
 ``resume=True`` with nothing unfinished appends once, and finds an append it already finished.
 """
