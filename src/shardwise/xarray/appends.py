@@ -32,10 +32,10 @@ dimension) whose writer is gone is finished, its rows written again where they w
 coordinate hold this call's values (nothing to write); then the record of a killed append of
 this shape and rows in the lead that no marker names from the length it saw on, whole blocks
 of its row count (``Survey.orphaned``: no append of a running process may be between its commit
-and markers): the first block is finished, named first by this call's markers. Only when there is none does the
-call append, as without ``resume``, removing a record of this shape whose append reserved
-nothing; while a running append's record makes a killed one's rows undecidable, the call is
-refused before any change (``LeaseHeldError``).
+and markers): the first block is finished, named first by this call's markers. Only when there
+is none does the call append, as without ``resume``, removing a record of this shape whose
+append reserved nothing; while a running append's record makes a killed one's rows
+undecidable, the call is refused before any change (``LeaseHeldError``).
 
 xarray's pass reads every array's length, and refuses arrays of one dimension that disagree
 ("conflicting lengths"): between another appender's lead commit and its others, or after an
