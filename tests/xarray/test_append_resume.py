@@ -1,10 +1,14 @@
 """Resume means finish, never repeat: an append killed or failed part-way, rerun as ``verify``
 advises, leaves the rows once, where they were reserved, and ``verify`` clean.
 
-Each append records where its rows go (its write markers, at the reserved rows, before any data).
-A writer SIGKILLed mid-data (a source block held until the kill) or between its reservations (the
-lead array grown, the others not yet) leaves rows reserved; ``verify`` names them and advises
-``resume=True``, and that call writes them there (the shards stored before skipped). An append
+Each append records where its rows go (its write markers, at the reserved rows, before any data;
+before its lead commit, a record of itself that names them until the markers do). A writer
+SIGKILLed mid-data (a source block held until the kill), between its reservations (the lead
+array grown, the others not yet) or between the lead's commit and its markers leaves rows
+reserved; ``verify`` names them and advises ``resume=True``, and that call writes them there
+(the shards stored before skipped). One killed before its commit reserved nothing: the resume
+appends once. A writer is stopped at a named point by a hook it calls there
+(``conditional.before_commit``, ``appends.after_claim``), then killed: no timing. An append
 whose source raised gives its rows back and closes its markers: ``verify`` is clean at once.
 ``resume=True`` with nothing unfinished appends once, and finds an append it already finished.
 """
@@ -25,7 +29,17 @@ import pytest
 import xarray as xr
 
 import shardwise
-from faultkit import MotoS3, exe, forkserver, hold_block, moto_s3, settle, unique, wait_until
+from faultkit import (
+    MotoS3,
+    exe,
+    forkserver,
+    hold_block,
+    moto_s3,
+    settle,
+    snapshot,
+    unique,
+    wait_until,
+)
 from shardwise.durability.journal import read_records
 from shardwise.storage.store import ShardStore, resolve_store
 
@@ -72,16 +86,30 @@ def writes_recorded(store: Any, path: str) -> dict[str, str]:
     return {k: r.write for k, r in found.items() if r is not None}
 
 
-def killed_append(kind: str, where_: str, endpoint: str, where: str, started: Any) -> None:
-    """The append of rows START:START+N that gets SIGKILLed: ``where`` "data" holds one source
+def killed_append(
+    kind: str, where_: str, endpoint: str, where: str, started: Any, lo: int = START
+) -> None:
+    """The append of rows lo:lo+N that gets SIGKILLed: ``where`` "data" holds one source
     block of v (the other shards are stored); "reservation" holds the commit that grows the
-    second array, after the lead's (the arrays then disagree on the length)."""
+    second array, after the lead's (the arrays then disagree on the length); "window" stops
+    after the lead's commit, before the markers that name its rows; "claim" stops before the
+    lead's commit (its record put: durability/appending.py)."""
     import shardwise.storage.conditional as cond
+    import shardwise.xarray.appends as appends
 
-    ds = rows(START, START + N)
+    def stop(*_: Any) -> None:
+        if not started.is_set():
+            started.set()
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    ds = rows(lo, lo + N)
     if where == "data":
         src = da.from_array(ds["v"].values, chunks=(SHARD, WIDTH))
         ds["v"] = ds["v"].copy(data=src.map_blocks(hold_block, (HELD, 0), dtype=src.dtype))
+    elif where == "window":
+        appends.after_claim = stop
+    elif where == "claim":
+        cond.before_commit = stop  # the first commit: the lead's
     else:
         seen: list[str] = []
 
@@ -98,25 +126,40 @@ def killed_append(kind: str, where_: str, endpoint: str, where: str, started: An
         shardwise.to_zarr(ds, open_store(kind, where_, endpoint), append_dim="t")
 
 
+def stopped_append(kind: str, root: str, where: str, endpoint: str = "", lo: int = START) -> Any:
+    """The appending process, stopped at ``where`` (not "data"): alive, until killed or
+    continued."""
+    ctx = forkserver()
+    started = ctx.Event()
+    proc = ctx.Process(target=killed_append, args=(kind, root, endpoint, where, started, lo))
+    proc.start()
+    assert started.wait(300)
+    wait_until(lambda: _stopped(proc.pid), f"the writer stopped at {where!r}")
+    return proc
+
+
 def kill(kind: str, root: str, where: str, endpoint: str = "") -> None:
+    if where != "data":
+        proc = stopped_append(kind, root, where, endpoint)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(60)
+        assert proc.exitcode == -signal.SIGKILL
+        return
     ctx = forkserver()
     started = ctx.Event()
     before = writes_recorded(open_store(kind, root, endpoint), "v")
     proc = ctx.Process(target=killed_append, args=(kind, root, endpoint, where, started))
     proc.start()
     assert started.wait(300)
-    if where == "data":
-        # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28), all 9
-        # recorded by this append (the first, rows 8:12, merged, replaces an earlier record)
-        store = open_store(kind, root, endpoint)
+    # v's 11 shards (rows 8:52) but the two the held block feeds (rows 20:28), all 9
+    # recorded by this append (the first, rows 8:12, merged, replaces an earlier record)
+    store = open_store(kind, root, endpoint)
 
-        def nine_done() -> bool:
-            now = writes_recorded(store, "v")
-            return sum(before.get(k) != w for k, w in now.items()) >= 9
+    def nine_done() -> bool:
+        now = writes_recorded(store, "v")
+        return sum(before.get(k) != w for k, w in now.items()) >= 9
 
-        wait_until(nine_done, "9 shards of v recorded by the append")
-    else:
-        wait_until(lambda: _stopped(proc.pid), "the writer stopped between its reservations")
+    wait_until(nine_done, "9 shards of v recorded by the append")
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(60)
     assert proc.exitcode == -signal.SIGKILL
@@ -134,7 +177,14 @@ def s3() -> Iterator[MotoS3]:
 
 
 @pytest.mark.parametrize(
-    "kind,where", [("local", "data"), ("local", "reservation"), ("s3", "data")]
+    "kind,where",
+    [
+        ("local", "data"),
+        ("local", "reservation"),
+        ("local", "window"),  # its rows in the lead's length, named by its record alone
+        ("s3", "data"),
+        ("s3", "window"),
+    ],
 )
 def test_a_killed_append_rerun_as_verify_advises_finishes_its_rows(
     tmp_path: Path, kind: str, where: str, request: pytest.FixtureRequest
@@ -247,4 +297,148 @@ def test_resume_does_not_finish_an_append_that_is_still_running(tmp_path: Path) 
         thread.join(300)
     assert errors == []
     assert f"rows {START + N}:{START + 2 * N} reserved" in " ".join(rep.notes), rep.notes
+    assert_holds(root, START + 2 * N)
+
+
+def test_an_append_killed_before_its_reservation_is_appended_once(tmp_path: Path) -> None:
+    """Killed with its record put but before the lead's commit: nothing of it is stored. verify
+    says the append did not finish; resume=True appends its rows once (no rows were reserved to
+    finish) and removes the record: verify clean."""
+    root = tmp_path / "a.zarr"
+    base(root)
+    kill("local", str(root), "claim")
+    with xr.open_zarr(root) as ds:
+        assert ds.sizes["t"] == START  # nothing reserved
+    rep = shardwise.verify(root)
+    advice = [p.message for p in rep.problems if p.kind == "incomplete"]
+    assert len(advice) == 1 and "stopped before it reserved them" in advice[0], rep
+    assert "append_dim='t', resume=True" in advice[0]
+    done = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    assert f"rows {START}:{START + N} reserved" in " ".join(done.notes), done.notes
+    assert_holds(root, START + N)
+
+
+def test_resume_never_finishes_rows_an_append_still_reserving_holds(tmp_path: Path) -> None:
+    """K is killed before its commit (its record stays); A, alive, stops between its commit
+    (rows 10:50) and its markers. A resume of K's shape then sees 40 rows no marker names after
+    the length K saw: A's, or K's had K committed first. It refuses (nothing written) rather
+    than take A's rows or append K's again; verify notes A reserving and is otherwise only
+    K's. Once A goes on and names its rows, the resume appends K's once (rows 50:90)."""
+    from shardwise.errors import LeaseHeldError
+
+    root = tmp_path / "a.zarr"
+    base(root)
+    kill("local", str(root), "claim")
+    a = stopped_append("local", str(root), "window", lo=START)
+    try:
+        rep = shardwise.verify(root)
+        assert any("reserving its rows now" in n for n in rep.notes), rep
+        assert [p.kind for p in rep.problems] == ["incomplete"], rep  # K's, not A's
+        before = snapshot(root)
+        k = rows(START + N, START + 2 * N)
+        with pytest.raises(LeaseHeldError, match="another append is reserving rows now"):
+            shardwise.to_zarr(k, root, append_dim="t", resume=True)
+        assert snapshot(root) == before  # refused: nothing changed
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+        a.join(300)
+    assert a.exitcode == 0
+    done = shardwise.to_zarr(k, root, append_dim="t", resume=True)
+    assert f"rows {START + N}:{START + 2 * N} reserved" in " ".join(done.notes), done.notes
+    assert_holds(root, START + 2 * N)
+
+
+def shrunk_append(root: str, read: Any, claimed: Any) -> None:
+    """Rows START:START+N appended; stopped at its lead commit's first try (the length read),
+    and again between that commit and its markers."""
+    import shardwise.storage.conditional as cond
+    import shardwise.xarray.appends as appends
+
+    def at_commit(name: str, attempt: int) -> None:
+        if not read.is_set():
+            read.set()
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    def at_claim(path: str) -> None:
+        claimed.set()
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    cond.before_commit, appends.after_claim = at_commit, at_claim
+    shardwise.to_zarr(rows(START, START + N), root, append_dim="t")
+
+
+def test_rows_reserved_below_the_length_seen_after_a_give_back_are_finished(
+    tmp_path: Path,
+) -> None:
+    """B reserves rows 10:50 and is held mid-data; A reads length 50 and is held at its commit;
+    B fails and gives its rows back (length 10); A's commit, lost, is redone at rows 10:50, below
+    the length it first saw, and A is killed before its markers. Its record says the length its
+    commit grew from, so the resume finds rows 10:50 unnamed and finishes them there."""
+    import json
+    import threading
+
+    root = tmp_path / "a.zarr"
+    base(root)
+    go, errors = threading.Event(), []
+
+    def failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
+            assert go.wait(300), "never let go"
+            raise RuntimeError("source lost")
+        return block
+
+    b = rows(START, START + N)
+    src = da.from_array(b["v"].values, chunks=(SHARD, WIDTH))
+    b["v"] = b["v"].copy(data=src.map_blocks(failing, dtype=src.dtype))
+
+    def append_b() -> None:
+        try:
+            shardwise.to_zarr(b, root, append_dim="t")
+        except BaseException as e:  # checked below
+            errors.append(e)
+
+    def lead_length() -> int:
+        return int(json.loads((root / "t" / "zarr.json").read_bytes())["shape"][0])
+
+    ctx = forkserver()
+    read, claimed = ctx.Event(), ctx.Event()
+    with dask.config.set(scheduler="threads", num_workers=4):
+        thread = threading.Thread(target=append_b)
+        thread.start()
+        wait_until(lambda: lead_length() == START + N, "B reserved its rows")
+        a = ctx.Process(target=shrunk_append, args=(str(root), read, claimed))
+        a.start()
+        assert read.wait(300)
+        wait_until(lambda: _stopped(a.pid), "A stopped at its commit")
+        go.set()
+        thread.join(300)
+    assert [str(e) for e in errors] == ["source lost"]
+    assert lead_length() == START  # B's rows given back
+    os.kill(a.pid, signal.SIGCONT)
+    assert claimed.wait(300)
+    wait_until(lambda: _stopped(a.pid), "A stopped before its markers")
+    os.kill(a.pid, signal.SIGKILL)
+    a.join(60)
+    assert lead_length() == START + N  # A's rows, named by its record alone
+    done = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    assert f"rows {START}:{START + N} of an unfinished append finished" in " ".join(done.notes)
+    assert_holds(root, START + N)
+
+
+def test_two_appends_killed_in_their_window_are_finished_first_rows_first(tmp_path: Path) -> None:
+    """Two appends of one shape, each killed between its commit and its markers (rows 10:50 and
+    50:90, named by their records alone). verify reports both; the first resume finishes rows
+    10:50, the second 50:90: the calls rerun in their order land where they were reserved."""
+    root = tmp_path / "a.zarr"
+    base(root)
+    kill("local", str(root), "window")
+    proc = stopped_append("local", str(root), "window", lo=START + N)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    rep = shardwise.verify(root)
+    advice = [p.message for p in rep.problems if p.kind == "incomplete"]
+    assert len(advice) == 2 and all("resume=True" in m for m in advice), rep
+    for lo in (START, START + N):
+        done = shardwise.to_zarr(rows(lo, lo + N), root, append_dim="t", resume=True)
+        assert f"rows {lo}:{lo + N} of an unfinished append finished" in " ".join(done.notes)
     assert_holds(root, START + 2 * N)

@@ -24,7 +24,7 @@ import shardwise
 from faultkit import snapshot
 from shardwise.durability.journal import WriteMarker, marker_name, now, region_list
 from shardwise.storage.store import ShardStore
-from shardwise.xarray.appends import _drop_stored, _whole
+from shardwise.xarray.giveback import drop_stored, whole_object
 
 ENC = {"v": {"chunks": (2, 3), "shards": (4, 3)}, "t": {"chunks": (2,), "shards": (4,)}}
 
@@ -105,7 +105,7 @@ def test_a_given_back_append_drops_only_the_shards_it_stored(tmp_path: Path) -> 
         append={"dim": "t", "axis": 0, "id": "the append", "holder": None},
     )
     store.put(marker_name(region), marker.to_bytes())
-    _drop_stored(store, 0, 4, "the append")
+    drop_stored(store, 0, 4, "the append")
     after = snapshot(tmp_path / "a")
     assert {k: v for k, v in after.items() if k in before} == before  # the other write's shards
 
@@ -114,9 +114,10 @@ def test_a_shard_counts_as_whole_only_with_its_recorded_bytes(tmp_path: Path) ->
     # kills _whole_14 (a shard of the recorded size but other bytes counted as whole: the open
     # marker of a rewritten array closed over a torn shard)
     store, _ = _stored(tmp_path / "a")
-    assert _whole(store, "c/1/0") and _whole(store, "c/5/0")  # recorded, and never stored
+    # recorded, and never stored
+    assert whole_object(store, "c/1/0") and whole_object(store, "c/5/0")
     shard = tmp_path / "a" / "c" / "1" / "0"
     raw = bytearray(shard.read_bytes())
     raw[0] ^= 0xFF  # the same size, other bytes
     shard.write_bytes(bytes(raw))
-    assert not _whole(store, "c/1/0")
+    assert not whole_object(store, "c/1/0")

@@ -17,6 +17,7 @@ from ..codec.shard import ShardIndex
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..storage.store import TEMP, ShardStore
+from .appending import APPENDING, AppendRecord, Survey, read_appending, survey
 from .journal import BATCH, PARTS, Record, WriteMarker, read_markers
 from .lease import read_lease
 
@@ -252,3 +253,53 @@ def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -
     held = read_lease(store)
     if held is not None:
         report.notes.append(f"write lease held: {held.describe()}")
+    _check_appending(store, report)
+
+
+def _check_appending(store: ShardStore, report: VerifyReport) -> None:
+    """The records of appends about to reserve rows (durability/appending.py): one whose writer
+    is gone stopped before its markers named its rows, if it reserved any."""
+    found = survey(store) if store.list(APPENDING) else None
+    if found is None:
+        return
+    for name, rec in read_appending(store).items():
+        if rec is None:
+            report.problems.append(Problem("journal", store.key(name), "unreadable append record"))
+    for rec in found.running:
+        report.notes.append(
+            f"append {rec.id[:8]} of {rec.rows} rows along {rec.dim!r} reserving its rows now"
+        )
+    for name, rec in found.stale:
+        report.problems.append(
+            Problem(
+                "incomplete",
+                store.key(name),
+                f"append {rec.id[:8]} started {rec.started} did not finish: "
+                f"{_reserved(found, rec)}",
+            )
+        )
+
+
+def _reserved(found: Survey, rec: AppendRecord) -> str:
+    """What a killed append's record says, and the call that finishes it."""
+    call = f"to_zarr(<the same data>, append_dim={rec.dim!r}, resume=True)"
+    rows = found.orphaned(rec)
+    if rows is not None:
+        return (
+            f"an append of rows {rows[0]}:{rows[1]} along {rec.dim!r} (reserved, never written: "
+            f"they read as fill values): rerun it with resume=True, {call}, which writes them "
+            "there and adds no rows"
+        )
+    unnamed = found.unnamed(rec)
+    if not unnamed:
+        return (
+            f"an append of {rec.rows} rows along {rec.dim!r} stopped before it reserved them "
+            f"(nothing of it is stored): rerun it with resume=True, {call}, which appends them once"
+        )
+    spans = ", ".join(f"{a}:{b}" for a, b in unnamed)
+    return (
+        f"an append of {rec.rows} rows along {rec.dim!r} stopped before it named the rows it "
+        f"reserved, if any; rows {spans} along {rec.dim!r} are named by no write (another "
+        f"append may be reserving now): rerun it with resume=True, {call}, once no other "
+        "append runs"
+    )

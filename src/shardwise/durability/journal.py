@@ -16,6 +16,9 @@ that are not metadata or chunk keys):
     (``append``): its region is where the rows it reserved go, written before any of them, so
     that ``resume=True`` finishes those rows rather than appending again. An append that gives
     its rows back removes its markers (nothing is left to finish).
+``.shardwise/appending/<token>.json``
+    the record of an append about to reserve its rows (the lead array's): see
+    :mod:`shardwise.durability.appending`.
 ``.shardwise/lease``, ``.shardwise/leases/`` and ``.shardwise/batch.json``
     see :mod:`shardwise.durability.lease` and :mod:`shardwise.batch.run`.
 ``.shardwise/locks/<shard key>``

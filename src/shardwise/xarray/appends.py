@@ -22,11 +22,20 @@ write markers (nothing is left to finish); after a later reservation its rows re
 value, and its open write marker says so to verify.
 
 Resume finishes, never repeats. Each appended array's write marker names the append (its
-dimension and axis) and its region is the reserved rows, written before any data. With
-``resume=True`` the lead array's open append markers are searched first: the first one of this
-call's shape (as many rows, the same extent in every other dimension) is finished, its rows
-written again where they were reserved (the shards it stored and recorded skipped); only when
-there is none does the call append, as without ``resume``.
+dimension and axis) and its region is the reserved rows, written before any data. Between the
+lead's commit (step 1) and those markers the rows are named by nothing but the append's record,
+put in the lead's journal before the commit and removed once the markers are there
+(:mod:`shardwise.durability.appending`). With ``resume=True`` the open append markers are
+searched first: the first one of this call's shape (as many rows, the same extent in every other
+dimension) whose writer is gone is finished, its rows written again where they were reserved
+(the shards it stored and recorded skipped); then a finished append whose rows of the dimension
+coordinate hold this call's values (nothing to write); then the record of a killed append of
+this shape and rows in the lead that no marker names from the length it saw on, whole blocks
+of its row count (``Survey.orphaned``: no append of a running process may be between its commit
+and markers): the first block is finished, named first by this call's markers. Only when there
+is none does the call append, as without ``resume``, removing a record of this shape whose
+append reserved nothing; while a running append's record makes a killed one's rows
+undecidable, the call is refused before any change (``LeaseHeldError``).
 
 xarray's pass reads every array's length, and refuses arrays of one dimension that disagree
 ("conflicting lengths"): between another appender's lead commit and its others, or after an
@@ -37,10 +46,9 @@ view in which every array of a group that has the append dimension shows the lon
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -48,32 +56,29 @@ from typing import Any
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from ..codec.codecs import crc32c
 from ..core.job import Strategy
 from ..core.layout import ceildiv
-from ..durability.holder import LeaseInfo, gone_reason
+from ..durability.appending import AppendRecord, Survey, holder_may_run, survey
+from ..durability.holder import LeaseInfo
 from ..durability.journal import (
-    RECORDS,
-    Record,
     WriteMarker,
     appends_of,
     marker_name,
     now,
-    object_crc32c,
-    read_marker,
-    read_markers,
-    read_records,
     region_list,
 )
-from ..durability.lease import shared_leases
-from ..storage.conditional import read_merge_commit, update_json, versions
+from ..errors import LeaseHeldError
+from ..storage.conditional import update_json
 from ..storage.store import ShardStore
 from ..write.pipeline import ArrayWrite
-from ..write.session import plan_keys
 from .capture import VariableWrite
+from .giveback import close_finished, close_open, drop_stored
 from .parts import XarrayWrite, variable_jobs
 
 META = "zarr.json"
+# called as after_claim(lead path) between the lead's commit that gave a call its rows and the
+# markers that name them (tests stop a writer there)
+after_claim: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -95,6 +100,7 @@ class Reservation:
     holder: dict[str, Any] = field(default_factory=lambda: asdict(LeaseInfo.new("append")))
     committed: bool = field(default=False)
     rewrites: list[ArrayWrite] = field(default_factory=list)  # the call's other arrays
+    drop: list[str] = field(default_factory=list)  # lead records to remove once named
 
     def note(self) -> str:
         if self.resumed:
@@ -106,7 +112,8 @@ class Reservation:
 
     def record(self, writes: list[VariableWrite]) -> None:
         """Each appended array's marker, open, at its reserved rows (the session that writes
-        the rows takes its place)."""
+        the rows takes its place); then the lead's records in ``drop`` are removed: the rows
+        are named (durability/appending.py)."""
         for w, axis in zip(writes, self.axes, strict=True):
             marker = WriteMarker(
                 id=uuid.uuid4().hex,
@@ -117,6 +124,14 @@ class Reservation:
                 append=self.named(axis),
             )
             ShardStore(self.zstore, w.path).put(marker_name(w.region), marker.to_bytes())
+        self.settle()
+
+    def settle(self) -> None:
+        """Remove the lead's records in ``drop`` (their rows are named, or none were taken)."""
+        lead = ShardStore(self.zstore, self.paths[0])
+        for name in self.drop:
+            lead.delete(name)
+        self.drop = []
 
     def named(self, axis: int) -> dict[str, Any]:
         """This append as its markers name it: dimension, axis, id and who writes it."""
@@ -144,17 +159,18 @@ class Reservation:
             # still the last reservation: the shards it stored past the old end are its alone
             # (each dropped only while it holds this call's bytes)
             for path, axis in pairs:
-                _drop_stored(ShardStore(self.zstore, path), axis, self.start, self.token)
+                drop_stored(ShardStore(self.zstore, path), axis, self.start, self.token)
         stores = [ShardStore(self.zstore, p) for p in self.paths]
         given = [
             _shrink(st, a, self.end, self.start)
             for st, a in reversed(list(zip(stores, self.axes, strict=True)))
         ]
         if given[-1]:  # the lead's: no later append reserved rows after these
+            self.settle()  # (else its record names the rows until its markers do)
             for st in stores:
-                _close(st, self.token)
+                close_open(st, self.token)
             for aw in self.rewrites:
-                _close_finished(aw)
+                close_finished(aw)
 
 
 def tagged(res: Reservation | None, arrays: dict[int, ArrayWrite]) -> dict[int, ArrayWrite]:
@@ -183,26 +199,30 @@ def reserve(
     appended.sort(key=lambda w: (w.name != dim, w.path))
     axes = tuple(w.dims.index(dim) for w in appended)
     first = appended[0].region[axes[0]]
-    n = first.stop - first.start
     paths = tuple(w.path for w in appended)
-    lead = ShardStore(xw.zstore, appended[0].path)
-    unfinished = _unfinished(xw, appended, axes, dim) if resume else None
+    found = survey(ShardStore(xw.zstore, paths[0])) if resume else None
+    unfinished = None if found is None else _unfinished(xw, appended, axes, dim, found)
     if unfinished is not None:  # finish its rows, with every array at least that long
-        a, b, before = unfinished
-        res = Reservation(xw.zstore, dim, paths, axes, first.start, a, b, 0, True, before)
-        res.committed = before  # rows written before: nothing of theirs is ever given back
+        a, b, kind, drop = unfinished
+        res = Reservation(xw.zstore, dim, paths, axes, first.start, a, b, 0, True, kind == "done")
+        res.committed = res.before  # rows written before: nothing of theirs is ever given back
         grow = list(zip(appended, axes, strict=True))
     else:
-        start, conflicts = update_json(lead, META, lambda doc: _grow_by(doc, axes[0], n))
-        res = Reservation(xw.zstore, dim, paths, axes, first.start, start, start + n, conflicts)
+        drop = [] if found is None else _not_reserved(found, dim, axes[0], appended[0])
+        res = _claim(xw, appended[0], axes[0], dim, paths, axes)
         grow = list(zip(appended[1:], axes[1:], strict=True))
+    res.drop += drop + ([] if found is None else found.settled)
+    unnamed = unfinished is None or unfinished[2] == "orphan"  # rows no marker names yet
     try:
         # a staged write merges without a condition (it is refused where it would merge), so its
         # last shard stays clipped: strategy="staged" appends are one at a time (README)
         pad = strategy != "staged"
         moved = {id(w): _moved(w, axis, res, pad) for w, axis in zip(appended, axes, strict=True)}
-        if not res.resumed:  # where the rows go, before anything else (a kill now is resumable)
+        # where the rows go, before anything else (a kill now is resumable); then the records
+        # of appends this call stands for, and its own, are removed
+        if unnamed:
             res.record([moved[id(w)] for w in appended])
+        res.settle()
         for w, axis in grow:
             update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
         writes = [moved.get(id(w), w) for w in xw.writes]
@@ -213,47 +233,98 @@ def reserve(
     return replace(xw, writes=writes, jobs=jobs), res
 
 
+def _claim(
+    xw: XarrayWrite,
+    lead: VariableWrite,
+    axis: int,
+    dim: str,
+    paths: tuple[str, ...],
+    axes: tuple[int, ...],
+) -> Reservation:
+    """Step 1: the lead grown by this call's rows, its record put before (the rows it takes are
+    named by nothing until its markers are put: durability/appending.py)."""
+    store = ShardStore(xw.zstore, lead.path)
+    region = region_list(lead.region)
+    n = region[axis][1] - region[axis][0]
+    token, holder = uuid.uuid4().hex, asdict(LeaseInfo.new("append"))
+    said = [AppendRecord.new(token, dim, axis, region, _length(store, axis), holder)]
+    store.put(said[0].name(), said[0].to_bytes())
+
+    def grow(doc: dict[str, Any]) -> tuple[int, bool]:
+        # a failed append gave rows back since the length was read: the record says the
+        # shorter length before this commit, so that its rows start at or after ``seen``
+        if (at := int(doc["shape"][axis])) < said[0].seen:
+            said[0] = replace(said[0], seen=at)
+            store.put(said[0].name(), said[0].to_bytes())
+        return _grow_by(doc, axis, n)
+
+    rec = said[0]
+    try:
+        start, lost = update_json(store, META, grow)
+    except BaseException:
+        store.delete(rec.name())
+        raise
+    if after_claim is not None:
+        after_claim(lead.path)
+    found = region[axis][0]
+    res = Reservation(xw.zstore, dim, paths, axes, found, start, start + n, lost, token=token)
+    res.holder, res.drop = holder, [rec.name()]
+    return res
+
+
+def _not_reserved(found: Survey, dim: str, axis: int, lead: VariableWrite) -> list[str]:
+    """The record of an append of this shape killed before it reserved anything (no rows after
+    the length it saw are unnamed): this call, appending, stands for it. Refused while another
+    append is reserving (its rows may be the unnamed ones: whose they are shows once they are
+    named); other unnamed rows (appends killed in their window) stay reported."""
+    want = region_list(lead.region)
+    for name, rec in found.stale:
+        if not rec.fits(dim, axis, want):
+            continue
+        if not (rows := found.unnamed(rec)):
+            return [name]
+        if found.running:
+            spans = ", ".join(f"{a}:{b}" for a, b in rows)
+            raise LeaseHeldError(
+                f"an append of {rec.rows} rows along {dim!r} at {lead.path!r} (started "
+                f"{rec.started}) was killed around its reservation, and another append is "
+                f"reserving rows now: rows {spans} are named by no write yet, and whether they "
+                "are the killed append's shows once that append names its rows. Nothing was "
+                "written: rerun with resume=True in a moment"
+            )
+    return []
+
+
 def _unfinished(
-    xw: XarrayWrite, appended: list[VariableWrite], axes: tuple[int, ...], dim: str
-) -> tuple[int, int, bool] | None:
+    xw: XarrayWrite,
+    appended: list[VariableWrite],
+    axes: tuple[int, ...],
+    dim: str,
+    found: Survey,
+) -> tuple[int, int, str, list[str]] | None:
     """The rows of the first unfinished append along ``dim`` of this call's shape (as many rows,
     the same extent in every other dimension): an open marker in any appended array, the
     lead's first; else those of a finished one whose rows of the dimension coordinate (the
-    lead) hold exactly this call's values. (start, end, finished before)."""
+    lead) hold exactly this call's values; else the rows a killed append reserved in the lead
+    and never named (``found``, durability/appending.py). (start, end, "open" | "done" |
+    "orphan", the names of the lead's records that are settled by it)."""
     for w, axis in zip(appended, axes, strict=True):
         store = ShardStore(xw.zstore, w.path)
         for m in appends_of(store, dim, "open"):
-            if (rows := _rows_of(m, w, axis)) is not None and not _may_run(store, m):
-                return rows[0], rows[1], False
+            holder = (m.append or {}).get("holder")
+            if (rows := _rows_of(m, w, axis)) is not None and not holder_may_run(store, holder):
+                return rows[0], rows[1], "open", []
     lead, axis = appended[0], axes[0]
-    if lead.name != dim:
-        return None
-    for m in appends_of(ShardStore(xw.zstore, lead.path), dim, "done"):
-        if (rows := _rows_of(m, lead, axis)) is not None and _holds(xw.zstore, lead, axis, rows):
-            return rows[0], rows[1], True
+    if lead.name == dim:
+        for m in appends_of(ShardStore(xw.zstore, lead.path), dim, "done"):
+            rows = _rows_of(m, lead, axis)
+            if rows is not None and _holds(xw.zstore, lead, axis, rows):
+                return rows[0], rows[1], "done", []
+    want = region_list(lead.region)
+    for name, rec in found.stale:
+        if rec.fits(dim, axis, want) and (rows := found.orphaned(rec)) is not None:
+            return rows[0], rows[1], "orphan", [name]
     return None
-
-
-def _may_run(store: ShardStore, m: WriteMarker) -> bool:
-    """Whether the writer of the append ``m`` may still be running (another process appending
-    now: its rows are not this call's to finish). On its own host its process decides; from
-    another, a holder counts as gone once neither the marker (its start) nor a shared lease of
-    that process on the array was renewed within the lease expiry, as for lease takeovers."""
-    raw = (m.append or {}).get("holder")
-    try:
-        holder = LeaseInfo(**raw) if isinstance(raw, dict) else None
-    except TypeError:
-        holder = None
-    if holder is None:
-        return False  # no holder recorded: nothing to wait for
-    if gone_reason(holder) is None:
-        return True
-    same = [
-        info
-        for info in shared_leases(store).values()
-        if (info.host, info.pid, info.started) == (holder.host, holder.pid, holder.started)
-    ]
-    return any(gone_reason(info) is None for info in same)
 
 
 def _rows_of(m: WriteMarker, w: VariableWrite, axis: int) -> tuple[int, int] | None:
@@ -279,67 +350,6 @@ def _holds(zstore: Any, w: VariableWrite, axis: int, rows: tuple[int, int]) -> b
 def _length(store: ShardStore, axis: int) -> int:
     raw = store.get(META)
     return -1 if raw is None else int(json.loads(raw)["shape"][axis])
-
-
-class _NotOurs(Exception):
-    pass
-
-
-def _drop_stored(store: ShardStore, axis: int, start: int, token: str) -> None:
-    """Delete the shards (and their records) that the append ``token`` stored wholly past row
-    ``start`` of the array at ``store``: a shard another writer committed since is kept."""
-    ids = {m.id for m in read_markers(store).values() if m and (m.append or {}).get("id") == token}
-    raw = store.get(META)
-    if not ids or raw is None:
-        return
-    rows = int(json.loads(raw)["chunk_grid"]["configuration"]["chunk_shape"][axis])
-    for key, rec in read_records(store).items():
-        coord = key.split("/")[1:]
-        if rec is None or rec.write not in ids or len(coord) <= axis:
-            continue
-        if int(coord[axis]) * rows < start:
-            continue  # holds rows from before the append: kept
-        store.delete(RECORDS + key)
-
-        def merge(data: bytes | None, size: int = rec.size, crc: int = rec.crc32c) -> Any:
-            if data is None or len(data) != size or crc32c(data) != crc:
-                raise _NotOurs
-            return None, None
-
-        with contextlib.suppress(_NotOurs):
-            backend = versions(store)
-            if backend is None or backend.can_delete:
-                read_merge_commit(store, key, merge)
-            else:  # an object store without conditional deletes: checked, then deleted (the
-                merge(store.get(key))  # shard lies past the array's end now: no fill stand-in)
-                store.delete(key)
-
-
-def _close_finished(aw: ArrayWrite) -> None:
-    """Close the open marker of an array the given-back call rewrote (not appended): when each
-    shard of it is an object its writer recorded whole (this call's, or the earlier write's it
-    never reached), nothing is half-written and the marker is done; else it stays open."""
-    m = read_marker(aw.store, aw.plan.region)
-    if m is None or m.status != "open":
-        return
-    if all(_whole(aw.store, k) for k in plan_keys(aw.plan)):
-        done = replace(m, status="done", finished=now())
-        aw.store.put(marker_name(aw.plan.region), done.to_bytes())
-
-
-def _whole(store: ShardStore, key: str) -> bool:
-    raw = store.get(RECORDS + key)
-    rec = None if raw is None else Record.from_bytes(raw)
-    if rec is None:
-        return raw is None and store.size(key) is None
-    return store.size(key) == rec.size and object_crc32c(store, key) == rec.crc32c
-
-
-def _close(store: ShardStore, token: str) -> None:
-    """Remove the open markers of the append ``token`` from the array at ``store``."""
-    for name, m in read_markers(store).items():
-        if m is not None and m.status == "open" and (m.append or {}).get("id") == token:
-            store.delete(name)
 
 
 def _grow_by(doc: dict[str, Any], axis: int, n: int) -> tuple[int, bool]:

@@ -1,0 +1,89 @@
+"""Rows given back by an append that failed while it was still the last reservation
+(:meth:`shardwise.xarray.appends.Reservation.release`): the shards it stored past the old end
+dropped while they are still its own, its markers removed or closed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import replace
+from typing import Any
+
+from ..codec.codecs import crc32c
+from ..durability.journal import (
+    RECORDS,
+    Record,
+    marker_name,
+    now,
+    object_crc32c,
+    read_marker,
+    read_markers,
+    read_records,
+)
+from ..storage.conditional import read_merge_commit, versions
+from ..storage.store import ShardStore
+from ..write.pipeline import ArrayWrite
+from ..write.session import plan_keys
+
+META = "zarr.json"
+
+
+class NotOurs(Exception):
+    pass
+
+
+def drop_stored(store: ShardStore, axis: int, start: int, token: str) -> None:
+    """Delete the shards (and their records) that the append ``token`` stored wholly past row
+    ``start`` of the array at ``store``: a shard another writer committed since is kept."""
+    ids = {m.id for m in read_markers(store).values() if m and (m.append or {}).get("id") == token}
+    raw = store.get(META)
+    if not ids or raw is None:
+        return
+    rows = int(json.loads(raw)["chunk_grid"]["configuration"]["chunk_shape"][axis])
+    for key, rec in read_records(store).items():
+        coord = key.split("/")[1:]
+        if rec is None or rec.write not in ids or len(coord) <= axis:
+            continue
+        if int(coord[axis]) * rows < start:
+            continue  # holds rows from before the append: kept
+        store.delete(RECORDS + key)
+
+        def merge(data: bytes | None, size: int = rec.size, crc: int = rec.crc32c) -> Any:
+            if data is None or len(data) != size or crc32c(data) != crc:
+                raise NotOurs
+            return None, None
+
+        with contextlib.suppress(NotOurs):
+            backend = versions(store)
+            if backend is None or backend.can_delete:
+                read_merge_commit(store, key, merge)
+            else:  # an object store without conditional deletes: checked, then deleted (the
+                merge(store.get(key))  # shard lies past the array's end now: no fill stand-in)
+                store.delete(key)
+
+
+def close_finished(aw: ArrayWrite) -> None:
+    """Close the open marker of an array the given-back call rewrote (not appended): when each
+    shard of it is an object its writer recorded whole (this call's, or the earlier write's it
+    never reached), nothing is half-written and the marker is done; else it stays open."""
+    m = read_marker(aw.store, aw.plan.region)
+    if m is None or m.status != "open":
+        return
+    if all(whole_object(aw.store, k) for k in plan_keys(aw.plan)):
+        done = replace(m, status="done", finished=now())
+        aw.store.put(marker_name(aw.plan.region), done.to_bytes())
+
+
+def whole_object(store: ShardStore, key: str) -> bool:
+    raw = store.get(RECORDS + key)
+    rec = None if raw is None else Record.from_bytes(raw)
+    if rec is None:
+        return raw is None and store.size(key) is None
+    return store.size(key) == rec.size and object_crc32c(store, key) == rec.crc32c
+
+
+def close_open(store: ShardStore, token: str) -> None:
+    """Remove the open markers of the append ``token`` from the array at ``store``."""
+    for name, m in read_markers(store).items():
+        if m is not None and m.status == "open" and (m.append or {}).get("id") == token:
+            store.delete(name)
