@@ -64,8 +64,10 @@ case "$cmd" in
         "$venv/bin/ruff" format --check src tests benchmarks
         say "types: mypy"
         "$venv/bin/mypy"
-        say "tests: pytest $*"
-        exec "$venv/bin/python" -m pytest --durations=40 "$@" ;;
+        # two worker processes, each test file whole in one worker (tests/README.md "Test order
+        # and workers"); `bash dev.sh test -n 0 ...` runs in one process
+        say "tests: pytest -n 2 --dist loadfile $*"
+        exec "$venv/bin/python" -m pytest -n 2 --dist loadfile --durations=40 "$@" ;;
     docs)
         setup
         # warnings are errors (numpydoc's validation of the public verbs included); --keep-going
