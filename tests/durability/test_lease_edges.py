@@ -27,7 +27,10 @@ from shardwise.durability.lease import (
     SHARED,
     Lease,
     LeaseInfo,
+    blocking_leases,
     break_lease,
+    is_lease_key,
+    leases_under,
     part_lease,
     read_lease,
     shared_leases,
@@ -255,3 +258,61 @@ def test_a_takeover_refused_by_a_live_shared_lease_names_that_lease(tmp_path: Pa
         assert read_lease(st) is None and set(shared_leases(st)) == {name}
     finally:
         live.release()
+
+
+def _gone_shared(st: ShardStore) -> LeaseInfo:
+    """A shared lease left by a region job on another host, silent since 2020: provably gone."""
+    gone = LeaseInfo("2" * 32, "a dead region job", "elsewhere", 1, "u", "2020-01-01")
+    st.put(SHARED + gone.token, gone.to_bytes())
+    return gone
+
+
+def test_only_a_takeover_drops_a_gone_writers_shared_lease(st: ShardStore) -> None:
+    # kills acquire_68 (gone shared leases dropped without takeover) and _drop_gone_shared_10
+    # (the takeover recorded without its reason)
+    gone = _gone_shared(st)
+    with pytest.raises(LeaseHeldError, match="a dead region job"):
+        Lease.acquire(st)  # no resume: nothing is taken over, whoever held it
+    assert read_lease(st) is None and shared_leases(st) == {SHARED + gone.token: gone}
+    with Lease.acquire(st, takeover=True) as lease:
+        (took,) = lease.took_over
+        assert (took.name, took.holder) == (st.key(SHARED + gone.token), gone)
+        assert took.reason.startswith("no heartbeat for "), took.reason
+        assert shared_leases(st) == {}
+
+
+def test_a_shared_takeover_removes_the_gone_exclusive_lease(st: ShardStore) -> None:
+    # kills acquire_shared_48 (the exclusive lease, taken over for a moment, kept)
+    gone = _stale_exclusive(st)
+    with Lease.acquire_shared(st, takeover=True) as mine:
+        (took,) = mine.took_over
+        assert (took.name, took.holder) == (st.key(LEASE), gone)
+        assert read_lease(st) is None and set(shared_leases(st)) == {mine.name}
+
+
+def test_leases_under_a_path_and_those_that_block(st: ShardStore) -> None:
+    # kills leases_under_4 (array=True lists the leases below the array too) and
+    # blocking_leases_10 (a kept lease blocks all the same)
+    gone, shared = _stale_exclusive(st), _gone_shared(st)
+    child = ShardStore(st.store, st.key("child"))
+    child.put(LEASE, shared.to_bytes())
+    own = {LEASE: gone, SHARED + shared.token: shared}
+    assert leases_under(st, array=True) == own
+    assert leases_under(st) == {**own, "child/" + LEASE: shared}
+    assert blocking_leases(st, array=True) == own
+    assert blocking_leases(st, array=True, keep=[LEASE]) == {SHARED + shared.token: shared}
+    assert blocking_leases(st, keep=[LEASE, SHARED, "child/"]) == {}
+    assert blocking_leases(st, broken=True) == {} == blocking_leases(st, takeover=True)
+
+
+def test_the_lock_a_takeover_leaves_is_no_lease(tmp_path: Path) -> None:
+    # kills is_lease_key_11 (the journal found by its last ".shardwise": the lock file of the
+    # takeover's conditional replace, .shardwise/locks/.shardwise/lease, read as a lease)
+    st = ShardStore(LocalStore(tmp_path), "arr")
+    _stale_exclusive(st)
+    with Lease.acquire(st, takeover=True) as lease:
+        assert lease.took_over
+    assert st.list(".shardwise/locks") == [".shardwise/locks/" + LEASE]
+    assert leases_under(st) == {} and blocking_leases(st) == {}
+    assert not is_lease_key("arr/.shardwise/locks/.shardwise/lease")
+    assert is_lease_key("arr/.shardwise/lease") and is_lease_key("arr/.shardwise/leases/t")
