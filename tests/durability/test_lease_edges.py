@@ -2,7 +2,9 @@
 should and nothing else, and a refused writer leaves no lease object behind.
 
 test_lease.py has the exclusive lease's rules; these are the edges between the two sides, on
-local files and zarr's MemoryStore.
+local files and zarr's MemoryStore (and one store without conditional replace). The last section
+pins what the mutation lane (`mutation/run.py durability/lease`) found untested: each test names
+the mutants it kills.
 """
 
 from __future__ import annotations
