@@ -2,7 +2,9 @@
 should and nothing else, and a refused writer leaves no lease object behind.
 
 test_lease.py has the exclusive lease's rules; these are the edges between the two sides, on
-local files and zarr's MemoryStore.
+local files and zarr's MemoryStore (and one store without conditional replace). The last section
+pins what the mutation lane (`mutation/run.py durability/lease`) found untested: each test names
+the mutants it kills.
 """
 
 from __future__ import annotations
@@ -10,28 +12,39 @@ from __future__ import annotations
 import datetime
 import getpass
 import json
+import logging
 import os
+import pickle
 import socket
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 from shardwise import LeaseHeldError
+from shardwise.durability.holder import EXPIRY_ENV
 from shardwise.durability.lease import (
     LEASE,
     SHARED,
     Lease,
     LeaseInfo,
+    blocking_leases,
     break_lease,
+    is_lease_key,
+    leases_under,
     part_lease,
     read_lease,
+    refuse_foreign,
     shared_leases,
 )
+from shardwise.storage.conditional import versions
 from shardwise.storage.store import ShardStore, describe
 
 
@@ -251,7 +264,151 @@ def test_a_takeover_refused_by_a_live_shared_lease_names_that_lease(tmp_path: Pa
         (name,) = shared_leases(st)
         with pytest.raises(LeaseHeldError) as err:
             Lease.acquire(st, takeover=True)
-        assert repr(st.key(name)) in str(err.value), str(err.value)
+        # and its holder (acquire_33)
+        assert str(err.value) == _message(st, name, f"{live.info.describe()} (1 writers)")
         assert read_lease(st) is None and set(shared_leases(st)) == {name}
     finally:
         live.release()
+
+
+def _gone_shared(st: ShardStore) -> LeaseInfo:
+    """A shared lease left by a region job on another host, silent since 2020: provably gone."""
+    gone = LeaseInfo("0" * 32, "a dead region job", "elsewhere", 1, "u", "2020-01-01")
+    st.put(SHARED + gone.token, gone.to_bytes())
+    return gone
+
+
+def test_only_a_takeover_drops_a_gone_writers_shared_lease(
+    st: ShardStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # kills acquire_68 (gone shared leases dropped without takeover), _drop_gone_shared_10
+    # (the takeover recorded without its reason) and _started_3 (the warning without it)
+    caplog.set_level(logging.WARNING, logger="shardwise")
+    gone = _gone_shared(st)
+    with pytest.raises(LeaseHeldError, match="a dead region job"):
+        Lease.acquire(st)  # no resume: nothing is taken over, whoever held it
+    assert read_lease(st) is None and shared_leases(st) == {SHARED + gone.token: gone}
+    with Lease.acquire(st, takeover=True) as lease:
+        (took,) = lease.took_over
+        assert (took.name, took.holder) == (st.key(SHARED + gone.token), gone)
+        assert took.reason.startswith("no heartbeat for "), took.reason
+        assert shared_leases(st) == {}
+    assert f"{describe(st.store, st.path)}: {took}" in caplog.messages
+
+
+def test_a_shared_takeover_removes_the_gone_exclusive_lease(st: ShardStore) -> None:
+    # kills acquire_shared_48 (the exclusive lease, taken over for a moment, kept)
+    gone = _stale_exclusive(st)
+    with Lease.acquire_shared(st, takeover=True) as mine:
+        (took,) = mine.took_over
+        assert (took.name, took.holder) == (st.key(LEASE), gone)
+        assert read_lease(st) is None and set(shared_leases(st)) == {mine.name}
+
+
+def test_leases_under_a_path_and_those_that_block(st: ShardStore) -> None:
+    # kills leases_under_4 (array=True lists the leases below the array too) and
+    # blocking_leases_10 (a kept lease blocks all the same)
+    gone, shared = _stale_exclusive(st), _gone_shared(st)
+    child = ShardStore(st.store, st.key("child"))
+    child.put(LEASE, shared.to_bytes())
+    own = {LEASE: gone, SHARED + shared.token: shared}
+    assert leases_under(st, array=True) == own
+    assert leases_under(st) == {**own, "child/" + LEASE: shared}
+    assert blocking_leases(st, array=True) == own
+    assert blocking_leases(st, array=True, keep=[LEASE]) == {SHARED + shared.token: shared}
+    assert blocking_leases(st, keep=[LEASE, SHARED, "child/"]) == {}
+    assert blocking_leases(st, broken=True) == {} == blocking_leases(st, takeover=True)
+
+
+def test_the_lock_a_takeover_leaves_is_no_lease(tmp_path: Path) -> None:
+    # kills is_lease_key_11 (the journal found by its last ".shardwise": the lock file of the
+    # takeover's conditional replace, .shardwise/locks/.shardwise/lease, read as a lease)
+    st = ShardStore(LocalStore(tmp_path), "arr")
+    _stale_exclusive(st)
+    with Lease.acquire(st, takeover=True) as lease:
+        assert lease.took_over
+    assert st.list(".shardwise/locks") == [".shardwise/locks/" + LEASE]
+    assert leases_under(st) == {} and blocking_leases(st) == {}
+    assert not is_lease_key("arr/.shardwise/locks/.shardwise/lease")
+    assert not is_lease_key("arr/.shardwise/writes/0123.json")  # a write marker (_21)
+    assert is_lease_key("arr/.shardwise/lease") and is_lease_key("arr/.shardwise/leases/t")
+
+
+def test_a_refusal_without_takeover_counts_gone_and_live_shared_leases(st: ShardStore) -> None:
+    # kills acquire_18 (the live shared leases alone looked for without a takeover too)
+    gone = _gone_shared(st)  # its name sorts before any live one's
+    with Lease.acquire_shared(st):
+        with pytest.raises(LeaseHeldError) as err:
+            Lease.acquire(st)
+        assert str(err.value) == _message(st, SHARED + gone.token, f"{gone.describe()} (2 writers)")
+    assert read_lease(st) is None
+
+
+def test_a_takeover_judges_a_holder_by_the_expiry_it_is_given(
+    st: ShardStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kills _take_over_7 and acquire_shared_38 (a holder that promised no expiry of its own
+    # judged by the default, 300 s, not by the expiry the taking writer gives)
+    monkeypatch.delenv(EXPIRY_ENV, raising=False)
+    silent = replace(_stale_exclusive(st), renewed=time.time() - 150)  # no expiry of its own
+    for take in (Lease.acquire, Lease.acquire_shared):
+        st.put(LEASE, silent.to_bytes())
+        with pytest.raises(LeaseHeldError):
+            take(st, takeover=True)  # 150 s without a heartbeat: within the default
+        with take(st, takeover=True, expiry=30) as lease:
+            assert [t.holder for t in lease.took_over] == [silent]
+        assert read_lease(st) is None and shared_leases(st) == {}
+
+
+class RetakenWhenFreed(MemoryStore):
+    """Memory where another writer creates the exclusive lease ``lease`` the moment the one
+    there is deleted (its create lands right after a takeover released the lease)."""
+
+    lease = b""
+
+    async def delete(self, key: str) -> None:
+        await super().delete(key)
+        if key == f"arr/{LEASE}" and self.lease:
+            data, self.lease = self.lease, b""
+            await self.set(key, default_buffer_prototype().buffer.from_bytes(data))
+
+
+def test_a_shared_takeover_is_refused_by_a_writer_that_took_the_freed_lease() -> None:
+    # kills acquire_shared_53 (the exclusive lease not read again after the takeover freed it)
+    zs = RetakenWhenFreed()
+    st = ShardStore(zs, "arr")
+    _stale_exclusive(st)
+    nxt = LeaseInfo.new("the next exclusive write")
+    zs.lease = nxt.to_bytes()
+    with pytest.raises(LeaseHeldError, match="the next exclusive write"):
+        Lease.acquire_shared(st, takeover=True)
+    assert read_lease(st) == nxt and shared_leases(st) == {}
+
+
+def test_mode_w_is_refused_naming_the_first_foreign_lease() -> None:
+    # kills refuse_foreign_4 (the second lease named, none when there is one)
+    refuse_foreign([])
+    for found in (["b/.shardwise/lease"], ["b/.shardwise/lease", "a/.shardwise/lease"]):
+        with pytest.raises(LeaseHeldError) as err:
+            refuse_foreign(found)
+        first = sorted(found)[0]
+        assert str(err.value).startswith(f"mode='w' would delete {first!r}, the lease of")
+        assert f"({len(found)} such leases)" in str(err.value)
+
+
+def test_a_copy_of_a_held_lease_carries_no_heartbeat(tmp_path: Path) -> None:
+    # kills __getstate___1 (the heartbeat thread pickled with the copy)
+    with Lease.acquire(ShardStore(LocalStore(tmp_path), "arr")) as lease:
+        copy = pickle.loads(pickle.dumps(lease))
+        assert copy._beat is None and lease._beat is not None
+        assert (copy.name, copy.info, copy.held) == (lease.name, lease.info, True)
+
+
+def test_renew_on_a_store_without_conditional_replace() -> None:
+    # kills renew_24 (the lease read from no store) and renew_29 (the heartbeat put elsewhere)
+    st = ShardStore(WrapperStore(MemoryStore()), "arr")
+    assert versions(st) is None  # check, then put
+    with Lease.acquire(st) as lease:
+        st.put(LEASE, replace(lease.info, renewed=0.0).to_bytes())
+        assert lease.renew() is True
+        assert read_lease(st) == lease.info and lease.info.renewed > 0

@@ -48,6 +48,7 @@ def test_write_progress_counts_shards_on_local_schedulers(
     assert report.shards_written == NSHARDS
     assert final_count(err) == (NSHARDS, NSHARDS)
     assert f"{report.bytes_stored / 1e6:.1f} MB stored" in err
+    assert "shardwise: 100%|" in err  # the bar's label (mutation lane: Pipeline.run_62)
 
 
 def test_write_progress_counts_shards_on_a_distributed_client(

@@ -26,7 +26,9 @@ from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
 from faultkit import snapshot, wait_until
-from shardwise.errors import ArrayExistsError, InvalidValueError
+from shardwise.durability.lease import LEASE, LeaseInfo, read_lease
+from shardwise.errors import ArrayExistsError, InvalidValueError, LeaseHeldError
+from shardwise.storage.store import ShardStore
 from shardwise.write.intent import create_metadata
 
 LAYOUT = dict(chunks=(2, 2), shards=(4, 4))
@@ -234,3 +236,17 @@ def test_to_zarr_writes_each_variable_once(tmp_path: Path) -> None:
     assert report.shards_written == len(stored) == 8, (report, stored)
     with xr.open_zarr(tmp_path / "s.zarr") as got:
         xr.testing.assert_identical(got.load(), ds)
+
+
+def test_break_lease_reaches_the_write_sessions(tmp_path: Path) -> None:
+    # kills Pipeline.__init___6 and __enter___7 (break_lease=True dropped on its way to the
+    # sessions: a dead writer's lease refuses the write all the same)
+    root = tmp_path / "a.zarr"
+    shardwise.write_array(data(), root, **LAYOUT)
+    st = ShardStore(LocalStore(root))
+    st.put(LEASE, LeaseInfo("0" * 32, "a killed write", "elsewhere", 1, "u", "2020").to_bytes())
+    with pytest.raises(LeaseHeldError, match="a killed write"):
+        shardwise.write_array(data() + 1, root, mode="r+")
+    shardwise.write_array(data() + 1, root, mode="r+", break_lease=True)
+    np.testing.assert_array_equal(shardwise.read_array(root), data() + 1)
+    assert read_lease(st) is None

@@ -402,6 +402,9 @@ def test_the_pipeline_refuses_a_write_it_was_not_planned_for(tmp_path: Path) -> 
     for words, write in bad.items():
         with pytest.raises(PlanError, match=words):
             Pipeline([write], lease=True)
+    at_path = replace(w, source=DATA[:5], store=replace(w.store, path="g/a"))
+    with pytest.raises(PlanError, match=r"^the write of array 'g/a' in "):
+        Pipeline([at_path], lease=True)  # the array named (mutation lane: check_write_50)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
     Pipeline([w], lease=True)  # checked, not entered: nothing taken
 

@@ -4,8 +4,9 @@ named): an append that asks for consolidated metadata on a store written without
 root consolidated, showing every row appended, as xarray's own engine does; an append resumed
 with ``compute=False`` after its source failed writes nothing at the call and appends the rows
 once when computed; an append that gives its rows back drops only the shards it stored (another
-write's past its start are kept); a shard counts as whole only with its recorded bytes. Each
-test names what it kills. Real stores: local files."""
+write's past its start are kept); a shard counts as whole only with its recorded bytes; an
+append whose metadata commit fails part-way leaves the root's document as it was (the deepest
+documents first). Each test names what it kills. Real stores: local files (one refusing a put)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 import uuid
 import warnings
 from pathlib import Path
+from typing import Any
 
 import dask.array as da
 import numpy as np
@@ -121,3 +123,27 @@ def test_a_shard_counts_as_whole_only_with_its_recorded_bytes(tmp_path: Path) ->
     raw[0] ^= 0xFF  # the same size, other bytes
     shard.write_bytes(bytes(raw))
     assert not whole_object(store, "c/1/0")
+
+
+class RefusingNewVariable(LocalStore):
+    """Local files that refuse to store the document of the variable ``zz`` (a failed put)."""
+
+    async def set(self, key: str, value: Any, byte_range: Any = None) -> None:
+        if key == "zz/zarr.json":
+            raise PermissionError(f"refused: {key}")
+        await super().set(key, value)
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+def test_an_append_whose_metadata_commit_fails_leaves_the_root_document(tmp_path: Path) -> None:
+    # kills commit_metadata_6 (the documents committed in key order: the root's before that of
+    # the variable the append adds, so a failure between them leaves the root's consolidated
+    # metadata naming an array that is not there)
+    root = tmp_path / "s.zarr"
+    shardwise.to_zarr(rows(0, 6), root, encoding=ENC, consolidated=True)
+    before = (root / "zarr.json").read_bytes()
+    more = rows(6, 11).assign(zz=("x", np.arange(3.0)))
+    with pytest.raises(PermissionError, match=r"zz/zarr\.json"):
+        shardwise.to_zarr(more, RefusingNewVariable(root), append_dim="t", consolidated=True)
+    assert (root / "zarr.json").read_bytes() == before
+    assert not (root / "zz" / "zarr.json").exists()
