@@ -1,0 +1,51 @@
+"""The append records' parts the append and resume tests pass through without pinning them
+(survivors of the mutation lane, `mutation/run.py durability/appending`): a record of no rows
+reads back as a record, and a record whose axis the lead array does not have names no rows
+(rather than failing the survey that verify and a resume run). Each test names the mutants it
+kills. Real stores: zarr's MemoryStore.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from zarr.storage import MemoryStore
+
+from shardwise.durability.appending import AppendRecord, read_appending, survey
+from shardwise.durability.holder import LeaseInfo
+from shardwise.storage.store import ShardStore
+
+
+def _record(region: list[list[int]], axis: int = 0, seen: int = 0) -> AppendRecord:
+    holder = asdict(LeaseInfo.new("append"))
+    return AppendRecord.new("t" * 32, "t", axis, region, seen, holder)
+
+
+def _lead(shape: list[int]) -> ShardStore:
+    store = ShardStore(MemoryStore(), "v")
+    store.put("zarr.json", json.dumps({"shape": shape}).encode())
+    return store
+
+
+def test_a_record_of_no_rows_reads_back_as_a_record() -> None:
+    # kills from_bytes_6 (a record of 0 rows read as unreadable: verify would report a journal
+    # problem for a record shardwise wrote)
+    rec = _record([[10, 10], [0, 4]])
+    assert rec.rows == 0
+    assert AppendRecord.from_bytes(rec.to_bytes()) == rec
+    store = _lead([10, 4])
+    store.put(rec.name(), rec.to_bytes())
+    assert read_appending(store) == {rec.name(): rec}
+
+
+def test_a_record_of_an_axis_the_lead_lacks_names_no_rows() -> None:
+    # kills unnamed_12 (the lead's length read at an axis it does not have: IndexError in the
+    # survey instead of no unnamed rows)
+    store = _lead([10])
+    rec = _record([[0, 10], [10, 14]], axis=1, seen=0)
+    store.put(rec.name(), rec.to_bytes())
+    found = survey(store)
+    assert found is not None
+    assert found.unnamed(rec) == []
+    assert found.orphaned(rec) is None
