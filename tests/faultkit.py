@@ -508,6 +508,16 @@ def worker_cluster(memory_limit: str, *, set_as_default: bool) -> Iterator[Any]:
         yield c
 
 
+def cluster_workers(client: Any) -> set[str]:
+    """The addresses of the workers the scheduler has now, asked of the scheduler itself.
+
+    Not ``client.scheduler_info()["workers"]``: that returns the client's cached identity after
+    fetching it, and the client's periodic refresh (every 2 s, on its event loop) replaces that
+    cache with an identity fetched without workers, so on a loaded machine the check can read an
+    empty set."""
+    return set(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+
+
 def traced_peak(fn: Any) -> int:
     """tracemalloc's peak over ``fn()``: the allocations it makes (what existed before is not
     counted)."""

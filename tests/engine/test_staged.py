@@ -510,6 +510,26 @@ def test_shards_larger_than_a_worker_on_memory_limited_workers(
     assert verify(root).ok and temp_files(root) == []
 
 
+@pytest.mark.slow
+def test_the_workers_limit_is_read_when_the_clients_refresh_runs_after_the_fetch(
+    small_workers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's periodic refresh caches an identity without workers; when it lands between
+    a fetch and the read of the cache (a loaded machine), ``scheduler_info()`` has no workers.
+    Made to happen here on every fetch: the probe still finds the workers' limit."""
+    from shardwise.runtime.probes import default_memory_limit
+
+    fetch = small_workers._update_scheduler_info
+
+    async def fetch_then_refresh(n_workers: int = 0) -> None:
+        await fetch(n_workers=n_workers)
+        await fetch(n_workers=0)  # what the periodic refresh fetches
+
+    monkeypatch.setattr(small_workers, "_update_scheduler_info", fetch_then_refresh)
+    assert small_workers.scheduler_info()["workers"] == {}  # the race, shown
+    assert default_memory_limit() == (350 * 2**20, "dask workers' memory_limit / nthreads")
+
+
 def _start_rss_sampler(dask_worker: Any) -> None:
     """Sample this worker's resident memory every 5 ms until stopped (``ru_maxrss`` would
     include the peak of the process it was started from)."""

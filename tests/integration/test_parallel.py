@@ -24,6 +24,7 @@ from zarr.core.buffer import Buffer
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
+from faultkit import cluster_workers
 from fsevents import FileEvents
 from shardwise import InvalidValueError, PlanError, WriteReport
 from shardwise.core.layout import Layout
@@ -461,7 +462,7 @@ def test_any_chunking_on_cluster(client: Any, tmp_path: Path, chunking: str) -> 
     writes = [t for t in stream if _key_name(t["key"]).startswith("shardwise-write")]
     assert len(writes) == LAYOUT.nshards  # one write task per shard (direct or staged)
     assert len({t["key"] for t in writes}) == LAYOUT.nshards
-    assert {t["worker"] for t in writes} <= set(client.scheduler_info()["workers"])
+    assert {t["worker"] for t in writes} <= cluster_workers(client)
     # and read back on the cluster
     got, _ = _run_on_cluster(client, lambda: shardwise.open_array(str(tmp_path)).compute())
     assert mismatches(got, data) == 0

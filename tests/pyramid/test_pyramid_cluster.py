@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 import shardwise
-from faultkit import worker_cluster
+from faultkit import cluster_workers, worker_cluster
 
 SHAPE = (12288, 16384)  # uint16: a 384 MiB shard, more than a worker's 300 MiB
 TILE = 64
@@ -55,7 +55,7 @@ def test_pyramid_with_shards_larger_than_a_worker(small_workers: Any, tmp_path: 
     assert report.shards_written == 4
     # the same worker processes: none was killed and restarted for its memory
     assert small_workers.run(os.getpid) == pids
-    assert len(small_workers.scheduler_info()["workers"]) == 2
+    assert len(cluster_workers(small_workers)) == 2
     level0 = zarr.open_array(root, path="0", mode="r")
     for lo in range(0, SHAPE[0], 4096):  # bands across the shard, every sample of them
         want = _block({None: {"array-location": [(lo, lo + 64), (0, SHAPE[1])]}})

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from zarr.core.sync import sync
 
 import shardwise
+from faultkit import cluster_workers
 from shardwise.errors import InvalidTypeError, InvalidValueError, TransactionError
 
 icechunk = pytest.importorskip("icechunk")
@@ -676,7 +677,7 @@ def test_forks_merged_as_a_tree_on_worker_processes(client: Any, repo: Any) -> N
     from distributed import get_task_stream
 
     x = np.arange(160 * 160, dtype="f8").reshape(160, 160)
-    workers = set(client.scheduler_info()["workers"])
+    workers = cluster_workers(client)
     with dask.config.set(scheduler=client), get_task_stream(client) as stream:
         report = shardwise.write_array(
             da.from_array(x, chunks=(15, 25)),

@@ -27,6 +27,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
+from faultkit import cluster_workers
 from shardwise.errors import CorruptShardError
 from shardwise.xarray.backend import (
     ShardwiseBackendArray,
@@ -608,4 +609,4 @@ def test_reads_on_a_local_cluster(client: Any, store_path: Path) -> None:
     assert_matches_source(loaded, expected)
     np.testing.assert_array_equal(pts.values, expected["temp"].values[[0, 23, 11], :, [19, 0, 4]])
     workers = {t["worker"] for t in ts.data}
-    assert workers <= set(client.scheduler_info()["workers"]) and workers
+    assert workers <= cluster_workers(client) and workers

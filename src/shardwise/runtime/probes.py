@@ -3,6 +3,8 @@ only when asked: distributed and psutil load on first use)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 MEMORY_FRACTION = 0.5  # of the machine's available memory, shared by the threads
 
 
@@ -40,7 +42,7 @@ def _distributed_limit() -> tuple[int, str] | None:
     try:
         from distributed import default_client
 
-        workers = default_client().scheduler_info()["workers"].values()
+        workers = _scheduler_workers(default_client()).values()
         shares = [
             int(w["memory_limit"]) // max(1, int(w["nthreads"]))
             for w in workers
@@ -51,3 +53,13 @@ def _distributed_limit() -> tuple[int, str] | None:
     except (ImportError, ValueError, AttributeError, KeyError):
         pass
     return None
+
+
+def _scheduler_workers(client: Any) -> dict[str, Any]:
+    """The scheduler's workers, asked of the scheduler. Not ``client.scheduler_info()``: it
+    returns the client's cache after the fetch, which the client's periodic refresh (on its
+    event loop) replaces with an identity fetched without workers, so under load it can read
+    none and the probe would fall back to the machine's memory instead of the workers' limit."""
+    if client.asynchronous:  # a fetch would have to be awaited; the cache is all there is
+        return dict(client.scheduler_info()["workers"])
+    return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
