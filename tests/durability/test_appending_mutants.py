@@ -12,9 +12,9 @@ from dataclasses import asdict
 
 from zarr.storage import MemoryStore
 
-from shardwise.durability.appending import AppendRecord, read_appending, survey
+from shardwise.durability.appending import APPENDING, AppendRecord, read_appending, survey
 from shardwise.durability.holder import LeaseInfo
-from shardwise.storage.store import ShardStore
+from shardwise.storage.store import ShardStore, resolve_store
 
 
 def _record(region: list[list[int]], axis: int = 0, seen: int = 0) -> AppendRecord:
@@ -49,3 +49,21 @@ def test_a_record_of_an_axis_the_lead_lacks_names_no_rows() -> None:
     assert found is not None
     assert found.unnamed(rec) == []
     assert found.orphaned(rec) is None
+
+
+def test_verify_reports_an_unreadable_append_record_once_by_its_key(tmp_path: object) -> None:
+    """A record that does not parse (a torn or foreign file) is a journal problem naming its key,
+    read once by the survey verify runs, beside the readable records it still judges."""
+    import numpy as np
+
+    import shardwise
+
+    root = f"{tmp_path}/a.zarr"
+    shardwise.write_array(np.zeros((8, 4), "i2"), root, chunks=(2, 4), shards=(4, 4))
+    store = ShardStore(resolve_store(root, mode="a"), "")
+    name = f"{APPENDING}torn.json"
+    store.put(name, b"{not json")
+    found = survey(store)
+    assert found is not None and found.unreadable == [name]
+    problems = [p for p in shardwise.verify(root).problems if p.kind == "journal"]
+    assert [(p.key, p.message) for p in problems] == [(store.key(name), "unreadable append record")]

@@ -61,6 +61,23 @@ def rows(lo: int, hi: int) -> xr.Dataset:
     )
 
 
+def held_rows(lo: int, hi: int, go: Any, *, then_fail: bool = False) -> xr.Dataset:
+    """``rows(lo, hi)`` whose source block ``HELD`` of ``v`` waits until ``go`` is set (and then
+    raises, with ``then_fail``): an append held mid-data for as long as a test needs."""
+
+    def held(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
+            assert go.wait(300), "never let go"
+            if then_fail:
+                raise RuntimeError("source lost")
+        return block
+
+    ds = rows(lo, hi)
+    src = da.from_array(ds["v"].values, chunks=(SHARD, WIDTH))
+    ds["v"] = ds["v"].copy(data=src.map_blocks(held, dtype=src.dtype))
+    return ds
+
+
 def base(root: Any) -> None:
     shardwise.to_zarr(rows(0, START), root, encoding=ENC)
 
@@ -272,15 +289,7 @@ def test_resume_does_not_finish_an_append_that_is_still_running(tmp_path: Path) 
     root = tmp_path / "a.zarr"
     base(root)
     go, errors = threading.Event(), []
-
-    def held(block: np.ndarray, block_info: Any = None) -> np.ndarray:
-        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
-            assert go.wait(300), "never let go"
-        return block
-
-    a = rows(START, START + N)
-    src = da.from_array(a["v"].values, chunks=(SHARD, WIDTH))
-    a["v"] = a["v"].copy(data=src.map_blocks(held, dtype=src.dtype))
+    a = held_rows(START, START + N, go)
 
     def append_a() -> None:
         try:
@@ -380,16 +389,7 @@ def test_rows_reserved_below_the_length_seen_after_a_give_back_are_finished(
     root = tmp_path / "a.zarr"
     base(root)
     go, errors = threading.Event(), []
-
-    def failing(block: np.ndarray, block_info: Any = None) -> np.ndarray:
-        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
-            assert go.wait(300), "never let go"
-            raise RuntimeError("source lost")
-        return block
-
-    b = rows(START, START + N)
-    src = da.from_array(b["v"].values, chunks=(SHARD, WIDTH))
-    b["v"] = b["v"].copy(data=src.map_blocks(failing, dtype=src.dtype))
+    b = held_rows(START, START + N, go, then_fail=True)
 
     def append_b() -> None:
         try:

@@ -130,6 +130,7 @@ class Survey:
     stale: list[tuple[str, AppendRecord]]  # unsettled, their writers gone
     running: list[AppendRecord]  # unsettled, their writers may still run
     settled: list[str]  # names of records whose markers are there
+    unreadable: list[str]  # names of records that do not parse
 
     def unnamed(self, rec: AppendRecord) -> list[tuple[int, int]]:
         """The stretches of rows along ``rec``'s axis from ``rec.seen`` to the end that no
@@ -178,8 +179,9 @@ def survey(store: ShardStore) -> Survey | None:
     markers = [m for m in read_markers(store).values() if m is not None]
     tokens = {str((m.append or {}).get("id")) for m in markers if m.append}
     stale, running, settled = [], [], []
+    records = read_appending(store)
     found = sorted(
-        ((n, r) for n, r in read_appending(store).items() if r is not None),
+        ((n, r) for n, r in records.items() if r is not None),
         key=lambda nr: (nr[1].seen, nr[1].started),
     )
     for name, rec in found:
@@ -189,4 +191,5 @@ def survey(store: ShardStore) -> Survey | None:
             running.append(rec)
         else:
             stale.append((name, rec))
-    return Survey(length, markers, stale, running, settled)
+    unreadable = [n for n, r in records.items() if r is None]
+    return Survey(length, markers, stale, running, settled, unreadable)

@@ -17,7 +17,7 @@ from ..codec.shard import ShardIndex
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..storage.store import TEMP, ShardStore
-from .appending import APPENDING, AppendRecord, Survey, read_appending, survey
+from .appending import APPENDING, AppendRecord, Survey, survey
 from .journal import BATCH, PARTS, Record, WriteMarker, read_markers
 from .lease import read_lease
 
@@ -262,9 +262,8 @@ def _check_appending(store: ShardStore, report: VerifyReport) -> None:
     found = survey(store) if store.list(APPENDING) else None
     if found is None:
         return
-    for name, rec in read_appending(store).items():
-        if rec is None:
-            report.problems.append(Problem("journal", store.key(name), "unreadable append record"))
+    for name in found.unreadable:
+        report.problems.append(Problem("journal", store.key(name), "unreadable append record"))
     for rec in found.running:
         report.notes.append(
             f"append {rec.id[:8]} of {rec.rows} rows along {rec.dim!r} reserving its rows now"
