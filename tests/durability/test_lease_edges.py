@@ -28,6 +28,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
+from faultkit import wait_until
 from shardwise import LeaseHeldError
 from shardwise.durability.holder import EXPIRY_ENV
 from shardwise.durability.lease import (
@@ -250,6 +251,8 @@ def test_renew_rewrites_the_heartbeat_of_the_lease_it_holds(tmp_path: Path) -> N
     with Lease.acquire(st) as lease:
         before = read_lease(st)
         assert before is not None and before.token == lease.info.token
+        # the clock past the first stamp, so the renewed one is later whatever its resolution
+        wait_until(lambda: time.time() > before.renewed, "the clock to move")
         assert lease.renew() is True
         after = read_lease(st)
         assert after is not None and after.token == lease.info.token
