@@ -415,3 +415,41 @@ def test_renew_on_a_store_without_conditional_replace() -> None:
         st.put(LEASE, replace(lease.info, renewed=0.0).to_bytes())
         assert lease.renew() is True
         assert read_lease(st) == lease.info and lease.info.renewed > 0
+
+
+def test_a_release_racing_the_holders_renewal_leaves_no_lease(tmp_path: Path) -> None:
+    """A copy of a lease (the finish of a ``compute=False`` write on a worker) releases it while
+    the holder's heartbeat rewrites it. The release's delete goes through the same lock as the
+    renewal's replace and is conditional on the version it judged: here it is made to wait on
+    that lock while a renewal replaces the lease, then it judges the renewed lease again and
+    deletes it. (An unconditional delete landing between a renewal's check and its replace
+    put the lease back, held by nobody, refusing every later write.)"""
+    import threading
+
+    from shardwise.storage.conditional import LOCKS, file_lock
+
+    st = ShardStore(LocalStore(tmp_path), "arr")
+    lease = Lease.acquire(st, expiry=600)  # its own beat every 150 s: none in this test
+    copy = pickle.loads(pickle.dumps(lease))
+    path = tmp_path / st.key(LEASE)
+    released = threading.Thread(target=copy.release)
+
+    def waiting_on_the_lock() -> bool:
+        frame = sys._current_frames().get(released.ident or -1)
+        while frame is not None and frame.f_code.co_name != "file_lock":
+            frame = frame.f_back
+        return frame is not None
+
+    with file_lock(tmp_path / st.key(LOCKS + LEASE)):  # a renewal's commit, under way
+        released.start()
+        wait_until(waiting_on_the_lock, "the release to wait on the commit lock")
+        assert read_lease(st) == lease.info  # not deleted behind the renewal's back
+        renewed = replace(lease.info, renewed=lease.info.renewed + 1)
+        tmp = path.with_name("renewed.tmp")
+        tmp.write_bytes(renewed.to_bytes())
+        os.replace(tmp, path)  # the renewal's replace
+    released.join(120)
+    assert not released.is_alive()
+    assert read_lease(st) is None and not path.exists()
+    lease.release()  # the holder's own release then finds nothing to remove
+    assert read_lease(st) is None

@@ -229,7 +229,7 @@ def add_subtree(kind: str, where: str, endpoint: str, i: int, barrier: Any, out:
     """One process: wait for the others, then write subtree ``s{i}`` into the store."""
     try:
         store = store_of(kind, where, endpoint)
-        barrier.wait(120)
+        barrier.wait(300)
         shardwise.to_zarr(small_subtree(i), store, group=f"s{i}")
         out.put((i, ""))
     except BaseException as e:  # reported to the parent

@@ -327,6 +327,35 @@ def test_an_append_killed_before_its_reservation_is_appended_once(tmp_path: Path
     assert_holds(root, START + N)
 
 
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_rows_another_tool_appended_after_a_kill_are_never_taken_for_the_killed_appends(
+    tmp_path: Path,
+) -> None:
+    """K (rows for t 10..49) is killed before its commit; then xarray's own engine appends 40
+    other rows (t 50..89, no marker, no record): rows 10:50 are named by no write, as many as
+    K's, as the rows of an append killed in its window would be. They hold values, so they are
+    not K's: verify says K reserved nothing, and the resume appends K's rows once after them
+    (rows 50:90), every value of the other tool's rows kept; verify finds no problem."""
+    root = tmp_path / "a.zarr"
+    base(root)
+    kill("local", str(root), "claim")
+    other = rows(START + N, START + 2 * N)
+    other.to_zarr(root, append_dim="t", mode="a")  # xarray's own zarr engine: no markers
+    rep = shardwise.verify(root)
+    advice = [p.message for p in rep.problems if p.kind == "incomplete"]
+    assert len(advice) == 1 and "stopped before it reserved them" in advice[0], rep
+    done = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    assert f"rows {START + N}:{START + 2 * N} reserved" in " ".join(done.notes), done.notes
+    want = xr.concat([rows(0, START), other, rows(START, START + N)], dim="t")
+    for consolidated in (None, False):
+        with xr.open_zarr(root, consolidated=consolidated) as ds:
+            xr.testing.assert_identical(ds.load(), want)
+    # the other tool's shards (new ones, and the one it rewrote at rows 8:12) are changes
+    # verify reports, no problem
+    rep = shardwise.verify(root)
+    assert rep.ok and {c.kind for c in rep.changes} == {"unrecorded", "mismatch"}, rep
+
+
 def test_resume_never_finishes_rows_an_append_still_reserving_holds(tmp_path: Path) -> None:
     """K is killed before its commit (its record stays); A, alive, stops between its commit
     (rows 10:50) and its markers. A resume of K's shape then sees 40 rows no marker names after

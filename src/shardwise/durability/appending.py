@@ -21,6 +21,13 @@ appends there can have reserved, the first block is a killed append's (which one
 this shape does not matter: they are finished first rows first); anything else reserved there
 was named first. Rows before ``seen`` are never
 looked at, so arrays written before markers existed are read right.
+
+Another tool may append without markers (xarray's own ``to_zarr``): its rows are unnamed too,
+but they hold its values, where a killed append's reserved rows hold none (no data is written
+before the markers). So a block is a killed append's only when no shard wholly inside it holds
+values (:func:`orphaned_rows`, :func:`holds_values`), and when the first unnamed rows after
+``seen`` hold values the killed append reserved nothing (:func:`foreign_first`): its reserved
+rows would come first.
 """
 
 from __future__ import annotations
@@ -193,3 +200,50 @@ def survey(store: ShardStore) -> Survey | None:
             stale.append((name, rec))
     unreadable = [n for n, r in records.items() if r is None]
     return Survey(length, markers, stale, running, settled, unreadable)
+
+
+def orphaned_rows(store: ShardStore, found: Survey, rec: AppendRecord) -> tuple[int, int] | None:
+    """:meth:`Survey.orphaned` of the lead array at ``store``, unless values are stored there:
+    a block of another tool's rows (no marker, its values stored) is never taken for one."""
+    rows = found.orphaned(rec)
+    return rows if rows is not None and not holds_values(store, rec.axis, rows) else None
+
+
+def foreign_first(store: ShardStore, found: Survey, rec: AppendRecord) -> bool:
+    """Whether the first unnamed rows after ``rec.seen`` (as many as ``rec``'s) hold values:
+    another tool appended them, and the killed append of ``rec`` reserved nothing."""
+    rows = found.unnamed(rec)
+    if not rows:
+        return False
+    a, b = rows[0]
+    return holds_values(store, rec.axis, (a, min(b, a + rec.rows)))
+
+
+def holds_values(store: ShardStore, axis: int, rows: tuple[int, int]) -> bool:
+    """Whether a shard of the array at ``store`` lying wholly inside ``rows`` along ``axis``
+    holds anything but the fill value (NaN as NaN). Shards across the edges of ``rows`` also hold
+    rows before or after them, and may keep values an append gave back with them (it removes
+    only the shards past its start): they tell nothing. Read one shard at a time."""
+    import numpy as np
+
+    from ..engine.read import ShardReader
+    from ..storage.nodes import open_info
+
+    info = open_info(store.store, store.path)
+    lay = info.layout
+    region = tuple(
+        slice(rows[0], rows[1]) if i == axis else slice(0, n) for i, n in enumerate(lay.shape)
+    )
+    reader = ShardReader(info, store)
+    fill = np.asarray(info.fill_value, dtype=info.dtype)
+    for shard in lay.shards_touching(region):
+        part = lay.shard_region(shard)
+        if part[axis].start < rows[0] or part[axis].stop > rows[1]:
+            continue
+        values = reader.read(part)
+        other = values != fill
+        if values.dtype.kind in "fc" and np.isnan(fill).any():
+            other &= ~np.isnan(values)
+        if bool(np.any(other)):
+            return True
+    return False

@@ -242,3 +242,24 @@ class Heartbeat(threading.Thread):
         self.done.set()
         if self is not threading.current_thread():
             self.join()
+
+
+def lease_wanted(lease: bool | None, compute: bool, supports_deletes: bool, store: str) -> bool:
+    """Whether a write holds leases (every front end's rule): ``lease`` when given, else when
+    the write computes now on a store that can delete. A lease is deleted when the write ends,
+    so a store that cannot delete (a zarr ``ZipStore``, which only appends) is written without
+    one by default, as xarray writes it, and ``lease=True`` there is refused before anything is
+    written (the write would fail only at its end, the lease objects left in the archive).
+    ``store``: the store's name in the message (its type)."""
+    if lease and not supports_deletes:
+        raise InvalidValueError(
+            f"lease=True needs a store that can delete (a lease is removed when the write "
+            f"ends), and {store} cannot: pass lease=None or lease=False"
+        )
+    return compute and supports_deletes if lease is None else bool(lease)
+
+
+def store_lease(lease: bool | None, compute: bool, zstore: Any) -> bool:
+    """:func:`lease_wanted` for a zarr Store (one that does not say is taken to delete)."""
+    deletes = bool(getattr(zstore, "supports_deletes", True))
+    return lease_wanted(lease, compute, deletes, type(zstore).__name__)

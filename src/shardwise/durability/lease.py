@@ -42,12 +42,20 @@ from typing import Any
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from ..errors import InvalidValueError, LeaseHeldError
+from ..errors import LeaseHeldError
 from ..storage import s3
 from ..storage.conditional import CONFLICT, versions
 from ..storage.retry import RetryPolicy, any_error
 from ..storage.store import JOURNAL, ShardStore, describe
-from .holder import DEFAULT_EXPIRY, Heartbeat, LeaseInfo, gone_reason, lease_expiry
+from .holder import (
+    DEFAULT_EXPIRY,
+    Heartbeat,
+    LeaseInfo,
+    gone_reason,
+    lease_expiry,
+    lease_wanted,
+    store_lease,
+)
 from .journal import LEASE as LEASE  # the one definition (journal clears around it)
 
 __all__ = [
@@ -75,27 +83,6 @@ SHARED = ".shardwise/leases/"
 _LEASE_NAME = LEASE.rsplit("/", 1)[1]  # "lease"
 _SHARED_DIR = SHARED.strip("/").rsplit("/", 1)[1]  # "leases"
 log = logging.getLogger("shardwise")
-
-
-def lease_wanted(lease: bool | None, compute: bool, supports_deletes: bool, store: str) -> bool:
-    """Whether a write holds leases (every front end's rule): ``lease`` when given, else when
-    the write computes now on a store that can delete. A lease is deleted when the write ends,
-    so a store that cannot delete (a zarr ``ZipStore``, which only appends) is written without
-    one by default, as xarray writes it, and ``lease=True`` there is refused before anything is
-    written (the write would fail only at its end, the lease objects left in the archive).
-    ``store``: the store's name in the message (its type)."""
-    if lease and not supports_deletes:
-        raise InvalidValueError(
-            f"lease=True needs a store that can delete (a lease is removed when the write "
-            f"ends), and {store} cannot: pass lease=None or lease=False"
-        )
-    return compute and supports_deletes if lease is None else bool(lease)
-
-
-def store_lease(lease: bool | None, compute: bool, zstore: Any) -> bool:
-    """:func:`lease_wanted` for a zarr Store (one that does not say is taken to delete)."""
-    deletes = bool(getattr(zstore, "supports_deletes", True))
-    return lease_wanted(lease, compute, deletes, type(zstore).__name__)
 
 
 def part_lease(i: int, n: int) -> str:
@@ -367,8 +354,8 @@ class Lease:
             return
         self.held = False
         if self._beat is not None:
-            self._beat.stop()
-        _release_own(self.store, self.name, self.info)
+            self._beat.stop()  # (joined: none of its renewals is under way)
+        _release_own(self.store, self.name, self.info, renewing=self._beat is None)
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy sent to a worker (the finish of a compute=False write runs there) carries no
@@ -433,10 +420,23 @@ def _drop_gone_shared(
     return {}
 
 
-def _release_own(store: ShardStore, name: str, info: LeaseInfo) -> None:
-    now = read_lease(store, name)
-    if now is not None and now.token == info.token:
-        store.delete(name)
+def _release_own(store: ShardStore, name: str, info: LeaseInfo, renewing: bool = False) -> None:
+    """Delete lease ``name`` if it is ``info``'s. ``renewing``: the holder's heartbeat may be
+    rewriting it now (a copy releases it), so the delete goes through the renewal's lock and is
+    conditional on the version judged (a plain one landing between a renewal's check and its
+    replace would be undone); each conflict is such a renewal, judged again."""
+    backend = versions(store) if renewing else None
+    for _ in range(16):
+        if backend is None or not backend.can_delete:  # object stores: the renewal's put fails
+            now = read_lease(store, name)
+            if now is not None and now.token == info.token:
+                store.delete(name)
+            return
+        data, generation = backend.get(name)
+        if data is None or LeaseInfo.from_bytes(data).token != info.token:
+            return
+        if backend.commit(name, None, generation) is not CONFLICT:
+            return
 
 
 def held_error(store: ShardStore, name: str, who: str, where: str = "") -> LeaseHeldError:

@@ -58,7 +58,14 @@ from zarr.core.sync import sync
 
 from ..core.job import Strategy
 from ..core.layout import ceildiv
-from ..durability.appending import AppendRecord, Survey, holder_may_run, survey
+from ..durability.appending import (
+    AppendRecord,
+    Survey,
+    foreign_first,
+    holder_may_run,
+    orphaned_rows,
+    survey,
+)
 from ..durability.holder import LeaseInfo
 from ..durability.journal import (
     WriteMarker,
@@ -208,7 +215,7 @@ def reserve(
         res.committed = res.before  # rows written before: nothing of theirs is ever given back
         grow = list(zip(appended, axes, strict=True))
     else:
-        drop = [] if found is None else _not_reserved(found, dim, axes[0], appended[0])
+        drop = [] if found is None else _not_reserved(xw, found, dim, axes[0], appended[0])
         res = _claim(xw, appended[0], axes[0], dim, paths, axes)
         grow = list(zip(appended[1:], axes[1:], strict=True))
     res.drop += drop + ([] if found is None else found.settled)
@@ -272,16 +279,20 @@ def _claim(
     return res
 
 
-def _not_reserved(found: Survey, dim: str, axis: int, lead: VariableWrite) -> list[str]:
+def _not_reserved(
+    xw: XarrayWrite, found: Survey, dim: str, axis: int, lead: VariableWrite
+) -> list[str]:
     """The record of an append of this shape killed before it reserved anything (no rows after
-    the length it saw are unnamed): this call, appending, stands for it. Refused while another
-    append is reserving (its rows may be the unnamed ones: whose they are shows once they are
-    named); other unnamed rows (appends killed in their window) stay reported."""
+    the length it saw are unnamed, or the first of them hold another tool's values): this call,
+    appending, stands for it. Refused while another append is reserving (its rows may be the
+    unnamed ones: whose they are shows once they are named); other unnamed rows (appends killed
+    in their window) stay reported."""
     want = region_list(lead.region)
+    store = ShardStore(xw.zstore, lead.path)
     for name, rec in found.stale:
         if not rec.fits(dim, axis, want):
             continue
-        if not (rows := found.unnamed(rec)):
+        if not (rows := found.unnamed(rec)) or foreign_first(store, found, rec):
             return [name]
         if found.running:
             spans = ", ".join(f"{a}:{b}" for a, b in rows)
@@ -322,7 +333,10 @@ def _unfinished(
                 return rows[0], rows[1], "done", []
     want = region_list(lead.region)
     for name, rec in found.stale:
-        if rec.fits(dim, axis, want) and (rows := found.orphaned(rec)) is not None:
+        if (
+            rec.fits(dim, axis, want)
+            and (rows := orphaned_rows(ShardStore(xw.zstore, lead.path), found, rec)) is not None
+        ):
             return rows[0], rows[1], "orphan", [name]
     return None
 
