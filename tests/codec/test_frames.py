@@ -142,11 +142,11 @@ def test_a_child_forked_while_the_arenas_lock_is_held_writes(tmp_path: Path) -> 
     def hold() -> None:
         with frames._lock:
             held.set()
-            release.wait(60)
+            release.wait(300)
 
     holder = threading.Thread(target=hold)
     holder.start()
-    assert held.wait(60)
+    assert held.wait(300)
     ctx = mp.get_context("fork")
     out = ctx.SimpleQueue()
     try:

@@ -524,10 +524,10 @@ def test_a_failing_batch_waits_for_the_others_before_raising() -> None:
 
     def fn(batch: Any) -> list[None]:
         if batch[0] == 0:
-            assert started.wait(60), "the other batch never started"
+            assert started.wait(300), "the other batch never started"
             raise CorruptShardError("c/0", "bad")
         started.set()
-        assert release.wait(60)
+        assert release.wait(300)
         events.append("other batch finished")
         return [None]
 
@@ -560,10 +560,10 @@ def test_a_failing_batch_waits_for_the_others_before_raising() -> None:
 
     caller = threading.Thread(target=call)
     caller.start()
-    assert decided.wait(60), "map_batches neither waited nor returned"
+    assert decided.wait(300), "map_batches neither waited nor returned"
     at_decision = list(events)
     release.set()
-    caller.join(60)
+    caller.join(300)
     assert at_decision == ["failure seen", "waits"], "returned before the running batch finished"
     assert raised == [["failure seen", "waits", "other batch finished", "returned"]]
 
@@ -658,13 +658,13 @@ def test_new_arrays_after_a_fork_while_another_thread_held_the_switch() -> None:
         with R._advice_lock:
             R._advice_saved[0] = switch(False)
             held.set()
-            go.wait(60)
+            go.wait(300)
             switch(bool(R._advice_saved[0]))
             R._advice_saved[0] = None
 
     thread = threading.Thread(target=allocate_slowly)
     thread.start()
-    assert held.wait(60)
+    assert held.wait(300)
     pid = os.fork()
     if pid == 0:  # the child: allocate, then report whether numpy's advice is on again
         code = 3

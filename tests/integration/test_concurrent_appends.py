@@ -336,7 +336,7 @@ def test_a_failed_append_keeps_the_rows_of_a_later_one(tmp_path: Path) -> None:
         if block.size == 0:  # dask's probe of the output type, while building the graph
             return block
         writing.set()  # A's rows are reserved in every array: its data tasks run
-        assert go.wait(60)
+        assert go.wait(300)
         raise RuntimeError("source lost")
 
     a = rows(ids(0, 0))
