@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Any
 
 from zarr.storage import MemoryStore
 
-from shardwise.durability.appending import APPENDING, AppendRecord, read_appending, survey
+from shardwise.durability.appending import (
+    APPENDING,
+    AppendRecord,
+    holds_values,
+    read_appending,
+    survey,
+)
 from shardwise.durability.holder import LeaseInfo
 from shardwise.storage.store import ShardStore, resolve_store
 
@@ -67,3 +74,57 @@ def test_verify_reports_an_unreadable_append_record_once_by_its_key(tmp_path: ob
     assert found is not None and found.unreadable == [name]
     problems = [p for p in shardwise.verify(root).problems if p.kind == "journal"]
     assert [(p.key, p.message) for p in problems] == [(store.key(name), "unreadable append record")]
+
+
+def _lead_array(tmp_path: Any, x: Any, fill: Any, shards: tuple[int, ...]) -> ShardStore:
+    """A real sharded array of ``x`` (fill value ``fill``), as the lead of an append."""
+    import shardwise
+
+    root = f"{tmp_path}/lead.zarr"
+    shardwise.write_array(x, root, chunks=shards, shards=shards, fill_value=fill)
+    return ShardStore(resolve_store(root, mode="a"), "")
+
+
+def test_holds_values_reads_the_shards_wholly_inside_the_rows_along_their_axis(
+    tmp_path: Any,
+) -> None:
+    # kills holds_values_10 and _20 (the other axes cut to the rows, or their slices broken:
+    # every test lead is 1-D) and _40 (a shard ending exactly at the rows' end left out)
+    import numpy as np
+
+    x = np.zeros((12, 6), "i4")
+    x[4:8, 1] = 7  # values in the second shard of rows, in the first shard of columns
+    st = _lead_array(tmp_path, x, 0, (4, 3))
+    assert holds_values(st, 0, (4, 8))  # exactly one shard of rows, its values at column 1
+    assert not holds_values(st, 0, (8, 12)) and not holds_values(st, 0, (0, 4))
+    assert not holds_values(st, 0, (2, 7))  # no shard wholly inside: nothing to tell
+    assert holds_values(st, 0, (2, 12))
+
+
+def test_holds_values_counts_nan_fill_as_no_value(tmp_path: Any) -> None:
+    # kills holds_values_50 (NaN read as a value where the fill value is NaN)
+    import numpy as np
+
+    x = np.full((8,), np.nan, "f4")
+    x[6] = 1.5
+    st = _lead_array(tmp_path, x, float("nan"), (2,))
+    assert not holds_values(st, 0, (0, 6))
+    assert holds_values(st, 0, (6, 8))
+
+
+def test_survey_reads_markers_and_names_settled_records() -> None:
+    # kills survey_15 (the markers read as none: named rows taken for unnamed) and survey_35
+    # (a settled record's name lost: its record never removed)
+    from shardwise.durability.journal import WriteMarker, marker_name, now
+
+    store = _lead([20])
+    rec = _record([[10, 20]], seen=10)
+    store.put(rec.name(), rec.to_bytes())
+    marker = WriteMarker(
+        "m" * 32, [[10, 20]], [20], "open", now(), append={"dim": "t", "axis": 0, "id": rec.id}
+    )
+    store.put(marker_name((slice(10, 20),)), marker.to_bytes())
+    found = survey(store)
+    assert found is not None
+    assert found.markers == [marker] and found.settled == [rec.name()]
+    assert found.unnamed(rec) == [] and found.stale == []
