@@ -20,7 +20,14 @@ Cases (the source is the workload's ``.npy`` loaded into memory before anything 
   the in-process figure: it imports what reads use);
 * ``sw-dask-read``  ``shardwise.open_array(path).compute()``;
 * ``ts-read``       tensorstore ``open`` then ``read()``;
-* ``zr-read``       zarrista ``Array.open(...)[...].to_numpy()`` (a view of zarrista's memory).
+* ``zr-read``       zarrista ``Array.open(...)[...].to_numpy()`` (a view of zarrista's memory);
+* ``limit-write``   the machine's compression limit: every inner chunk compressed (zstd level 3,
+  python-zstandard's batch call, one reused context per thread) on as many threads as cores,
+  from the chunks already gathered contiguous by shard before the clock; no gather, no file;
+* ``limit-read``    the machine's limit for a whole read into new memory: every stored frame
+  (the read store's shards loaded and split by their index before the clock) decompressed by
+  shard on as many threads as cores and copied into its place in a fresh output array; no file.
+  Its row also gives ``s_codec``, the decompression alone (into each thread's reused buffer).
 
 The reads read one store per workload, written once by shardwise before the first repetition.
 
@@ -64,9 +71,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path[:0] = [SRC, HERE]
 
+import limits  # noqa: E402
 import workloads  # noqa: E402
 
-LIBS = ("sw", "sw-dask", "ts", "zr")
+LIBS = ("sw", "sw-dask", "ts", "zr", "limit")
 CASES = tuple(f"{lib}-{op}" for op in ("write", "read") for lib in LIBS)
 
 
@@ -155,6 +163,8 @@ def _op(case: str, path: str, W: dict[str, Any], src: np.ndarray | None) -> Call
     """The write or read of ``case`` as a function. Imports and the open (metadata only) are paid
     here: in the whole-process figure, not in the in-process one."""
     lib, op = case.rsplit("-", 1)
+    if lib == "limit":
+        return limits.write_limit(W, src) if op == "write" else limits.read_limit(W, path)
     if lib == "ts":
         import tensorstore as ts
 
@@ -207,8 +217,10 @@ def _op(case: str, path: str, W: dict[str, Any], src: np.ndarray | None) -> Call
     return lambda: shardwise.read_array(path)
 
 
-def _check(case: str, path: str, src: np.ndarray, got: Any) -> bool:
+def _check(case: str, path: str, W: dict[str, Any], src: np.ndarray, got: Any) -> bool:
     """Written stores read back by another library; reads compared with the source."""
+    if case == "limit-write":
+        return limits.frames_hold(got, W, src)
     if case.endswith("-read"):
         return bool(np.array_equal(np.asarray(got), src))
     if case.startswith("ts-"):
@@ -247,7 +259,7 @@ def one(args: argparse.Namespace) -> None:
     done = time.time()  # the end of the op on the wall clock: the parent's whole-process figure
     grown = _hwm_bytes() - before
     src = source() if src is None else src
-    ok = _check(case, path, src, got)
+    ok = _check(case, path, W, src, got)
     if not reads:
         shutil.rmtree(path, ignore_errors=True)
     row = dict(
@@ -260,6 +272,8 @@ def one(args: argparse.Namespace) -> None:
         dask="dask" in sys.modules,
         done=done,
     )
+    if case == "limit-read":
+        row["s_codec"] = round(limits.decompress_only(W, path), 4)
     print(json.dumps(row), flush=True)
 
 
@@ -313,9 +327,9 @@ def report(args: argparse.Namespace) -> None:
 
     print(
         "| workload | case | n | in-process s (median, min-max) | CPU s | whole s | RSS x "
-        "| in / ts | in / zr | whole / ts | whole / zr |"
+        "| in / ts | in / zr | whole / ts | whole / zr | in / limit |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for wl, case in sorted(by, key=lambda k: (k[0], CASES.index(k[1]))):
         rs = by[wl, case]
         ins = [r["s_in"] for r in rs]
@@ -325,12 +339,20 @@ def report(args: argparse.Namespace) -> None:
             for ref in ("ts", "zr"):
                 k = (wl, f"{ref}-{op}")
                 ratios.append(f"{med((wl, case), field) / med(k, field):.2f}" if k in by else "")
+        lim = (wl, f"limit-{op}")
+        ratios.append(f"{med((wl, case), 's_in') / med(lim, 's_in'):.2f}" if lim in by else "")
         bad = "" if all(r["ok"] for r in rs) else " WRONG VALUES"
         print(
             f"| {wl} | {case} | {len(rs)} | {statistics.median(ins):.3f} "
             f"({min(ins):.3f}-{max(ins):.3f}) | {med((wl, case), 'cpu_in'):.3f} "
             f"| {med((wl, case), 's_whole'):.3f} | {med((wl, case), 'rss_x'):.2f} "
             f"| {' | '.join(ratios)}{bad} |"
+        )
+    for wl, case in sorted(k for k in by if k[1] == "limit-read"):
+        codec = [r["s_codec"] for r in by[wl, case]]
+        print(
+            f"\n{wl} limit-read: the decompression alone {statistics.median(codec):.3f} s "
+            f"({min(codec):.3f}-{max(codec):.3f}), no output array"
         )
 
 

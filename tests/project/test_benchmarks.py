@@ -133,9 +133,10 @@ def test_numpy_paths_small_run(tmp_path: Path) -> None:
     )
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
     recs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
-    libs = ("sw", "sw-dask", "ts", "zr")
+    libs = ("sw", "sw-dask", "ts", "zr", "limit")
     assert {r["case"] for r in recs} == {f"{lib}-{op}" for lib in libs for op in ("write", "read")}
     for r in recs:
+        # the limits' frames decompress to the source's chunks; their read equals the source
         assert r["ok"] and r["size"] == "small", r
         assert r["s_whole"] > r["s_in"] > 0 and r["cpu_in"] > 0, r
         # numpy writes and reads run without dask: their processes never import it
@@ -149,6 +150,9 @@ def test_numpy_paths_small_run(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert "| W3 | sw-write | 1 |" in table and "| W3 | zr-read | 1 |" in table
+    assert "| W3 | limit-read | 1 |" in table and "W3 limit-read: the decompression alone" in table
+    (limit_read,) = [r for r in recs if r["case"] == "limit-read"]
+    assert 0 < limit_read["s_codec"] < limit_read["s_whole"]
 
 
 @pytest.mark.slow

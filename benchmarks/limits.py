@@ -1,0 +1,183 @@
+"""The machine's limits for whole-array writes and reads of a workload (``numpy_paths.py``'s
+``limit-write`` and ``limit-read`` cases): the codec work every writer and reader of the
+workload's shards must do, with as little else as Python allows, on as many threads as cores.
+
+* write: every inner chunk compressed (zstd level 3, content size in the frame, as the stores
+  hold them) by shard, each shard's chunks in one call of python-zstandard's
+  ``multi_compress_to_buffer`` (a C loop, the GIL released), from stacks of the chunks gathered
+  contiguous before the clock; no gather, no file.
+* read: the read store's shards loaded and split by their index before the clock; in it, a fresh
+  output array, every frame decompressed into the thread's reused stack (numcodecs' decompress
+  into a buffer for large chunks, python-zstandard's batch call for small ones) and the stack
+  copied into its place in one numpy assignment per shard; no file.
+
+Each limit is what the codec library does on this machine, not a bound any library could beat by
+choosing another binding: every zstd binding of the package registries compresses and
+decompresses these chunks at the same speed (``benchmarks/README.md``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import workloads
+
+LARGE = 64 * 1024  # chunks of at least this many bytes are decompressed one call each
+_local = threading.local()
+
+
+def _threads() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _shards(W: dict[str, Any]) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
+    shape, shard = W["shape"], W["shard"]
+    assert all(s % c == 0 for s, c in zip(shape, shard, strict=True)), "whole shards only"
+    assert all(s % c == 0 for s, c in zip(shard, W["inner"], strict=True)), "whole chunks only"
+    for pos in itertools.product(*(range(s // c) for s, c in zip(shape, shard, strict=True))):
+        yield pos, tuple(slice(p * c, (p + 1) * c) for p, c in zip(pos, shard, strict=True))
+
+
+def _split(W: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """The shape of a shard's block split into (chunk grid, inner) axes, and the transposition
+    from the block's split axes to a stack's (grid axes first)."""
+    grid = [s // c for s, c in zip(W["shard"], W["inner"], strict=True)]
+    split = [x for g, c in zip(grid, W["inner"], strict=True) for x in (g, c)]
+    nd = len(grid)
+    return split, [*range(0, 2 * nd, 2), *range(1, 2 * nd, 2)]
+
+
+def _stack(W: dict[str, Any], block: np.ndarray) -> np.ndarray:
+    """A shard's block as a contiguous stack of its inner chunks, C order."""
+    split, axes = _split(W)
+    n = math.prod(split[0::2])
+    return np.ascontiguousarray(block.reshape(split).transpose(axes)).reshape(n, -1)
+
+
+def _zstd() -> tuple[Any, Any]:
+    import zstandard
+
+    if not hasattr(_local, "c"):
+        _local.c = zstandard.ZstdCompressor(level=workloads.ZSTD_LEVEL, write_content_size=True)
+        _local.d = zstandard.ZstdDecompressor()
+    return _local.c, _local.d
+
+
+def write_limit(W: dict[str, Any], src: np.ndarray | None) -> Callable[[], list[Any]]:
+    """Compress every chunk of ``src``: the stacks are gathered here, before the clock."""
+    import zstandard
+
+    assert src is not None
+    stacks = [_stack(W, src[sl]) for _, sl in _shards(W)]
+    raw = stacks[0].shape[1] * src.itemsize
+    segs = np.empty((stacks[0].shape[0], 2), dtype=np.uint64)
+    segs[:, 0] = np.arange(len(segs), dtype=np.uint64) * np.uint64(raw)
+    segs[:, 1] = raw
+    segb = segs.tobytes()
+
+    def one(stack: np.ndarray) -> Any:
+        items = zstandard.BufferWithSegments(memoryview(stack).cast("B"), segb)
+        return _zstd()[0].multi_compress_to_buffer(items, threads=1)
+
+    def run() -> list[Any]:
+        with ThreadPoolExecutor(_threads()) as ex:
+            return list(ex.map(one, stacks))
+
+    return run
+
+
+def frames_hold(got: list[Any], W: dict[str, Any], src: np.ndarray) -> bool:
+    """Every compressed shard of :func:`write_limit` decompresses to its chunks of ``src``."""
+    d = _zstd()[1]
+    for coll, (_, sl) in zip(got, _shards(W), strict=True):
+        want = _stack(W, src[sl])
+        if b"".join(d.decompress(bytes(f)) for f in coll) != want.tobytes():
+            return False
+    return True
+
+
+def _load(W: dict[str, Any], path: str) -> list[tuple[tuple[slice, ...], bytes, np.ndarray]]:
+    """Each shard's slices, bytes and ``(offset, nbytes)`` index (end index, crc32c last)."""
+    n = math.prod(s // c for s, c in zip(W["shard"], W["inner"], strict=True))
+    out = []
+    for pos, sl in _shards(W):
+        with open(os.path.join(path, "c", *map(str, pos)), "rb") as f:
+            data = f.read()
+        index = np.frombuffer(data, dtype="<u8", count=2 * n, offset=len(data) - 16 * n - 4)
+        out.append((sl, data, index.reshape(n, 2)))
+    return out
+
+
+def _decode(W: dict[str, Any], dtype: np.dtype[Any], data: bytes, index: np.ndarray) -> np.ndarray:
+    """A shard's chunks decompressed into the thread's reused stack."""
+    from numcodecs.zstd import decompress
+
+    n = len(index)
+    size = math.prod(W["inner"]) * dtype.itemsize
+    stack: np.ndarray | None = getattr(_local, "stack", None)
+    if stack is None or stack.nbytes != n * size:
+        stack = _local.stack = np.empty(n * size, dtype=np.uint8)
+    assert stack is not None
+    missing = index[:, 0] == np.uint64(2**64 - 1)
+    rows = stack.reshape(n, size)
+    rows[missing] = 0  # the workloads' fill value
+    present = np.flatnonzero(~missing)
+    mv = memoryview(data)
+    if size >= LARGE:
+        for i in present.tolist():
+            o, k = int(index[i, 0]), int(index[i, 1])
+            decompress(mv[o : o + k], memoryview(rows[i]))
+    elif present.size:
+        import zstandard
+
+        items = zstandard.BufferWithSegments(data, index[present].tobytes())
+        sizes = np.full(present.size, size, dtype=np.uint64).tobytes()
+        coll = _zstd()[1].multi_decompress_to_buffer(items, decompressed_sizes=sizes, threads=1)
+        rows[present] = np.frombuffer(b"".join(coll), dtype=np.uint8).reshape(-1, size)
+    return stack.view(dtype)
+
+
+def read_limit(W: dict[str, Any], path: str) -> Callable[[], np.ndarray]:
+    """Decompress every stored frame into place in a fresh array; the shards load here."""
+    import numcodecs.zstd  # noqa: F401  (imports before the clock)
+    import zstandard  # noqa: F401
+
+    shards = _load(W, path)
+    dtype = np.dtype(W["dtype"])
+    split, axes = _split(W)
+    back = list(np.argsort(axes))
+
+    def run() -> np.ndarray:
+        out = np.empty(W["shape"], dtype)
+
+        def one(shard: tuple[tuple[slice, ...], bytes, np.ndarray]) -> None:
+            sl, data, index = shard
+            stack = _decode(W, dtype, data, index)
+            grid_first = [split[a] for a in axes]
+            out[sl].reshape(split)[...] = stack.reshape(grid_first).transpose(back)
+
+        with ThreadPoolExecutor(_threads()) as ex:
+            list(ex.map(one, shards))
+        return out
+
+    return run
+
+
+def decompress_only(W: dict[str, Any], path: str) -> float:
+    """Seconds to decompress every stored frame, on as many threads as cores, into each thread's
+    reused stack: zstd alone, no output array."""
+    import time
+
+    shards = _load(W, path)
+    dtype = np.dtype(W["dtype"])
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(_threads()) as ex:
+        list(ex.map(lambda s: _decode(W, dtype, s[1], s[2]), shards))
+    return time.perf_counter() - t0
