@@ -7,9 +7,11 @@ workload's shards must do, with as little else as Python allows, on as many thre
   ``multi_compress_to_buffer`` (a C loop, the GIL released), from stacks of the chunks gathered
   contiguous before the clock; no gather, no file.
 * read: the read store's shards loaded and split by their index before the clock; in it, a fresh
-  output array, every frame decompressed into the thread's reused stack (numcodecs' decompress
-  into a buffer for large chunks, python-zstandard's batch call for small ones) and the stack
-  copied into its place in one numpy assignment per shard; no file.
+  output array (allocated as shardwise's readers allocate theirs: ordinary pages, faulted in
+  ahead on as many threads as cores, the cheapest fresh memory this machine gives), every frame
+  decompressed into the thread's reused stack (numcodecs' decompress into a buffer for large
+  chunks, python-zstandard's batch call for small ones) and the stack copied into its place in
+  one numpy assignment per shard; no file.
 
 Each limit is what the codec library does on this machine, not a bound any library could beat by
 choosing another binding: every zstd binding of the package registries compresses and
@@ -149,13 +151,15 @@ def read_limit(W: dict[str, Any], path: str) -> Callable[[], np.ndarray]:
     import numcodecs.zstd  # noqa: F401  (imports before the clock)
     import zstandard  # noqa: F401
 
+    from shardwise.engine.memory import new_array
+
     shards = _load(W, path)
     dtype = np.dtype(W["dtype"])
     split, axes = _split(W)
     back = list(np.argsort(axes))
 
     def run() -> np.ndarray:
-        out = np.empty(W["shape"], dtype)
+        out = new_array(tuple(W["shape"]), dtype)
 
         def one(shard: tuple[tuple[slice, ...], bytes, np.ndarray]) -> None:
             sl, data, index = shard
