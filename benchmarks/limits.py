@@ -9,9 +9,10 @@ workload's shards must do, with as little else as Python allows, on as many thre
 * read: the read store's shards loaded and split by their index before the clock; in it, a fresh
   output array (allocated as shardwise's readers allocate theirs: ordinary pages, faulted in
   ahead on as many threads as cores, the cheapest fresh memory this machine gives), every frame
-  decompressed into the thread's reused stack (numcodecs' decompress into a buffer for large
-  chunks, python-zstandard's batch call for small ones) and the stack copied into its place in
-  one numpy assignment per shard; no file.
+  decompressed and copied into its place by shard on as many threads as cores: a large chunk
+  (64 KiB or more) one numcodecs call into the thread's reused buffer, then one numpy copy;
+  small chunks by slabs of whole rows of the shard's chunk grid of at most 1 MiB, one
+  python-zstandard batch call and one numpy copy each; no file.
 
 Each limit is what the codec library does on this machine, not a bound any library could beat by
 choosing another binding: every zstd binding of the package registries compresses and
@@ -32,6 +33,8 @@ import numpy as np
 import workloads
 
 LARGE = 64 * 1024  # chunks of at least this many bytes are decompressed one call each
+GROUP = 1024 * 1024  # small chunks are decompressed this many raw bytes a batch, at most
+MISSING = np.uint64(2**64 - 1)  # an index entry of a chunk not stored
 _local = threading.local()
 
 
@@ -117,33 +120,83 @@ def _load(W: dict[str, Any], path: str) -> list[tuple[tuple[slice, ...], bytes, 
     return out
 
 
-def _decode(W: dict[str, Any], dtype: np.dtype[Any], data: bytes, index: np.ndarray) -> np.ndarray:
-    """A shard's chunks decompressed into the thread's reused stack."""
+def _chunks(W: dict[str, Any], sl: tuple[slice, ...], index: np.ndarray) -> Iterator[Any]:
+    """Work of one shard: for large chunks, ``(place, (offset, nbytes))`` per chunk (None: not
+    stored); for
+    small ones, ``(place, rows)`` per slab of whole rows of the shard's chunk grid holding about
+    ``GROUP`` raw bytes (the slab's chunks, in C order, as index rows)."""
+    inner = W["inner"]
+    grid = [s // c for s, c in zip(W["shard"], inner, strict=True)]
+    size = math.prod(inner) * np.dtype(W["dtype"]).itemsize
+    origin = [s.start for s in sl]
+    if size >= LARGE:
+        for i, q in enumerate(itertools.product(*map(range, grid))):
+            place = tuple(
+                slice(o + j * c, o + (j + 1) * c) for o, j, c in zip(origin, q, inner, strict=True)
+            )
+            yield place, None if index[i, 0] == MISSING else (int(index[i, 0]), int(index[i, 1]))
+        return
+    per_row = math.prod(grid[1:])
+    k = max(1, GROUP // (per_row * size))
+    for a in range(0, grid[0], k):
+        b = min(a + k, grid[0])
+        place = (slice(origin[0] + a * inner[0], origin[0] + b * inner[0]), *sl[1:])
+        yield place, index[a * per_row : b * per_row]
+
+
+def _slab(W: dict[str, Any], data: bytes, rows: np.ndarray) -> np.ndarray:
+    """A slab's small chunks decompressed in one batch call, as a stack (missing: fill 0)."""
+    import zstandard
+
+    size = math.prod(W["inner"]) * np.dtype(W["dtype"]).itemsize
+    present = rows[:, 0] != MISSING
+    sizes = np.full(int(present.sum()), size, dtype=np.uint64).tobytes()
+    items = zstandard.BufferWithSegments(data, rows[present].tobytes())
+    coll = _zstd()[1].multi_decompress_to_buffer(items, decompressed_sizes=sizes, threads=1)
+    got = np.frombuffer(b"".join(coll), dtype=np.uint8).reshape(-1, size)
+    if present.all():
+        return got
+    stack = np.zeros((len(rows), size), dtype=np.uint8)
+    stack[present] = got
+    return stack
+
+
+def _place(W: dict[str, Any], out: np.ndarray, place: tuple[slice, ...], stack: Any) -> None:
+    """Copy a stack of chunks (C order over the box ``place``) into ``out[place]``."""
+    inner = W["inner"]
+    box = [(s.stop - s.start) // c for s, c in zip(place, inner, strict=True)]
+    split = [x for g, c in zip(box, inner, strict=True) for x in (g, c)]
+    nd = len(box)
+    grid_first = [*box, *inner]
+    back = [x for i in range(nd) for x in (i, nd + i)]
+    values = np.frombuffer(stack, dtype=out.dtype).reshape(grid_first)
+    out[place].reshape(split)[...] = values.transpose(back)
+
+
+def _fill(W: dict[str, Any], out: np.ndarray | None, shard: Any) -> None:
+    """Decompress one shard's frames (into ``out``'s places; None: only decompress)."""
     from numcodecs.zstd import decompress
 
-    n = len(index)
-    size = math.prod(W["inner"]) * dtype.itemsize
-    stack: np.ndarray | None = getattr(_local, "stack", None)
-    if stack is None or stack.nbytes != n * size:
-        stack = _local.stack = np.empty(n * size, dtype=np.uint8)
-    assert stack is not None
-    missing = index[:, 0] == np.uint64(2**64 - 1)
-    rows = stack.reshape(n, size)
-    rows[missing] = 0  # the workloads' fill value
-    present = np.flatnonzero(~missing)
+    sl, data, index = shard
+    size = math.prod(W["inner"]) * np.dtype(W["dtype"]).itemsize
     mv = memoryview(data)
     if size >= LARGE:
-        for i in present.tolist():
-            o, k = int(index[i, 0]), int(index[i, 1])
-            decompress(mv[o : o + k], memoryview(rows[i]))
-    elif present.size:
-        import zstandard
-
-        items = zstandard.BufferWithSegments(data, index[present].tobytes())
-        sizes = np.full(present.size, size, dtype=np.uint64).tobytes()
-        coll = _zstd()[1].multi_decompress_to_buffer(items, decompressed_sizes=sizes, threads=1)
-        rows[present] = np.frombuffer(b"".join(coll), dtype=np.uint8).reshape(-1, size)
-    return stack.view(dtype)
+        chunk = getattr(_local, "chunk", None)
+        if chunk is None or len(chunk) != size:
+            chunk = _local.chunk = bytearray(size)
+        for place, entry in _chunks(W, sl, index):
+            if entry is None:  # not stored: the workloads' fill value, 0
+                if out is not None:
+                    out[place] = 0
+                continue
+            decompress(mv[entry[0] : entry[0] + entry[1]], chunk)
+            if out is not None:
+                _place(W, out, place, chunk)
+        return
+    for place, rows in _chunks(W, sl, index):
+        stack = _slab(W, data, rows)
+        if out is not None:
+            _place(W, out, place, stack)
 
 
 def read_limit(W: dict[str, Any], path: str) -> Callable[[], np.ndarray]:
@@ -155,20 +208,11 @@ def read_limit(W: dict[str, Any], path: str) -> Callable[[], np.ndarray]:
 
     shards = _load(W, path)
     dtype = np.dtype(W["dtype"])
-    split, axes = _split(W)
-    back = list(np.argsort(axes))
 
     def run() -> np.ndarray:
         out = new_array(tuple(W["shape"]), dtype)
-
-        def one(shard: tuple[tuple[slice, ...], bytes, np.ndarray]) -> None:
-            sl, data, index = shard
-            stack = _decode(W, dtype, data, index)
-            grid_first = [split[a] for a in axes]
-            out[sl].reshape(split)[...] = stack.reshape(grid_first).transpose(back)
-
         with ThreadPoolExecutor(_threads()) as ex:
-            list(ex.map(one, shards))
+            list(ex.map(lambda s: _fill(W, out, s), shards))
         return out
 
     return run
@@ -180,8 +224,7 @@ def decompress_only(W: dict[str, Any], path: str) -> float:
     import time
 
     shards = _load(W, path)
-    dtype = np.dtype(W["dtype"])
     t0 = time.perf_counter()
     with ThreadPoolExecutor(_threads()) as ex:
-        list(ex.map(lambda s: _decode(W, dtype, s[1], s[2]), shards))
+        list(ex.map(lambda s: _fill(W, None, s), shards))
     return time.perf_counter() - t0
