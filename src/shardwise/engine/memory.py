@@ -56,7 +56,8 @@ def populate(out: np.ndarray) -> None:
     to first touch, every 4 KiB page is one page fault, and two threads touching a fresh page at
     once fault on it together and wait on each other's page-table lock. A whole W1 read (2 GiB
     out) took 680,000-990,000 faults and 2-5 s of system time; faulted in ahead by the pool,
-    each thread its own pieces in one call each, 527,000 and 1.3-1.5 s. The call is Linux's
+    each thread its own pieces in one call each, 527,000 and 1.1-1.5 s, and the read 4% faster
+    (medians of 6 interleaved pairs; ``benchmarks/README.md``). The call is Linux's
     ``madvise(MADV_POPULATE_WRITE)``, through ctypes because no library offers it for memory
     numpy allocated (``mmap.madvise`` wants an ``mmap`` object, and holds the GIL). Anywhere it
     is refused (another system, an older kernel) pages are faulted on first touch, as before.
