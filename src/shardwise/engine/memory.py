@@ -76,7 +76,8 @@ def populate(out: np.ndarray) -> None:
     def run(batch: Sequence[int]) -> list[bool]:
         return [call(a, min(POPULATE_PIECE, end - a), _MADV_POPULATE_WRITE) == 0 for a in batch]
 
-    if pieces and not all(_pool.map_batches(run, pieces)):
+    done: list[bool] = _pool.map_batches(run, pieces) if pieces else []
+    if not all(done):
         _madvise = False  # refused here: never asked again
 
 
