@@ -25,7 +25,7 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -50,18 +50,17 @@ def _shards(W: dict[str, Any]) -> Iterator[tuple[tuple[int, ...], tuple[slice, .
         yield pos, tuple(slice(p * c, (p + 1) * c) for p, c in zip(pos, shard, strict=True))
 
 
-def _split(W: dict[str, Any]) -> tuple[list[int], list[int]]:
-    """The shape of a shard's block split into (chunk grid, inner) axes, and the transposition
-    from the block's split axes to a stack's (grid axes first)."""
-    grid = [s // c for s, c in zip(W["shard"], W["inner"], strict=True)]
-    split = [x for g, c in zip(grid, W["inner"], strict=True) for x in (g, c)]
-    nd = len(grid)
+def _split(extent: Sequence[int], inner: Sequence[int]) -> tuple[list[int], list[int]]:
+    """A box of whole chunks (``extent`` elements per axis) split into (chunk grid, inner) axes,
+    and the transposition from those split axes to a stack's (grid axes first)."""
+    split = [x for n, c in zip(extent, inner, strict=True) for x in (n // c, c)]
+    nd = len(inner)
     return split, [*range(0, 2 * nd, 2), *range(1, 2 * nd, 2)]
 
 
 def _stack(W: dict[str, Any], block: np.ndarray) -> np.ndarray:
     """A shard's block as a contiguous stack of its inner chunks, C order."""
-    split, axes = _split(W)
+    split, axes = _split(block.shape, W["inner"])
     n = math.prod(split[0::2])
     return np.ascontiguousarray(block.reshape(split).transpose(axes)).reshape(n, -1)
 
@@ -163,14 +162,9 @@ def _slab(W: dict[str, Any], data: bytes, rows: np.ndarray) -> np.ndarray:
 
 def _place(W: dict[str, Any], out: np.ndarray, place: tuple[slice, ...], stack: Any) -> None:
     """Copy a stack of chunks (C order over the box ``place``) into ``out[place]``."""
-    inner = W["inner"]
-    box = [(s.stop - s.start) // c for s, c in zip(place, inner, strict=True)]
-    split = [x for g, c in zip(box, inner, strict=True) for x in (g, c)]
-    nd = len(box)
-    grid_first = [*box, *inner]
-    back = [x for i in range(nd) for x in (i, nd + i)]
-    values = np.frombuffer(stack, dtype=out.dtype).reshape(grid_first)
-    out[place].reshape(split)[...] = values.transpose(back)
+    split, axes = _split([s.stop - s.start for s in place], W["inner"])
+    values = np.frombuffer(stack, dtype=out.dtype).reshape([split[a] for a in axes])
+    out[place].reshape(split)[...] = values.transpose(np.argsort(axes))
 
 
 def _fill(W: dict[str, Any], out: np.ndarray | None, shard: Any) -> None:
