@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,27 +77,70 @@ def answers(endpoint: str) -> bool:
     return True
 
 
+class _Exited(RuntimeError):
+    """The server process exited before it answered."""
+
+
 @contextmanager
-def _process(cmd: list[str], endpoint: str, what: str) -> Iterator[subprocess.Popen[bytes]]:
+def _server(cmd_for: Callable[[int], list[str]], what: str) -> Iterator[str]:
+    """Run the server ``cmd_for(port)`` on a free port until the block ends; its endpoint.
+
+    A port found free can be taken by another process before the server binds it: the server
+    then exits, and is started again on another port (three tries)."""
+    for attempt in range(3):
+        port = free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        try:
+            with _process(cmd_for(port), endpoint, port, what):
+                yield endpoint
+            return
+        except _Exited:
+            if attempt == 2:
+                raise
+
+
+@contextmanager
+def _process(
+    cmd: list[str], endpoint: str, port: int, what: str
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``cmd`` until the block ends; wait (polling) until it answers at ``endpoint``."""
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         with _stopped(proc):
-            _wait_up(proc, log, endpoint, what)
+            _wait_up(proc, log, endpoint, port, what)
             yield proc
 
 
-def _wait_up(proc: subprocess.Popen[bytes], log: Any, endpoint: str, what: str) -> None:
-    """Poll until ``endpoint`` answers; a process that exits first fails with its output."""
+def _wait_up(proc: subprocess.Popen[bytes], log: Any, endpoint: str, port: int, what: str) -> None:
+    """Poll until ``endpoint`` answers from ``proc``; a process that exits first fails with its
+    output. An answer counts only once ``proc`` (or a child of it) listens on ``port``: another
+    server could answer there."""
 
     def up() -> bool:
         if proc.poll() is not None:
             log.seek(0)
             out = log.read().decode(errors="replace")[-2000:]
-            raise RuntimeError(f"{what} exited with status {proc.returncode}: {out}")
-        return answers(endpoint)
+            raise _Exited(f"{what} exited with status {proc.returncode}: {out}")
+        return _listens(proc.pid, port) and answers(endpoint)
 
     wait_until(up, f"{what} answering at {endpoint}", timeout=START_TIMEOUT, every=0.05)
+
+
+def _listens(pid: int, port: int) -> bool:
+    """True when process ``pid`` or one of its descendants listens on TCP ``port``."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False
+    for p in procs:
+        with suppress(psutil.Error):
+            for c in p.net_connections("tcp"):
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+                    return True
+    return False
 
 
 @contextmanager
@@ -187,10 +230,8 @@ class Azurite:
 @contextmanager
 def azurite_server() -> Iterator[Azurite]:
     """Azurite's blob service on a free port, with container :data:`CONTAINER` created."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    cmd = ["bash", str(AZURITE_SCRIPT), str(port)]
-    with _process(cmd, endpoint, "azurite (servers/azurite.sh)"):
+    cmd = ["bash", str(AZURITE_SCRIPT)]
+    with _server(lambda port: [*cmd, str(port)], "azurite (servers/azurite.sh)") as endpoint:
         az = Azurite(endpoint)
         made = az.request("PUT", CONTAINER, query={"restype": "container"})
         if made.status != 201:
@@ -262,12 +303,17 @@ def fake_gcs_binary() -> Path:
 def fake_gcs_server() -> Iterator[FakeGCS]:
     """fake-gcs-server on a free port (objects in memory), with bucket :data:`BUCKET` created.
     Its public host is its own address, so XML API requests (obstore's puts) reach it."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    cmd = [str(fake_gcs_binary()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
-    cmd += ["-port", str(port), "-external-url", endpoint, "-public-host", f"127.0.0.1:{port}"]
-    cmd += ["-log-level", "error"]
-    with _process(cmd, endpoint, "fake-gcs-server"):
+    binary = str(fake_gcs_binary())
+
+    def cmd(port: int) -> list[str]:
+        here = f"127.0.0.1:{port}"
+        return [
+            *(binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"),
+            *("-port", str(port), "-external-url", f"http://{here}", "-public-host", here),
+            *("-log-level", "error"),
+        ]
+
+    with _server(cmd, "fake-gcs-server") as endpoint:
         body = json.dumps({"name": BUCKET}).encode()
         json_type = {"Content-Type": "application/json"}
         made = _request(endpoint, "POST", "/storage/v1/b", json_type, body)

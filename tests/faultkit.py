@@ -147,11 +147,12 @@ def moto_s3(bucket: str = BUCKET) -> Iterator[MotoS3]:
 
     atomic_conditional_writes()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    # port 0: the system picks a free port as the server binds it (a port found free first can
+    # be taken by another process before the bind, and moto's start then waits forever)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
-        endpoint = f"http://127.0.0.1:{port}"
+        endpoint = f"http://127.0.0.1:{server.get_host_and_port()[1]}"
         yield MotoS3(endpoint, s3_client(endpoint, bucket))
     finally:
         server.stop()

@@ -21,7 +21,7 @@ import pytest
 from zarr.storage import MemoryStore
 
 import shardwise
-from faultkit import MotoS3, free_port, s3_client
+from faultkit import MotoS3, s3_client
 from shardwise.engine.assemble import ShardArray
 
 SHAPE, INNER, SHARDS = (512, 2048), (32, 32), (256, 1024)  # 1 MiB shards of 4 KiB chunks
@@ -150,7 +150,7 @@ def s3() -> Iterator[tuple[MotoS3, CountingApp]]:
     from werkzeug.serving import make_server
 
     app = CountingApp(DomainDispatcherApplication(create_backend_app))
-    server = make_server("127.0.0.1", free_port(), app, threaded=True)
+    server = make_server("127.0.0.1", 0, app, threaded=True)  # the system picks the port
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -253,3 +253,40 @@ def test_reads_through_obstore_gcs_on_the_emulator(fake_gcs: FakeGCS, tmp_path: 
     assert data == stored["c/1/1"]
     assert gen[1] == str(fake_gcs.generation(f"{prefix}/c/1/1")) and v.head("c/1/1") == gen
     assert v.get("c/9/9") == (None, None) and v.head("c/9/9") is None
+
+
+# -- the emulators' start ------------------------------------------------------------------------
+
+
+def test_an_emulator_whose_port_was_taken_starts_again_on_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A port found free can be taken before the server binds it, by another HTTP server even:
+    the emulator is used only once it listens itself, and is started again on another port."""
+    import http.server
+    import socket
+    import threading
+
+    import cloudkit
+
+    decoy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=decoy.serve_forever, daemon=True).start()
+    taken = decoy.server_address[1]
+    given: list[int] = []
+
+    def free_port() -> int:  # the taken port first, then free ones
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            given.append(taken if not given else int(s.getsockname()[1]))
+        return given[-1]
+
+    monkeypatch.setattr(cloudkit, "free_port", free_port)
+    try:
+        assert cloudkit.answers(f"http://127.0.0.1:{taken}")  # the decoy answers there
+        with cloudkit.fake_gcs_server() as gcs:
+            assert given[0] == taken and len(given) == 2
+            assert gcs.endpoint == f"http://127.0.0.1:{given[1]}"
+            gcs.upload("k", b"v")
+            assert gcs.download("k") == b"v"
+    finally:
+        decoy.shutdown()
