@@ -297,6 +297,10 @@ def _child(args: argparse.Namespace, wl: str, case: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> None:
     cases = args.cases.split(",") if args.cases else list(CASES)
     wls = args.workloads.split(",")
+    unknown = [c for c in cases if c not in CASES]
+    unknown += [w for w in wls if w not in workloads.WORKLOADS]
+    if unknown:  # before any child runs
+        raise SystemExit(f"unknown case or workload {unknown}; cases: {', '.join(CASES)}")
     if any(c.endswith("-read") for c in cases):
         for wl in wls:  # the read store (and the source), once, before any timing
             _child(args, wl, "prepare")
