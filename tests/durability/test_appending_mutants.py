@@ -128,3 +128,46 @@ def test_survey_reads_markers_and_names_settled_records() -> None:
     assert found is not None
     assert found.markers == [marker] and found.settled == [rec.name()]
     assert found.unnamed(rec) == [] and found.stale == []
+
+
+def test_the_survey_reads_each_stretch_of_rows_once_for_verify(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """A killed append's record whose first unnamed rows hold another tool's values: the
+    resume's two questions (are they a killed append's block? did another tool append first?)
+    and verify's report read those rows once, through the survey."""
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    import numpy as np
+
+    import shardwise
+    import shardwise.durability.appending as appending
+
+    x = np.zeros((12, 6), "i4")
+    x[8:12] = 5  # rows another tool appended after the length the record saw
+    lead = _lead_array(tmp_path, x, 0, (4, 3))
+    for name in lead.list(".shardwise/writes/"):  # the rows 8:12 named by no marker
+        lead.delete(name)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    holder = asdict(replace(LeaseInfo.new("append"), pid=gone.pid))
+    rec = AppendRecord.new("k" * 32, "t", 0, [[8, 12], [0, 6]], 8, holder)
+    lead.put(rec.name(), rec.to_bytes())
+    asked: list[tuple[int, tuple[int, int]]] = []
+
+    def counting(store: ShardStore, axis: int, rows: tuple[int, int]) -> bool:
+        asked.append((axis, rows))
+        return holds_values(store, axis, rows)
+
+    monkeypatch.setattr(appending, "holds_values", counting)
+    found = survey(lead)
+    assert found is not None and [r for _, r in found.stale] == [rec]
+    assert found.killed_rows(rec) is None  # the veto: values are stored there
+    assert found.foreign_first(rec)  # so the killed append reserved nothing
+    assert asked == [(0, (8, 12))]  # both answers from one read
+    asked.clear()
+    (problem,) = [p for p in shardwise.verify(f"{tmp_path}/lead.zarr").problems]
+    assert problem.kind == "incomplete" and "stopped before it reserved them" in problem.message
+    assert asked == [(0, (8, 12))]

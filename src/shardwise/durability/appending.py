@@ -25,15 +25,17 @@ looked at, so arrays written before markers existed are read right.
 Another tool may append without markers (xarray's own ``to_zarr``): its rows are unnamed too,
 but they hold its values, where a killed append's reserved rows hold none (no data is written
 before the markers). So a block is a killed append's only when no shard wholly inside it holds
-values (:func:`orphaned_rows`, :func:`holds_values`), and when the first unnamed rows after
-``seen`` hold values the killed append reserved nothing (:func:`foreign_first`): its reserved
-rows would come first.
+values (:meth:`Survey.killed_rows`, :func:`holds_values`), and when the first unnamed rows
+after ``seen`` hold values the killed append reserved nothing (:meth:`Survey.foreign_first`):
+its reserved rows would come first.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..storage.store import JOURNAL, TEMP, ShardStore
@@ -138,6 +140,9 @@ class Survey:
     running: list[AppendRecord]  # unsettled, their writers may still run
     settled: list[str]  # names of records whose markers are there
     unreadable: list[str]  # names of records that do not parse
+    # whether rows along an axis hold values (:func:`holds_values` of the lead array, each
+    # stretch read once however many questions ask about it)
+    holds: Callable[[int, tuple[int, int]], bool] = field(repr=False, compare=False)
 
     def unnamed(self, rec: AppendRecord) -> list[tuple[int, int]]:
         """The stretches of rows along ``rec``'s axis from ``rec.seen`` to the end that no
@@ -176,6 +181,21 @@ class Survey:
             return None  # rows no killed append can have reserved: not ours to take
         return rows[0][0], rows[0][0] + n
 
+    def killed_rows(self, rec: AppendRecord) -> tuple[int, int] | None:
+        """:meth:`orphaned`, unless values are stored there: a block of another tool's rows (no
+        marker, its values stored) is never taken for a killed append's."""
+        rows = self.orphaned(rec)
+        return rows if rows is not None and not self.holds(rec.axis, rows) else None
+
+    def foreign_first(self, rec: AppendRecord) -> bool:
+        """Whether the first unnamed rows after ``rec.seen`` (as many as ``rec``'s) hold values:
+        another tool appended them, and the killed append of ``rec`` reserved nothing."""
+        rows = self.unnamed(rec)
+        if not rows:
+            return False
+        a, b = rows[0]
+        return self.holds(rec.axis, (a, min(b, a + rec.rows)))
+
 
 def survey(store: ShardStore) -> Survey | None:
     """The state of the array at ``store`` (None: no metadata) for its append records."""
@@ -199,24 +219,8 @@ def survey(store: ShardStore) -> Survey | None:
         else:
             stale.append((name, rec))
     unreadable = [n for n, r in records.items() if r is None]
-    return Survey(length, markers, stale, running, settled, unreadable)
-
-
-def orphaned_rows(store: ShardStore, found: Survey, rec: AppendRecord) -> tuple[int, int] | None:
-    """:meth:`Survey.orphaned` of the lead array at ``store``, unless values are stored there:
-    a block of another tool's rows (no marker, its values stored) is never taken for one."""
-    rows = found.orphaned(rec)
-    return rows if rows is not None and not holds_values(store, rec.axis, rows) else None
-
-
-def foreign_first(store: ShardStore, found: Survey, rec: AppendRecord) -> bool:
-    """Whether the first unnamed rows after ``rec.seen`` (as many as ``rec``'s) hold values:
-    another tool appended them, and the killed append of ``rec`` reserved nothing."""
-    rows = found.unnamed(rec)
-    if not rows:
-        return False
-    a, b = rows[0]
-    return holds_values(store, rec.axis, (a, min(b, a + rec.rows)))
+    holds = functools.cache(functools.partial(holds_values, store))
+    return Survey(length, markers, stale, running, settled, unreadable, holds)
 
 
 def holds_values(store: ShardStore, axis: int, rows: tuple[int, int]) -> bool:

@@ -17,7 +17,7 @@ from ..codec.shard import ShardIndex
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..storage.store import TEMP, ShardStore
-from .appending import APPENDING, AppendRecord, Survey, foreign_first, orphaned_rows, survey
+from .appending import APPENDING, AppendRecord, Survey, survey
 from .journal import BATCH, PARTS, Record, WriteMarker, read_markers
 from .lease import read_lease
 
@@ -274,15 +274,15 @@ def _check_appending(store: ShardStore, report: VerifyReport) -> None:
                 "incomplete",
                 store.key(name),
                 f"append {rec.id[:8]} started {rec.started} did not finish: "
-                f"{_reserved(store, found, rec)}",
+                f"{_reserved(found, rec)}",
             )
         )
 
 
-def _reserved(store: ShardStore, found: Survey, rec: AppendRecord) -> str:
+def _reserved(found: Survey, rec: AppendRecord) -> str:
     """What a killed append's record says, and the call that finishes it."""
     call = f"to_zarr(<the same data>, append_dim={rec.dim!r}, resume=True)"
-    rows = orphaned_rows(store, found, rec)
+    rows = found.killed_rows(rec)
     if rows is not None:
         return (
             f"an append of rows {rows[0]}:{rows[1]} along {rec.dim!r} (reserved, never written: "
@@ -290,7 +290,7 @@ def _reserved(store: ShardStore, found: Survey, rec: AppendRecord) -> str:
             "there and adds no rows"
         )
     unnamed = found.unnamed(rec)
-    if not unnamed or foreign_first(store, found, rec):
+    if not unnamed or found.foreign_first(rec):
         return (
             f"an append of {rec.rows} rows along {rec.dim!r} stopped before it reserved them "
             f"(nothing of it is stored): rerun it with resume=True, {call}, which appends them once"

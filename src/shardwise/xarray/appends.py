@@ -61,9 +61,7 @@ from ..core.layout import ceildiv
 from ..durability.appending import (
     AppendRecord,
     Survey,
-    foreign_first,
     holder_may_run,
-    orphaned_rows,
     survey,
 )
 from ..durability.holder import LeaseInfo
@@ -288,11 +286,10 @@ def _not_reserved(
     unnamed ones: whose they are shows once they are named); other unnamed rows (appends killed
     in their window) stay reported."""
     want = region_list(lead.region)
-    store = ShardStore(xw.zstore, lead.path)
     for name, rec in found.stale:
         if not rec.fits(dim, axis, want):
             continue
-        if not (rows := found.unnamed(rec)) or foreign_first(store, found, rec):
+        if not (rows := found.unnamed(rec)) or found.foreign_first(rec):
             return [name]
         if found.running:
             spans = ", ".join(f"{a}:{b}" for a, b in rows)
@@ -333,10 +330,7 @@ def _unfinished(
                 return rows[0], rows[1], "done", []
     want = region_list(lead.region)
     for name, rec in found.stale:
-        if (
-            rec.fits(dim, axis, want)
-            and (rows := orphaned_rows(ShardStore(xw.zstore, lead.path), found, rec)) is not None
-        ):
+        if rec.fits(dim, axis, want) and (rows := found.killed_rows(rec)) is not None:
             return rows[0], rows[1], "orphan", [name]
     return None
 
