@@ -8,7 +8,7 @@ kills. Real stores: zarr's MemoryStore.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from zarr.storage import MemoryStore
@@ -55,7 +55,7 @@ def test_a_record_of_an_axis_the_lead_lacks_names_no_rows() -> None:
     found = survey(store)
     assert found is not None
     assert found.unnamed(rec) == []
-    assert found.orphaned(rec) is None
+    assert found.killed_rows(rec) is None and found.judge(rec) == "nothing"
 
 
 def test_verify_reports_an_unreadable_append_record_once_by_its_key(tmp_path: object) -> None:
@@ -165,9 +165,66 @@ def test_the_survey_reads_each_stretch_of_rows_once_for_verify(
     found = survey(lead)
     assert found is not None and [r for _, r in found.stale] == [rec]
     assert found.killed_rows(rec) is None  # the veto: values are stored there
-    assert found.foreign_first(rec)  # so the killed append reserved nothing
+    assert found.judge(rec) == "nothing"  # so the killed append reserved nothing
     assert asked == [(0, (8, 12))]  # both answers from one read
     asked.clear()
     (problem,) = [p for p in shardwise.verify(f"{tmp_path}/lead.zarr").problems]
     assert problem.kind == "incomplete" and "stopped before it reserved them" in problem.message
     assert asked == [(0, (8, 12))]
+
+
+def _gone_holder() -> dict[str, Any]:
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return asdict(replace(LeaseInfo.new("append"), pid=gone.pid))
+
+
+def test_a_killed_appends_block_is_its_own_whatever_rows_follow_and_claims_on_it_decide(
+    tmp_path: Any,
+) -> None:
+    """K committed rows 10:50 and was killed before its markers; another tool then appended rows
+    50:90 with values (no marker). K's block is exactly the 40 rows from the length its commit
+    grew from: the rows after it do not matter (they were counted against K before: 80 unnamed
+    rows for one killed append of 40, and K's were never finished). A killed append of another
+    shape claiming rows of the block makes it unsure; a running one, reserving; a killed twin
+    (same shape, same block) changes nothing."""
+    import numpy as np
+
+    x = np.zeros((90, 6), "i4")
+    x[:10], x[50:] = 1, 5
+    lead = _lead_array(tmp_path, x, 0, (4, 3))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+
+    def put(rec: AppendRecord) -> AppendRecord:
+        lead.put(rec.name(), rec.to_bytes())
+        return rec
+
+    k = put(AppendRecord.new("k" * 32, "t", 0, [[10, 50], [0, 6]], 10, _gone_holder()))
+    found = survey(lead)
+    assert found is not None and found.block(k) == (10, 50)
+    assert found.judge(k) == "reserved" and found.killed_rows(k) == (10, 50)
+    twin = put(AppendRecord.new("w" * 32, "t", 0, [[10, 50], [0, 6]], 10, _gone_holder()))
+    found = survey(lead)
+    assert found is not None and found.killed_rows(k) == (10, 50) == found.killed_rows(twin)
+    lead.delete(twin.name())
+    rival = put(AppendRecord.new("r" * 32, "t", 0, [[0, 20], [0, 6]], 30, _gone_holder()))
+    found = survey(lead)
+    assert found is not None and found.judge(k) == "unsure" and found.killed_rows(k) is None
+    lead.delete(rival.name())
+    running = put(_record([[0, 8], [0, 6]], seen=44))  # this process: alive
+    found = survey(lead)
+    assert found is not None and found.judge(k) == "reserving" and found.killed_rows(k) is None
+    lead.delete(running.name())
+    # a record of the earlier format (the length read before the commit): its block is the first
+    # unnamed rows from there on
+    old = replace(k, seen=4, exact=False)
+    legacy = {key: v for key, v in asdict(old).items() if key != "exact"}
+    lead.put(old.name(), json.dumps(legacy).encode())
+    found = survey(lead)
+    assert found is not None and [r for _, r in found.stale] == [old]
+    assert found.block(old) == (4, 44)

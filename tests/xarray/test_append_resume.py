@@ -471,3 +471,43 @@ def test_two_appends_killed_in_their_window_are_finished_first_rows_first(tmp_pa
         done = shardwise.to_zarr(rows(lo, lo + N), root, append_dim="t", resume=True)
         assert f"rows {lo}:{lo + N} of an unfinished append finished" in " ".join(done.notes)
     assert_holds(root, START + 2 * N)
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_rows_reserved_after_another_tools_append_in_the_window_are_finished_there(
+    tmp_path: Path,
+) -> None:
+    """K puts its record (length 10 seen) and is held at its commit's first try; xarray's own
+    engine appends 40 other rows meanwhile (t 50..89 at rows 10:50, no marker). K's commit, lost,
+    is redone at rows 50:90, its record put again first with the length it grows from, and K is
+    killed before its markers. The rows after the length K first saw start with the other tool's
+    values, and K's own come after them: verify names rows 50:90 and the resume finishes them
+    there (before, those values were taken for "K reserved nothing": the resume appended at
+    rows 90:130 and left rows 50:90 fill values that nothing reported)."""
+    root = tmp_path / "a.zarr"
+    base(root)
+    ctx = forkserver()
+    read, claimed = ctx.Event(), ctx.Event()
+    k = ctx.Process(target=shrunk_append, args=(str(root), read, claimed))
+    k.start()
+    assert read.wait(300)
+    wait_until(lambda: _stopped(k.pid), "K stopped at its commit")
+    other = rows(START + N, START + 2 * N)
+    other.to_zarr(root, append_dim="t", mode="a")  # xarray's own zarr engine: no markers
+    os.kill(k.pid, signal.SIGCONT)
+    assert claimed.wait(300)
+    wait_until(lambda: _stopped(k.pid), "K stopped before its markers")
+    os.kill(k.pid, signal.SIGKILL)
+    k.join(60)
+    rep = shardwise.verify(root)
+    advice = [p.message for p in rep.problems if p.kind == "incomplete"]
+    assert len(advice) == 1 and f"rows {START + N}:{START + 2 * N} along 't'" in advice[0], rep
+    done = shardwise.to_zarr(rows(START, START + N), root, append_dim="t", resume=True)
+    finished = f"rows {START + N}:{START + 2 * N} of an unfinished append finished"
+    assert finished in " ".join(done.notes), done.notes
+    want = xr.concat([rows(0, START), other, rows(START, START + N)], dim="t")
+    for consolidated in (None, False):
+        with xr.open_zarr(root, consolidated=consolidated) as ds:
+            xr.testing.assert_identical(ds.load(), want)
+    rep = shardwise.verify(root)
+    assert rep.ok, rep

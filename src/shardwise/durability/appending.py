@@ -7,27 +7,28 @@ leave rows in the lead's length that nothing names, and a resume would append ag
 
 So before that commit the append puts a *record* in the lead array's journal: its token (the id
 its markers carry), the dimension and axis, the region it planned (as many rows, the extent of
-every other dimension), its holder (the process, as a lease's) and ``seen``, the lead's length
-read just before: the rows its commit takes start there or later. Once its markers are put the
-record is removed. A record whose token some marker of the lead carries is *settled* (its
-markers speak for it: the writer died before it removed the record).
+every other dimension), its holder (the process, as a lease's) and ``seen``: the lead's length
+that try of the commit grows from (the record is put again before a try that reads another
+length), so once the commit is done its rows are exactly ``seen`` to ``seen`` plus its row count
+(:meth:`Survey.block`). Once its markers are put the record is removed. A record whose token some
+marker of the lead carries is *settled* (its markers speak for it: the writer died before it
+removed the record).
 
 An unsettled record whose holder is gone (:func:`holder_may_run`) is an append killed before its
-markers: either before its commit (nothing reserved) or after it (rows reserved, unnamed). The
-rows no marker of the lead names, from ``seen`` to the lead's end (:func:`unnamed`), tell which:
-when no unsettled record of a writer still running is there (it may be between its own commit
-and markers) and they are whole blocks of the record's row count, no more than the killed
-appends there can have reserved, the first block is a killed append's (which one of several of
-this shape does not matter: they are finished first rows first); anything else reserved there
-was named first. Rows before ``seen`` are never
-looked at, so arrays written before markers existed are read right.
+markers: either before its commit (nothing reserved) or after it (its block reserved, unnamed).
+Its block tells which (:meth:`Survey.judge`). Had the commit happened, the block would lie within
+the lead's length, no marker would name any of it, and it would hold no values (no data is
+written before the markers): when any of that fails, the commit never took those rows, and the
+append reserved nothing (past the length: not committed; named: another append's; holding
+values: another tool's, xarray's own ``to_zarr`` appends without markers). Otherwise the block is
+the killed append's, unless another unsettled record claims rows of it: a writer still running
+(it may be between its own commit and its markers: whose the rows are shows once they are named)
+or a killed append of another shape or block (one of the two never committed, which one is not
+known). Killed appends of one shape and one block are twins: one of them took the block, which
+one does not matter (they are one call's shape, finished in the order the calls are rerun).
 
-Another tool may append without markers (xarray's own ``to_zarr``): its rows are unnamed too,
-but they hold its values, where a killed append's reserved rows hold none (no data is written
-before the markers). So a block is a killed append's only when no shard wholly inside it holds
-values (:meth:`Survey.killed_rows`, :func:`holds_values`), and when the first unnamed rows
-after ``seen`` hold values the killed append reserved nothing (:meth:`Survey.foreign_first`):
-its reserved rows would come first.
+Records of the earlier format said the length read before the commit, its rows there or later:
+their block starts at the first unnamed row from ``seen`` on.
 """
 
 from __future__ import annotations
@@ -54,15 +55,16 @@ class AppendRecord:
     dim: str
     axis: int
     region: list[list[int]]  # as planned: region[axis] gives the row count, the rest the extents
-    seen: int  # the lead's length before its commit: its rows start there or later
+    seen: int  # the length its commit grows from: its rows start there (see ``exact``)
     holder: dict[str, Any]
     started: str
+    exact: bool = False  # False: a record of the earlier format (its rows at ``seen`` or later)
 
     @classmethod
     def new(
         cls, token: str, dim: str, axis: int, region: list[list[int]], seen: int, holder: Any
     ) -> AppendRecord:
-        return cls(token, dim, axis, region, seen, holder, now())
+        return cls(token, dim, axis, region, seen, holder, now(), True)
 
     @property
     def rows(self) -> int:
@@ -79,7 +81,8 @@ class AppendRecord:
     def from_bytes(cls, data: bytes) -> AppendRecord | None:
         try:
             d = json.loads(data)
-            rec = cls(**{k: d[k] for k in cls.__dataclass_fields__})
+            keys = [k for k in cls.__dataclass_fields__ if k != "exact"]
+            rec = cls(**{k: d[k] for k in keys}, exact=bool(d.get("exact", False)))
             return rec if rec.rows >= 0 else None
         except (ValueError, KeyError, TypeError, IndexError):
             return None
@@ -153,7 +156,7 @@ class Survey:
             for m in self.markers
             if len(m.region) == len(self.length)
         )
-        out, at, end = [], rec.seen, self.length[axis] if axis < len(self.length) else 0
+        out, at, end = [], rec.seen, self.end(axis)
         for a, b in spans:
             if a > at:
                 out.append((at, min(a, end)))
@@ -162,39 +165,46 @@ class Survey:
             out.append((at, end))
         return [(a, b) for a, b in out if a < b]
 
-    def orphaned(self, rec: AppendRecord) -> tuple[int, int] | None:
-        """The first rows a killed append of ``rec``'s shape reserved and never named, when that
-        is certain: no writer may be between its commit and its markers, and the unnamed rows
-        from ``rec.seen`` on are whole blocks of its row count, no more than the killed appends
-        there (all of its shape) can have reserved. Which of those appends a block was is not
-        known, nor needed: they are one call's shape, finished first rows first."""
-        rows = self.unnamed(rec)
-        if self.running or not rows:
-            return None
-        owners = [r for _, r in self.stale if self.unnamed(r)]
-        if not all(r.fits(rec.dim, rec.axis, rec.region) for r in owners):
-            return None  # appends of other shapes may hold some: which rows are whose is unknown
-        n = rec.rows
-        if n <= 0 or any((b - a) % n for a, b in rows):
-            return None
-        if sum(b - a for a, b in rows) > n * len(owners):
-            return None  # rows no killed append can have reserved: not ours to take
-        return rows[0][0], rows[0][0] + n
+    def end(self, axis: int) -> int:
+        return self.length[axis] if axis < len(self.length) else 0
+
+    def block(self, rec: AppendRecord) -> tuple[int, int]:
+        """The rows ``rec``'s commit took if it happened (see the module docstring)."""
+        start = rec.seen
+        if not rec.exact:
+            rows = self.unnamed(rec)
+            start = rows[0][0] if rows else max(rec.seen, self.end(rec.axis))
+        return start, start + rec.rows
+
+    def judge(self, rec: AppendRecord) -> str:
+        """What the killed append of ``rec`` reserved: ``"reserved"`` (its :meth:`block`),
+        ``"nothing"``, ``"reserving"`` (a writer still running claims rows of the block) or
+        ``"unsure"`` (a killed append of another shape or block claims some)."""
+        a, b = self.block(rec)
+        free = any(x <= a and b <= y for x, y in self.unnamed(rec))
+        if rec.rows <= 0 or not free or self.holds(rec.axis, (a, b)):
+            # never committed: past the length, rows of it named by a marker (another append's),
+            # or another tool's values there
+            return "nothing"
+
+        def claims(other: AppendRecord) -> bool:
+            x, y = self.block(other)
+            return other.axis == rec.axis and x < b and y > a
+
+        if any(claims(r) for r in self.running):
+            return "reserving"
+        rivals = [
+            r
+            for _, r in self.stale
+            if r is not rec
+            and claims(r)
+            and not (r.fits(rec.dim, rec.axis, rec.region) and self.block(r) == (a, b))
+        ]
+        return "unsure" if rivals else "reserved"
 
     def killed_rows(self, rec: AppendRecord) -> tuple[int, int] | None:
-        """:meth:`orphaned`, unless values are stored there: a block of another tool's rows (no
-        marker, its values stored) is never taken for a killed append's."""
-        rows = self.orphaned(rec)
-        return rows if rows is not None and not self.holds(rec.axis, rows) else None
-
-    def foreign_first(self, rec: AppendRecord) -> bool:
-        """Whether the first unnamed rows after ``rec.seen`` (as many as ``rec``'s) hold values:
-        another tool appended them, and the killed append of ``rec`` reserved nothing."""
-        rows = self.unnamed(rec)
-        if not rows:
-            return False
-        a, b = rows[0]
-        return self.holds(rec.axis, (a, min(b, a + rec.rows)))
+        """The rows the killed append of ``rec`` reserved and never named, when certain."""
+        return self.block(rec) if self.judge(rec) == "reserved" else None
 
 
 def survey(store: ShardStore) -> Survey | None:

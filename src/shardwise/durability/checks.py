@@ -282,20 +282,20 @@ def _check_appending(store: ShardStore, report: VerifyReport) -> None:
 def _reserved(found: Survey, rec: AppendRecord) -> str:
     """What a killed append's record says, and the call that finishes it."""
     call = f"to_zarr(<the same data>, append_dim={rec.dim!r}, resume=True)"
-    rows = found.killed_rows(rec)
-    if rows is not None:
+    verdict = found.judge(rec)
+    a, b = found.block(rec)
+    if verdict == "reserved":
         return (
-            f"an append of rows {rows[0]}:{rows[1]} along {rec.dim!r} (reserved, never written: "
+            f"an append of rows {a}:{b} along {rec.dim!r} (reserved, never written: "
             f"they read as fill values): rerun it with resume=True, {call}, which writes them "
             "there and adds no rows"
         )
-    unnamed = found.unnamed(rec)
-    if not unnamed or found.foreign_first(rec):
+    if verdict == "nothing":
         return (
             f"an append of {rec.rows} rows along {rec.dim!r} stopped before it reserved them "
             f"(nothing of it is stored): rerun it with resume=True, {call}, which appends them once"
         )
-    spans = ", ".join(f"{a}:{b}" for a, b in unnamed)
+    spans = ", ".join(f"{x}:{y}" for x, y in found.unnamed(rec))
     return (
         f"an append of {rec.rows} rows along {rec.dim!r} stopped before it named the rows it "
         f"reserved, if any; rows {spans} along {rec.dim!r} are named by no write (another "

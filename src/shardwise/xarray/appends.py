@@ -30,12 +30,12 @@ searched first: the first one of this call's shape (as many rows, the same exten
 dimension) whose writer is gone is finished, its rows written again where they were reserved
 (the shards it stored and recorded skipped); then a finished append whose rows of the dimension
 coordinate hold this call's values (nothing to write); then the record of a killed append of
-this shape and rows in the lead that no marker names from the length it saw on, whole blocks
-of its row count (``Survey.orphaned``: no append of a running process may be between its commit
-and markers): the first block is finished, named first by this call's markers. Only when there
-is none does the call append, as without ``resume``, removing a record of this shape whose
-append reserved nothing; while a running append's record makes a killed one's rows
-undecidable, the call is refused before any change (``LeaseHeldError``).
+this shape whose commit took its rows (``Survey.judge``: they lie in the lead's length, named by
+no marker, holding no values, and no other unsettled record claims them): they are finished,
+named first by this call's markers. Only when there is none does the call append, as without
+``resume``, removing a record of this shape whose append reserved nothing; while a running
+append's record claims a killed one's rows, the call is refused before any change
+(``LeaseHeldError``).
 
 xarray's pass reads every array's length, and refuses arrays of one dimension that disagree
 ("conflicting lengths"): between another appender's lead commit and its others, or after an
@@ -256,9 +256,9 @@ def _claim(
     store.put(said[0].name(), said[0].to_bytes())
 
     def grow(doc: dict[str, Any]) -> tuple[int, bool]:
-        # a failed append gave rows back since the length was read: the record says the
-        # shorter length before this commit, so that its rows start at or after ``seen``
-        if (at := int(doc["shape"][axis])) < said[0].seen:
+        # every try says first the length it grows from (another append committed, or a failed
+        # one gave rows back, since it was read): once committed, the record names its rows
+        if (at := int(doc["shape"][axis])) != said[0].seen:
             said[0] = replace(said[0], seen=at)
             store.put(said[0].name(), said[0].to_bytes())
         return _grow_by(doc, axis, n)
@@ -280,23 +280,24 @@ def _claim(
 def _not_reserved(
     xw: XarrayWrite, found: Survey, dim: str, axis: int, lead: VariableWrite
 ) -> list[str]:
-    """The record of an append of this shape killed before it reserved anything (no rows after
-    the length it saw are unnamed, or the first of them hold another tool's values): this call,
-    appending, stands for it. Refused while another append is reserving (its rows may be the
-    unnamed ones: whose they are shows once they are named); other unnamed rows (appends killed
-    in their window) stay reported."""
+    """The record of an append of this shape killed before it reserved anything (its commit
+    never took its rows: durability/appending.py): this call, appending, stands for it.
+    Refused while another append, still running, claims rows of its block (they are that
+    append's, or the killed one's had it committed first: whose they are shows once they are
+    named); killed appends whose rows are not certain stay reported."""
     want = region_list(lead.region)
     for name, rec in found.stale:
         if not rec.fits(dim, axis, want):
             continue
-        if not (rows := found.unnamed(rec)) or found.foreign_first(rec):
+        verdict = found.judge(rec)
+        if verdict == "nothing":
             return [name]
-        if found.running:
-            spans = ", ".join(f"{a}:{b}" for a, b in rows)
+        if verdict == "reserving":
+            a, b = found.block(rec)
             raise LeaseHeldError(
                 f"an append of {rec.rows} rows along {dim!r} at {lead.path!r} (started "
                 f"{rec.started}) was killed around its reservation, and another append is "
-                f"reserving rows now: rows {spans} are named by no write yet, and whether they "
+                f"reserving rows now: rows {a}:{b} are named by no write yet, and whether they "
                 "are the killed append's shows once that append names its rows. Nothing was "
                 "written: rerun with resume=True in a moment"
             )
