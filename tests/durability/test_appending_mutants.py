@@ -85,19 +85,21 @@ def _lead_array(tmp_path: Any, x: Any, fill: Any, shards: tuple[int, ...]) -> Sh
     return ShardStore(resolve_store(root, mode="a"), "")
 
 
-def test_holds_values_reads_the_shards_wholly_inside_the_rows_along_their_axis(
+def test_holds_values_reads_the_rows_from_the_first_shard_boundary_along_their_axis(
     tmp_path: Any,
 ) -> None:
-    # kills holds_values_10 and _20 (the other axes cut to the rows, or their slices broken:
-    # every test lead is 1-D) and _40 (a shard ending exactly at the rows' end left out)
+    # the other axes read whole, the rows from the first shard boundary at or after their start
+    # (the shard across the start may keep a given-back append's values), to their end
     import numpy as np
 
     x = np.zeros((12, 6), "i4")
     x[4:8, 1] = 7  # values in the second shard of rows, in the first shard of columns
     st = _lead_array(tmp_path, x, 0, (4, 3))
     assert holds_values(st, 0, (4, 8))  # exactly one shard of rows, its values at column 1
-    assert not holds_values(st, 0, (8, 12)) and not holds_values(st, 0, (0, 4))
-    assert not holds_values(st, 0, (2, 7))  # no shard wholly inside: nothing to tell
+    assert holds_values(st, 0, (8, 12)) is False and holds_values(st, 0, (0, 4)) is False
+    assert holds_values(st, 0, (2, 5))  # rows 4:5, from the first shard boundary on
+    assert holds_values(st, 0, (1, 3)) is None  # no row after a boundary: nothing to tell
+    assert holds_values(st, 0, (5, 6)) is None  # inside one shard that holds earlier rows
     assert holds_values(st, 0, (2, 12))
 
 
@@ -228,3 +230,43 @@ def test_a_killed_appends_block_is_its_own_whatever_rows_follow_and_claims_on_it
     found = survey(lead)
     assert found is not None and [r for _, r in found.stale] == [old]
     assert found.block(old) == (4, 44)
+
+
+def test_another_tools_rows_in_the_block_of_an_append_killed_before_its_commit_are_kept(
+    tmp_path: Any,
+) -> None:
+    """K (3 rows, the length 10 seen) was killed before its commit; another tool appended 5
+    rows at 10:15 (no marker). K's block, rows 10:13, is unnamed: its rows from the shard
+    boundary at 12 hold the other tool's values, so K reserved nothing. Where no row of a block
+    can be read (it lies in the tail of one shard), it is K's only when the unnamed rows there
+    are exactly killed appends' blocks end to end; the other tool's rows make it unsure."""
+    import numpy as np
+
+    x = np.zeros((15, 2), "i4")
+    x[:10], x[10:] = 1, 7
+    lead = _lead_array(tmp_path, x, 0, (4, 2))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+    k = AppendRecord.new("k" * 32, "t", 0, [[10, 13], [0, 2]], 10, _gone_holder())
+    lead.put(k.name(), k.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.judge(k) == "nothing" and found.killed_rows(k) is None
+    one = replace(k, region=[[10, 11], [0, 2]])  # one row: nothing of it after a boundary
+    lead.put(one.name(), one.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.judge(one) == "unsure"
+    # rows 10:15 exactly the blocks of five killed one-row appends: theirs
+    for i in range(5):
+        r = AppendRecord.new(f"{i}" * 32, "t", 0, [[10 + i, 11 + i], [0, 2]], 10 + i, k.holder)
+        lead.put(r.name(), r.to_bytes())
+    lead.delete(k.name())
+    blank = _lead_array(tmp_path / "b", np.where(np.arange(15)[:, None] < 10, 1, 0), 0, (4, 2))
+    for name in blank.list(".shardwise/writes/"):
+        blank.delete(name)
+    for name in lead.list(APPENDING):
+        raw = lead.get(name)
+        assert raw is not None
+        blank.put(name, raw)
+    found = survey(blank)
+    assert found is not None and len(found.stale) == 5
+    assert [found.killed_rows(r) for _, r in found.stale] == [(i, i + 1) for i in range(10, 15)]

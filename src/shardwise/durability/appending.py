@@ -145,7 +145,7 @@ class Survey:
     unreadable: list[str]  # names of records that do not parse
     # whether rows along an axis hold values (:func:`holds_values` of the lead array, each
     # stretch read once however many questions ask about it)
-    holds: Callable[[int, tuple[int, int]], bool] = field(repr=False, compare=False)
+    holds: Callable[[int, tuple[int, int]], bool | None] = field(repr=False, compare=False)
 
     def unnamed(self, rec: AppendRecord) -> list[tuple[int, int]]:
         """The stretches of rows along ``rec``'s axis from ``rec.seen`` to the end that no
@@ -182,7 +182,8 @@ class Survey:
         ``"unsure"`` (a killed append of another shape or block claims some)."""
         a, b = self.block(rec)
         free = any(x <= a and b <= y for x, y in self.unnamed(rec))
-        if rec.rows <= 0 or not free or self.holds(rec.axis, (a, b)):
+        values = self.holds(rec.axis, (a, b)) if free and rec.rows > 0 else None
+        if rec.rows <= 0 or not free or values:
             # never committed: past the length, rows of it named by a marker (another append's),
             # or another tool's values there
             return "nothing"
@@ -193,14 +194,25 @@ class Survey:
 
         if any(claims(r) for r in self.running):
             return "reserving"
-        rivals = [
-            r
-            for _, r in self.stale
-            if r is not rec
-            and claims(r)
-            and not (r.fits(rec.dim, rec.axis, rec.region) and self.block(r) == (a, b))
-        ]
-        return "unsure" if rivals else "reserved"
+        kin = [r for _, r in self.stale if r.fits(rec.dim, rec.axis, rec.region)]
+        if any(claims(r) and (r not in kin or self.block(r) != (a, b)) for _, r in self.stale):
+            return "unsure"  # a killed append of another shape or block: one never committed
+        if values is None and not self._tiled(rec, kin):
+            # no row of the block to read (it lies in one shard with earlier rows): another
+            # tool's rows there would look the same, unless the rows around tell
+            return "unsure"
+        return "reserved"
+
+    def _tiled(self, rec: AppendRecord, kin: list[AppendRecord]) -> bool:
+        """Whether the unnamed stretch holding ``rec``'s block is exactly the blocks of killed
+        appends of its shape, end to end: no row there can be another tool's."""
+        a, _ = self.block(rec)
+        x, y = next((x, y) for x, y in self.unnamed(rec) if x <= a < y)
+        at = x
+        for p, q in sorted({self.block(r) for r in kin}):
+            if p == at and q <= y:
+                at = q
+        return at == y
 
     def killed_rows(self, rec: AppendRecord) -> tuple[int, int] | None:
         """The rows the killed append of ``rec`` reserved and never named, when certain."""
@@ -233,11 +245,12 @@ def survey(store: ShardStore) -> Survey | None:
     return Survey(length, markers, stale, running, settled, unreadable, holds)
 
 
-def holds_values(store: ShardStore, axis: int, rows: tuple[int, int]) -> bool:
-    """Whether a shard of the array at ``store`` lying wholly inside ``rows`` along ``axis``
-    holds anything but the fill value (NaN as NaN). Shards across the edges of ``rows`` also hold
-    rows before or after them, and may keep values an append gave back with them (it removes
-    only the shards past its start): they tell nothing. Read one shard at a time."""
+def holds_values(store: ShardStore, axis: int, rows: tuple[int, int]) -> bool | None:
+    """Whether ``rows`` along ``axis`` of the array at ``store`` hold anything but the fill value
+    (NaN as NaN), from the first shard boundary at or after their start: the shard across that
+    start also holds earlier rows, and may keep values an append gave back (it removes only the
+    shards past its start). None when no row is left to tell (the rows lie in that shard's
+    tail). Read one shard at a time."""
     import numpy as np
 
     from ..engine.read import ShardReader
@@ -245,15 +258,21 @@ def holds_values(store: ShardStore, axis: int, rows: tuple[int, int]) -> bool:
 
     info = open_info(store.store, store.path)
     lay = info.layout
+    step = lay.shard_shape[axis] if axis < len(lay.shape) else 1
+    start = -(-rows[0] // step) * step
+    if start >= rows[1]:
+        return None
     region = tuple(
-        slice(rows[0], rows[1]) if i == axis else slice(0, n) for i, n in enumerate(lay.shape)
+        slice(start, rows[1]) if i == axis else slice(0, n) for i, n in enumerate(lay.shape)
     )
     reader = ShardReader(info, store)
     fill = np.asarray(info.fill_value, dtype=info.dtype)
     for shard in lay.shards_touching(region):
         part = lay.shard_region(shard)
-        if part[axis].start < rows[0] or part[axis].stop > rows[1]:
-            continue
+        part = tuple(
+            slice(max(sl.start, start), min(sl.stop, rows[1])) if i == axis else sl
+            for i, sl in enumerate(part)
+        )
         values = reader.read(part)
         other = values != fill
         if values.dtype.kind in "fc" and np.isnan(fill).any():

@@ -296,9 +296,16 @@ def _reserved(found: Survey, rec: AppendRecord) -> str:
             f"(nothing of it is stored): rerun it with resume=True, {call}, which appends them once"
         )
     spans = ", ".join(f"{x}:{y}" for x, y in found.unnamed(rec))
+    if verdict == "reserving":
+        return (
+            f"an append of {rec.rows} rows along {rec.dim!r} stopped before it named the rows "
+            f"it reserved, if any (rows {a}:{b}), and another append, still running, claims "
+            f"rows there: rerun it with resume=True, {call}, once that append is done"
+        )
     return (
         f"an append of {rec.rows} rows along {rec.dim!r} stopped before it named the rows it "
-        f"reserved, if any; rows {spans} along {rec.dim!r} are named by no write (another "
-        f"append may be reserving now): rerun it with resume=True, {call}, once no other "
-        "append runs"
+        f"reserved, if any; rows {spans} along {rec.dim!r} are named by no write, and whether "
+        f"rows {a}:{b} are its own cannot be told (another killed append claims rows there, or "
+        "no row of them can be read apart from earlier rows, and other rows there are nobody's "
+        f"append's): rerun with resume=True, {call}, appends its rows again"
     )
