@@ -270,3 +270,38 @@ def test_another_tools_rows_in_the_block_of_an_append_killed_before_its_commit_a
     found = survey(blank)
     assert found is not None and len(found.stale) == 5
     assert [found.killed_rows(r) for _, r in found.stale] == [(i, i + 1) for i in range(10, 15)]
+
+
+def test_killed_appends_of_two_shapes_on_one_length_are_told_apart_by_the_rows_they_fill(
+    tmp_path: Any,
+) -> None:
+    """K (3 rows) and W (5 rows) both saw length 10 and were killed; the lead is 15 long, rows
+    10:15 named by nothing. Only W's block makes up those rows (K's would leave 13:15 nobody's):
+    W committed, K reserved nothing. A second killed append of 2 rows at 13 makes K's 10:13 and
+    its 13:15 another way: two ways, unsure. Another shape with W's very block: unsure."""
+    import numpy as np
+
+    x = np.zeros((15, 2), "i4")
+    x[:10] = 1
+    lead = _lead_array(tmp_path, x, 0, (4, 2))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+    holder = _gone_holder()
+
+    def put(token: str, rows: int, seen: int, width: int = 2) -> AppendRecord:
+        rec = AppendRecord.new(token * 32, "t", 0, [[seen, seen + rows], [0, width]], seen, holder)
+        lead.put(rec.name(), rec.to_bytes())
+        return rec
+
+    k, w = put("k", 3, 10), put("w", 5, 10)
+    found = survey(lead)
+    assert found is not None
+    assert (found.judge(k), found.judge(w)) == ("nothing", "reserved")
+    assert found.killed_rows(w) == (10, 15)
+    put("m", 2, 13)
+    found = survey(lead)
+    assert found is not None and (found.judge(k), found.judge(w)) == ("unsure", "unsure")
+    lead.delete(AppendRecord.new("m" * 32, "t", 0, [[13, 15], [0, 2]], 13, holder).name())
+    put("o", 5, 10, width=1)  # another shape, W's block
+    found = survey(lead)
+    assert found is not None and found.judge(w) == "unsure"

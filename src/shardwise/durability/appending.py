@@ -23,9 +23,11 @@ append reserved nothing (past the length: not committed; named: another append's
 values: another tool's, xarray's own ``to_zarr`` appends without markers). Otherwise the block is
 the killed append's, unless another unsettled record claims rows of it: a writer still running
 (it may be between its own commit and its markers: whose the rows are shows once they are named)
-or a killed append of another shape or block (one of the two never committed, which one is not
-known). Killed appends of one shape and one block are twins: one of them took the block, which
-one does not matter (they are one call's shape, finished in the order the calls are rerun).
+or a killed append of another shape or block (one of the two never committed), unless the
+killed appends' blocks make up the unnamed rows there in one way only: those are the committed
+ones (:meth:`Survey._tiling`). Killed appends of one shape and one block are twins: one of
+them took the block, which one does not matter (they are one call's shape, finished in the
+order the calls are rerun).
 
 Records of the earlier format said the length read before the commit, its rows there or later:
 their block starts at the first unnamed row from ``seen`` on.
@@ -195,24 +197,43 @@ class Survey:
         if any(claims(r) for r in self.running):
             return "reserving"
         kin = [r for _, r in self.stale if r.fits(rec.dim, rec.axis, rec.region)]
-        if any(claims(r) and (r not in kin or self.block(r) != (a, b)) for _, r in self.stale):
+        other_shape = any(claims(r) for _, r in self.stale if r not in kin)
+        tiling = self._tiling(rec)
+        if tiling is not None:  # the one way killed appends' blocks make up the unnamed rows
+            if (a, b) not in tiling:
+                return "nothing"  # its block is not among them: another's commit came first
+            # a killed append of another shape with this very block: which one committed it?
+            same = any(self.block(r) == (a, b) for _, r in self.stale if r not in kin)
+            return "unsure" if same else "reserved"
+        if other_shape or any(claims(r) and self.block(r) != (a, b) for r in kin):
             return "unsure"  # a killed append of another shape or block: one never committed
-        if values is None and not self._tiled(rec, kin):
+        if values is None:
             # no row of the block to read (it lies in one shard with earlier rows): another
-            # tool's rows there would look the same, unless the rows around tell
+            # tool's rows there would look the same
             return "unsure"
         return "reserved"
 
-    def _tiled(self, rec: AppendRecord, kin: list[AppendRecord]) -> bool:
-        """Whether the unnamed stretch holding ``rec``'s block is exactly the blocks of killed
-        appends of its shape, end to end: no row there can be another tool's."""
+    def _tiling(self, rec: AppendRecord) -> set[tuple[int, int]] | None:
+        """The blocks of killed appends along ``rec``'s axis that make up, end to end, the
+        unnamed stretch holding ``rec``'s block, when exactly one choice of them does (each
+        block once, twins as one); None otherwise (other rows there, or several ways)."""
         a, _ = self.block(rec)
         x, y = next((x, y) for x, y in self.unnamed(rec) if x <= a < y)
-        at = x
-        for p, q in sorted({self.block(r) for r in kin}):
-            if p == at and q <= y:
-                at = q
-        return at == y
+        starts: dict[int, list[int]] = {}
+        for p, q in {self.block(r) for _, r in self.stale if r.axis == rec.axis}:
+            if x <= p < q <= y:
+                starts.setdefault(p, []).append(q)
+        ways = {y: 1}  # the number of tilings from a row to y (2 meaning several)
+        for pos in sorted({*starts, x}, reverse=True):
+            ways[pos] = min(2, sum(ways.get(q, 0) for q in starts.get(pos, [])))
+        if ways.get(x) != 1:
+            return None
+        out, at = set(), x
+        while at < y:
+            q = next(q for q in starts[at] if ways.get(q) == 1)
+            out.add((at, q))
+            at = q
+        return out
 
     def killed_rows(self, rec: AppendRecord) -> tuple[int, int] | None:
         """The rows the killed append of ``rec`` reserved and never named, when certain."""
