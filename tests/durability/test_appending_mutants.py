@@ -305,3 +305,34 @@ def test_killed_appends_of_two_shapes_on_one_length_are_told_apart_by_the_rows_t
     put("o", 5, 10, width=1)  # another shape, W's block
     found = survey(lead)
     assert found is not None and found.judge(w) == "unsure"
+
+
+def test_unnamed_rows_skip_named_gaps_and_markers_past_the_length(tmp_path: Any) -> None:
+    # kills unnamed_14 (a stretch cut at a marker's start broken) and _24 (empty stretches kept:
+    # a marker past the length leaves none), judge_21 (a record of no rows judged as a block)
+    # and judge_31 (a block starting at the end of another counted as a claim on it)
+    import numpy as np
+
+    from shardwise.durability.journal import WriteMarker, marker_name, now
+
+    lead = _lead_array(tmp_path, np.zeros((30,), "i4"), 0, (4,))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+    for lo, hi in ((0, 10), (20, 30), (32, 40)):  # the last past the length (given back)
+        m = WriteMarker(f"{lo:032d}", [[lo, hi]], [30], "open", now())
+        lead.put(marker_name((slice(lo, hi),)), m.to_bytes())
+    k = AppendRecord.new("k" * 32, "t", 0, [[10, 20]], 10, _gone_holder())
+    lead.put(k.name(), k.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.unnamed(k) == [(10, 20)]
+    assert found.judge(k) == "reserved" and found.killed_rows(k) == (10, 20)
+    assert found.unnamed(replace(k, seen=30)) == []
+    assert found.judge(replace(k, region=[[10, 10]])) == "nothing"  # no rows
+    after = AppendRecord.new("a" * 32, "t", 0, [[20, 24]], 20, asdict(LeaseInfo.new("append")))
+    lead.put(after.name(), after.to_bytes())  # running, its block right after K's
+    found = survey(lead)
+    assert found is not None and found.judge(k) == "reserved"
+    for rec in (k, after):
+        lead.delete(rec.name())
+    found = survey(lead)
+    assert found is not None and found.judge(replace(k, region=[[10, 10]])) == "nothing"
