@@ -20,6 +20,7 @@ import random
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -39,6 +40,13 @@ from zarr.storage import LocalStore, ObjectStore, WrapperStore
 BUCKET = "shardwise-faults"
 CREDS = {"key": "testing", "secret": "testing", "region": "us-east-1"}
 TEMP = re.compile(r"\.[0-9a-f]{32}\.partial$")
+
+
+def gone_pid() -> int:
+    """The pid of a process that ran and was reaped: it names no process now."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def free_port() -> int:

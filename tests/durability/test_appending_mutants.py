@@ -13,6 +13,7 @@ from typing import Any
 
 from zarr.storage import MemoryStore
 
+from faultkit import gone_pid
 from shardwise.durability.appending import (
     APPENDING,
     AppendRecord,
@@ -138,9 +139,6 @@ def test_the_survey_reads_each_stretch_of_rows_once_for_verify(
     """A killed append's record whose first unnamed rows hold another tool's values: the
     resume's two questions (are they a killed append's block? did another tool append first?)
     and verify's report read those rows once, through the survey."""
-    import subprocess
-    import sys
-    from dataclasses import replace
 
     import numpy as np
 
@@ -152,9 +150,7 @@ def test_the_survey_reads_each_stretch_of_rows_once_for_verify(
     lead = _lead_array(tmp_path, x, 0, (4, 3))
     for name in lead.list(".shardwise/writes/"):  # the rows 8:12 named by no marker
         lead.delete(name)
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    holder = asdict(replace(LeaseInfo.new("append"), pid=gone.pid))
+    holder = _gone_holder()
     rec = AppendRecord.new("k" * 32, "t", 0, [[8, 12], [0, 6]], 8, holder)
     lead.put(rec.name(), rec.to_bytes())
     asked: list[tuple[int, tuple[int, int]]] = []
@@ -176,13 +172,8 @@ def test_the_survey_reads_each_stretch_of_rows_once_for_verify(
 
 
 def _gone_holder() -> dict[str, Any]:
-    import subprocess
-    import sys
-    from dataclasses import replace
-
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    return asdict(replace(LeaseInfo.new("append"), pid=gone.pid))
+    """An append's holder whose process is gone."""
+    return asdict(replace(LeaseInfo.new("append"), pid=gone_pid()))
 
 
 def test_a_killed_appends_block_is_its_own_whatever_rows_follow_and_claims_on_it_decide(

@@ -16,7 +16,6 @@ import logging
 import os
 import pickle
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -28,7 +27,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
-from faultkit import wait_until
+from faultkit import gone_pid, wait_until
 from shardwise import LeaseHeldError
 from shardwise.durability.holder import EXPIRY_ENV
 from shardwise.durability.lease import (
@@ -141,12 +140,6 @@ def test_an_unreadable_lease_object_is_described_as_such() -> None:
     assert unreadable.describe() == "'unreadable lease object' by ?@? pid -1 since ?"
 
 
-def _gone_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()  # reaped: its pid names no process now
-    return proc.pid
-
-
 def test_describe_says_whether_the_holder_runs_on_this_host() -> None:
     here = socket.gethostname()
 
@@ -155,7 +148,7 @@ def test_describe_says_whether_the_holder_runs_on_this_host() -> None:
 
     assert on(here, os.getpid()) == f"'job' by u@{here} pid {os.getpid()} (running) since 2020"
     assert on(here, 1) == f"'job' by u@{here} pid 1 (running) since 2020"
-    gone = _gone_pid()
+    gone = gone_pid()
     assert on(here, gone) == f"'job' by u@{here} pid {gone} (that process is gone) since 2020"
     assert on(here, 0) == f"'job' by u@{here} pid 0 since 2020"  # not a process id
     assert on("elsewhere", os.getpid()) == f"'job' by u@elsewhere pid {os.getpid()} since 2020"

@@ -24,7 +24,17 @@ import pytest
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from faultkit import MotoS3, exe, files, moto_s3, records, temp_files, unique, wait_until
+from faultkit import (
+    MotoS3,
+    exe,
+    files,
+    gone_pid,
+    moto_s3,
+    records,
+    temp_files,
+    unique,
+    wait_until,
+)
 from shardwise import InvalidTypeError, InvalidValueError, LeaseHeldError
 from shardwise.cli.commands import TASK_ID_VARS
 from shardwise.durability.holder import LeaseInfo, process_start
@@ -406,23 +416,17 @@ def test_a_bad_lease_expiry_is_refused_before_the_store_changes(
     assert files(root, journal=True) == before
 
 
-def a_gone_pid() -> int:
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    return gone.pid
-
-
 def test_shared_leases_of_gone_writers_and_the_exclusive_one(tmp_path: Path) -> None:
     """Region writes hold shared leases: a resumer of the whole array drops the gone ones (and
     is refused by a live one); a resumed region write takes over a gone exclusive holder's."""
     st = ShardStore(LocalStore(tmp_path))
-    dead = replace(LeaseInfo.new("region write"), pid=a_gone_pid())
+    dead = replace(LeaseInfo.new("region write"), pid=gone_pid())
     st.put(f".shardwise/leases/{dead.token}", dead.to_bytes())
     live = Lease.acquire_shared(st)
     with pytest.raises(LeaseHeldError, match="region write"):
         Lease.acquire(st, takeover=True)
     assert read_lease(st, f".shardwise/leases/{dead.token}") == dead  # refused: left as it was
-    gone = replace(LeaseInfo.new("write"), pid=a_gone_pid())
+    gone = replace(LeaseInfo.new("write"), pid=gone_pid())
     st.put(LEASE, gone.to_bytes())
     with pytest.raises(LeaseHeldError, match="region write"):
         Lease.acquire(st, takeover=True)
@@ -432,7 +436,7 @@ def test_shared_leases_of_gone_writers_and_the_exclusive_one(tmp_path: Path) -> 
         assert sorted(t.holder.token for t in lease.took_over) == sorted([dead.token, gone.token])
     assert st.list(".shardwise/leases") == []
 
-    st.put(LEASE, replace(LeaseInfo.new("write"), pid=a_gone_pid()).to_bytes())
+    st.put(LEASE, replace(LeaseInfo.new("write"), pid=gone_pid()).to_bytes())
     with pytest.raises(LeaseHeldError, match="that process is gone"):
         Lease.acquire_shared(st)
     with Lease.acquire_shared(st, takeover=True) as shared:
@@ -447,7 +451,7 @@ def test_a_resumed_conversion_takes_over_a_gone_writers_lease(tmp_path: Path) ->
     shardwise.write_array(x, src, chunks=(10, 10), shards=(20, 30))
     shardwise.convert(src, dst, shards=(40, 30))
     st = ShardStore(LocalStore(dst))
-    st.put(LEASE, replace(LeaseInfo.new("write"), pid=a_gone_pid()).to_bytes())
+    st.put(LEASE, replace(LeaseInfo.new("write"), pid=gone_pid()).to_bytes())
     before = files(dst, journal=True)
     with pytest.raises(LeaseHeldError, match="that process is gone"):
         shardwise.convert(src, dst, shards=(40, 30), mode="w")
@@ -490,7 +494,7 @@ def test_a_takeover_leaves_nothing_read_as_a_lease(tmp_path: Path) -> None:
     ds = _dataset()
     shardwise.to_zarr(ds, p, shards={"y": 8, "x": 8})
     st = ShardStore(LocalStore(p), "v")
-    st.put(LEASE, replace(LeaseInfo.new("the killed write"), pid=a_gone_pid()).to_bytes())
+    st.put(LEASE, replace(LeaseInfo.new("the killed write"), pid=gone_pid()).to_bytes())
     report = shardwise.to_zarr(ds, p, mode="w", resume=True, shards={"y": 8, "x": 8})
     assert report.shards_written == 1
     assert read_lease(st) is None
@@ -512,7 +516,7 @@ def test_mode_w_and_break_lease_agree_with_the_lease_command(
     ds = _dataset()
     shardwise.to_zarr(ds.assign(old=ds.v), p, shards={"y": 8, "x": 8})
     st = ShardStore(LocalStore(p), "old")
-    gone = replace(LeaseInfo.new("the killed write"), pid=a_gone_pid())
+    gone = replace(LeaseInfo.new("the killed write"), pid=gone_pid())
     for kw in ({"break_lease": True}, {"resume": True}):
         st.put(LEASE, gone.to_bytes())
         capsys.readouterr()

@@ -196,22 +196,22 @@ class Survey:
 
         if any(claims(r) for r in self.running):
             return "reserving"
-        kin = [r for _, r in self.stale if r.fits(rec.dim, rec.axis, rec.region)]
-        other_shape = any(claims(r) for _, r in self.stale if r not in kin)
+        # killed appends of another shape or block claiming rows of it (twins, of its shape and
+        # block, are not rivals): one of the two never committed
+        rivals = [
+            r
+            for _, r in self.stale
+            if claims(r) and not (r.fits(rec.dim, rec.axis, rec.region) and self.block(r) == (a, b))
+        ]
         tiling = self._tiling(rec)
         if tiling is not None:  # the one way killed appends' blocks make up the unnamed rows
             if (a, b) not in tiling:
                 return "nothing"  # its block is not among them: another's commit came first
-            # a killed append of another shape with this very block: which one committed it?
-            same = any(self.block(r) == (a, b) for _, r in self.stale if r not in kin)
-            return "unsure" if same else "reserved"
-        if other_shape or any(claims(r) and self.block(r) != (a, b) for r in kin):
-            return "unsure"  # a killed append of another shape or block: one never committed
-        if values is None:
-            # no row of the block to read (it lies in one shard with earlier rows): another
-            # tool's rows there would look the same
-            return "unsure"
-        return "reserved"
+            # a rival with this very block (another shape): which one committed it?
+            return "unsure" if any(self.block(r) == (a, b) for r in rivals) else "reserved"
+        # no row of the block to read (it lies in one shard with earlier rows): another tool's
+        # rows there would look the same
+        return "unsure" if rivals or values is None else "reserved"
 
     def _tiling(self, rec: AppendRecord) -> set[tuple[int, int]] | None:
         """The blocks of killed appends along ``rec``'s axis that make up, end to end, the
