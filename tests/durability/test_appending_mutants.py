@@ -327,3 +327,15 @@ def test_unnamed_rows_skip_named_gaps_and_markers_past_the_length(tmp_path: Any)
         lead.delete(rec.name())
     found = survey(lead)
     assert found is not None and found.judge(replace(k, region=[[10, 10]])) == "nothing"
+
+
+def test_the_survey_lists_killed_appends_first_rows_first() -> None:
+    # kills survey_29 (records in the order of their names, random tokens: a resume of the
+    # first call's data would finish the second call's rows)
+    store = _lead([90])
+    later = AppendRecord.new("a" * 32, "t", 0, [[50, 90]], 50, _gone_holder())
+    first = AppendRecord.new("z" * 32, "t", 0, [[10, 50]], 10, _gone_holder())
+    for rec in (later, first):
+        store.put(rec.name(), rec.to_bytes())
+    found = survey(store)
+    assert found is not None and [r for _, r in found.stale] == [first, later]
