@@ -61,6 +61,13 @@ PART_BYTES = 8 * 2**20  # multipart upload parts (object stores want >= 5 MiB bu
 # encoded chunks and, for small chunks, the joined shard (incompressible data)
 DIRECT_FACTOR = 3
 STAGED_FACTOR = 2  # a staged block task: the block plus its encoded chunks
+# a direct write of a source without a dask graph runs its shards in runs of neighbours, one
+# task a run: about RUNS_PER_THREAD tasks per thread of the cluster, never fewer than MIN_RUNS
+# (small writes keep one task per shard) nor more than MAX_RUNS (a scheduler's cost per task,
+# about 1 ms and tens of KB, stays bounded at a million shards)
+RUNS_PER_THREAD = 16
+MIN_RUNS = 1024
+MAX_RUNS = 16384
 
 
 def _edges(chunks: Sequence[int], start: int) -> list[int]:
@@ -167,6 +174,10 @@ class WritePlan:
         An upper bound of the encoded bytes that go through the staging area.
     reason : str
         Why this strategy runs, with the figures that decided it (printed by ``print(job)``).
+    per_task : int
+        Shards one shard task writes, one after another (a run of neighbours in C order of
+        the shard grid): 1 but for direct writes of a source without a dask graph of more
+        than ``MIN_RUNS`` shards (:func:`shards_per_task`).
     """
 
     plan: ShardPlan
@@ -181,6 +192,7 @@ class WritePlan:
     bytes_rechunked: int
     bytes_staged: int
     reason: str
+    per_task: int = 1
 
     @property
     def shards(self) -> int:
@@ -193,9 +205,14 @@ class WritePlan:
         return math.prod(len(c) for c in self.blocks) if self.strategy == "staged" else 0
 
     @property
+    def shard_tasks(self) -> int:
+        """Tasks that write shards: one per run of :attr:`per_task` neighbouring shards."""
+        return -(-self.shards // self.per_task)
+
+    @property
     def tasks(self) -> int:
-        """Tasks in the graph: one per shard, plus one per block for staged."""
-        return self.shards + self.block_tasks
+        """Tasks in the graph: the shard tasks, plus one per block for staged."""
+        return self.shard_tasks + self.block_tasks
 
     @property
     def merges_unconditionally(self) -> bool:
@@ -253,6 +270,8 @@ class WritePlan:
                 f" ({self.block_tasks} block tasks + {self.shards} shard tasks)"
                 if self.strategy == "staged"
                 else " (one per shard)"
+                if self.per_task == 1
+                else f" (runs of up to {self.per_task} neighbouring shards, one after another)"
             ),
             f"  blocks: largest {tuple(max(c, default=0) for c in self.blocks)}",
             f"  peak memory per task: ~{_size(self.peak_per_task)} "
@@ -298,6 +317,18 @@ def _size(n: int) -> str:
         if n >= k:
             return f"{n / k:.1f} {unit}"
     return f"{n} B"
+
+
+def shards_per_task(shards: int, threads: int) -> int:
+    """Shards one task writes so that a write's tasks follow the cluster, not the shard count:
+    about :data:`RUNS_PER_THREAD` tasks per thread of ``threads``, clamped to
+    [:data:`MIN_RUNS`, :data:`MAX_RUNS`] tasks.
+
+    >>> shards_per_task(1000, 2), shards_per_task(1_000_000, 2), shards_per_task(10**6, 4096)
+    (1, 977, 62)
+    """
+    target = min(MAX_RUNS, max(MIN_RUNS, RUNS_PER_THREAD * max(1, threads)))
+    return max(1, -(-shards // target))
 
 
 def make_job(

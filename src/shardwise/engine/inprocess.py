@@ -26,7 +26,8 @@ import numpy as np
 
 from ..runtime.pool import cpu_count
 from .report import WriteReport, sum_reports
-from .write import ShardWriter, build_graph
+from .runs import ShardRuns
+from .write import ShardWriter
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class LocalShards:
     writer: ShardWriter
     source: np.ndarray
     keep: np.ndarray | None = None
+    per_task: int = 1  # shards a task of its dask graph writes (engine/runs.py)
 
     def locations(self) -> Iterator[tuple[int, ...]]:
         """The task grid's locations to run, in C order."""
@@ -48,12 +50,17 @@ class LocalShards:
 
     @classmethod
     def of(
-        cls, writer: ShardWriter, source: Any, copy: bool, keep: np.ndarray | None
+        cls,
+        writer: ShardWriter,
+        source: Any,
+        copy: bool,
+        keep: np.ndarray | None,
+        per_task: int = 1,
     ) -> LocalShards | None:
         """The tasks of a direct write of ``source`` when it is a numpy array read in place
         (not ``copy``: a write computed later copies it into its graph), else None."""
         if isinstance(source, np.ndarray) and not copy:
-            return cls(writer, source, keep)
+            return cls(writer, source, keep, per_task)
         return None
 
     @cached_property
@@ -70,12 +77,10 @@ class LocalShards:
         return self.writer.run_task(loc, self.block(loc))
 
     def graph(self) -> Any:
-        """The same tasks as dask work: the receipts' dask array, or one ``Delayed`` per task
-        kept (what the pipeline's ``build_part`` makes of a direct write)."""
-        receipts = build_graph(self.writer, self.source, copy=False)
-        if self.keep is None:
-            return receipts
-        return receipts.to_delayed(optimize_graph=False)[self.keep].ravel().tolist()
+        """The same shards as dask work: one ``Delayed`` report per run of shards
+        (:class:`~.runs.ShardRuns`, what the pipeline's ``build_part`` makes of a source without
+        a dask graph)."""
+        return ShardRuns(self.writer, self.source, self.per_task, self.keep).graph()
 
 
 def run_shards(parts: Sequence[LocalShards], workers: int | None = None) -> list[WriteReport]:
