@@ -48,6 +48,7 @@ from ..errors import PlanError
 from ..runtime.probes import default_memory_limit
 from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
+from .cost import Requests, requests_of
 from .plan import ShardPlan
 from .sizing import shrink_to_fit
 
@@ -135,6 +136,16 @@ def _blocks_per_side(
     """Inner chunks per block side so that a block of ``spans`` (cut to them) fits the target."""
     per = [max(1, -(-n // c)) for n, c in zip(spans, chunk_shape, strict=True)]
     return shrink_to_fit(per, math.prod(chunk_shape) * itemsize, target_bytes)
+
+
+def _pieces(plan: ShardPlan, blocks: Chunks) -> int:
+    """Staged pieces: one per block and shard it touches (per axis, the intervals between
+    the union of block and shard edges)."""
+    total = 1
+    for sl, b, s in zip(plan.region, blocks, plan.layout.shard_shape, strict=True):
+        edges = set(_edges(b, sl.start)) | set(range((sl.start // s + 1) * s, sl.stop, s))
+        total *= max(0, len(edges) - 1)
+    return total
 
 
 def _largest(chunks: Chunks) -> int:
@@ -230,6 +241,21 @@ class WritePlan:
         """Raw bytes of the region written."""
         return int(math.prod(s.stop - s.start for s in self.plan.region)) * self.itemsize
 
+    @property
+    def requests(self) -> Requests:
+        """The objects this write leaves and the requests it makes, upper bounds
+        (:mod:`shardwise.core.cost`; ``job.requests.cost(Prices(...))`` prices them)."""
+        staged = self.strategy == "staged"
+        shard_bytes = _largest(self.plan.task_chunks) * self.itemsize
+        return requests_of(
+            shards=self.shards,
+            partial=self.plan.npartial,
+            records=self.shards,
+            staged_pieces=_pieces(self.plan, self.blocks) if staged else 0,
+            parts_per_shard=max(1, -(-shard_bytes // PART_BYTES)) if staged else 0,
+            raw_bytes=self.raw_bytes,
+        )
+
     def validate(self) -> None:
         """Raise :class:`PlanError` (with the figures) when a task would not fit the budget."""
         if self.peak_per_task <= self.memory_limit:
@@ -278,6 +304,7 @@ class WritePlan:
             f"(budget {_size(self.memory_limit)}: {self.memory_limit_from})",
             f"  bytes to move: {_size(self.bytes_to_move)} (rechunk "
             f"{_size(self.bytes_rechunked)}, staged <= {_size(self.bytes_staged)})",
+            "  " + self.requests.describe(),
         ]
         return "\n".join(lines)
 
@@ -458,7 +485,9 @@ def _choose(
             f"staged: a shard's direct task ({_size(peak)}) exceeds the budget ({_size(limit)})"
         )
     if source_chunks is None:
-        return "direct", "direct: numpy source, each shard's block read in place"
+        return "direct", (
+            "direct: no dask graph, each shard's piece read from the source in its task"
+        )
     if aligned:
         return "direct", "direct: dask chunks are the shard pieces"
     if where == "threads":
