@@ -52,9 +52,10 @@ class ShardRuns:
     per_task: int = 1
     keep: np.ndarray | None = None
 
-    @property
+    @cached_property
     def dims(self) -> tuple[int, ...]:
-        return tuple(len(c) for c in self.writer.plan.task_chunks)
+        """The task grid's shape (the plan's task chunks cost O(shards along each axis))."""
+        return tuple(len(e) - 1 for e in self._edges)
 
     @property
     def nshards(self) -> int:
