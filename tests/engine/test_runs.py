@@ -4,6 +4,7 @@ that run them, not its shard count; every shard still has one writer, one put an
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ from memkit import MiB, peak_rss
 from shardwise.core.job import MAX_RUNS, MIN_RUNS, shards_per_task
 from shardwise.core.layout import Layout
 from shardwise.core.plan import ShardPlan
+from shardwise.durability.journal import RECORDS, RUN_FLUSH, RUNS
 from shardwise.engine.runs import ShardRuns
 
 KW: dict[str, Any] = dict(chunks=(1, 8), shards=(1, 16))  # tiny shards: many of them
@@ -213,3 +215,104 @@ def test_the_plan_prints_objects_requests_and_cost(tmp_path: Path) -> None:
         small[:10, :10], str(tmp_path / "r"), region=(slice(3, 13), slice(5, 15)), mode="r+"
     )
     assert part.plan.npartial == 2 and part.requests.gets == 2
+
+
+# -- the runs' records: one object a run, shard-exact for verify and resume -----------------------
+
+
+def test_a_create_in_runs_records_each_run_in_one_object(tmp_path: Path) -> None:
+    """2200 shards in runs of 3: one record object a run (not one a shard); verify counts every
+    shard as recorded, reports a deleted one as missing and a rewritten one as a mismatch."""
+    x = ramp((1100, 32))
+    path = tmp_path / "a"
+    shardwise.write_array(x, str(path), **KW)
+    runs = list((path / RUNS).iterdir())
+    assert len(runs) == -(-2200 // 3) and not (path / RECORDS).exists()
+    report = shardwise.verify(str(path))
+    assert report.ok and report.shards_recorded == 2200
+    (path / "c/17/1").unlink()
+    (path / "c/18/0").write_bytes((path / "c/19/0").read_bytes())
+    report = shardwise.verify(str(path))
+    assert [(p.kind, p.key.rsplit("/a/", 1)[-1]) for p in report.problems] == [
+        ("missing", "c/17/1")
+    ]
+    assert [(p.kind, p.key.rsplit("/a/", 1)[-1]) for p in report.changes] == [
+        ("mismatch", "c/18/0")
+    ]
+
+
+def test_later_writes_over_runs_records_leave_verify_clean(tmp_path: Path) -> None:
+    """A region write after a create in runs: the shards it empties are gone without a record
+    of their own (the run's record of them no longer stands), those it rewrites have their
+    own record (it wins over the run's)."""
+    x = ramp((1100, 32))
+    path = str(tmp_path / "a")
+    shardwise.write_array(x, path, **KW)
+    shardwise.write_array(np.zeros((4, 32), "i4"), path, region=(slice(10, 14), ...), mode="r+")
+    shardwise.write_array(-ramp((3, 16)), path, region=(slice(20, 23), slice(16, 32)), mode="r+")
+    x[10:14] = 0
+    x[20:23, 16:] = -ramp((3, 16))
+    assert not (tmp_path / "a" / "c/10/0").exists()
+    report = shardwise.verify(path)
+    assert report.ok, report.problems
+    np.testing.assert_array_equal(zarr.open_array(path, mode="r")[...], x)
+
+
+def test_an_unreadable_run_record_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "a"
+    shardwise.write_array(ramp((1100, 32)), str(path), **KW)
+    first = sorted((path / RUNS).iterdir())[0]
+    first.write_bytes(b"{not json")
+    problems = shardwise.verify(str(path)).problems
+    assert ("journal", "unreadable run record") in {(p.kind, p.message) for p in problems}
+    assert any(p.key.endswith(first.name) for p in problems)
+
+
+KILLED = """
+import sys, threading, pathlib
+import numpy as np, dask, shardwise
+flag = pathlib.Path(sys.argv[2])
+
+class Held:
+    shape, dtype, ndim = (1100, 32), np.dtype("i4"), 2
+    reads = 0
+    def __getitem__(self, key):
+        Held.reads += 1
+        if Held.reads == 500:  # shards 0..498 written: say so, then wait to be killed
+            flag.write_text("held")
+            threading.Event().wait()
+        return np.arange(1100 * 32, dtype="i4").reshape(1100, 32)[key]
+
+with dask.config.set(scheduler="sync"):
+    shardwise.write_array(Held(), sys.argv[1], chunks=(1, 8), shards=(1, 16))
+"""
+
+
+def test_a_task_killed_outright_loses_at_most_a_flush_of_records(tmp_path: Path) -> None:
+    """A writer killed (SIGKILL) inside a run: its runs' records were put every RUN_FLUSH
+    shards, so the resume skips all but at most RUN_FLUSH - 1 of the shards written, rewrites
+    those, and verify is clean."""
+    import subprocess
+    import sys
+
+    path, flag = str(tmp_path / "a"), tmp_path / "flag"
+    child = subprocess.Popen([sys.executable, "-c", KILLED, path, str(flag)])
+    try:
+        while not flag.exists():  # the state we need: the writer is held at its 500th read
+            if child.poll() is not None:
+                raise AssertionError(f"the writer ended first: {child.returncode}")
+            threading.Event().wait(0.05)
+        child.kill()
+        child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    written = len([p for p in (tmp_path / "a" / "c").rglob("*") if p.is_file()])
+    assert written == 499
+    x = ramp((1100, 32))
+    with dask.config.set(scheduler="sync"):
+        rep = shardwise.write_array(x, path, mode="w-", resume=True, **KW)
+    assert written - RUN_FLUSH < rep.shards_skipped <= written
+    assert rep.shards_skipped + rep.shards_written == 2200
+    np.testing.assert_array_equal(zarr.open_array(path, mode="r")[...], x)
+    assert shardwise.verify(path).ok

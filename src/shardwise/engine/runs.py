@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -51,6 +51,8 @@ class ShardRuns:
     source: Any
     per_task: int = 1
     keep: np.ndarray | None = None
+    # each run's records in one object (durability.journal.RunRecords), not one per shard
+    batched: bool = False
 
     @cached_property
     def dims(self) -> tuple[int, ...]:
@@ -102,8 +104,17 @@ class ShardRuns:
         return lambda: np.asarray(self.source[window])
 
     def run(self, run: int) -> WriteReport:
-        """The task of ``run``: its shards written one after another."""
-        return self.writer.run_shards((loc, self.read(loc)) for loc in self.locations(run))
+        """The task of ``run``: its shards written one after another (their records put
+        together, ``batched``, also when the task fails half-way)."""
+        pieces = ((loc, self.read(loc)) for loc in self.locations(run))
+        journal = self.writer.journal
+        if not self.batched or journal is None:
+            return self.writer.run_shards(pieces)
+        records = journal.for_run()
+        try:
+            return replace(self.writer, journal=records).run_shards(pieces)
+        finally:
+            records.flush()
 
     def graph(self) -> RunTasks:
         """One Delayed report per run with a shard to write, in one layer over one key that

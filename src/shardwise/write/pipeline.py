@@ -24,7 +24,7 @@ import logging
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
@@ -383,14 +383,22 @@ def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
         receipts = build_staged(staged, write.source, copy=write.copy_source)
     else:
         writer = _direct_writer(write, session)
-        per_task = 1 if write.job is None else write.job.per_task
-        keep = plan.keep_mask(done)
-        if local := LocalShards.of(writer, write.source, write.copy_source, keep, per_task):
-            return local  # a numpy source: run without dask when computed here on threads
         if not _is_dask(write.source):
-            # read window by window inside the shard tasks, in runs (engine/runs.py)
-            source = copied(write.source) if write.copy_source else write.source
-            return ShardRuns(writer, source, per_task, keep).graph()
+            # read window by window inside the shard tasks, in runs (engine/runs.py); a write
+            # that creates its array records each run of many shards in one object
+            per_task = 1 if write.job is None else write.job.per_task
+            runs = ShardRuns(
+                writer,
+                write.source,
+                per_task,
+                plan.keep_mask(done),
+                batched=per_task > 1 and write.create is not None and not write.shared,
+            )
+            if local := LocalShards.of(runs, write.copy_source):
+                return local  # a numpy source: run without dask when computed here on threads
+            return (
+                replace(runs, source=copied(runs.source)) if write.copy_source else runs
+            ).graph()
         receipts = build_graph(writer, write.source, copy=write.copy_source)
     keep = plan.keep_mask(done)
     if keep is None:

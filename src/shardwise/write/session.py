@@ -41,6 +41,7 @@ from ..durability.journal import (
     now,
     read_marker,
     read_markers,
+    read_run_records,
     region_list,
     remove_temp_files,
 )
@@ -224,8 +225,9 @@ class WriteSession:
         journal = self.journal(codec)
         shards = list(plan_shards(plan))
         lay = plan.layout
+        runs = read_run_records(self.store, journal.write_id)  # the records its runs put
         with ThreadPoolExecutor(4) as pool:  # whole objects in memory on remote stores
-            ok = list(pool.map(lambda s: journal.matches(lay.shard_key(s)), shards))
+            ok = list(pool.map(lambda s: journal.matches(lay.shard_key(s), runs), shards))
         return {s for s, good in zip(shards, ok, strict=True) if good}
 
     @property
