@@ -1,0 +1,112 @@
+"""A store whose listing fails is an error, never "nothing there".
+
+shardwise lists a store to find the shared leases, an interrupted write's journal, the objects
+``verify`` checks and a group's members. A listing that raises must surface: read as an empty
+prefix, a write would miss the shared leases of the writers beside it and ``verify`` would find
+an array of no shards. And a write that fails that way keeps no lease (its exclusive lease,
+created before the look at the shared ones, is removed). The only answers read as "nothing
+there" are the ones that mean it: a missing directory (``FileNotFoundError``) and icechunk's
+"bad key prefix" for a name that is no node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+from zarr.core.sync import sync
+from zarr.storage import MemoryStore, WrapperStore
+
+import shardwise
+from shardwise.storage.overlay import Overlay
+from shardwise.storage.store import ShardStore
+
+
+class FailingList(WrapperStore[Any]):
+    """A memory store whose listings raise ``error`` once it is set (reads and writes work)."""
+
+    error: Exception | None = None
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def list(self) -> AsyncIterator[str]:
+        self._check()
+        return self._store.list()
+
+    def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        self._check()
+        return self._store.list_prefix(prefix)
+
+    def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        self._check()
+        return self._store.list_dir(prefix)
+
+
+def _written() -> tuple[FailingList, MemoryStore]:
+    base = MemoryStore()
+    store = FailingList(base)
+    shardwise.write_array(np.arange(64).reshape(8, 8), store, chunks=2, shards=4)
+    return store, base
+
+
+def _state(base: MemoryStore) -> dict[str, bytes]:
+    return {k: v.to_bytes() for k, v in base._store_dict.items()}
+
+
+def test_a_failing_list_is_an_error_for_the_store_and_verify() -> None:
+    store, _ = _written()
+    assert ShardStore(store).list("")  # the shards and the journal, while listing works
+    store.error = PermissionError("listing refused")
+    with pytest.raises(PermissionError, match="listing refused"):
+        ShardStore(store).list("")
+    with pytest.raises(PermissionError, match="listing refused"):
+        shardwise.verify(store)
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra"),
+    [
+        ("w", {}),
+        ("r+", {}),
+        ("a", {"resume": True}),
+        ("r+", {"region": (slice(0, 4), slice(None))}),
+    ],
+    ids=["w", "r+", "a-resume", "r+-region"],
+)
+def test_a_write_that_cannot_list_fails_and_keeps_no_lease(mode: str, extra: dict) -> None:
+    """The write fails with the store's error and leaves the store as it was: no exclusive or
+    shared lease of its own left behind, and the next write (listing again) goes through."""
+    store, base = _written()
+    before = _state(base)
+    store.error = PermissionError("listing refused")
+    x = np.full((8, 8), 7)
+    source = x[extra["region"]] if "region" in extra else x
+    with pytest.raises(PermissionError, match="listing refused"):
+        shardwise.write_array(source, store, mode=mode, chunks=2, shards=4, **extra)
+    assert _state(base) == before
+    store.error = None
+    shardwise.write_array(x, store, mode="r+")
+    np.testing.assert_array_equal(shardwise.read_array(store), x)
+
+
+async def _keys(listing: AsyncIterator[str]) -> list[str]:
+    return sorted([k async for k in listing])
+
+
+def test_an_overlay_reads_only_missing_prefixes_as_empty() -> None:
+    """The dry-run overlay (every metadata write runs through one) lists through its base:
+    a missing directory and icechunk's bad key prefix are empty, any other error raises."""
+    store, _ = _written()
+    overlay = Overlay(store, read_only=True)
+    assert "zarr.json" in sync(_keys(overlay.list_prefix("")))
+    for error in (PermissionError("listing refused"), ValueError("listing refused")):
+        store.error = error
+        with pytest.raises(type(error), match="listing refused"):
+            sync(_keys(overlay.list_prefix("")))
+    for empty in (FileNotFoundError("no such directory"), ValueError("bad key prefix: g")):
+        store.error = empty
+        assert sync(_keys(overlay.list_prefix("g/"))) == []
