@@ -229,11 +229,13 @@ def test_frames_without_content_size_decode(
     ids=["small-chunks", "large-chunks"],
 )
 @pytest.mark.parametrize("sized", [True, False], ids=["sized", "sizeless"])
-def test_a_frame_of_fewer_bytes_than_its_chunk_is_corrupt(
-    tmp_path: Path, chunks: Any, shards: Any, sized: bool
+@pytest.mark.parametrize("longer", [False, True], ids=["shorter", "longer"])
+def test_a_frame_of_other_bytes_than_its_chunk_is_corrupt(
+    tmp_path: Path, chunks: Any, shards: Any, sized: bool, longer: bool
 ) -> None:
-    """One chunk of shard (0, 1) compressed from half its bytes: every read of it raises
-    CorruptShardError naming that shard and chunk, never reads past what the frame held."""
+    """One chunk of shard (0, 1) compressed from half its bytes (or one and a half times
+    them): every read of it raises CorruptShardError naming that shard and chunk, never
+    reads past what the frame held nor takes part of it."""
     data = _smooth((256, 512), "f4", seed=8)
     root = tmp_path / "a"
     cctx = zstandard.ZstdCompressor(level=1, write_content_size=sized)
@@ -243,7 +245,9 @@ def test_a_frame_of_fewer_bytes_than_its_chunk_is_corrupt(
     def frame(block: np.ndarray) -> bytes:
         calls["n"] += 1
         raw = block.tobytes()
-        return cctx.compress(raw[: len(raw) // 2] if calls["n"] == bad_call else raw)
+        if calls["n"] != bad_call:
+            return cctx.compress(raw)
+        return cctx.compress(raw + raw[: len(raw) // 2] if longer else raw[: len(raw) // 2])
 
     _hand_made(root, data, chunks, shards, frame)
     key = "c/0/1"
