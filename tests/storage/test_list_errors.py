@@ -6,20 +6,25 @@ prefix, a write would miss the shared leases of the writers beside it and ``veri
 an array of no shards. And a write that fails that way keeps no lease (its exclusive lease,
 created before the look at the shared ones, is removed). The only answers read as "nothing
 there" are the ones that mean it: a missing directory (``FileNotFoundError``) and icechunk's
-"bad key prefix" for a name that is no node.
+"bad key prefix" for a name that is no node. On local files the walk of the directories is the
+listing: a directory it cannot read is an error too (the test runs as any user: the directory's
+read is made to fail where ``os.walk`` reads it, as a permission the user lacks would).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from zarr.core.sync import sync
-from zarr.storage import MemoryStore, WrapperStore
+from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
+from faultkit import snapshot
 from shardwise.storage.overlay import Overlay
 from shardwise.storage.store import ShardStore
 
@@ -110,3 +115,45 @@ def test_an_overlay_reads_only_missing_prefixes_as_empty() -> None:
     for empty in (FileNotFoundError("no such directory"), ValueError("bad key prefix: g")):
         store.error = empty
         assert sync(_keys(overlay.list_prefix("g/"))) == []
+
+
+def _unreadable(monkeypatch: pytest.MonkeyPatch, where: Path, error: OSError) -> None:
+    """``os.scandir`` of ``where`` fails with ``error`` (as for a directory the user may not
+    read, or one removed meanwhile); every other directory reads as it is."""
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == where:
+            raise error
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_a_local_directory_that_cannot_be_read_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "a"
+    x = np.arange(64).reshape(8, 8)
+    shardwise.write_array(x, str(root), chunks=2, shards=4)
+    before = snapshot(root)
+    denied = PermissionError(13, "Permission denied", str(root / "c"))
+    _unreadable(monkeypatch, root / "c", denied)
+    with pytest.raises(PermissionError, match="Permission denied"):
+        ShardStore(LocalStore(root)).list("")
+    with pytest.raises(PermissionError, match="Permission denied"):
+        shardwise.verify(str(root))  # not "every shard missing"
+    monkeypatch.undo()
+    assert snapshot(root) == before
+    assert shardwise.verify(str(root)).ok
+
+
+def test_a_local_directory_removed_while_listed_holds_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "a"
+    shardwise.write_array(np.arange(64).reshape(8, 8), str(root), chunks=2, shards=4)
+    gone = FileNotFoundError(2, "No such file or directory", str(root / "c" / "1"))
+    _unreadable(monkeypatch, root / "c" / "1", gone)
+    names = ShardStore(LocalStore(root)).list("")
+    assert "c/0/0" in names and not [n for n in names if n.startswith("c/1/")]
