@@ -157,3 +157,35 @@ def test_a_local_directory_removed_while_listed_holds_nothing(
     _unreadable(monkeypatch, root / "c" / "1", gone)
     names = ShardStore(LocalStore(root)).list("")
     assert "c/0/0" in names and not [n for n in names if n.startswith("c/1/")]
+
+
+class FailingGet(WrapperStore[Any]):
+    """A memory store whose gets of keys ending in ``failing`` raise once it is set."""
+
+    failing: str | None = None
+
+    async def get(self, key: str, *args: Any, **kwargs: Any) -> Any:
+        if self.failing is not None and key.endswith(self.failing):
+            raise PermissionError(f"reading {key!r} refused")
+        return await self._store.get(key, *args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["exclusive", "shared"])
+def test_an_acquire_that_cannot_look_at_the_other_side_keeps_no_lease(kind: str) -> None:
+    """Each side of the lease creates its own object, then looks for the other side's: when
+    that look fails, the error is raised and its own object removed (kept, it would refuse
+    every other writer of the array while this process lives)."""
+    from shardwise.durability.lease import Lease
+
+    base = MemoryStore()
+    store = FailingGet(base)
+    if kind == "shared":
+        store.failing = ".shardwise/lease"  # the exclusive lease, read after the shared put
+        with pytest.raises(PermissionError, match="refused"):
+            Lease.acquire_shared(ShardStore(store))
+    else:
+        broken = FailingList(base)
+        broken.error = PermissionError("listing refused")  # the shared leases, listed after
+        with pytest.raises(PermissionError, match="refused"):
+            Lease.acquire(ShardStore(broken))
+    assert _state(base) == {}

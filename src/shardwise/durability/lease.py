@@ -301,8 +301,7 @@ class Lease:
     ) -> Lease:
         """Take a shared lease (writers of shared shards that commit conditionally), or raise
         :class:`LeaseHeldError` while the exclusive lease is held (``break_stale=True`` first
-        removes it: only when its holder is known to be gone; ``takeover=True`` removes it when
-        its holder is provably gone)."""
+        removes it, for a holder known to be gone; ``takeover=True``, one provably gone)."""
         expiry = lease_expiry(expiry)
         if break_stale:
             break_lease(store, LEASE, shared=False)
@@ -310,17 +309,19 @@ class Lease:
         name = SHARED + info.token
         store.put(name, info.to_bytes())
         took: list[Takeover] = []
-        held = read_lease(store, LEASE)
-        if held is not None and takeover:
-            # the dead holder's lease becomes ours for a moment, then goes: a new exclusive
-            # writer then finds this shared lease, as with any other
-            mine = LeaseInfo.new(f"{purpose} (taking over)", expiry)
-            if _take_over(store, LEASE, mine, took):
-                _release_own(store, LEASE, mine)
-                held = read_lease(store, LEASE)
-        if held is not None:
+        try:  # refused by the exclusive holder, or its lease unreadable: this one removed
+            held = read_lease(store, LEASE)
+            if held is not None and takeover:
+                # the dead holder's lease is ours for a moment, then goes (as a release)
+                mine = LeaseInfo.new(f"{purpose} (taking over)", expiry)
+                if _take_over(store, LEASE, mine, took):
+                    _release_own(store, LEASE, mine)
+                    held = read_lease(store, LEASE)
+            if held is not None:
+                raise held_error(store, LEASE, held.describe(), where)
+        except BaseException:
             store.delete(name)
-            raise held_error(store, LEASE, held.describe(), where)
+            raise
         return cls(store, name, info, took_over=took)._started()
 
     def _started(self) -> Lease:
