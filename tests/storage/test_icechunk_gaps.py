@@ -8,7 +8,8 @@ zarr-python (and xarray's zarr engine) from the committed snapshot:
   ``.shardwise/...`` at the top;
 * the last check of the forks before they are merged into the session (:meth:`SessionWrite.
   finish`; with ``progress=True`` the forks of the shard tasks reach it unmerged, so it is the
-  only check): two forks that wrote one shard are refused, nothing merged.
+  only check): two forks that wrote one shard are refused, nothing merged; and with a bar on
+  threads every shard task's fork is merged.
 """
 
 from __future__ import annotations
@@ -147,3 +148,26 @@ def test_the_last_check_refuses_forks_that_wrote_one_shard(repo: Any, progress: 
     report = tx.finish(WriteReport(forks=[one, two]), progress=progress)
     assert report.forks == [] and report.notes[-1].startswith("committed snapshot")
     np.testing.assert_array_equal(committed(repo, "a"), [0] * 10 + [2] * 10 + [1] * 10)
+
+
+def test_progress_on_threads_merges_every_shard_tasks_fork(
+    repo: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a bar the forks of the shard tasks reach the session unmerged (no tree): on threads
+    too, all 16 are checked, merged and committed under the second bar, nothing lost."""
+    x = np.arange(80 * 80, dtype="i4").reshape(80, 80)
+    with dask.config.set(scheduler="threads"):
+        report = shardwise.write_array(
+            da.from_array(x, chunks=(15, 25)),
+            repo.writable_session("main"),
+            path="a",
+            chunks=10,
+            shards=20,
+            progress=True,
+            commit="with a bar on threads",
+        )
+    assert report.forks == [] and report.shards_written == 16
+    err = capsys.readouterr().err.replace("\r", "\n")
+    merged = [ln for ln in err.splitlines() if "merge into the session" in ln]
+    assert merged and "16/16" in merged[-1]
+    np.testing.assert_array_equal(committed(repo, "a"), x)
