@@ -24,11 +24,15 @@ from typing import Any
 import crc32c
 import numpy as np
 import pytest
+import zarr
 import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 
 import shardwise
 from oracles import assert_bit_equal
+from strategies import examples
 
 NESTED_WARNING = "ignore:Combining a `sharding_indexed` codec:UserWarning"
 
@@ -265,3 +269,75 @@ def test_a_frame_of_other_bytes_than_its_chunk_is_corrupt(
     # the shards around it read right
     got = shardwise.read_array(str(root), (slice(None), slice(0, shards[1])))
     assert_bit_equal(got, data[:, : shards[1]], "the good shard")
+
+
+@pytest.mark.filterwarnings(NESTED_WARNING)
+@examples(15)
+@given(
+    nest=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    per_chunk=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    per_shard=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    tail=st.tuples(st.integers(0, 5), st.integers(0, 5)),
+    empty=st.integers(0, 4),
+    crc=st.booleans(),
+)
+def test_nested_sharding_then_zstd_agrees_with_zarr_python(
+    fresh_dir: Any,
+    read_zarr: Any,
+    nest: tuple[int, int],
+    per_chunk: tuple[int, int],
+    per_shard: tuple[int, int],
+    tail: tuple[int, int],
+    empty: int,
+    crc: bool,
+) -> None:
+    """Nested sharding then zstd (and crc32c) over drawn geometries, edge shards and empty
+    nested chunks included: shardwise's bytes read by zarr-python, zarr-python's by shardwise."""
+    chunk = tuple(n * k for n, k in zip(nest, per_chunk, strict=True))
+    shard = tuple(c * k for c, k in zip(chunk, per_shard, strict=True))
+    shape = tuple(2 * s + t for s, t in zip(shard, tail, strict=True))
+    x = _smooth(shape, "i4", seed=sum(shape))
+    x[: nest[0] * empty, : nest[1] * empty] = 0  # some nested chunks, or more, left as fill
+    compressors: list[Any] = [ZstdCodec(level=1)] + ([Crc32cCodec()] if crc else [])
+    kw = dict(chunks=chunk, shards=shard, serializer=ShardingCodec(chunk_shape=nest))
+    root = fresh_dir("nested")
+    shardwise.write_array(x, str(root / "sw"), compressors=compressors, fill_value=0, **kw)
+    assert_bit_equal(read_zarr(str(root / "sw")), x, "zarr-python of shardwise's")
+    z = zarr.create_array(
+        str(root / "zp"), shape=shape, dtype=x.dtype, compressors=compressors, fill_value=0, **kw
+    )
+    z[...] = x
+    assert_bit_equal(shardwise.read_array(str(root / "zp")), x, "shardwise of zarr-python's")
+    part = tuple(slice(n // 3, n - n // 4) for n in shape)
+    got = shardwise.open_array(str(root / "zp"), chunks=chunk)[part].compute()
+    assert_bit_equal(got, x[part], "shardwise of zarr-python's, part")
+
+
+@examples(15)
+@given(
+    per_shard=st.tuples(st.integers(1, 12), st.integers(1, 12)),
+    shards=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    dtype=st.sampled_from(["f4", "i8", "u2"]),
+    threads=st.sampled_from([None, 1, 3]),
+)
+def test_sizeless_frames_of_every_batch_size_decode(
+    fresh_dir: Any,
+    read_zarr: Any,
+    per_shard: tuple[int, int],
+    shards: tuple[int, int],
+    dtype: str,
+    threads: int | None,
+) -> None:
+    """Shards of 1 to 144 small chunks whose zstd frames state no content size (spelled out by
+    hand): shardwise reads what zarr-python reads, whatever the batch and the threads."""
+    chunks = (4, 8)
+    shard = (4 * per_shard[0], 8 * per_shard[1])
+    shape = (shard[0] * shards[0], shard[1] * shards[1])
+    x = _smooth(shape, dtype, seed=sum(per_shard))
+    root = fresh_dir("sizeless") / "a"
+    _hand_made(root, x, chunks, shard, lambda b: SIZELESS.compress(b.tobytes()))
+    want = read_zarr(str(root))
+    assert_bit_equal(want, x, "zarr-python")
+    out = np.full(shape, 77, dtype=dtype)
+    shardwise.read_array(str(root), out=out, threads=threads)
+    assert_bit_equal(out, x, "shardwise")
