@@ -56,9 +56,15 @@ def session_write(
     store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
 ) -> SessionWrite | None:
     """The checked write of a front end into ``store`` when it is an icechunk Session (its
-    refusals first), else None; ``commit`` without a session is refused. A writable session's
-    store stands for its session. Imports icechunk only when it is one."""
-    if is_icechunk_store(store) and not store.read_only and not store.session.read_only:
+    refusals first), else None; ``commit`` without a session is refused. A session's store
+    stands for its session; a read-only view of it (``store.with_read_only(True)``) is refused,
+    even of a writable session, which it would change. Imports icechunk only when it is one."""
+    if is_icechunk_store(store):
+        if store.read_only and not store.session.read_only:
+            raise InvalidValueError(
+                "the icechunk store is a read-only view of a writable session: write into the "
+                "session (or its own store), not into the view"
+            )
         store = store.session
     if is_session(store):
         return SessionWrite.begin(
