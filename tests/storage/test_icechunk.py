@@ -815,3 +815,43 @@ def test_a_killed_write_leaves_the_branch_unchanged_and_a_rerun_writes_it(
     future = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
     assert again.garbage_collect(future).chunks_deleted > 0
     np.testing.assert_array_equal(committed(again), x)
+
+
+def test_convert_in_place_inside_one_session_is_refused_before_any_change(
+    dirty_session: Any,
+) -> None:
+    """convert from a session into the same session where the destination is the source,
+    lies inside it or contains it: refused as on a store (mode "w" would clear the source
+    before the copy reads it), the session's changes as they were (the fixture compares)."""
+    ds = dirty_session
+    for src, dst, path, dst_path in [
+        (ds, ds, "a", "a"),  # the session itself on both sides
+        (ds.store, ds, "a", "a"),  # its store as the source: the same objects
+        (ds, ds.store, "a", "a/inner"),
+        (ds, ds, "a", ""),
+    ]:
+        with pytest.raises(shardwise.PlanError, match="never writes over its own source"):
+            shardwise.convert(
+                src, dst, path=path, dst_path=dst_path, mode="w", shards=(4, 4), commit="x"
+            )
+    assert not dirty_session.read_only  # not committed
+
+
+def test_convert_from_another_session_of_the_same_snapshot_reshards_it(repo: Any) -> None:
+    """The way to reshard an array of a repository: read it from a read-only session (the
+    branch's last commit) and write it with mode "w" into a writable session of the same
+    branch; every value comes back in the new shards."""
+    x = np.arange(24 * 24, dtype="f8").reshape(24, 24)
+    shardwise.write_array(x, repo.writable_session("main"), path="a", shards=(6, 6), commit="1")
+    shardwise.convert(
+        repo.readonly_session("main"),
+        repo.writable_session("main"),
+        path="a",
+        dst_path="a",
+        mode="w",
+        shards=(12, 24),
+        commit="resharded",
+    )
+    arr = zarr.open_array(repo.readonly_session("main").store, path="a", mode="r")
+    assert arr.shards == (12, 24)
+    np.testing.assert_array_equal(arr[:], x)
