@@ -855,3 +855,48 @@ def test_convert_from_another_session_of_the_same_snapshot_reshards_it(repo: Any
     arr = zarr.open_array(repo.readonly_session("main").store, path="a", mode="r")
     assert arr.shards == (12, 24)
     np.testing.assert_array_equal(arr[:], x)
+
+
+def test_mode_w_replaces_a_committed_pyramid(repo: Any, tmp_path: Path) -> None:
+    """write_pyramid and convert(pyramid=) with mode "w" over a pyramid already committed in
+    the repository: the new pyramid replaces it, the levels it no longer has are gone."""
+    x = np.arange(64 * 64, dtype="f4").reshape(64, 64)
+    for path in ("pyr", ""):
+        shardwise.write_pyramid(
+            x,
+            repo.writable_session("main"),
+            path=path,
+            mode="w",
+            levels=3,
+            chunks=8,
+            shards=16,
+            commit="1",
+        )
+        shardwise.write_pyramid(
+            2 * x,
+            repo.writable_session("main"),
+            path=path,
+            mode="w",
+            levels=2,
+            chunks=8,
+            shards=16,
+            commit="2",
+        )
+        group = zarr.open_group(repo.readonly_session("main").store, path=path, mode="r")
+        assert sorted(group.array_keys()) == ["0", "1"]
+        np.testing.assert_array_equal(group["0"][:], 2 * x)
+        np.testing.assert_allclose(group["1"][:], block_mean(2 * x, 2))
+    ds = v2_dataset(tmp_path / "src.zarr")
+    shardwise.convert(
+        tmp_path / "src.zarr",
+        repo.writable_session("main"),
+        path="v",
+        dst_path="pyr",
+        mode="w",
+        pyramid={"levels": 2},
+        commit="3",
+    )
+    group = zarr.open_group(repo.readonly_session("main").store, path="pyr", mode="r")
+    assert sorted(group.array_keys()) == ["0", "1"]
+    np.testing.assert_array_equal(group["0"][:], ds["v"].values)
+    np.testing.assert_allclose(group["1"][:], block_mean(ds["v"].values, 2))
