@@ -900,3 +900,31 @@ def test_mode_w_replaces_a_committed_pyramid(repo: Any, tmp_path: Path) -> None:
     assert sorted(group.array_keys()) == ["0", "1"]
     np.testing.assert_array_equal(group["0"][:], ds["v"].values)
     np.testing.assert_allclose(group["1"][:], block_mean(ds["v"].values, 2))
+
+
+def test_every_reader_takes_a_session(repo: Any) -> None:
+    """xr.open_dataset / open_datatree / open_groups with the shardwise engine,
+    shardwise.open_dataset, open_array and read_array take a Session (read-only or writable,
+    a writable one with its uncommitted changes) as xarray's own zarr engine reads its store."""
+    x = np.arange(32 * 24, dtype="f8").reshape(32, 24)
+    shardwise.to_icechunk(
+        xr.Dataset({"v": (("y", "x"), x)}, attrs={"t": 1}),
+        repo.writable_session("main"),
+        encoding={"v": {"chunks": (8, 8), "shards": (16, 24)}},
+        commit="v",
+    )
+    writable = repo.writable_session("main")
+    zarr.open_array(writable.store, path="v", mode="r+")[:8] = -1
+    for session in (repo.readonly_session("main"), writable):
+        oracle = xr.open_dataset(session.store, engine="zarr", consolidated=False).load()
+        for ds in (
+            xr.open_dataset(session, engine="shardwise"),
+            shardwise.open_dataset(session),
+            xr.open_datatree(session, engine="shardwise").to_dataset(),
+            xr.open_groups(session, engine="shardwise")["/"],
+        ):
+            xr.testing.assert_identical(ds.load(), oracle)
+        np.testing.assert_array_equal(shardwise.read_array(session, path="v"), oracle["v"])
+        arr = shardwise.open_array(session, path="v")
+        np.testing.assert_array_equal(arr[3:20].compute(), oracle["v"][3:20])
+    assert (oracle["v"][:8] == -1).all()  # the writable session's change was read

@@ -28,8 +28,9 @@ def open_dataset(
 
     Parameters
     ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL or an icechunk ``Session`` (read-only or
+        writable: a writable one reads its uncommitted changes too).
     group : str, optional
         The group to open (default: the root), as in ``xr.open_dataset``.
     drop_variables : str or iterable of str, optional
