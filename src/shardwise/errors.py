@@ -26,7 +26,8 @@ The tree (the builtin or zarr class each one also is, in parentheses)::
     |-- LeaseHeldError              (RuntimeError) another writer holds the write lease
     |-- ShardConflictError          (RuntimeError) a shard kept changing under a commit
     |-- TransactionError            (RuntimeError) an icechunk session's shard tasks wrote one
-    |                               shard twice, or its commit conflicts with another
+    |                               shard twice, its commit conflicts with another, or
+    |                               commit= found nothing changed to commit
     `-- DependencyError             (RuntimeError) an installed dependency is out of range
 
 Bad arguments (InvalidTypeError, InvalidValueError) are not plan refusals: a PlanError means
@@ -214,9 +215,11 @@ class ShardConflictError(ShardwiseError, RuntimeError):
 
 
 class TransactionError(ShardwiseError, RuntimeError):
-    """A write into an icechunk session that would lose data (a ``RuntimeError``): two of its
-    shard tasks' forks wrote one shard (nothing is merged), or its commit conflicts with
-    another commit to the branch (the session keeps the write uncommitted)."""
+    """A write into an icechunk session that would lose data or cannot commit (a
+    ``RuntimeError``): two of its shard tasks' forks wrote one shard (nothing is merged), its
+    commit conflicts with another commit to the branch (the session keeps the write
+    uncommitted), or ``commit=`` was asked of a write that changed nothing in the session
+    (icechunk makes no empty commit; nothing is committed)."""
 
 
 class VerifyError(ShardwiseError, ValueError):

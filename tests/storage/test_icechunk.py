@@ -928,3 +928,39 @@ def test_every_reader_takes_a_session(repo: Any) -> None:
         arr = shardwise.open_array(session, path="v")
         np.testing.assert_array_equal(arr[3:20].compute(), oracle["v"][3:20])
     assert (oracle["v"][:8] == -1).all()  # the writable session's change was read
+
+
+def test_a_read_only_sessions_store_is_refused_by_every_writer(repo: Any, tmp_path: Path) -> None:
+    """The store of a read-only session given to a writer: a shardwise error saying to write
+    into a writable session, nothing written (icechunk's own would name a lease key)."""
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    head = repo.lookup_branch("main")
+    store = repo.readonly_session("main").store
+    image = xr.DataArray(np.ones((16, 16)), dims=("y", "x"))
+    src = tmp_path / "src.zarr"
+    zarr.create_array(src, shape=(4,), chunks=(2,), dtype="i1")
+    calls = [
+        lambda: shardwise.write_array(image.data, store, path="b"),
+        lambda: shardwise.to_zarr(image.to_dataset(name="b"), store, mode="a"),
+        lambda: shardwise.write_pyramid(image, store, path="p", levels=2),
+        lambda: shardwise.convert(src, store, dst_path="c"),
+        lambda: shardwise.write_array(image.data, store, path="b", commit="c"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidValueError, match=r"read-only.*writable_session"):
+            call()
+    assert repo.lookup_branch("main") == head
+    assert sorted(zarr.open_group(store, mode="r").array_keys()) == ["a"]
+
+
+def test_commit_of_a_write_that_changed_nothing_says_so(repo: Any) -> None:
+    """commit= on a write that changed nothing in the session (the values it wrote were stored
+    already): a TransactionError saying so and what to do, the branch unchanged."""
+    shardwise.write_array(np.zeros((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    head = repo.lookup_branch("main")
+    session = repo.writable_session("main")
+    with pytest.raises(TransactionError, match=r"changed nothing.*allow_empty=True"):
+        shardwise.write_array(np.zeros((8, 8)), session, path="a", mode="r+", commit="again")
+    assert repo.lookup_branch("main") == head and not session.read_only
+    session.commit("empty on purpose", allow_empty=True)  # what the message says works
+    assert repo.lookup_branch("main") != head

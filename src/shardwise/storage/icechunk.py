@@ -56,9 +56,16 @@ def session_write(
     store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
 ) -> SessionWrite | None:
     """The checked write of a front end into ``store`` when it is an icechunk Session (its
-    refusals first), else None; ``commit`` without a session is refused. A writable session's
-    store stands for its session. Imports icechunk only when it is one."""
-    if is_icechunk_store(store) and not store.read_only and not store.session.read_only:
+    refusals first), else None; ``commit`` without a session is refused. A session's store
+    stands for its session (a read-only one is refused). Imports icechunk only when it is
+    one."""
+    if is_icechunk_store(store):
+        if store.read_only or store.session.read_only:
+            raise InvalidValueError(
+                "the icechunk store is read-only (the store of a read-only session, or a "
+                "read-only view): write into repo.writable_session(branch) or its .store; "
+                "nothing was written"
+            )
         store = store.session
     if is_session(store):
         return SessionWrite.begin(
@@ -281,10 +288,18 @@ class SessionWrite:
 
     def commit_now(self) -> str:
         """Commit the session, rebased on what others committed meanwhile when no chunk of
-        theirs is one of ours; a conflict raises :class:`TransactionError`."""
+        theirs is one of ours; a conflict raises :class:`TransactionError`, and so does a
+        session without a change to commit (icechunk makes no empty commit)."""
         import icechunk
 
         assert self.commit is not None
+        if not self.session.has_uncommitted_changes:
+            raise TransactionError(
+                f"commit={self.commit!r}: the write changed nothing in the session of branch "
+                f"{self.session.branch!r} (what it wrote was stored already), and icechunk "
+                "makes no empty commit; nothing was committed. Write without commit=, or "
+                "commit the session yourself (session.commit(message, allow_empty=True))"
+            )
         try:
             return str(self.session.commit(self.commit, rebase_with=icechunk.ConflictDetector()))
         except (icechunk.ConflictError, icechunk.RebaseFailedError) as e:
