@@ -26,8 +26,9 @@ The tree (the builtin or zarr class each one also is, in parentheses)::
     |-- LeaseHeldError              (RuntimeError) another writer holds the write lease
     |-- ShardConflictError          (RuntimeError) a shard kept changing under a commit
     |-- TransactionError            (RuntimeError) an icechunk session's shard tasks wrote one
-    |                               shard twice, its commit conflicts with another, or
-    |                               commit= found nothing changed to commit
+    |                               shard twice, its commit conflicts with another,
+    |                               commit= found nothing changed to commit, or another
+    |                               thread's write into the session is running
     `-- DependencyError             (RuntimeError) an installed dependency is out of range
 
 Bad arguments (InvalidTypeError, InvalidValueError) are not plan refusals: a PlanError means
@@ -218,8 +219,10 @@ class TransactionError(ShardwiseError, RuntimeError):
     """A write into an icechunk session that would lose data or cannot commit (a
     ``RuntimeError``): two of its shard tasks' forks wrote one shard (nothing is merged), its
     commit conflicts with another commit to the branch (the session keeps the write
-    uncommitted), or ``commit=`` was asked of a write that changed nothing in the session
-    (icechunk makes no empty commit; nothing is committed)."""
+    uncommitted), ``commit=`` was asked of a write that changed nothing in the session
+    (icechunk makes no empty commit; nothing is committed), or another thread's shardwise write
+    into the same session is running (refused before any change: two at once would lose one's
+    changes)."""
 
 
 class VerifyError(ShardwiseError, ValueError):

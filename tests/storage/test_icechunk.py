@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -964,3 +965,165 @@ def test_commit_of_a_write_that_changed_nothing_says_so(repo: Any) -> None:
     assert repo.lookup_branch("main") == head and not session.read_only
     session.commit("empty on purpose", allow_empty=True)  # what the message says works
     assert repo.lookup_branch("main") != head
+
+
+class Held:
+    """A source whose blocks wait, inside the shard tasks of a write, until :meth:`release`:
+    the write is running (its metadata and fork in the session) while ``inside`` is set."""
+
+    def __init__(self) -> None:
+        self.inside, self.go = threading.Event(), threading.Event()
+
+    def hold(self, block: np.ndarray) -> np.ndarray:
+        self.inside.set()
+        assert self.go.wait(120), "never released"
+        return block
+
+    def array(self, x: np.ndarray) -> Any:
+        a = da.from_array(x, chunks=x.shape)
+        return a.map_blocks(self.hold, dtype=a.dtype, meta=np.empty((0,) * a.ndim, a.dtype))
+
+    def release(self) -> None:
+        self.go.set()
+
+
+class Running:
+    """``call`` run in a thread of its own; :meth:`result` its value, or raises its error.
+    ``held``: its :class:`Held` source, whose ``inside`` is set when the call ends too (a
+    call that fails before its shard tasks does not leave the test waiting)."""
+
+    def __init__(self, call: Any, held: Held | None = None) -> None:
+        self.out: list[Any] = []
+        self.held = held
+        self.thread = threading.Thread(target=self._run, args=(call,))
+        self.thread.start()
+
+    def _run(self, call: Any) -> None:
+        try:
+            self.out.append(call())
+        except BaseException as e:
+            self.out.append(e)
+        finally:
+            if self.held is not None:
+                self.held.inside.set()
+
+    def wait_inside(self) -> None:
+        """Until the call is inside its shard tasks, held there (its error if it ended)."""
+        assert self.held is not None and self.held.inside.wait(120)
+        if self.out:
+            self.result()
+            raise AssertionError("the write ended before its shard tasks were held")
+
+    def result(self) -> Any:
+        self.thread.join(120)
+        assert not self.thread.is_alive() and len(self.out) == 1
+        if isinstance(self.out[0], BaseException):
+            raise self.out[0]
+        return self.out[0]
+
+
+ONE_WRITE = "another shardwise write into this icechunk session"
+
+
+def test_a_second_write_into_a_session_while_one_runs_is_refused(repo: Any, tmp_path: Path) -> None:
+    """Two region writes sharing a shard in one session at once: the second merged forks made
+    before the first's change, and one of them was lost. Now, while a write runs (held inside
+    its shard tasks), every writer's call into the same session from another thread is a
+    TransactionError before any change; the running write lands alone, and the same second
+    write run after it lands too: both regions are there."""
+    x = np.arange(20 * 4, dtype="f8").reshape(20, 4)
+    shardwise.write_array(x, repo.writable_session("main"), path="v", shards=(10, 4), commit="0")
+    session = repo.writable_session("main")
+    held = Held()
+
+    def first() -> Any:
+        with dask.config.set(scheduler="threads"):
+            return shardwise.write_array(
+                held.array(np.full((5, 4), 1.0)),
+                session,
+                path="v",
+                region=(slice(0, 5), ...),
+                mode="r+",
+            )
+
+    def second(store: Any) -> Any:  # rows 5:10, in the first's shard
+        return shardwise.write_array(
+            np.full((5, 4), 2.0), store, path="v", region=(slice(5, 10), ...), mode="r+"
+        )
+
+    src = tmp_path / "src.zarr"
+    zarr.create_array(src, shape=(4,), chunks=(2,), dtype="i1")
+    image = xr.DataArray(np.ones((16, 16)), dims=("y", "x"))
+    others = [
+        lambda: second(session),
+        lambda: second(session.store),
+        lambda: shardwise.to_icechunk(image.to_dataset(name="b"), session, group="g"),
+        lambda: shardwise.to_zarr(image.to_dataset(name="b"), session.store, group="g"),
+        lambda: shardwise.write_pyramid(image, session, path="p", levels=2),
+        lambda: shardwise.convert(src, session, dst_path="c"),
+    ]
+    running = Running(first, held)
+    running.wait_inside()  # the first write is inside its shard tasks
+    for call in others:
+        with pytest.raises(TransactionError, match=ONE_WRITE):
+            Running(call).result()
+    assert running.thread.is_alive()  # the race happened: the first was running all along
+    held.release()
+    running.result()
+    x[0:5] = 1.0
+    np.testing.assert_array_equal(shardwise.read_array(session, path="v"), x)
+    assert sorted(zarr.open_group(session.store, mode="r").keys()) == ["v"]  # nothing else
+    second(session)  # the claim was given back (this thread is not the first's): it lands now
+    session.commit("both")
+    x[5:10] = 2.0
+    np.testing.assert_array_equal(committed(repo, "v"), x)
+
+
+def test_a_second_append_into_a_session_while_one_runs_is_refused(repo: Any) -> None:
+    """Two appends along one dimension into one session at once (one append's rows could be
+    lost: no conditional commit of the lead array inside a session): the second, called while
+    the first runs, is refused before any change; run after it, both appends land in order,
+    read back by xarray's own zarr engine identical to the whole dataset."""
+    ds = dataset().compute()
+    shardwise.to_icechunk(
+        ds.isel(t=slice(0, 20)), repo.writable_session("main"), encoding=ENCODING, commit="0"
+    )
+    session = repo.writable_session("main")
+    held = Held()
+    part = ds.isel(t=slice(20, 40)).copy()
+    part["v"] = (("t", "x"), held.array(part["v"].values))
+
+    def append(what: xr.Dataset) -> Any:
+        with dask.config.set(scheduler="threads"):
+            return shardwise.to_icechunk(what, session, append_dim="t")
+
+    running = Running(lambda: append(part), held)
+    running.wait_inside()
+    with pytest.raises(TransactionError, match=ONE_WRITE):
+        Running(lambda: append(ds.isel(t=slice(40, None)))).result()
+    assert running.thread.is_alive()
+    held.release()
+    running.result()
+    append(ds.isel(t=slice(40, None)))  # in this thread, not the first's
+    session.commit("two appends")
+    back = xr.open_dataset(repo.readonly_session("main").store, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(back.load(), ds)
+
+
+def test_a_refused_or_failed_write_gives_its_session_back(repo: Any) -> None:
+    """A call that claimed the session and then failed (refused after its claim, or its source
+    raising in a shard task) gives the claim back: a write from another thread goes on (the
+    failed calls run in this thread, alive all along: the other's is not one of theirs)."""
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    session = repo.writable_session("main")
+
+    def boom(block: np.ndarray) -> np.ndarray:
+        raise RuntimeError("the source failed")
+
+    failing = da.ones((8, 8), chunks=4).map_blocks(boom, dtype="f8", meta=np.empty((0, 0)))
+    with pytest.raises(shardwise.ArrayExistsError):
+        shardwise.write_array(np.ones(3), session, path="a", mode="w-")
+    with dask.config.set(scheduler="threads"), pytest.raises(RuntimeError, match="the source"):
+        shardwise.write_array(failing, session, path="b")
+    Running(lambda: shardwise.write_array(np.zeros((8, 8)), session, path="a", mode="r+")).result()
+    np.testing.assert_array_equal(shardwise.read_array(session, path="a"), np.zeros((8, 8)))
