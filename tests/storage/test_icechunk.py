@@ -905,8 +905,9 @@ def test_mode_w_replaces_a_committed_pyramid(repo: Any, tmp_path: Path) -> None:
 
 def test_every_reader_takes_a_session(repo: Any) -> None:
     """xr.open_dataset / open_datatree / open_groups with the shardwise engine,
-    shardwise.open_dataset, open_array and read_array take a Session (read-only or writable,
-    a writable one with its uncommitted changes) as xarray's own zarr engine reads its store."""
+    shardwise.open_dataset / open_datatree, open_array and read_array take a Session
+    (read-only or writable, a writable one with its uncommitted changes) as xarray's own zarr
+    engine reads its store."""
     x = np.arange(32 * 24, dtype="f8").reshape(32, 24)
     shardwise.to_icechunk(
         xr.Dataset({"v": (("y", "x"), x)}, attrs={"t": 1}),
@@ -922,6 +923,7 @@ def test_every_reader_takes_a_session(repo: Any) -> None:
             xr.open_dataset(session, engine="shardwise"),
             shardwise.open_dataset(session),
             xr.open_datatree(session, engine="shardwise").to_dataset(),
+            shardwise.open_datatree(session).to_dataset(),
             xr.open_groups(session, engine="shardwise")["/"],
         ):
             xr.testing.assert_identical(ds.load(), oracle)
