@@ -952,6 +952,11 @@ def test_a_read_only_sessions_store_is_refused_by_every_writer(repo: Any, tmp_pa
     for call in calls:
         with pytest.raises(InvalidValueError, match=r"read-only.*writable_session"):
             call()
+    for one in (store, repo.writable_session("main").store):  # a batch takes neither
+        with pytest.raises(InvalidValueError, match="batch does not write into an icechunk"):
+            shardwise.batch.init(
+                one, path="b", shape=(8, 8), dtype="f8", chunks=(4, 4), shards=(4, 4), parts=2
+            )
     assert repo.lookup_branch("main") == head
     assert sorted(zarr.open_group(store, mode="r").array_keys()) == ["a"]
 
