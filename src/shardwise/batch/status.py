@@ -8,7 +8,8 @@ from typing import Any
 
 from ..core import args
 from ..durability.journal import BATCH, PARTS
-from ..errors import BatchNotFoundError
+from ..errors import BatchNotFoundError, InvalidValueError
+from ..storage.icechunk import is_icechunk_store
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
 from .plan import BatchPlan
 
@@ -18,6 +19,12 @@ FINALIZED = f"{JOURNAL}/batch-finalized.json"  # what finalize leaves: which bat
 def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) -> ShardStore:
     args.optional_str("path", path)
     args.mapping("storage_options", storage_options)
+    if is_icechunk_store(store):  # a Session itself is refused by resolve_store
+        raise InvalidValueError(
+            "a batch does not write into an icechunk session nor its store (its leases and "
+            "records are files beside the array): use write_array, to_zarr, write_pyramid or "
+            "convert with the session; nothing was written"
+        )
     return ShardStore(resolve_store(store, mode="w", storage_options=storage_options), path or "")
 
 

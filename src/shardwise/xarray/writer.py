@@ -29,7 +29,7 @@ from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..engine.write import WriteSettings
 from ..storage.consolidated import Nodes
-from ..storage.icechunk import SessionWrite, session_write
+from ..storage.icechunk import SessionWrite, session_write, writes_into_session
 from ..write.clear import clear_for_replace
 from ..write.compute import compute_parts
 from ..write.pipeline import ArrayWrite, Pipeline
@@ -51,6 +51,7 @@ from .tree import check_tree
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
 
 
+@writes_into_session
 def to_zarr(
     obj: Any,
     store: Any,
