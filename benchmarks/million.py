@@ -62,9 +62,7 @@ class Ramp:
 
     def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
         rows = np.arange(key[0].start, key[0].stop, dtype="i8") % 251 + 1
-        return np.broadcast_to(rows[:, None], (len(rows), key[1].stop - key[1].start)).astype(
-            "u1"
-        )
+        return np.broadcast_to(rows[:, None], (len(rows), key[1].stop - key[1].start)).astype("u1")
 
 
 def _rss() -> int:
@@ -108,8 +106,13 @@ def one(case: str, n: int, run: bool, scheduler: bool, root: str) -> dict[str, A
         import zarr
 
         target = zarr.create_array(
-            path, shape=(n, WIDTH), dtype="u1", chunks=(1, WIDTH // 2), shards=(1, WIDTH),
-            compressors=None, fill_value=0,
+            path,
+            shape=(n, WIDTH),
+            dtype="u1",
+            chunks=(1, WIDTH // 2),
+            shards=(1, WIDTH),
+            compressors=None,
+            fill_value=0,
         )
     rss0 = _rss()
     tracemalloc.start()
@@ -126,13 +129,15 @@ def one(case: str, n: int, run: bool, scheduler: bool, root: str) -> dict[str, A
     if scheduler:
         from distributed import Client, LocalCluster
 
-        with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc:
-            with Client(lc) as client:
-                base = client.run_on_scheduler(_scheduler_hwm_reset)
-                started = time.perf_counter()
-                client.compute(graph).result()
-                out["cluster_wall_s"] = time.perf_counter() - started
-                out["scheduler_peak_mb"] = (client.run_on_scheduler(_scheduler_hwm) - base) / 1e6
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc,
+            Client(lc) as client,
+        ):
+            base = client.run_on_scheduler(_scheduler_hwm_reset)
+            started = time.perf_counter()
+            client.compute(graph).result()
+            out["cluster_wall_s"] = time.perf_counter() - started
+            out["scheduler_peak_mb"] = (client.run_on_scheduler(_scheduler_hwm) - base) / 1e6
     elif run:
         started = time.perf_counter()
         with dask.config.set(scheduler="threads"):
@@ -196,8 +201,15 @@ def main() -> None:
 
 def report(rows: list[dict[str, Any]]) -> None:
     """Medians (min-max) per case and size."""
-    keys = ["build_s", "tasks", "traced_peak_mb", "rss_growth_mb", "wall_s", "cluster_wall_s",
-            "scheduler_peak_mb"]
+    keys = [
+        "build_s",
+        "tasks",
+        "traced_peak_mb",
+        "rss_growth_mb",
+        "wall_s",
+        "cluster_wall_s",
+        "scheduler_peak_mb",
+    ]
     print("| case | shards | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 2) + "|")
     for case in CASES:
@@ -211,9 +223,7 @@ def report(rows: list[dict[str, Any]]) -> None:
                 elif k == "tasks":
                     cells.append(f"{int(statistics.median(vals)):,}")
                 else:
-                    cells.append(
-                        f"{statistics.median(vals):.2f} ({min(vals):.2f}-{max(vals):.2f})"
-                    )
+                    cells.append(f"{statistics.median(vals):.2f} ({min(vals):.2f}-{max(vals):.2f})")
             print(f"| {case} | {n:,} | " + " | ".join(cells) + " |")
 
 
