@@ -200,9 +200,13 @@ def test_the_plan_prints_objects_requests_and_cost(tmp_path: Path) -> None:
     x = ramp((2048, 32))
     job = shardwise.plan_write(x, str(tmp_path / "p"), **KW)
     req = job.requests
-    # every shard and its record, the metadata and the marker
-    assert req.objects == 2 * 4096 + 2
+    # every shard, a record object a run of 4 (a create), the metadata and the marker
+    assert job.per_task == 4 and req.objects == 4096 + 1024 + 2
     assert req.puts >= req.objects and req.gets == 0 and req.parts == 0
+    # what the write then stores: exactly those objects
+    shardwise.write_array(x, str(tmp_path / "w"), **KW)
+    stored = [p for p in (tmp_path / "w").rglob("*") if p.is_file() and "lease" not in p.name]
+    assert len(stored) == req.objects
     assert f"PUT {req.puts:,}" in str(job) and "per TiB" in str(job)
     assert req.cost() == pytest.approx((req.puts * 0.005 + req.lists * 0.005) / 1000)
     from shardwise.core.cost import Prices

@@ -69,6 +69,9 @@ class Requests:
         )
 
 
+# shards a run of a create records in memory before it puts its run's record object again
+# (durability/journal.py's RunRecords)
+RUN_FLUSH = 64
 # the write's own objects: its zarr.json, its marker; its lease is put and deleted
 OWN_OBJECTS = 2
 OWN_PUTS = 4  # metadata, marker open, marker done, lease
@@ -83,15 +86,20 @@ def requests_of(
     staged_pieces: int,
     parts_per_shard: int,
     raw_bytes: int,
+    record_puts: int | None = None,
 ) -> Requests:
     """The requests of a write of ``shards`` shards (``partial`` of them merged with what is
-    stored: read first), ``records`` journal records, ``staged_pieces`` pieces staged and read
-    back (a staged write; 0 for direct), each shard put in ``parts_per_shard`` multipart parts
-    (a staged write on S3: parts plus create and complete; 0: one put)."""
+    stored: read first), ``records`` journal record objects (put ``record_puts`` times in
+    all; default once each), ``staged_pieces`` pieces staged and read back (a staged write; 0
+    for direct), each shard put in ``parts_per_shard`` multipart parts (a staged write on S3:
+    parts plus create and complete; 0: one put)."""
     shard_puts = shards * (parts_per_shard + 2 if parts_per_shard else 1)
     return Requests(
         objects=shards + records + OWN_OBJECTS,
-        puts=shard_puts + records + staged_pieces + OWN_PUTS,
+        puts=shard_puts
+        + (records if record_puts is None else record_puts)
+        + staged_pieces
+        + OWN_PUTS,
         gets=partial + staged_pieces,
         lists=OWN_LISTS,
         parts=shards * parts_per_shard,

@@ -48,7 +48,7 @@ from ..errors import PlanError
 from ..runtime.probes import default_memory_limit
 from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
-from .cost import Requests, requests_of
+from .cost import RUN_FLUSH, Requests, requests_of
 from .plan import ShardPlan
 from .sizing import shrink_to_fit
 
@@ -244,13 +244,17 @@ class WritePlan:
     @property
     def requests(self) -> Requests:
         """The objects this write leaves and the requests it makes, upper bounds
-        (:mod:`shardwise.core.cost`; ``job.requests.cost(Prices(...))`` prices them)."""
+        (:mod:`shardwise.core.cost`; ``job.requests.cost(Prices(...))`` prices them). Shards in
+        runs are counted with one record object a run, as a write that creates its array
+        stores them; a write of runs into an existing array records each shard."""
         staged = self.strategy == "staged"
         shard_bytes = _largest(self.plan.task_chunks) * self.itemsize
+        runs = self.per_task > 1  # a create in runs: one record object a run
         return requests_of(
             shards=self.shards,
             partial=self.plan.npartial,
-            records=self.shards,
+            records=self.shard_tasks if runs else self.shards,
+            record_puts=self.shard_tasks * -(-self.per_task // RUN_FLUSH) if runs else None,
             staged_pieces=_pieces(self.plan, self.blocks) if staged else 0,
             parts_per_shard=max(1, -(-shard_bytes // PART_BYTES)) if staged else 0,
             raw_bytes=self.raw_bytes,

@@ -27,9 +27,17 @@ from .layout import Coord, Layout, Region, is_aligned
 
 
 def _cuts(start: int, stop: int, step: int) -> tuple[int, ...]:
-    """Lengths of the pieces of [start, stop) cut at multiples of ``step``."""
-    edges = [start, *range((start // step + 1) * step, stop, step), stop]
-    return tuple(b - a for a, b in itertools.pairwise(edges) if b > a)
+    """Lengths of the pieces of [start, stop) cut at multiples of ``step`` (by arithmetic: a
+    million shards along an axis are cut in milliseconds).
+
+    >>> _cuts(2, 10, 4), _cuts(0, 8, 4), _cuts(5, 6, 4), _cuts(3, 3, 4)
+    ((2, 4, 2), (4, 4), (1,), ())
+    """
+    if stop <= start:
+        return ()
+    first = min((start // step + 1) * step, stop)
+    full, rest = divmod(stop - first, step)
+    return (first - start,) + (step,) * full + ((rest,) if rest else ())
 
 
 # the most shard tasks one write may plan: every shard of a write has its own task, key and

@@ -56,13 +56,13 @@ import crc32c as _crc32c
 from zarr.core.sync import sync
 
 from ..codec.codecs import crc32c
+from ..core.cost import RUN_FLUSH
 from ..core.layout import Layout, Region
 from ..storage.conditional import UNCHECKED, commit_beside
 from ..storage.store import JOURNAL, TEMP, ShardStore
 
 RECORDS = f"{JOURNAL}/shards/"
 RUNS = f"{JOURNAL}/runs/"
-RUN_FLUSH = 64  # shards a run records in memory before it puts its record object again
 WRITES = f"{JOURNAL}/writes/"
 BATCH = f"{JOURNAL}/batch.json"
 LEASE = f"{JOURNAL}/lease"  # and lease.part-I-of-N: see shardwise.durability.lease

@@ -281,9 +281,8 @@ def plan_shards(plan: ShardPlan) -> Iterable[Coord]:
     """The shard of every task of ``plan`` (C order)."""
     import itertools
 
-    grids = [range(len(c)) for c in plan.task_chunks]
-    for t in itertools.product(*grids):
-        yield plan.shard_of_task(t)
+    grids = [range(f, f + len(c)) for f, c in zip(plan.first_shard, plan.task_chunks, strict=True)]
+    yield from itertools.product(*grids)
 
 
 def plan_keys(plan: ShardPlan) -> list[str]:
