@@ -45,7 +45,7 @@ from ..runtime import pool as _pool
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
 from .compute import Part, compute_parts, deferred, total_report, total_report_of
-from .session import PartLease, WriteSession, plan_keys
+from .session import PartLease, WriteSession
 
 Kind = Literal["direct", "staged", "copy"]
 Clear = Literal["none", "journal", "all"]
@@ -217,7 +217,7 @@ class Pipeline:
                 s.clear(everything=w.clear == "all")
             s.start(
                 resume=w.resume,
-                keys=plan_keys(w.plan),
+                plan=w.plan,
                 adopt_done=w.adopt_done,
                 must_adopt=w.must_adopt,
                 append=w.append,

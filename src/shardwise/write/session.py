@@ -90,7 +90,9 @@ class WriteSession:
     shape: tuple[int, ...]
     lease: Lease | None = None
     marker: WriteMarker | None = None
-    keys: frozenset[str] = frozenset()
+    # the shards it writes (its keys derived when a clean-up needs them: a million keys would
+    # otherwise travel with the write's finish, e.g. in a compute=False graph)
+    plan: ShardPlan | None = None
     resumed: bool = False
     cleaned: dict[str, int] = field(default_factory=dict)
     shared: bool = False  # other writes may run beside this one (see begin)
@@ -136,6 +138,11 @@ class WriteSession:
         return cls(store, region, shape, held, shared=shared)
 
     @property
+    def keys(self) -> frozenset[str]:
+        """The keys of the shards this write writes."""
+        return frozenset() if self.plan is None else frozenset(plan_keys(self.plan))
+
+    @property
     def leased(self) -> bool:
         return self.lease is not None
 
@@ -148,7 +155,7 @@ class WriteSession:
         self,
         *,
         resume: bool,
-        keys: Iterable[str] = (),
+        plan: ShardPlan | None = None,
         adopt_done: bool = False,
         must_adopt: bool = False,
         append: dict[str, Any] | None = None,
@@ -184,8 +191,7 @@ class WriteSession:
                 append=append,
             )
         _pool.start_write(self.marker.id)
-        names = set(keys)
-        self.keys = frozenset(names)
+        self.plan = plan
         # this write's temp files carry its id (kept on resume): clean-ups of a write that runs
         # beside others remove its own leftovers only
         self.store = replace(self.store, tag=self.marker.id[:TAG_DIGITS])
@@ -193,7 +199,7 @@ class WriteSession:
             started = datetime.datetime.now(datetime.UTC)
             self.cleaned["temp_files"] = len(self._remove_temp_files())
             self.cleaned["multipart_uploads"] = len(
-                abort_multipart_uploads(self.store, names, before=started)
+                abort_multipart_uploads(self.store, self.keys, before=started)
             )
             # pieces of an interrupted staged write: redone (whatever strategy resumes it)
             self.cleaned["staged_pieces"] = remove_staged(self.store, self.marker.id)
@@ -258,7 +264,7 @@ class WriteSession:
         try:
             assert self.marker is not None
             # a task rerun after its worker died leaves the dead one's temp file behind
-            if self.keys:
+            if self.plan is not None and self.plan.ntasks:
                 self._count("temp_files", len(self._remove_temp_files()))
             done = replace(self.marker, status="done", finished=now())
             me = marker_name(self.region)
