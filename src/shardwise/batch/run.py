@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import zarr
 
@@ -50,9 +50,10 @@ from ..errors import (
 )
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore, describe
+from ..write.intent import Mode, resolve
 from ..write.pipeline import Pipeline
 from ..write.session import PartLease
-from .plan import BatchPlan, check_coverage, check_parts, split_parts
+from .plan import BatchPlan, check_coverage, check_parts, fmt, split_parts
 from .status import FINALIZED, _open, open_batch, parts_done
 
 
@@ -91,7 +92,9 @@ def init(
         shard-aligned, disjoint and, unless ``mode="r+"`` rewrites regions of an existing array,
         covering the whole array).
     path : str, optional
-        The array's path inside ``store`` (default: its root).
+        The array's path inside ``store`` (default: its root); refused as ``write_array``
+        refuses it (an empty name between two ``/``, ``zarr.json``, ``.shardwise``, ``.``,
+        ``..``) before the store is touched.
     mode : {"w-", "w", "r+"}, default "w-"
         ``"w-"`` create (rerunning with the same arguments returns the open batch), ``"w"``
         replace, ``"r+"`` keep an existing array's metadata.
@@ -118,7 +121,11 @@ def init(
         Parts that are misaligned, share a shard (the message has the nearest aligned split),
         leave shards in no part, or are more than the shards.
     ArrayExistsError
-        ``mode="w-"`` and an array is there that is not this batch's.
+        ``mode="w-"`` and an array is there that is not this batch's: one with other metadata
+        (the message names what differs: dtype, chunks, shards, fill value, codecs), without
+        an open batch, or with an open batch of other parts.
+    ArrayNotFoundError
+        ``mode="r+"`` and no array there.
     LeaseHeldError
         Another writer holds the array's lease.
     """
@@ -144,38 +151,44 @@ def init(
             args.region("parts", r)
     sstore = _open(store, path, storage_options)
     kwargs = dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
-    kwargs.update({k: v for k, v in create.items() if v is not None})
+    # None is zarr's default but for compressors, where it means none (as in write_array)
+    kwargs.update({k: v for k, v in create.items() if v is not None or k == "compressors"})
     if (
         isinstance(kwargs.get("compressors", "auto"), str)
         and kwargs.get("compressors", "auto") == "auto"
     ):
         kwargs["compressors"] = default_compressors()  # checksummed inner chunks, as write_array
+    # what is at the path, by the policy of every front end, before anything is written: "w-"
+    # over another array or this one with other metadata (a rerun with other arguments) and
+    # "r+" over nothing are refused
+    built = None if mode == "r+" else create_in_memory(kwargs)
+    probe: Any = built
+    _rerun(sstore, path, cast(Mode, mode), built)
     if mode == "r+":
-        probe: Any = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
-    else:
-        probe = create_in_memory(kwargs)
+        probe = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
     layout = info_from_metadata(probe.metadata).layout
     regions = split_parts(layout, parts) if isinstance(parts, int) else check_parts(layout, parts)
     if mode != "r+":
         check_coverage(layout, regions)
     plan = BatchPlan(uuid.uuid4().hex, layout.shape, tuple(regions), now())
+    existing = _rerun(
+        sstore, path, cast(Mode, mode), built, plan
+    )  # a rerun with other parts refused
+    if existing is not None:
+        return existing
 
     held = Lease.acquire(sstore, purpose="batch init", break_stale=break_lease) if lease else None
     try:
-        raw = sstore.get(BATCH)
-        existing = BatchPlan.from_bytes(raw) if raw is not None else None
-        if mode == "w-" and sstore.size("zarr.json") is not None:
-            if existing is not None and existing.regions == plan.regions:
-                return existing
-            raise ArrayExistsError(
-                f"{describe(sstore.store, path)} already exists (use mode='w' to replace it)"
-            )
+        # again under the lease: another init may have created the array meanwhile
+        existing = _rerun(sstore, path, cast(Mode, mode), built, plan)
+        if existing is not None:
+            return existing
         if mode != "r+":
             keep = {LEASE} if held is not None else set()
             clear_array(sstore, keep, journal_only=mode == "w-")
             zarr.create_array(sstore.store, name=path or None, overwrite=False, **kwargs)
             refresh(Nodes(sstore.store, (path or "",)))  # seen from a consolidated group above
-        elif existing is None:
+        elif sstore.get(BATCH) is None:
             # stale part records of an earlier batch would count as done
             for name in sstore.list(PARTS):
                 sstore.delete(name)
@@ -184,6 +197,40 @@ def init(
         if held is not None:
             held.release()
     return plan
+
+
+def _rerun(
+    sstore: ShardStore,
+    path: str | None,
+    mode: Mode,
+    probe: Any,
+    plan: BatchPlan | None = None,
+) -> BatchPlan | None:
+    """The open batch a rerun of ``init`` in mode "w-" with the same arguments returns (the
+    array's metadata those arguments build, ``probe``, and the same parts as ``plan``); None
+    when this init writes. Refused by the write policy (:func:`~shardwise.write.intent.resolve`,
+    a resume of the create): "w-" over an array with other metadata (the message names what
+    differs) or without this batch, "r+" over nothing. Reads only. ``plan``: None checks the
+    array alone (before the parts are planned)."""
+    build = None if probe is None else (lambda: probe)
+    intent = resolve(sstore.store, path, mode, mode == "w-", build)
+    if mode != "w-" or intent.create or plan is None:
+        return None
+    raw = sstore.get(BATCH)
+    existing = BatchPlan.from_bytes(raw) if raw is not None else None
+    where = describe(sstore.store, path)
+    if existing is None:
+        raise ArrayExistsError(
+            f"{where} already exists with no open batch (use mode='w' to replace it)"
+        )
+    if existing.regions != plan.regions:
+        raise ArrayExistsError(
+            f"{where} has an open batch of other parts: {existing.nparts} stored "
+            f"{[fmt(r) for r in existing.regions]}, {plan.nparts} asked "
+            f"{[fmt(r) for r in plan.regions]} (rerun init with the same parts, or mode='w' to "
+            "replace it)"
+        )
+    return existing
 
 
 def write_part(

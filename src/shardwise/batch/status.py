@@ -16,7 +16,9 @@ FINALIZED = f"{JOURNAL}/batch-finalized.json"  # what finalize leaves: which bat
 
 
 def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) -> ShardStore:
-    args.optional_str("path", path)
+    # the path check of every front end (write_array's, to_zarr's group=): before the store is
+    # opened, so a refused path leaves it as it was
+    args.store_path("path", path)
     args.mapping("storage_options", storage_options)
     return ShardStore(resolve_store(store, mode="w", storage_options=storage_options), path or "")
 
