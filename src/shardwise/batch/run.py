@@ -39,7 +39,15 @@ from ..core import args
 from ..core.layout import RegionArg
 from ..durability.holder import lease_expiry as check_expiry
 from ..durability.journal import BATCH, PARTS, clear_array, now
-from ..durability.lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
+from ..durability.lease import (
+    LEASE,
+    Lease,
+    Takeover,
+    gone_reason,
+    part_lease,
+    read_lease,
+    store_lease,
+)
 from ..durability.verify import VerifyReport, verify_store
 from ..engine.report import WriteReport
 from ..errors import (
@@ -67,7 +75,7 @@ def init(
     parts: int | Sequence[RegionArg],
     path: str | None = None,
     mode: str = "w-",
-    lease: bool = True,
+    lease: bool | None = None,
     break_lease: bool = False,
     storage_options: dict[str, Any] | None = None,
     **create: Any,
@@ -98,8 +106,10 @@ def init(
     mode : {"w-", "w", "r+"}, default "w-"
         ``"w-"`` create (rerunning with the same arguments returns the open batch), ``"w"``
         replace, ``"r+"`` keep an existing array's metadata.
-    lease : bool, default True
-        Hold the array's lease while the metadata and the batch record are written.
+    lease : bool, optional
+        Hold the array's lease while the metadata and the batch record are written (default:
+        on where the store can delete, the rule of every front end: a zarr ``ZipStore`` is
+        written without, and refuses ``True`` before anything is written).
     break_lease : bool, default False
         Take over the lease of a writer known to be gone.
     storage_options : dict, optional
@@ -132,7 +142,8 @@ def init(
     from ..api import create_in_memory
 
     args.check_mode(mode, ("w-", "w", "r+"), "batch init mode")
-    args.flags(lease=lease, break_lease=break_lease)
+    args.optional_flags(lease=lease)
+    args.flags(break_lease=break_lease)
     if (
         not isinstance(shape, Sequence)
         or isinstance(shape, str)
@@ -150,6 +161,7 @@ def init(
         for r in parts:
             args.region("parts", r)
     sstore = _open(store, path, storage_options)
+    leased = store_lease(lease, True, sstore.store)  # the rule of every front end
     kwargs = dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
     # None is zarr's default but for compressors, where it means none (as in write_array)
     kwargs.update({k: v for k, v in create.items() if v is not None or k == "compressors"})
@@ -177,7 +189,7 @@ def init(
     if existing is not None:
         return existing
 
-    held = Lease.acquire(sstore, purpose="batch init", break_stale=break_lease) if lease else None
+    held = Lease.acquire(sstore, purpose="batch init", break_stale=break_lease) if leased else None
     try:
         # again under the lease: another init may have created the array meanwhile
         existing = _rerun(sstore, path, cast(Mode, mode), built, plan)
@@ -240,7 +252,7 @@ def write_part(
     *,
     path: str | None = None,
     resume: bool = False,
-    lease: bool = True,
+    lease: bool | None = None,
     break_lease: bool = False,
     lease_expiry: float | None = None,
     storage_options: dict[str, Any] | None = None,
@@ -267,8 +279,10 @@ def write_part(
     resume : bool, default False
         Continue an interrupted part, skipping the shards it already stored, and take over the
         part's lease if its holder is provably gone.
-    lease : bool, default True
-        Hold the part's lease while it is written.
+    lease : bool, optional
+        Hold the part's lease while it is written (default: on where the store can delete, the
+        rule of every front end: a zarr ``ZipStore`` is written without, and refuses ``True``
+        before anything is written).
     break_lease : bool, default False
         Take over the lease of a writer known to be gone.
     lease_expiry : float, optional
@@ -298,7 +312,8 @@ def write_part(
     from ..write.options import WriteOptions
     from ..write.target import prepare_write
 
-    args.flags(resume=resume, lease=lease, break_lease=break_lease)
+    args.flags(resume=resume, break_lease=break_lease)
+    args.optional_flags(lease=lease)
     expiry = check_expiry(lease_expiry)
     if not isinstance(part, int) or isinstance(part, bool):
         raise InvalidTypeError(f"part must be an int, got {part!r} ({type(part).__name__})")
@@ -312,6 +327,8 @@ def write_part(
     # write leaves the store as it was
     options = WriteOptions.checked(path=path, mode="r+", region=region, resume=resume, **write)
     prepared = prepare_write(data, sstore.store, options)
+    # whether the part holds its lease: the rule of every front end, before anything is written
+    leased = store_lease(lease, True, prepared.write.store.store)
 
     def record(report: WriteReport) -> None:
         """The part's record, once its write is done, while its lease is still held."""
@@ -325,10 +342,10 @@ def write_part(
         )
         sstore.put(f"{PARTS}{part}.json", json.dumps(done).encode())
 
-    leased = PartLease(
+    held_part = PartLease(
         part_lease(part, plan.nparts), f"batch part {part} of {plan.nparts}", expiry, record
     )
-    with Pipeline([prepared.write], lease=lease, break_lease=break_lease, part=leased) as pipe:
+    with Pipeline([prepared.write], lease=leased, break_lease=break_lease, part=held_part) as pipe:
         pipe.start()
         report: WriteReport = pipe.run(pipe.parts(), compute=True, progress=options.progress)
     held = pipe.sessions[0].lease
