@@ -325,7 +325,14 @@ def write_part(
         data = data[region]
     # every keyword of the write checked (once) before the part's lease is taken: a refused
     # write leaves the store as it was
-    options = WriteOptions.checked(path=path, mode="r+", region=region, resume=resume, **write)
+    for name in sorted(set(write) & {"mode", "region", "modes", "verb", "via"}):
+        raise InvalidTypeError(
+            f"{name!r} is not a keyword of batch.write_part (a part writes its own region of "
+            "the batch's array, in mode 'r+')"
+        )
+    options = WriteOptions.checked(
+        via="batch.write_part", path=path, mode="r+", region=region, resume=resume, **write
+    )
     prepared = prepare_write(data, sstore.store, options)
     # whether the part holds its lease: the rule of every front end, before anything is written
     leased = store_lease(lease, True, prepared.write.store.store)

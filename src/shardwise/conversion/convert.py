@@ -197,6 +197,7 @@ def convert(
     # that are not about layout (those are conversion.plan's), before any I/O
     how = WriteOptions.checked(
         modes=("w-", "w"),
+        verb="convert",
         mode=mode,
         resume=resume,
         progress=progress,
