@@ -25,6 +25,7 @@ from faultkit import (
     moto_s3,
     records,
     settle,
+    snapshot,
     stored_without,
     temp_files,
     unique,
@@ -132,11 +133,16 @@ def test_resume_skips_stored_shards_and_ends_identical(
 def test_resume_of_a_finished_write_skips_every_stored_shard(
     tmp_path: Path, reference: dict[str, bytes]
 ) -> None:
+    """Nothing to do: every stored shard skipped, the all-fill one found absent again, the
+    store (journal included: marker, records) byte-identical, the report saying so."""
     root = tmp_path / "a.zarr"
     shardwise.write_array(data(), root, **KW)
+    before = snapshot(root)
     report = shardwise.write_array(data(), root, resume=True, **KW)
     assert (report.shards_skipped, report.shards_written) == (NSHARDS - 1, 0)
     assert files(root) == reference
+    assert snapshot(root) == before
+    assert report.nothing_to_do and "nothing to do: the write had finished" in str(report)
 
 
 def test_a_shard_changed_since_is_rewritten(tmp_path: Path, reference: dict[str, bytes]) -> None:

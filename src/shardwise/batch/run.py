@@ -338,7 +338,10 @@ def write_part(
     leased = store_lease(lease, True, prepared.write.store.store)
 
     def record(report: WriteReport) -> None:
-        """The part's record, once its write is done, while its lease is still held."""
+        """The part's record, once its write is done, while its lease is still held (a
+        resume that found the part finished keeps its record of this batch as it is)."""
+        if report.nothing_to_do and plan.id in _recorded_batches(sstore, part):
+            return
         done = dict(
             part=part,
             nparts=plan.nparts,
@@ -358,6 +361,16 @@ def write_part(
     held = pipe.sessions[0].lease
     report.notes += [str(t) for t in held.took_over] if held is not None else []
     return report
+
+
+def _recorded_batches(sstore: ShardStore, part: int) -> set[str]:
+    """The batch id in part ``part``'s record (none when there is no readable record)."""
+    raw = sstore.get(f"{PARTS}{part}.json")
+    try:
+        record = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return set()
+    return {str(record.get("batch"))} if isinstance(record, dict) else set()
 
 
 def finalize(

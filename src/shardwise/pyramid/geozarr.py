@@ -46,7 +46,7 @@ from .geo_attrs import (
     pyramid_attributes,
     regular_grid,
 )
-from .metadata import group_document
+from .metadata import put_group
 from .options import Image
 from .reduce import reduce_block
 
@@ -319,8 +319,8 @@ def finish(
     attributes; none for OME-Zarr), then the pyramid group's ``zarr.json`` (last: a pyramid
     cut short is not advertised as one)."""
     for k, level in enumerate(levels):
-        group.put(f"{k}/zarr.json", group_document(level))
-    group.put("zarr.json", group_document(attrs))
+        put_group(group, f"{k}/zarr.json", level)
+    put_group(group, "zarr.json", attrs)
 
 
 def _pair(values: Sequence[int]) -> tuple[int, int]:

@@ -79,40 +79,90 @@ def check_tree(
         refuse_inside_array(zstore, group, "group")
     base = read_only(zstore)
     root_mode = _resumed_mode(base, group, mode, nodes) if resume else mode
-    overlay, capture = Overlay(steady_lengths(base, append_dim)), Capture()
-    for i, (path, ds) in enumerate(nodes.items()):
-        where = _join(group, path) if tree else group
-        node_mode: WriteMode = root_mode if i == 0 else "a" if mode in ("w", "w-") else mode
-        node_region = _node_region(region, ds) if tree else region
-        if region is not None and node_region is None:
-            continue  # no variable of this group lies in the region: the group stays as stored
-        if i:
-            node_region = _inherited_region(node_region, obj[path], ds, base, group, obj)
-        node_append = append_dim if append_dim in ds.dims else None
-        stored = stored_dims(base, where) if mode in ("a", "a-", "r+") else None
-        if node_append is not None:
-            check_append_dim(stored, where, node_append)
-        ds, enc = with_layout(
-            ds, encodings.get(path, {}), set(stored or ()), _node_shards(shards, ds), shard_bytes
-        )
-        with _refused_create(zstore, where, node_mode, resume):
-            run_xarray(
+
+    def xarray_pass(root_mode: WriteMode) -> tuple[Overlay, Capture]:
+        overlay, capture = Overlay(steady_lengths(base, append_dim)), Capture()
+        for i, (path, ds) in enumerate(nodes.items()):
+            where = _join(group, path) if tree else group
+            node_mode: WriteMode = root_mode if i == 0 else "a" if mode in ("w", "w-") else mode
+            node_region = _node_region(region, ds) if tree else region
+            if region is not None and node_region is None:
+                continue  # no variable of this group lies in the region: the group stays as is
+            if i:
+                node_region = _inherited_region(node_region, obj[path], ds, base, group, obj)
+            node_append = append_dim if append_dim in ds.dims else None
+            stored = stored_dims(base, where) if mode in ("a", "a-", "r+") else None
+            if node_append is not None:
+                check_append_dim(stored, where, node_append)
+            ds, enc = with_layout(
                 ds,
-                overlay,
-                capture,
-                mode=node_mode,
-                group=where or None,
-                consolidated=False if tree else consolidated,  # a tree's once, below
-                append_dim=node_append,
-                region=node_region,
-                encoding=enc,
+                encodings.get(path, {}),
+                set(stored or ()),
+                _node_shards(shards, ds),
+                shard_bytes,
             )
-    if tree and consolidated is not False:  # None too: DataTree.to_zarr consolidates by default
-        _consolidate(overlay, group, asked=consolidated is True)
+            with _refused_create(zstore, where, node_mode, resume):
+                run_xarray(
+                    ds,
+                    overlay,
+                    capture,
+                    mode=node_mode,
+                    group=where or None,
+                    consolidated=False if tree else consolidated,  # a tree's once, below
+                    append_dim=node_append,
+                    region=node_region,
+                    encoding=enc,
+                )
+        if tree and consolidated is not False:  # None too: as DataTree.to_zarr by default
+            _consolidate(overlay, group, asked=consolidated is True)
+        return overlay, capture
+
+    finished = False
+    if resume and mode == "w-" and root_mode == "w-" and _has_metadata(base, group):
+        # over a finished write: what this call would store over nothing (mode "w", into the
+        # overlay only) is what is stored? then it is that write, resumed: nothing to do
+        overlay, capture = xarray_pass("w")
+        finished = _stored_as(overlay, base, group)
+    if not finished:
+        overlay, capture = xarray_pass(root_mode)
     writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
     jobs = variable_jobs(writes, strategy, memory_limit, shared=shared)
-    return XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
+    return XarrayWrite(zstore, overlay, writes, jobs, mode, shared, finished=finished)
+
+
+def _has_metadata(base: Any, group: str | None) -> bool:
+    """Whether a node (a group's or an array's ``zarr.json``) is stored at ``group``."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    key = f"{_join(group, '')}/zarr.json" if _join(group, "") else "zarr.json"
+    return sync(base.get(key, default_buffer_prototype())) is not None
+
+
+def _stored_as(overlay: Overlay, base: Any, group: str | None) -> bool:
+    """Whether ``base`` holds under ``group`` exactly the nodes ``overlay`` would write there
+    (every document equal as JSON, every small array's bytes equal) and no other node."""
+    import json
+
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    proto = default_buffer_prototype()
+    written = overlay.changes[2]
+    for key in written:
+        ours, theirs = sync(overlay.get(key, proto)), sync(base.get(key, proto))
+        if ours is None or theirs is None:
+            return False
+        a, b = ours.to_bytes(), theirs.to_bytes()
+        if a != b and not (key.endswith("zarr.json") and json.loads(a) == json.loads(b)):
+            return False
+    prefix = f"{_join(group, '')}/" if _join(group, "") else ""
+
+    async def metadata() -> list[str]:
+        return [k async for k in base.list_prefix(prefix) if k.rsplit("/", 1)[-1] == "zarr.json"]
+
+    return set(sync(metadata())) <= set(written)
 
 
 def _nodes(
