@@ -51,18 +51,17 @@ from ..durability.lease import (
 from ..durability.verify import VerifyReport, verify_store
 from ..engine.report import WriteReport
 from ..errors import (
-    ArrayExistsError,
     InvalidTypeError,
     LeaseHeldError,
     VerifyError,
 )
 from ..storage.consolidated import Nodes, refresh
-from ..storage.store import ShardStore, describe
-from ..write.intent import Mode, resolve
+from ..storage.store import ShardStore
+from ..write.intent import Mode
 from ..write.pipeline import Pipeline
 from ..write.session import PartLease
-from .plan import BatchPlan, check_coverage, check_parts, fmt, split_parts
-from .status import FINALIZED, _open, open_batch, parts_done
+from .plan import BatchPlan, check_coverage, check_parts, check_shape_and_parts, split_parts
+from .status import FINALIZED, _open, open_batch, parts_done, recorded_batch, rerun_of
 
 
 def init(
@@ -144,38 +143,18 @@ def init(
     args.check_mode(mode, ("w-", "w", "r+"), "batch init mode")
     args.optional_flags(lease=lease)
     args.flags(break_lease=break_lease)
-    if (
-        not isinstance(shape, Sequence)
-        or isinstance(shape, str)
-        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
-    ):
-        raise InvalidTypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
-    if isinstance(parts, int) and not isinstance(parts, bool):
-        args.positive_int("parts", parts)
-    elif isinstance(parts, bool | str) or not isinstance(parts, Sequence):
-        raise InvalidTypeError(
-            f"parts must be a positive int or a list of regions (tuples of slices), got "
-            f"{parts!r} ({type(parts).__name__})"
-        )
-    else:
-        for r in parts:
-            args.region("parts", r)
+    check_shape_and_parts(shape, parts)
     sstore = _open(store, path, storage_options)
     leased = store_lease(lease, True, sstore.store)  # the rule of every front end
-    kwargs = dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
-    # None is zarr's default but for compressors, where it means none (as in write_array)
-    kwargs.update({k: v for k, v in create.items() if v is not None or k == "compressors"})
-    if (
-        isinstance(kwargs.get("compressors", "auto"), str)
-        and kwargs.get("compressors", "auto") == "auto"
-    ):
-        kwargs["compressors"] = default_compressors()  # checksummed inner chunks, as write_array
+    kwargs = _create_kwargs(
+        dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards), create
+    )
     # what is at the path, by the policy of every front end, before anything is written: "w-"
     # over another array or this one with other metadata (a rerun with other arguments) and
     # "r+" over nothing are refused
     built = None if mode == "r+" else create_in_memory(kwargs)
     probe: Any = built
-    _rerun(sstore, path, cast(Mode, mode), built)
+    rerun_of(sstore, path, cast(Mode, mode), built)
     if mode == "r+":
         probe = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
     layout = info_from_metadata(probe.metadata).layout
@@ -183,16 +162,14 @@ def init(
     if mode != "r+":
         check_coverage(layout, regions)
     plan = BatchPlan(uuid.uuid4().hex, layout.shape, tuple(regions), now())
-    existing = _rerun(
-        sstore, path, cast(Mode, mode), built, plan
-    )  # a rerun with other parts refused
+    existing = rerun_of(sstore, path, cast(Mode, mode), built, plan)  # other parts refused
     if existing is not None:
         return existing
 
     held = Lease.acquire(sstore, purpose="batch init", break_stale=break_lease) if leased else None
     try:
         # again under the lease: another init may have created the array meanwhile
-        existing = _rerun(sstore, path, cast(Mode, mode), built, plan)
+        existing = rerun_of(sstore, path, cast(Mode, mode), built, plan)
         if existing is not None:
             return existing
         if mode != "r+":
@@ -211,38 +188,16 @@ def init(
     return plan
 
 
-def _rerun(
-    sstore: ShardStore,
-    path: str | None,
-    mode: Mode,
-    probe: Any,
-    plan: BatchPlan | None = None,
-) -> BatchPlan | None:
-    """The open batch a rerun of ``init`` in mode "w-" with the same arguments returns (the
-    array's metadata those arguments build, ``probe``, and the same parts as ``plan``); None
-    when this init writes. Refused by the write policy (:func:`~shardwise.write.intent.resolve`,
-    a resume of the create): "w-" over an array with other metadata (the message names what
-    differs) or without this batch, "r+" over nothing. Reads only. ``plan``: None checks the
-    array alone (before the parts are planned)."""
-    build = None if probe is None else (lambda: probe)
-    intent = resolve(sstore.store, path, mode, mode == "w-", build)
-    if mode != "w-" or intent.create or plan is None:
-        return None
-    raw = sstore.get(BATCH)
-    existing = BatchPlan.from_bytes(raw) if raw is not None else None
-    where = describe(sstore.store, path)
-    if existing is None:
-        raise ArrayExistsError(
-            f"{where} already exists with no open batch (use mode='w' to replace it)"
-        )
-    if existing.regions != plan.regions:
-        raise ArrayExistsError(
-            f"{where} has an open batch of other parts: {existing.nparts} stored "
-            f"{[fmt(r) for r in existing.regions]}, {plan.nparts} asked "
-            f"{[fmt(r) for r in plan.regions]} (rerun init with the same parts, or mode='w' to "
-            "replace it)"
-        )
-    return existing
+def _create_kwargs(layout: dict[str, Any], create: dict[str, Any]) -> dict[str, Any]:
+    """The ``zarr.create_array`` keywords of the batch's array: ``layout`` and the ``create``
+    keywords given (None is zarr's default, but for ``compressors``, where it means none, as
+    in write_array; "auto": zstd with its frame checksum, as write_array)."""
+    kwargs = dict(layout, zarr_format=3)
+    kwargs.update({k: v for k, v in create.items() if v is not None or k == "compressors"})
+    wanted = kwargs.get("compressors", "auto")
+    if isinstance(wanted, str) and wanted == "auto":
+        kwargs["compressors"] = default_compressors()
+    return kwargs
 
 
 def write_part(
@@ -340,7 +295,7 @@ def write_part(
     def record(report: WriteReport) -> None:
         """The part's record, once its write is done, while its lease is still held (a
         resume that found the part finished keeps its record of this batch as it is)."""
-        if report.nothing_to_do and plan.id in _recorded_batches(sstore, part):
+        if report.nothing_to_do and plan.id in recorded_batch(sstore, part):
             return
         done = dict(
             part=part,
@@ -361,16 +316,6 @@ def write_part(
     held = pipe.sessions[0].lease
     report.notes += [str(t) for t in held.took_over] if held is not None else []
     return report
-
-
-def _recorded_batches(sstore: ShardStore, part: int) -> set[str]:
-    """The batch id in part ``part``'s record (none when there is no readable record)."""
-    raw = sstore.get(f"{PARTS}{part}.json")
-    try:
-        record = json.loads(raw) if raw is not None else None
-    except ValueError:
-        return set()
-    return {str(record.get("batch"))} if isinstance(record, dict) else set()
 
 
 def finalize(
