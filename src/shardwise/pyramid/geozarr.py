@@ -40,6 +40,7 @@ from . import options
 from .geo_attrs import (
     Grid,
     crs_attributes,
+    grid_mapping_of_level,
     level_attributes,
     level_spatial,
     pixel_centres,
@@ -183,11 +184,16 @@ def level_extras(
     first of each block for nearest), the others unchanged. On a regular ``grid`` a reduced
     level's ``y``/``x`` are its pixel centres under its ``spatial:transform`` (the same for
     whole blocks; the last, partial block of an odd size is placed on the grid, not at the
-    mean of the samples it has)."""
+    mean of the samples it has). A grid mapping with a GDAL ``GeoTransform`` (rioxarray's
+    ``spatial_ref``) gets each level's own (:func:`~.geo_attrs.grid_mapping_of_level`)."""
     out: list[dict[str, Extra]] = []
     how = "nearest" if method == "nearest" else "mean"
     for k, lv in enumerate(levels):
         here = dict(out[-1]) if out else dict(coords)
+        for name, c in coords.items() if k else ():
+            if "GeoTransform" in c.attrs:  # a grid mapping: placed on this level's grid
+                mine = grid_mapping_of_level(c.attrs, grid, _pair(lv.shape), _pair(lv.factors), how)
+                here[name] = Extra(here[name].values, c.dims, mine)
         if k and grid is not None:
             centres = pixel_centres(grid, _pair(lv.shape), _pair(lv.factors), how)
             for axis, v in zip(("y", "x"), centres, strict=True):
