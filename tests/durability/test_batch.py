@@ -403,16 +403,19 @@ def test_batch_refuses_a_path_every_front_end_refuses(tmp_path: Path, path: str,
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        (dict(dtype="uint16"), r'dtype: stored "uint8", asked "uint16"'),
+        (dict(dtype="uint16"), r'dtype \(data_type\): stored "uint8", asked "uint16"'),
         (dict(chunks=(10, 4)), r"chunks: stored \[5,4\], asked \[10,4\]"),
         (dict(shards=(20, 12)), r"shards: stored \[10,12\], asked \[20,12\]"),
         (dict(fill_value=3), r"fill_value: stored 0, asked 3"),
         (
             dict(compressors=None),
-            r'codecs: stored .*"zstd".*, asked '
+            r'codecs \(compressors, filters, serializer\): stored .*"zstd".*, asked '
             r'\[\{"sharding_indexed":\{"codecs":\[\{"name":"bytes"\}\],',
         ),
-        (dict(compressors=ZstdCodec(level=9)), r'codecs: stored .*"level":0.*, asked .*"level":9'),
+        (
+            dict(compressors=ZstdCodec(level=9)),
+            r'codecs \(compressors.*\): stored .*"level":0.*, asked .*"level":9',
+        ),
         (dict(parts=3), r"open batch of other parts: 2 stored .*, 3 asked"),
     ],
 )

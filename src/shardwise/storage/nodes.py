@@ -267,10 +267,18 @@ def metadata_differences(probe: Any, zstore: Any, path: str | None) -> list[str]
 
     have, want = doc(stored), doc(probe.metadata)
     return [
-        f"{name}: stored {_compact(have.get(name))}, asked {_compact(want.get(name))}"
+        f"{_LABELS.get(name, name)}: stored {_compact(have.get(name))}, asked "
+        f"{_compact(want.get(name))}"
         for name in (*want, *(k for k in have if k not in want))
         if have.get(name) != want.get(name)
     ]
+
+
+# what each part of the document is called in messages: the keyword, and zarr's name
+_LABELS = {
+    "dtype": "dtype (data_type)",
+    "codecs": "codecs (compressors, filters, serializer)",
+}
 
 
 def _by_keyword(doc: dict[str, Any]) -> dict[str, Any]:
