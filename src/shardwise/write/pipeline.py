@@ -35,7 +35,7 @@ from ..durability.journal import Journal
 from ..durability.lease import LEASE, SHARED
 from ..engine.forks import fork_tree
 from ..engine.inprocess import LocalShards, dask_parts
-from ..engine.report import NOTHING_TO_DO, WriteReport
+from ..engine.report import WriteReport
 from ..engine.tree import TreeLink
 from ..engine.write import ShardWriter, WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError, PlanError
@@ -297,6 +297,8 @@ class _Finish:
             self.then()
         for n in self.nodes:
             report.notes += refresh(n)
+        from ..engine.report import NOTHING_TO_DO
+
         # a resume that found every write finished: said so before the sessions finish (a
         # batch part then keeps its record)
         idle = bool(self.sessions) and all(s.idle for _, s in self.sessions)
