@@ -344,6 +344,31 @@ def test_a_resume_over_a_finished_write_does_nothing_alike(tmp_path: Path, name:
     assert "nothing to do: the write had finished" in text
 
 
+@pytest.mark.parametrize("name", ["write_array", "Dataset", "DataTree"])
+@pytest.mark.parametrize("mode", ["a", "r+"])
+def test_a_resume_into_a_finished_write_does_nothing_alike(
+    tmp_path: Path, name: str, mode: str
+) -> None:
+    """The same in modes "a" and "r+" (into the array, the whole of it or a region whose
+    edges split shards): resumed over its finished write, nothing is written (to_zarr
+    rewrote the metadata and its 0-d variables in mode "a") and the report says so."""
+    run = EVERY[name]
+    root = tmp_path / name
+    run(root, mode="w-")
+    where: dict[str, Any] = {}
+    if mode == "r+":
+        where["region"] = ROWS
+        run(root, mode=mode, **where)
+    before = files(root)
+    if name != "write_array" and mode == "a":  # no encoding: the arrays keep theirs (xarray)
+        obj: Any = xr.DataTree(_ds(_source())) if name == "DataTree" else _ds(_source())
+        report = shardwise.to_zarr(obj, root, mode="a", resume=True, consolidated=False)
+    else:
+        report = run(root, mode=mode, resume=True, **where)
+    assert files(root) == before
+    assert report.shards_written == 0 and report.nothing_to_do, str(report)
+
+
 @pytest.mark.parametrize("name", ["Dataset", "DataTree"])
 def test_a_resume_over_a_finished_tree_changed_since_is_refused(tmp_path: Path, name: str) -> None:
     """to_zarr's resume over its finished write with a shard deleted since (its record left):

@@ -38,8 +38,8 @@ class XarrayWrite:
     jobs: dict[int, WritePlan]
     mode: WriteMode
     shared: bool  # region and append writes: other processes may write beside this one
-    # a resume in mode "w-" over a stored tree that is what this call writes (metadata and
-    # small arrays): a finished write of it, whose shards finished_shards looks at; the
+    # a resume over a stored tree that is what this call writes (metadata and small arrays):
+    # maybe a finished write of it, whose shards finished_shards looks at. In mode "w-" the
     # overlay and writes are then those of a mode "w" pass, never run
     finished: bool = False
 
@@ -69,47 +69,6 @@ def variable_jobs(
             raise PlanError(f"variable {w.name!r}: {e}") from None
         out[id(w)] = job
     return out
-
-
-def finished_shards(xw: XarrayWrite) -> tuple[int, int] | None:
-    """The shards of a finished write of ``xw`` (a resume of it: ``xw.finished``), when every
-    variable is as it left it: each sharded one's shards as its done marker's records say (or
-    all fill), each unsharded one's stored values those of the data; None when something is
-    missing or changed since; else the shards stored and those left all fill (not stored).
-    Reads only."""
-    from ..write.session import finished_write
-
-    stored = fill = 0
-    for w in xw.writes:
-        if w.info is None:
-            if not _stored_values(xw.zstore, w):
-                return None
-            continue
-        job = xw.jobs.get(id(w))
-        if job is None:
-            continue  # an empty variable: no shard
-        found = finished_write(ShardStore(xw.zstore, w.path), job.plan, w.info.codec)
-        if found is None:
-            return None
-        stored, fill = stored + found[0], fill + found[1]
-    return stored, fill
-
-
-def _stored_values(zstore: Store, w: VariableWrite) -> bool:
-    """Whether the unsharded array of ``w`` (written through zarr-python) holds its data."""
-    import zarr
-
-    from ..storage.nodes import readable
-
-    try:
-        stored = zarr.open_array(readable(zstore), path=w.path, mode="r")[...]
-    except Exception:  # missing or unreadable: not as the finished write left it
-        return False
-    given = np.asarray(w.source)
-    try:
-        return bool(np.array_equal(stored, given, equal_nan=True))
-    except TypeError:  # strings and objects: no NaN to compare
-        return bool(np.array_equal(stored, given))
 
 
 def open_marker(store: ShardStore) -> bool:

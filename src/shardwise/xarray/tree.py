@@ -25,6 +25,7 @@ from ..storage.overlay import Overlay, read_only
 from ..storage.store import describe, resolve_store
 from ..write.target import refuse_unknown_chunks
 from .capture import Capture, plan_writes, run_xarray
+from .finished import has_metadata, stored_as, writes_stored
 from .parts import XarrayWrite, open_marker, variable_jobs
 from .prepare import (
     WriteMode,
@@ -118,51 +119,20 @@ def check_tree(
         return overlay, capture
 
     finished = False
-    if resume and mode == "w-" and root_mode == "w-" and _has_metadata(base, group):
+    if resume and mode == "w-" and root_mode == "w-" and has_metadata(base, group):
         # over a finished write: what this call would store over nothing (mode "w", into the
         # overlay only) is what is stored? then it is that write, resumed: nothing to do
         overlay, capture = xarray_pass("w")
-        finished = _stored_as(overlay, base, group)
+        finished = stored_as(overlay, base, group)
     if not finished:
         overlay, capture = xarray_pass(root_mode)
+        # mode "a" resumed over what it would write (no append, no region): maybe finished
+        whole = append_dim is None and region is None and not any(overlay.changes[:2])
+        finished = resume and whole and mode == "a" and writes_stored(overlay, base)
     writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
     jobs = variable_jobs(writes, strategy, memory_limit, shared=shared)
     return XarrayWrite(zstore, overlay, writes, jobs, mode, shared, finished=finished)
-
-
-def _has_metadata(base: Any, group: str | None) -> bool:
-    """Whether a node (a group's or an array's ``zarr.json``) is stored at ``group``."""
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    key = f"{_join(group, '')}/zarr.json" if _join(group, "") else "zarr.json"
-    return sync(base.get(key, default_buffer_prototype())) is not None
-
-
-def _stored_as(overlay: Overlay, base: Any, group: str | None) -> bool:
-    """Whether ``base`` holds under ``group`` exactly the nodes ``overlay`` would write there
-    (every document equal as JSON, every small array's bytes equal) and no other node."""
-    import json
-
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    proto = default_buffer_prototype()
-    written = overlay.changes[2]
-    for key in written:
-        ours, theirs = sync(overlay.get(key, proto)), sync(base.get(key, proto))
-        if ours is None or theirs is None:
-            return False
-        a, b = ours.to_bytes(), theirs.to_bytes()
-        if a != b and not (key.endswith("zarr.json") and json.loads(a) == json.loads(b)):
-            return False
-    prefix = f"{_join(group, '')}/" if _join(group, "") else ""
-
-    async def metadata() -> list[str]:
-        return [k async for k in base.list_prefix(prefix) if k.rsplit("/", 1)[-1] == "zarr.json"]
-
-    return set(sync(metadata())) <= set(written)
 
 
 def _nodes(

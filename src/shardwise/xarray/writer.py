@@ -36,11 +36,11 @@ from ..write.clear import clear_for_replace
 from ..write.compute import compute_parts
 from ..write.pipeline import ArrayWrite, Pipeline
 from .appends import Reservation, commit_metadata, reserve, tagged
+from .finished import finished_shards
 from .parts import (
     XarrayWrite,
     array_writes,
     dask_parts,
-    finished_shards,
     resumed_paths,
 )
 from .prepare import (
@@ -266,8 +266,8 @@ def to_zarr(
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
     leased = store_lease(lease, compute, xw.zstore)  # the rule of every front end
-    if xw.finished:  # a resume over the finished write of this call: nothing is written
-        return _nothing_to_do(xw, group, compute)
+    if xw.finished and (nothing := _nothing_to_do(xw, group, compute)) is not None:
+        return nothing  # a resume over the finished write of this call: nothing is written
     xw, held = reserve(xw, append_dim, strategy, memory_limit, resume)
     try:
         # 3. leases (a refusal removes those taken)
@@ -292,9 +292,12 @@ def to_zarr(
 
 def _nothing_to_do(xw: XarrayWrite, group: str | None, compute: bool) -> WriteReport | Any:
     """The answer of every front end to a resume over a finished write: nothing written, a
-    report that says so (the shards found done before), the store as it was; refused when
-    something was changed since (a shard missing, or not as recorded)."""
+    report that says so (the shards found done before), the store as it was. When something
+    was changed since (a shard missing, or not as recorded): mode "w-" refuses (its checked
+    write is a replacing one, never run), mode "a" writes (None: the call goes on)."""
     done = finished_shards(xw)
+    if done is None and xw.mode == "a":
+        return None
     if done is None:
         raise ArrayExistsError(
             f"{describe(xw.zstore, group, 'group')} holds a finished write of this data, changed "
