@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, settings
 
 import reached
 import skips
+import slowmarks
 from skips import (  # noqa: F401 (hooks: pytest finds them by name in this module)
     pytest_make_collect_report,
     pytest_runtest_makereport,
@@ -174,33 +175,12 @@ def client() -> Iterator[Any]:
 # -- the fast lane ---------------------------------------------------------------------------------
 # `pytest -m "not slow"` is the developer's lane (CI runs everything). Besides the tests marked
 # slow where they are defined, these are slow here: whole modules that start clusters, processes
-# or servers, or run xarray's own backend suite, and single tests that start worker processes,
-# the S3 server or Jupyter (picked from the durations `dev.sh test` prints).
-
-SLOW_MODULES = {
-    "test_faults.py",
-    "test_xarray_suite.py",
-    "test_notebook.py",
-    "test_demo.py",
-    "test_benchmarks.py",
-    "test_cloud_emulators.py",
-}
-SLOW_WORDS = (
-    "cluster",
-    "workers",
-    "s3",
-    "process",
-    "zep2",
-    "job_array",
-    "cli_failures",
-    "race",
-    "moto",
-)
+# or servers, or run xarray's own backend suite, and single tests whose names say they start
+# worker processes, the S3 server or Jupyter, by whole words (slowmarks.py).
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     slow = pytest.mark.slow
     for item in items:
-        name = item.nodeid.lower()
-        if item.path.name in SLOW_MODULES or any(w in name for w in SLOW_WORDS):
+        if slowmarks.is_slow(item.nodeid):
             item.add_marker(slow)

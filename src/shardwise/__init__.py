@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .pyramid.write import write_pyramid
     from .runtime.signals import Interrupted, stop_on_signals
     from .xarray.icechunk import to_icechunk
-    from .xarray.opening import open_dataset
+    from .xarray.opening import open_dataset, open_datatree
     from .xarray.writer import to_zarr
 
 __version__ = "0.1.0"
@@ -77,6 +77,7 @@ __all__ = [
     "convert",
     "open_array",
     "open_dataset",
+    "open_datatree",
     "plan_write",
     "read_array",
     "stop_on_signals",
@@ -98,6 +99,7 @@ _LAZY = {
     "convert": ".conversion.convert",
     "open_array": ".api",
     "open_dataset": ".xarray.opening",
+    "open_datatree": ".xarray.opening",
     "plan_write": ".api",
     "read_array": ".engine.load",
     "stop_on_signals": ".runtime.signals",

@@ -10,6 +10,7 @@ import numpy as np
 
 from .engine.read import ShardReader, open_reader
 from .errors import InvalidTypeError, InvalidValueError
+from .storage.icechunk import writes_into_session
 from .storage.store import describe
 from .write.create import create_in_memory as create_in_memory
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from .engine.write import Mode
 
 
+@writes_into_session
 def write_array(
     data: Any,
     store: Any,

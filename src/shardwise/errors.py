@@ -26,7 +26,9 @@ The tree (the builtin or zarr class each one also is, in parentheses)::
     |-- LeaseHeldError              (RuntimeError) another writer holds the write lease
     |-- ShardConflictError          (RuntimeError) a shard kept changing under a commit
     |-- TransactionError            (RuntimeError) an icechunk session's shard tasks wrote one
-    |                               shard twice, or its commit conflicts with another
+    |                               shard twice, its commit conflicts with another,
+    |                               commit= found nothing changed to commit, or another
+    |                               thread's write into the session is running
     `-- DependencyError             (RuntimeError) an installed dependency is out of range
 
 Bad arguments (InvalidTypeError, InvalidValueError) are not plan refusals: a PlanError means
@@ -214,9 +216,13 @@ class ShardConflictError(ShardwiseError, RuntimeError):
 
 
 class TransactionError(ShardwiseError, RuntimeError):
-    """A write into an icechunk session that would lose data (a ``RuntimeError``): two of its
-    shard tasks' forks wrote one shard (nothing is merged), or its commit conflicts with
-    another commit to the branch (the session keeps the write uncommitted)."""
+    """A write into an icechunk session that would lose data or cannot commit (a
+    ``RuntimeError``): two of its shard tasks' forks wrote one shard (nothing is merged), its
+    commit conflicts with another commit to the branch (the session keeps the write
+    uncommitted), ``commit=`` was asked of a write that changed nothing in the session
+    (icechunk makes no empty commit; nothing is committed), or another thread's shardwise write
+    into the same session is running (refused before any change: two at once would lose one's
+    changes)."""
 
 
 class VerifyError(ShardwiseError, ValueError):

@@ -74,7 +74,7 @@ def test_misaligned_on_a_distributed_scheduler_is_staged() -> None:
 def test_numpy_sources_and_trivial_plans_are_direct() -> None:
     j = job(None, runs_locally=False)
     assert (j.strategy, j.peak_per_task) == ("direct", 384 * KiB)
-    assert j.reason == "direct: numpy source, each shard's block read in place"
+    assert j.reason == "direct: no dask graph, each shard's piece read from the source in its task"
     empty = make_job(ShardPlan(LAYOUT, (slice(0, 0), slice(0, 512))), ((0,), (512,)), 2)
     assert empty.strategy == "direct" and empty.tasks == 0
     assert empty.reason == "direct: nothing to stage (0-d array or empty region)"

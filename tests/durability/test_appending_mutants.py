@@ -1,8 +1,10 @@
 """The append records' parts the append and resume tests pass through without pinning them
 (survivors of the mutation lane, `mutation/run.py durability/appending`): a record of no rows
 reads back as a record, and a record whose axis the lead array does not have names no rows
-(rather than failing the survey that verify and a resume run). Each test names the mutants it
-kills. Real stores: zarr's MemoryStore.
+(rather than failing the survey that verify and a resume run); a record's row count along its
+own axis, exact and old-format blocks, a killed append of one shape on another block as a rival,
+a block ending on a shard boundary, malformed records, records without a holder and a reused
+process id. Each test names the mutants it kills. Real stores: zarr's MemoryStore.
 """
 
 from __future__ import annotations
@@ -339,3 +341,155 @@ def test_the_survey_lists_killed_appends_first_rows_first() -> None:
         store.put(rec.name(), rec.to_bytes())
     found = survey(store)
     assert found is not None and [r for _, r in found.stale] == [first, later]
+
+
+# -- issue 41: the survey's row count, blocks, rivals, boundaries, records and holders ----------
+
+
+def test_a_records_row_count_is_along_its_own_axis() -> None:
+    # kills rows' axis taken as 0 or the extent off by one: a killed append's block would be
+    # another size than the rows its commit took
+    rec = AppendRecord.new("k" * 32, "t", 1, [[0, 6], [10, 14]], 10, _gone_holder())
+    assert rec.rows == 4
+    store = _lead([6, 14])
+    store.put(rec.name(), rec.to_bytes())
+    found = survey(store)
+    assert found is not None and found.block(rec) == (10, 14)
+    assert found.unnamed(rec) == [(10, 14)]
+    assert AppendRecord.new("k" * 32, "t", 0, [[3, 3]], 3, {}).rows == 0
+
+
+def test_exact_and_old_format_blocks(tmp_path: Any) -> None:
+    # kills from_bytes reading a record without "exact" as exact, and block's start for an
+    # old-format record (the first unnamed row from seen on; the end when none is unnamed)
+    import numpy as np
+
+    from shardwise.durability.journal import WriteMarker, marker_name, now
+
+    lead = _lead_array(tmp_path, np.zeros((40,), "i4"), 0, (4,))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+    m = WriteMarker("m" * 32, [[0, 12]], [40], "open", now())  # rows 0:12 named
+    lead.put(marker_name((slice(0, 12),)), m.to_bytes())
+    exact = AppendRecord.new("e" * 32, "t", 0, [[0, 8]], 4, _gone_holder())
+    old = replace(exact, id="o" * 32, exact=False)
+    legacy = {k: v for k, v in asdict(old).items() if k != "exact"}
+    lead.put(exact.name(), exact.to_bytes())
+    lead.put(old.name(), json.dumps(legacy).encode())
+    assert AppendRecord.from_bytes(json.dumps(legacy).encode()) == old
+    found = survey(lead)
+    assert found is not None
+    assert found.block(exact) == (4, 12)  # from what its commit grew from, named or not
+    assert found.block(old) == (12, 20)  # the first unnamed row from seen on
+    assert found.judge(exact) == "nothing"  # rows of its block are named: never committed
+    # nothing unnamed from seen on: an old record's block starts at the end
+    full = WriteMarker("f" * 32, [[12, 40]], [40], "open", now())
+    lead.put(marker_name((slice(12, 40),)), full.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.block(old) == (40, 48)
+    assert found.judge(old) == "nothing"
+
+
+def test_a_killed_append_of_one_shape_on_another_block_is_a_rival(tmp_path: Any) -> None:
+    # kills judge's twins taken by shape alone (a killed append of K's shape whose block
+    # overlaps K's but is not K's is a rival: one of the two never committed)
+    import numpy as np
+
+    x = np.zeros((90, 6), "i4")
+    x[:10], x[70:] = 1, 5
+    lead = _lead_array(tmp_path, x, 0, (4, 3))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+    k = AppendRecord.new("k" * 32, "t", 0, [[10, 50], [0, 6]], 10, _gone_holder())
+    r = AppendRecord.new("r" * 32, "t", 0, [[30, 70], [0, 6]], 30, _gone_holder())
+    assert r.fits(k.dim, k.axis, k.region)
+    for rec in (k, r):
+        lead.put(rec.name(), rec.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.block(r) == (30, 70)
+    assert found.judge(k) == "unsure" and found.judge(r) == "unsure"
+    assert found.killed_rows(k) is None and found.killed_rows(r) is None
+    # the same shape on the same block: a twin, K's block stands
+    lead.delete(r.name())
+    twin = replace(r, seen=10, region=[[10, 50], [0, 6]])
+    lead.put(twin.name(), twin.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.killed_rows(k) == (10, 50)
+
+
+def test_a_block_ending_on_a_shard_boundary(tmp_path: Any) -> None:
+    # kills holds_values' "start >= rows[1]" as ">" (a block that ends where the next shard
+    # starts has no row to read: None, not "no values") and the boundary rounded down
+    import numpy as np
+
+    x = np.zeros((16, 2), "i4")
+    x[:6] = 1
+    x[8:12] = 9  # another tool's rows in the next shard
+    st = _lead_array(tmp_path, x, 0, (4, 2))
+    assert holds_values(st, 0, (6, 8)) is None  # rows 6:8 end on the boundary at 8
+    assert holds_values(st, 0, (6, 9)) is True  # row 8 read: the other tool's value
+    assert holds_values(st, 0, (12, 16)) is False  # a whole shard of fill
+    assert holds_values(st, 0, (4, 8)) is True  # from the boundary at 4: rows 4:6 hold ones
+
+
+def test_malformed_records_are_unreadable_not_blocks() -> None:
+    # kills from_bytes accepting what it cannot judge: every malformed record is listed as
+    # unreadable (verify reports it) and judged as no append's
+    good = json.loads(_record([[10, 14], [0, 2]], seen=10).to_bytes())
+    bad = {
+        "not-json": b"{torn",
+        "a-list": b"[1, 2]",
+        "no-seen": json.dumps({k: v for k, v in good.items() if k != "seen"}).encode(),
+        "negative-rows": json.dumps({**good, "region": [[14, 10], [0, 2]]}).encode(),
+        "axis-out-of-range": json.dumps({**good, "axis": 5}).encode(),
+        "region-not-pairs": json.dumps({**good, "region": [[10], [0, 2]]}).encode(),
+    }
+    store = _lead([14, 2])
+    for name, raw in bad.items():
+        assert AppendRecord.from_bytes(raw) is None, name
+        store.put(f"{APPENDING}{name}.json", raw)
+    found = survey(store)
+    assert found is not None
+    assert sorted(found.unreadable) == sorted(f"{APPENDING}{n}.json" for n in bad)
+    assert found.stale == [] and found.running == [] and found.settled == []
+
+
+def test_records_without_a_holder_are_killed_appends() -> None:
+    # kills holder_may_run's "no holder: nothing to wait for" (a record without a readable
+    # holder would be taken for a running append forever, and a resume refused)
+    from shardwise.durability.appending import holder_may_run
+
+    store = _lead([20])
+    for token, holder in (("n", None), ("e", {}), ("x", {"pid": 1, "what": "?"})):
+        rec = AppendRecord.new(token * 32, "t", 0, [[10, 20]], 10, holder)
+        store.put(rec.name(), rec.to_bytes())
+        assert holder_may_run(store, holder) is False
+    found = survey(store)
+    assert found is not None and found.running == [] and len(found.stale) == 3
+
+
+def test_a_reused_process_id_is_not_the_appends_writer() -> None:
+    # kills the start time dropped from holder_may_run's comparison with the shared leases (a
+    # live shared lease of another process under the same pid would keep a killed append
+    # running) and the shared leases not asked at all (a holder on another host whose
+    # heartbeat is old, its process still renewing its shared lease on the array)
+    from shardwise.durability.appending import holder_may_run
+    from shardwise.durability.lease import SHARED
+
+    store = _lead([20])
+    me = LeaseInfo.new("region write")
+    store.put(SHARED + me.token, me.to_bytes())  # this process writes the array, alive
+    reused = asdict(replace(me, token="r" * 32, started=me.started + 1))
+    assert holder_may_run(store, reused) is False  # another process that had this pid
+    rec = AppendRecord.new("k" * 32, "t", 0, [[10, 20]], 10, reused)
+    store.put(rec.name(), rec.to_bytes())
+    found = survey(store)
+    assert found is not None and [r for _, r in found.stale] == [rec]
+    # on another host, judged by heartbeats: the record's is old, its shared lease's fresh
+    far = replace(me, token="f" * 32, host="elsewhere", boot_id="b", renewed=1.0, expiry=60.0)
+    assert holder_may_run(store, asdict(far)) is False  # no shared lease of that process
+    lease = replace(far, token="l" * 32, renewed=me.renewed)
+    store.put(SHARED + lease.token, lease.to_bytes())
+    assert holder_may_run(store, asdict(far)) is True
+    other = replace(far, started=far.started + 1)  # that pid, another process there
+    assert holder_may_run(store, asdict(other)) is False

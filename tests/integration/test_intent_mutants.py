@@ -7,7 +7,9 @@ store, and refuses when there is none; a resumed region write never replaces the
 with ``compute=False`` finishes the interrupted write when computed; another writer's array
 (same metadata) found by the create is refused, while this write's own create whose answer was
 lost counts as done; a region write where no array is refused with its advice; to_zarr writes
-each of its variables once (`mutation/run.py write/pipeline`). Each test names the mutants it
+each of its variables once (`mutation/run.py write/pipeline`); a resumed "r+" over nothing
+creates nothing, a resumed "a" over an array without a journal writes it, and over a finished
+write rewrites no shard. Each test names the mutants it
 kills. Real stores: local files (and zarr's own arrays)."""
 
 from __future__ import annotations
@@ -250,3 +252,47 @@ def test_break_lease_reaches_the_write_sessions(tmp_path: Path) -> None:
     shardwise.write_array(data() + 1, root, mode="r+", break_lease=True)
     np.testing.assert_array_equal(shardwise.read_array(root), data() + 1)
     assert read_lease(st) is None
+
+
+def _stats(root: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime in ns) of every shard object under ``root``, the journal left out."""
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file() and ".shardwise" not in p.relative_to(root).parts and p.name != "zarr.json"
+    }
+
+
+@pytest.mark.parametrize("where", ["root", "path"])
+def test_a_resumed_r_plus_over_nothing_creates_nothing(tmp_path: Path, where: str) -> None:
+    # kills resolve's "r+ and not exists" refusal skipped for a resume (the array created)
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "other.txt").write_text("kept")
+    before = snapshot(root)
+    path = None if where == "root" else "g/a"
+    with pytest.raises(shardwise.ArrayNotFoundError, match="mode='r\\+'"):
+        shardwise.write_array(data(), root, path=path, mode="r+", resume=True, **LAYOUT)
+    assert snapshot(root) == before
+
+
+def test_a_resumed_a_over_an_array_without_a_journal_writes(tmp_path: Path) -> None:
+    # kills decide's must_adopt without "mode == 'w-'" (mode "a" refused with nothing to adopt)
+    root = tmp_path / "a"
+    zarr.create_array(LocalStore(root), shape=(8, 8), dtype="i2", chunks=(2, 2), shards=(4, 4))
+    report = shardwise.write_array(data(), root, mode="a", resume=True)
+    assert report.shards_written == 4
+    np.testing.assert_array_equal(zarr.open_array(root, mode="r")[:], data())
+    assert shardwise.verify(root).ok
+
+
+def test_a_resumed_a_over_a_finished_write_rewrites_no_shard(tmp_path: Path) -> None:
+    # kills decide's adopt_done for mode "a" (every shard of a finished write written again)
+    root = tmp_path / "a"
+    shardwise.write_array(data(), root, **LAYOUT)
+    before = _stats(root)
+    assert len(before) == 4
+    report = shardwise.write_array(data(), root, mode="a", resume=True)
+    assert report.shards_written == 0
+    assert _stats(root) == before, "a shard object was written again"
+    np.testing.assert_array_equal(zarr.open_array(root, mode="r")[:], data())

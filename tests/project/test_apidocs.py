@@ -40,6 +40,7 @@ VERB_PAGES = {
         "to_zarr",
         "to_icechunk",
         "open_dataset",
+        "open_datatree",
         "convert",
         "verify",
         "write_pyramid",

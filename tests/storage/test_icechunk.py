@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -815,3 +816,321 @@ def test_a_killed_write_leaves_the_branch_unchanged_and_a_rerun_writes_it(
     future = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
     assert again.garbage_collect(future).chunks_deleted > 0
     np.testing.assert_array_equal(committed(again), x)
+
+
+def test_convert_in_place_inside_one_session_is_refused_before_any_change(
+    dirty_session: Any,
+) -> None:
+    """convert from a session into the same session where the destination is the source,
+    lies inside it or contains it: refused as on a store (mode "w" would clear the source
+    before the copy reads it), the session's changes as they were (the fixture compares)."""
+    ds = dirty_session
+    for src, dst, path, dst_path in [
+        (ds, ds, "a", "a"),  # the session itself on both sides
+        (ds.store, ds, "a", "a"),  # its store as the source: the same objects
+        (ds, ds.store, "a", "a/inner"),
+        (ds, ds, "a", ""),
+    ]:
+        with pytest.raises(shardwise.PlanError, match="never writes over its own source"):
+            shardwise.convert(
+                src, dst, path=path, dst_path=dst_path, mode="w", shards=(4, 4), commit="x"
+            )
+    assert not dirty_session.read_only  # not committed
+
+
+def test_convert_from_another_session_of_the_same_snapshot_reshards_it(repo: Any) -> None:
+    """The way to reshard an array of a repository: read it from a read-only session (the
+    branch's last commit) and write it with mode "w" into a writable session of the same
+    branch; every value comes back in the new shards."""
+    x = np.arange(24 * 24, dtype="f8").reshape(24, 24)
+    shardwise.write_array(x, repo.writable_session("main"), path="a", shards=(6, 6), commit="1")
+    shardwise.convert(
+        repo.readonly_session("main"),
+        repo.writable_session("main"),
+        path="a",
+        dst_path="a",
+        mode="w",
+        shards=(12, 24),
+        commit="resharded",
+    )
+    arr = zarr.open_array(repo.readonly_session("main").store, path="a", mode="r")
+    assert arr.shards == (12, 24)
+    np.testing.assert_array_equal(arr[:], x)
+
+
+def test_mode_w_replaces_a_committed_pyramid(repo: Any, tmp_path: Path) -> None:
+    """write_pyramid and convert(pyramid=) with mode "w" over a pyramid already committed in
+    the repository: the new pyramid replaces it, the levels it no longer has are gone."""
+    x = np.arange(64 * 64, dtype="f4").reshape(64, 64)
+    for path in ("pyr", ""):
+        shardwise.write_pyramid(
+            x,
+            repo.writable_session("main"),
+            path=path,
+            mode="w",
+            levels=3,
+            chunks=8,
+            shards=16,
+            commit="1",
+        )
+        shardwise.write_pyramid(
+            2 * x,
+            repo.writable_session("main"),
+            path=path,
+            mode="w",
+            levels=2,
+            chunks=8,
+            shards=16,
+            commit="2",
+        )
+        group = zarr.open_group(repo.readonly_session("main").store, path=path, mode="r")
+        assert sorted(group.array_keys()) == ["0", "1"]
+        np.testing.assert_array_equal(group["0"][:], 2 * x)
+        np.testing.assert_allclose(group["1"][:], block_mean(2 * x, 2))
+    ds = v2_dataset(tmp_path / "src.zarr")
+    shardwise.convert(
+        tmp_path / "src.zarr",
+        repo.writable_session("main"),
+        path="v",
+        dst_path="pyr",
+        mode="w",
+        pyramid={"levels": 2},
+        commit="3",
+    )
+    group = zarr.open_group(repo.readonly_session("main").store, path="pyr", mode="r")
+    assert sorted(group.array_keys()) == ["0", "1"]
+    np.testing.assert_array_equal(group["0"][:], ds["v"].values)
+    np.testing.assert_allclose(group["1"][:], block_mean(ds["v"].values, 2))
+
+
+def test_every_reader_takes_a_session(repo: Any) -> None:
+    """xr.open_dataset / open_datatree / open_groups with the shardwise engine,
+    shardwise.open_dataset / open_datatree, open_array and read_array take a Session
+    (read-only or writable, a writable one with its uncommitted changes) as xarray's own zarr
+    engine reads its store."""
+    x = np.arange(32 * 24, dtype="f8").reshape(32, 24)
+    shardwise.to_icechunk(
+        xr.Dataset({"v": (("y", "x"), x)}, attrs={"t": 1}),
+        repo.writable_session("main"),
+        encoding={"v": {"chunks": (8, 8), "shards": (16, 24)}},
+        commit="v",
+    )
+    writable = repo.writable_session("main")
+    zarr.open_array(writable.store, path="v", mode="r+")[:8] = -1
+    for session in (repo.readonly_session("main"), writable):
+        oracle = xr.open_dataset(session.store, engine="zarr", consolidated=False).load()
+        for ds in (
+            xr.open_dataset(session, engine="shardwise"),
+            shardwise.open_dataset(session),
+            xr.open_datatree(session, engine="shardwise").to_dataset(),
+            shardwise.open_datatree(session).to_dataset(),
+            xr.open_groups(session, engine="shardwise")["/"],
+        ):
+            xr.testing.assert_identical(ds.load(), oracle)
+        np.testing.assert_array_equal(shardwise.read_array(session, path="v"), oracle["v"])
+        arr = shardwise.open_array(session, path="v")
+        np.testing.assert_array_equal(arr[3:20].compute(), oracle["v"][3:20])
+    assert (oracle["v"][:8] == -1).all()  # the writable session's change was read
+
+
+def test_a_read_only_sessions_store_is_refused_by_every_writer(repo: Any, tmp_path: Path) -> None:
+    """The store of a read-only session given to a writer: a shardwise error saying to write
+    into a writable session, nothing written (icechunk's own would name a lease key)."""
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    head = repo.lookup_branch("main")
+    store = repo.readonly_session("main").store
+    image = xr.DataArray(np.ones((16, 16)), dims=("y", "x"))
+    src = tmp_path / "src.zarr"
+    zarr.create_array(src, shape=(4,), chunks=(2,), dtype="i1")
+    calls = [
+        lambda: shardwise.write_array(image.data, store, path="b"),
+        lambda: shardwise.to_zarr(image.to_dataset(name="b"), store, mode="a"),
+        lambda: shardwise.write_pyramid(image, store, path="p", levels=2),
+        lambda: shardwise.convert(src, store, dst_path="c"),
+        lambda: shardwise.write_array(image.data, store, path="b", commit="c"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidValueError, match=r"read-only.*writable_session"):
+            call()
+    for one in (store, repo.writable_session("main").store):  # a batch takes neither
+        with pytest.raises(InvalidValueError, match="batch does not write into an icechunk"):
+            shardwise.batch.init(
+                one, path="b", shape=(8, 8), dtype="f8", chunks=(4, 4), shards=(4, 4), parts=2
+            )
+    assert repo.lookup_branch("main") == head
+    assert sorted(zarr.open_group(store, mode="r").array_keys()) == ["a"]
+
+
+def test_commit_of_a_write_that_changed_nothing_says_so(repo: Any) -> None:
+    """commit= on a write that changed nothing in the session (the values it wrote were stored
+    already): a TransactionError saying so and what to do, the branch unchanged."""
+    shardwise.write_array(np.zeros((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    head = repo.lookup_branch("main")
+    session = repo.writable_session("main")
+    with pytest.raises(TransactionError, match=r"changed nothing.*allow_empty=True"):
+        shardwise.write_array(np.zeros((8, 8)), session, path="a", mode="r+", commit="again")
+    assert repo.lookup_branch("main") == head and not session.read_only
+    session.commit("empty on purpose", allow_empty=True)  # what the message says works
+    assert repo.lookup_branch("main") != head
+
+
+class Held:
+    """A source whose blocks wait, inside the shard tasks of a write, until :meth:`release`:
+    the write is running (its metadata and fork in the session) while ``inside`` is set."""
+
+    def __init__(self) -> None:
+        self.inside, self.go = threading.Event(), threading.Event()
+
+    def hold(self, block: np.ndarray) -> np.ndarray:
+        self.inside.set()
+        assert self.go.wait(120), "never released"
+        return block
+
+    def array(self, x: np.ndarray) -> Any:
+        a = da.from_array(x, chunks=x.shape)
+        return a.map_blocks(self.hold, dtype=a.dtype, meta=np.empty((0,) * a.ndim, a.dtype))
+
+    def release(self) -> None:
+        self.go.set()
+
+
+class Running:
+    """``call`` run in a thread of its own; :meth:`result` its value, or raises its error.
+    ``held``: its :class:`Held` source, whose ``inside`` is set when the call ends too (a
+    call that fails before its shard tasks does not leave the test waiting)."""
+
+    def __init__(self, call: Any, held: Held | None = None) -> None:
+        self.out: list[Any] = []
+        self.held = held
+        self.thread = threading.Thread(target=self._run, args=(call,))
+        self.thread.start()
+
+    def _run(self, call: Any) -> None:
+        try:
+            self.out.append(call())
+        except BaseException as e:
+            self.out.append(e)
+        finally:
+            if self.held is not None:
+                self.held.inside.set()
+
+    def wait_inside(self) -> None:
+        """Until the call is inside its shard tasks, held there (its error if it ended)."""
+        assert self.held is not None and self.held.inside.wait(120)
+        if self.out:
+            self.result()
+            raise AssertionError("the write ended before its shard tasks were held")
+
+    def result(self) -> Any:
+        self.thread.join(120)
+        assert not self.thread.is_alive() and len(self.out) == 1
+        if isinstance(self.out[0], BaseException):
+            raise self.out[0]
+        return self.out[0]
+
+
+ONE_WRITE = "another shardwise write into this icechunk session"
+
+
+def test_a_second_write_into_a_session_while_one_runs_is_refused(repo: Any, tmp_path: Path) -> None:
+    """Two region writes sharing a shard in one session at once: the second merged forks made
+    before the first's change, and one of them was lost. Now, while a write runs (held inside
+    its shard tasks), every writer's call into the same session from another thread is a
+    TransactionError before any change; the running write lands alone, and the same second
+    write run after it lands too: both regions are there."""
+    x = np.arange(20 * 4, dtype="f8").reshape(20, 4)
+    shardwise.write_array(x, repo.writable_session("main"), path="v", shards=(10, 4), commit="0")
+    session = repo.writable_session("main")
+    held = Held()
+
+    def first() -> Any:
+        with dask.config.set(scheduler="threads"):
+            return shardwise.write_array(
+                held.array(np.full((5, 4), 1.0)),
+                session,
+                path="v",
+                region=(slice(0, 5), ...),
+                mode="r+",
+            )
+
+    def second(store: Any) -> Any:  # rows 5:10, in the first's shard
+        return shardwise.write_array(
+            np.full((5, 4), 2.0), store, path="v", region=(slice(5, 10), ...), mode="r+"
+        )
+
+    src = tmp_path / "src.zarr"
+    zarr.create_array(src, shape=(4,), chunks=(2,), dtype="i1")
+    image = xr.DataArray(np.ones((16, 16)), dims=("y", "x"))
+    others = [
+        lambda: second(session),
+        lambda: second(session.store),
+        lambda: shardwise.to_icechunk(image.to_dataset(name="b"), session, group="g"),
+        lambda: shardwise.to_zarr(image.to_dataset(name="b"), session.store, group="g"),
+        lambda: shardwise.write_pyramid(image, session, path="p", levels=2),
+        lambda: shardwise.convert(src, session, dst_path="c"),
+    ]
+    running = Running(first, held)
+    running.wait_inside()  # the first write is inside its shard tasks
+    for call in others:
+        with pytest.raises(TransactionError, match=ONE_WRITE):
+            Running(call).result()
+    assert running.thread.is_alive()  # the race happened: the first was running all along
+    held.release()
+    running.result()
+    x[0:5] = 1.0
+    np.testing.assert_array_equal(shardwise.read_array(session, path="v"), x)
+    assert sorted(zarr.open_group(session.store, mode="r").keys()) == ["v"]  # nothing else
+    second(session)  # the claim was given back (this thread is not the first's): it lands now
+    session.commit("both")
+    x[5:10] = 2.0
+    np.testing.assert_array_equal(committed(repo, "v"), x)
+
+
+def test_a_second_append_into_a_session_while_one_runs_is_refused(repo: Any) -> None:
+    """Two appends along one dimension into one session at once (one append's rows could be
+    lost: no conditional commit of the lead array inside a session): the second, called while
+    the first runs, is refused before any change; run after it, both appends land in order,
+    read back by xarray's own zarr engine identical to the whole dataset."""
+    ds = dataset().compute()
+    shardwise.to_icechunk(
+        ds.isel(t=slice(0, 20)), repo.writable_session("main"), encoding=ENCODING, commit="0"
+    )
+    session = repo.writable_session("main")
+    held = Held()
+    part = ds.isel(t=slice(20, 40)).copy()
+    part["v"] = (("t", "x"), held.array(part["v"].values))
+
+    def append(what: xr.Dataset) -> Any:
+        with dask.config.set(scheduler="threads"):
+            return shardwise.to_icechunk(what, session, append_dim="t")
+
+    running = Running(lambda: append(part), held)
+    running.wait_inside()
+    with pytest.raises(TransactionError, match=ONE_WRITE):
+        Running(lambda: append(ds.isel(t=slice(40, None)))).result()
+    assert running.thread.is_alive()
+    held.release()
+    running.result()
+    append(ds.isel(t=slice(40, None)))  # in this thread, not the first's
+    session.commit("two appends")
+    back = xr.open_dataset(repo.readonly_session("main").store, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(back.load(), ds)
+
+
+def test_a_refused_or_failed_write_gives_its_session_back(repo: Any) -> None:
+    """A call that claimed the session and then failed (refused after its claim, or its source
+    raising in a shard task) gives the claim back: a write from another thread goes on (the
+    failed calls run in this thread, alive all along: the other's is not one of theirs)."""
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    session = repo.writable_session("main")
+
+    def boom(block: np.ndarray) -> np.ndarray:
+        raise RuntimeError("the source failed")
+
+    failing = da.ones((8, 8), chunks=4).map_blocks(boom, dtype="f8", meta=np.empty((0, 0)))
+    with pytest.raises(shardwise.ArrayExistsError):
+        shardwise.write_array(np.ones(3), session, path="a", mode="w-")
+    with dask.config.set(scheduler="threads"), pytest.raises(RuntimeError, match="the source"):
+        shardwise.write_array(failing, session, path="b")
+    Running(lambda: shardwise.write_array(np.zeros((8, 8)), session, path="a", mode="r+")).result()
+    np.testing.assert_array_equal(shardwise.read_array(session, path="a"), np.zeros((8, 8)))

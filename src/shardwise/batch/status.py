@@ -8,7 +8,8 @@ from typing import Any
 
 from ..core import args
 from ..durability.journal import BATCH, PARTS
-from ..errors import ArrayExistsError, BatchNotFoundError
+from ..errors import ArrayExistsError, BatchNotFoundError, InvalidValueError
+from ..storage.icechunk import is_icechunk_store
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
 from ..write.intent import Mode, resolve
 from .plan import BatchPlan, fmt
@@ -21,6 +22,12 @@ def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) 
     # opened, so a refused path leaves it as it was
     args.store_path("path", path)
     args.mapping("storage_options", storage_options)
+    if is_icechunk_store(store):  # a Session itself is refused by resolve_store
+        raise InvalidValueError(
+            "a batch does not write into an icechunk session nor its store (its leases and "
+            "records are files beside the array): use write_array, to_zarr, write_pyramid or "
+            "convert with the session; nothing was written"
+        )
     return ShardStore(resolve_store(store, mode="w", storage_options=storage_options), path or "")
 
 

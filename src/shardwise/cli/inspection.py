@@ -101,12 +101,11 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
 def shard_states(sstore: ShardStore, lay: Layout) -> tuple[list[Coord], list[Coord]]:
     """(stored, missing): the shards stored, and those a write recorded that are gone (what
     ``verify`` reports as missing). Every other shard is empty: it reads as the fill value."""
-    from ..durability.journal import RECORDS
-    from ..storage.store import TEMP
+    from ..durability.journal import recorded_keys
 
     stored = [c for c in map(lay.parse_shard_key, sstore.list("")) if c is not None]
     have = set(stored)
-    recorded = (n[len(RECORDS) :] for n in sstore.list(RECORDS) if not TEMP.match(n))
+    recorded = recorded_keys(sstore, lay)
     missing = [c for c in map(lay.parse_shard_key, recorded) if c is not None and c not in have]
     return stored, missing
 
@@ -117,7 +116,8 @@ def shard_map(
     """The picture of a stored array's shards: stored, empty (reads as fill) or missing.
 
     A notebook shows it (SVG); ``shardwise inspect --plot FILE.png`` writes it as PNG. One
-    listing of the array's objects (and of the journal's records); no shard is read.
+    listing of the array's objects (and of the journal's records, run records read); no
+    shard is read.
     """
     from ..codec.metadata import info_from_metadata
     from ..core.picture import stored_picture

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..compat import decode_sync, encode_sync
 from ..runtime.units import SMALL_CHUNK
+from .batches import count
 from .codecs import Buffer, BytesCodec, Zstd
 from .frames import FrameArena
 
@@ -282,7 +283,9 @@ class ChunkCodec:
         segs = np.empty((len(rows), 2), dtype=np.uint64)
         segs[:, 0] = np.asarray(rows, dtype=np.uint64) * np.uint64(raw)
         segs[:, 1] = raw
-        return zstd.multi_encode(raw_view(stack), segs)
+        coll = zstd.multi_encode(raw_view(stack), segs)
+        count("encodes")
+        return coll
 
     def decode_rows(self, buf: Any, segs: np.ndarray, stack: np.ndarray, rows: np.ndarray) -> None:
         """Decode the chunks at ``segs`` ((offset, nbytes) pairs in ``buf``) into ``stack[rows]``.
@@ -297,8 +300,9 @@ class ChunkCodec:
                     frames, fsegs = self._outer_decode(buf, segs)
                 values = zstd.multi_decode(frames, fsegs, self.raw_nbytes)
             except ValueError:
-                pass  # find and name the bad chunk below
+                count("fallbacks")  # decoded one by one below, which names a bad chunk
             else:
+                count("decodes")
                 self._fill_rows(stack, rows, values)
                 return
         mv = memoryview(buf)
@@ -322,6 +326,7 @@ class ChunkCodec:
             values = zstd.multi_decode(frames, fsegs, self.raw_nbytes)
         except ValueError:
             return None
+        count("decodes")
         joined = b"".join(values)
         if len(joined) != len(segs) * self.raw_nbytes:
             return None

@@ -28,7 +28,7 @@ from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..errors import ArrayExistsError, CorruptShardError
 from ..storage.consolidated import Nodes, refresh
-from ..storage.icechunk import SessionWrite, into_session
+from ..storage.icechunk import SessionWrite, into_session, writes_into_session
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from ..write.clear import clear_for_replace
@@ -60,6 +60,7 @@ def _dims(arr: Any) -> tuple[str | None, ...] | None:
     return None if names is None else tuple(names)
 
 
+@writes_into_session
 def convert(
     src: Any,
     dst: Any,

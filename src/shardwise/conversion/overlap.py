@@ -5,9 +5,9 @@ same objects, the source would be gone before its first chunk is copied. A store
 *where its objects live* (a namespace and a key prefix): local directories by their resolved real
 path (symlinks and relative paths resolved), a zarr ``MemoryStore`` by the dict that holds its
 objects, S3 by endpoint, bucket and prefix, GCS by bucket and prefix, Azure by account, container
-and prefix (through fsspec and obstore alike: both name the same objects), anything else by the
-store object itself. Two nodes overlap when their namespaces are equal and one key
-prefix (store root + node path) is the other or lies below it.
+and prefix (through fsspec and obstore alike: both name the same objects), an icechunk store by
+its session, anything else by the store object itself. Two nodes overlap when their namespaces
+are equal and one key prefix (store root + node path) is the other or lies below it.
 """
 
 from __future__ import annotations
@@ -99,6 +99,17 @@ def place(store: Any) -> Place:
     return (type(store).__name__, str(id(store))), ""
 
 
+def _session(store: Any) -> Any:
+    """The icechunk session whose store ``store`` is, else None. Two stores of one session
+    (``session.store`` is a new object at each call) name the same objects; those of two
+    sessions do not (a copy from another session, even of the same snapshot, reads what that
+    session holds, whatever this one clears)."""
+    from ..storage.icechunk import is_icechunk_store
+
+    store = _unwrap(store)
+    return store.session if is_icechunk_store(store) else None
+
+
 def _inside(inner: str, outer: str) -> bool:
     return not outer or inner == outer or inner.startswith(outer + "/")
 
@@ -106,9 +117,15 @@ def _inside(inner: str, outer: str) -> bool:
 def refuse_overlap(zsrc: Any, src_path: str, zdst: Any, dst_path: str) -> None:
     """Raise :class:`PlanError` when the node at ``dst_path`` in ``zdst`` is the node at
     ``src_path`` in ``zsrc``, lies inside it, or contains it."""
-    (ns_src, root_src), (ns_dst, root_dst) = place(zsrc), place(zdst)
-    if ns_src != ns_dst:
-        return
+    sessions = _session(zsrc), _session(zdst)
+    if sessions != (None, None):  # an icechunk store: the same objects within one session
+        if None in sessions or sessions[0] != sessions[1]:
+            return
+        root_src = root_dst = ""
+    else:
+        (ns_src, root_src), (ns_dst, root_dst) = place(zsrc), place(zdst)
+        if ns_src != ns_dst:
+            return
     a, b = join(root_src, src_path), join(root_dst, dst_path)
     if not (_inside(a, b) or _inside(b, a)):
         return

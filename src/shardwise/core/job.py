@@ -48,6 +48,7 @@ from ..errors import PlanError
 from ..runtime.probes import default_memory_limit
 from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
+from .cost import Requests, requests_of
 from .plan import ShardPlan
 from .sizing import shrink_to_fit
 
@@ -61,6 +62,13 @@ PART_BYTES = 8 * 2**20  # multipart upload parts (object stores want >= 5 MiB bu
 # encoded chunks and, for small chunks, the joined shard (incompressible data)
 DIRECT_FACTOR = 3
 STAGED_FACTOR = 2  # a staged block task: the block plus its encoded chunks
+# a direct write of a source without a dask graph runs its shards in runs of neighbours, one
+# task a run: about RUNS_PER_THREAD tasks per thread of the cluster, never fewer than MIN_RUNS
+# (small writes keep one task per shard) nor more than MAX_RUNS (a scheduler's cost per task,
+# about 1 ms and tens of KB, stays bounded at a million shards)
+RUNS_PER_THREAD = 16
+MIN_RUNS = 1024
+MAX_RUNS = 16384
 
 
 def _edges(chunks: Sequence[int], start: int) -> list[int]:
@@ -130,6 +138,16 @@ def _blocks_per_side(
     return shrink_to_fit(per, math.prod(chunk_shape) * itemsize, target_bytes)
 
 
+def _pieces(plan: ShardPlan, blocks: Chunks) -> int:
+    """Staged pieces: one per block and shard it touches (per axis, the intervals between
+    the union of block and shard edges)."""
+    total = 1
+    for sl, b, s in zip(plan.region, blocks, plan.layout.shard_shape, strict=True):
+        edges = set(_edges(b, sl.start)) | set(range((sl.start // s + 1) * s, sl.stop, s))
+        total *= max(0, len(edges) - 1)
+    return total
+
+
 def _largest(chunks: Chunks) -> int:
     return int(math.prod(max(c, default=0) for c in chunks))
 
@@ -167,6 +185,10 @@ class WritePlan:
         An upper bound of the encoded bytes that go through the staging area.
     reason : str
         Why this strategy runs, with the figures that decided it (printed by ``print(job)``).
+    per_task : int
+        Shards one shard task writes, one after another (a run of neighbours in C order of
+        the shard grid): 1 but for direct writes of a source without a dask graph of more
+        than ``MIN_RUNS`` shards (:func:`shards_per_task`).
     """
 
     plan: ShardPlan
@@ -181,6 +203,7 @@ class WritePlan:
     bytes_rechunked: int
     bytes_staged: int
     reason: str
+    per_task: int = 1
 
     @property
     def shards(self) -> int:
@@ -193,9 +216,14 @@ class WritePlan:
         return math.prod(len(c) for c in self.blocks) if self.strategy == "staged" else 0
 
     @property
+    def shard_tasks(self) -> int:
+        """Tasks that write shards: one per run of :attr:`per_task` neighbouring shards."""
+        return -(-self.shards // self.per_task)
+
+    @property
     def tasks(self) -> int:
-        """Tasks in the graph: one per shard, plus one per block for staged."""
-        return self.shards + self.block_tasks
+        """Tasks in the graph: the shard tasks, plus one per block for staged."""
+        return self.shard_tasks + self.block_tasks
 
     @property
     def merges_unconditionally(self) -> bool:
@@ -212,6 +240,21 @@ class WritePlan:
     def raw_bytes(self) -> int:
         """Raw bytes of the region written."""
         return int(math.prod(s.stop - s.start for s in self.plan.region)) * self.itemsize
+
+    @property
+    def requests(self) -> Requests:
+        """The objects this write leaves and the requests it makes, upper bounds
+        (:mod:`shardwise.core.cost`; ``job.requests.cost(Prices(...))`` prices them)."""
+        staged = self.strategy == "staged"
+        shard_bytes = _largest(self.plan.task_chunks) * self.itemsize
+        return requests_of(
+            shards=self.shards,
+            partial=self.plan.npartial,
+            records=self.shards,
+            staged_pieces=_pieces(self.plan, self.blocks) if staged else 0,
+            parts_per_shard=max(1, -(-shard_bytes // PART_BYTES)) if staged else 0,
+            raw_bytes=self.raw_bytes,
+        )
 
     def validate(self) -> None:
         """Raise :class:`PlanError` (with the figures) when a task would not fit the budget."""
@@ -253,12 +296,15 @@ class WritePlan:
                 f" ({self.block_tasks} block tasks + {self.shards} shard tasks)"
                 if self.strategy == "staged"
                 else " (one per shard)"
+                if self.per_task == 1
+                else f" (runs of up to {self.per_task} neighbouring shards, one after another)"
             ),
             f"  blocks: largest {tuple(max(c, default=0) for c in self.blocks)}",
             f"  peak memory per task: ~{_size(self.peak_per_task)} "
             f"(budget {_size(self.memory_limit)}: {self.memory_limit_from})",
             f"  bytes to move: {_size(self.bytes_to_move)} (rechunk "
             f"{_size(self.bytes_rechunked)}, staged <= {_size(self.bytes_staged)})",
+            "  " + self.requests.describe(),
         ]
         return "\n".join(lines)
 
@@ -298,6 +344,18 @@ def _size(n: int) -> str:
         if n >= k:
             return f"{n / k:.1f} {unit}"
     return f"{n} B"
+
+
+def shards_per_task(shards: int, threads: int) -> int:
+    """Shards one task writes so that a write's tasks follow the cluster, not the shard count:
+    about :data:`RUNS_PER_THREAD` tasks per thread of ``threads``, clamped to
+    [:data:`MIN_RUNS`, :data:`MAX_RUNS`] tasks.
+
+    >>> shards_per_task(1000, 2), shards_per_task(1_000_000, 2), shards_per_task(10**6, 4096)
+    (1, 977, 62)
+    """
+    target = min(MAX_RUNS, max(MIN_RUNS, RUNS_PER_THREAD * max(1, threads)))
+    return max(1, -(-shards // target))
 
 
 def make_job(
@@ -427,7 +485,9 @@ def _choose(
             f"staged: a shard's direct task ({_size(peak)}) exceeds the budget ({_size(limit)})"
         )
     if source_chunks is None:
-        return "direct", "direct: numpy source, each shard's block read in place"
+        return "direct", (
+            "direct: no dask graph, each shard's piece read from the source in its task"
+        )
     if aligned:
         return "direct", "direct: dask chunks are the shard pieces"
     if where == "threads":

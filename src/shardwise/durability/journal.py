@@ -8,6 +8,13 @@ that are not metadata or chunk keys):
     the id of the write, the object size, the crc32c of the whole object and of its index.
     A task that finds its shard empty removes the record. The records are the expected shard
     set that :func:`shardwise.verify` checks (a deleted shard is reported, not read as fill).
+``.shardwise/runs/<write id>-<token>.json``
+    the records of a run of shards (engine/runs.py) of a write that creates its array: one
+    object per task instead of one per shard (a million shards, a million fewer objects). The
+    task puts it again, whole, every :data:`RUN_FLUSH` shards and when it ends or fails, so a
+    task killed outright loses the records of at most ``RUN_FLUSH - 1`` shards, which a resume
+    writes again. A shard's own record, where one exists, is newer than any run's (run records
+    come only from writes that created the array, after its journal was cleared): it wins.
 ``.shardwise/writes/<region digest>.json``
     one marker per write region: ``open`` while the write runs, ``done`` when every shard task
     finished. An open marker is an interrupted write; ``resume=True`` adopts its id and skips
@@ -38,6 +45,7 @@ import hashlib
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -48,11 +56,13 @@ import crc32c as _crc32c
 from zarr.core.sync import sync
 
 from ..codec.codecs import crc32c
-from ..core.layout import Region
+from ..core.layout import Layout, Region
 from ..storage.conditional import UNCHECKED, commit_beside
 from ..storage.store import JOURNAL, TEMP, ShardStore
 
 RECORDS = f"{JOURNAL}/shards/"
+RUNS = f"{JOURNAL}/runs/"
+RUN_FLUSH = 64  # shards a run records in memory before it puts its record object again
 WRITES = f"{JOURNAL}/writes/"
 BATCH = f"{JOURNAL}/batch.json"
 LEASE = f"{JOURNAL}/lease"  # and lease.part-I-of-N: see shardwise.durability.lease
@@ -146,17 +156,93 @@ class Journal:
         """Record a shard whose checksums its commit computed while it streamed the object."""
         self.store.put(RECORDS + key, Record(self.write_id, size, crc, index_crc).to_bytes())
 
-    def matches(self, key: str) -> bool:
-        """True when ``key`` holds exactly the object this write recorded for it.
+    def for_run(self) -> RunRecords:
+        """A run's recorder: its records in one object (:class:`RunRecords`)."""
+        return RunRecords(self, uuid.uuid4().hex[:16])
+
+    def flush(self) -> None:
+        """Nothing: every record is put when it is made."""
+
+    def matches(self, key: str, runs: dict[str, Record] | None = None) -> bool:
+        """True when ``key`` holds exactly the object this write recorded for it (its own
+        record, else the one in ``runs``: :func:`read_run_records` of this write).
 
         Size and crc32c of the whole object: the index alone can coincide between two shards
         whose inner chunks happen to compress to the same sizes.
         """
         raw = self.store.get(RECORDS + key)
         rec = None if raw is None else Record.from_bytes(raw)
+        if rec is None and runs is not None:
+            rec = runs.get(key)
         if rec is None or rec.write != self.write_id or self.store.size(key) != rec.size:
             return False
         return object_crc32c(self.store, key) == rec.crc32c
+
+
+class RunRecords:
+    """A run's recorder (engine/runs.py): the records of the shards one task writes, put as one
+    object (:data:`RUNS`) every :data:`RUN_FLUSH` shards and by :meth:`flush` when the task
+    ends. Only for unconditional records (a write that creates its array); a shard committed
+    conditionally is recorded on its own, as :meth:`Journal.record` does."""
+
+    def __init__(self, journal: Journal, token: str) -> None:
+        self.journal = journal
+        self.name = f"{RUNS}{journal.write_id}-{token}.json"
+        self.records: dict[str, list[int]] = {}
+        self.unflushed = 0
+
+    @property
+    def write_id(self) -> str:
+        return self.journal.write_id
+
+    def record(self, key: str, parts: Sequence[Any] | None, generation: Any = UNCHECKED) -> None:
+        if generation is not UNCHECKED:
+            self.journal.record(key, parts, generation)
+            return
+        if parts is None:
+            # an empty shard: stored nowhere, recorded nowhere (a create wrote no other record)
+            if self.records.pop(key, None) is None:
+                return
+        else:
+            j = self.journal
+            rec = Record.of(j.write_id, parts, j.index_nbytes, j.index_at_end)
+            self.records[key] = [rec.size, rec.crc32c, rec.index_crc32c]
+        self.unflushed += 1
+        if self.unflushed >= RUN_FLUSH:
+            self.flush()
+
+    def record_object(self, key: str, size: int, crc: int, index_crc: int) -> None:
+        self.records[key] = [size, crc, index_crc]
+        self.unflushed += 1
+        if self.unflushed >= RUN_FLUSH:
+            self.flush()
+
+    def matches(self, key: str) -> bool:
+        return self.journal.matches(key)
+
+    def for_run(self) -> RunRecords:
+        return self
+
+    def flush(self) -> None:
+        """Put the run's records, whole (nothing when none changed since the last put)."""
+        if not self.unflushed:
+            return
+        doc = {"write": self.write_id, "at": now(), "records": self.records}
+        self.journal.store.put(self.name, _json(doc))
+        self.unflushed = 0
+
+
+def _run_records(data: bytes) -> tuple[str, dict[str, Record]] | None:
+    """A run record object's time and records, None when it cannot be read."""
+    try:
+        d = json.loads(data)
+        write, at = str(d["write"]), str(d["at"])
+        recs = {
+            str(k): Record(write, int(v[0]), int(v[1]), int(v[2])) for k, v in d["records"].items()
+        }
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    return at, recs
 
 
 def object_crc32c(store: ShardStore, name: str, block: int = 16 << 20) -> int | None:
@@ -175,17 +261,109 @@ def object_crc32c(store: ShardStore, name: str, block: int = 16 << 20) -> int | 
     return int(crc)
 
 
-def read_records(store: ShardStore) -> dict[str, Record | None]:
-    """Every shard record (None for an unreadable one), by shard key."""
+def read_records(
+    store: ShardStore, unreadable: list[str] | None = None, layout: Layout | None = None
+) -> dict[str, Record | None]:
+    """Every shard record (None for an unreadable one), by shard key: the shards' own and
+    those of runs (:class:`RunRecords`; a shard's own record wins, then the newest run's).
+    ``unreadable``: gets the names of run record objects that cannot be read. With the
+    array's ``layout``, a run's record of a shard stands only while no other write that
+    started after the run put it touched the shard (it may have removed the shard, which
+    leaves no record of its own)."""
     names = [n for n in store.list(RECORDS) if not TEMP.match(n)]
+    runs = [n for n in store.list(RUNS) if not TEMP.match(n)]
 
     def load(name: str) -> Record | None:
         raw = store.get(name)
         return None if raw is None else Record.from_bytes(raw)
 
+    def load_run(name: str) -> tuple[str, dict[str, Record]] | None:
+        raw = store.get(name)
+        return None if raw is None else _run_records(raw)
+
     with ThreadPoolExecutor(IO_THREADS) as pool:
         recs = list(pool.map(load, names))
-    return {n[len(RECORDS) :]: r for n, r in zip(names, recs, strict=True)}
+        got = list(pool.map(load_run, runs))
+    out: dict[str, Record | None] = {}
+    later = _later_writes(store, got) if layout is not None else []
+    for at, run in sorted((g for g in got if g is not None), key=lambda g: g[0]):
+        # the newest run's record of a shard last; none a later write may have removed
+        out.update(run if not later else _standing(run, at, later, layout))
+    if unreadable is not None:
+        unreadable += [n for n, g in zip(runs, got, strict=True) if g is None]
+    out.update({n[len(RECORDS) :]: r for n, r in zip(names, recs, strict=True)})
+    return out
+
+
+def recorded_keys(store: ShardStore, layout: Layout) -> set[str]:
+    """The keys of every recorded shard: one listing of the shards' own records, and the run
+    records (one object per run) read, as :func:`read_records` takes them."""
+    own = {n[len(RECORDS) :] for n in store.list(RECORDS) if not TEMP.match(n)}
+    got = [_run_records(raw) for n in _run_names(store, "") if (raw := store.get(n))]
+    later = _later_writes(store, got)
+    runs: set[str] = set()
+    for at, recs in (g for g in got if g is not None):
+        runs.update(recs if not later else _standing(recs, at, later, layout))
+    return own | runs
+
+
+def _run_names(store: ShardStore, write_id: str) -> list[str]:
+    """The run record objects of write ``write_id`` ("": of every write)."""
+    mine = f"{RUNS}{write_id}-" if write_id else RUNS
+    return [n for n in store.list(RUNS) if n.startswith(mine) and not TEMP.match(n)]
+
+
+def _later_writes(
+    store: ShardStore, got: Sequence[tuple[str, dict[str, Record]] | None]
+) -> list[WriteMarker]:
+    """The markers of writes that started after the oldest of the runs ``got``."""
+    times = [g[0] for g in got if g is not None]
+    if not times:
+        return []
+    first = min(times)
+    return [m for m in read_markers(store).values() if m is not None and (m.started or "") > first]
+
+
+def _standing(
+    recs: dict[str, Record], at: str, later: list[WriteMarker], layout: Layout | None
+) -> dict[str, Record]:
+    """The records of a run put at ``at`` that no write of ``later`` (markers) started after
+    and touched: such a write may have removed the shard."""
+    assert layout is not None
+    after = [m for m in later if (m.started or "") > at]
+    if not after:
+        return recs
+    out = {}
+    for key, rec in recs.items():
+        coord = layout.parse_shard_key(key)
+        if coord is not None:
+            box = [(i * s, (i + 1) * s) for i, s in zip(coord, layout.shard_shape, strict=True)]
+            if any(m.id != rec.write and _meets(m.region, box) for m in after):
+                continue
+        out[key] = rec
+    return out
+
+
+def _meets(region: list[list[int]], box: list[tuple[int, int]]) -> bool:
+    return len(region) == len(box) and all(
+        a < hi and lo < b for (a, b), (lo, hi) in zip(region, box, strict=True)
+    )
+
+
+def read_run_records(store: ShardStore, write_id: str) -> dict[str, Record]:
+    """The records the runs of write ``write_id`` put, by shard key (newest run's last; ""
+    for every write's)."""
+    runs = _run_names(store, write_id)
+    got = []
+    for name in runs:
+        raw = store.get(name)
+        parsed = None if raw is None else _run_records(raw)
+        if parsed is not None:
+            got.append(parsed)
+    out: dict[str, Record] = {}
+    for _, recs in sorted(got, key=lambda g: g[0]):
+        out.update(recs)
+    return out
 
 
 # -- write markers --------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ Writes into an existing array that merge shared shards by conditional commits (r
 appends, mode "a"/"r+") may run side by side: each holds a *shared* lease,
 ``.shardwise/leases/<token>`` (a plain put: the name is its own). The exclusive lease and the
 shared ones exclude each other: each side creates its own object first and then looks for the
-other side's, and gives up if it finds one, so two writers can both give up but never both
-proceed.
+other side's, and gives up (its object removed) if it finds one or cannot look: two writers can
+both give up but never both proceed.
 
 A lease records its holder well enough to tell when the holder is gone: host, boot id, pid and
 the process's start time (so a reused pid is not taken for the holder), and a heartbeat: while
@@ -91,11 +91,9 @@ def part_lease(i: int, n: int) -> str:
 
 
 def _create_exclusive(store: ShardStore, name: str, data: bytes, tries: int = 4) -> None:
-    """Create ``name`` with ``data`` unless it exists (then leave it untouched).
-
-    Transient failures are retried: the read-back that follows decides who holds the lease,
-    so a create that did happen although its answer was lost is found out there.
-    """
+    """Create ``name`` with ``data`` unless it exists (then leave it untouched). Transient
+    failures are retried: the read-back that follows decides who holds the lease (a create that
+    happened although its answer was lost is found out there)."""
     RetryPolicy(tries=tries, retry_on=any_error).call(lambda: _create_once(store, name, data))
 
 
@@ -278,13 +276,16 @@ class Lease:
         if held is None or held.token != info.token:
             who = "an unknown writer (the lease vanished)" if held is None else held.describe()
             raise held_error(store, name, who, where)
-        others = shared_leases(store) if name == LEASE else {}
-        if others and takeover:
-            others = _drop_gone_shared(store, others, took)
-        if others:
+        try:  # refused by a shared holder, or the shared leases unreadable: none kept
+            others = shared_leases(store) if name == LEASE else {}
+            if others and takeover:
+                others = _drop_gone_shared(store, others, took)
+            if others:
+                first, by = sorted(others.items())[0]
+                raise held_error(store, first, f"{by.describe()} ({len(others)} writers)", where)
+        except BaseException:
             _release_own(store, name, info)
-            first, holder = sorted(others.items())[0]
-            raise held_error(store, first, f"{holder.describe()} ({len(others)} writers)", where)
+            raise
         return cls(store, name, info, took_over=took)._started()
 
     @classmethod
@@ -300,8 +301,7 @@ class Lease:
     ) -> Lease:
         """Take a shared lease (writers of shared shards that commit conditionally), or raise
         :class:`LeaseHeldError` while the exclusive lease is held (``break_stale=True`` first
-        removes it: only when its holder is known to be gone; ``takeover=True`` removes it when
-        its holder is provably gone)."""
+        removes it, for a holder known to be gone; ``takeover=True``, one provably gone)."""
         expiry = lease_expiry(expiry)
         if break_stale:
             break_lease(store, LEASE, shared=False)
@@ -309,17 +309,19 @@ class Lease:
         name = SHARED + info.token
         store.put(name, info.to_bytes())
         took: list[Takeover] = []
-        held = read_lease(store, LEASE)
-        if held is not None and takeover:
-            # the dead holder's lease becomes ours for a moment, then goes: a new exclusive
-            # writer then finds this shared lease, as with any other
-            mine = LeaseInfo.new(f"{purpose} (taking over)", expiry)
-            if _take_over(store, LEASE, mine, took):
-                _release_own(store, LEASE, mine)
-                held = read_lease(store, LEASE)
-        if held is not None:
+        try:  # refused by the exclusive holder, or its lease unreadable: this one removed
+            held = read_lease(store, LEASE)
+            if held is not None and takeover:
+                # the dead holder's lease is ours for a moment, then goes (as a release)
+                mine = LeaseInfo.new(f"{purpose} (taking over)", expiry)
+                if _take_over(store, LEASE, mine, took):
+                    _release_own(store, LEASE, mine)
+                    held = read_lease(store, LEASE)
+            if held is not None:
+                raise held_error(store, LEASE, held.describe(), where)
+        except BaseException:
             store.delete(name)
-            raise held_error(store, LEASE, held.describe(), where)
+            raise
         return cls(store, name, info, took_over=took)._started()
 
     def _started(self) -> Lease:
@@ -358,9 +360,8 @@ class Lease:
         _release_own(self.store, self.name, self.info, renewing=self._beat is None)
 
     def __getstate__(self) -> dict[str, Any]:
-        # a copy sent to a worker (the finish of a compute=False write runs there) carries no
-        # heartbeat: the thread renewing this lease stays in the process that took it, and
-        # stops at its next beat once the lease is released
+        # a copy sent to a worker (a compute=False write's finish runs there) has no heartbeat:
+        # the renewing thread stays in the process that took it, stopping once it is released
         return {**self.__dict__, "_beat": None}
 
     def __enter__(self) -> Lease:

@@ -24,12 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..codec.metadata import ArrayInfo
-from ..core.layout import Coord
+from ..core.layout import Coord, Layout
 from ..runtime import pool as _pool
 from ..storage.nodes import group_arrays, open_info
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, store_name
 from .checks import Problem, VerifyReport, _check_journal, check_shard
-from .journal import RECORDS, WRITES, Record, read_records
+from .journal import RECORDS, RUNS, WRITES, Record, read_records
 
 # the checks and their report live in checks.py; verify is the walk over an array or a group
 __all__ = ["Problem", "VerifyReport", "check_shard", "verify", "verify_store"]
@@ -49,7 +49,7 @@ def verify_store(
     started = time.perf_counter()
     report = VerifyReport(where=where or describe(store.store, store.path), strict=strict)
     names, shards = _list_shards(info, store, report)
-    records, has_records = _check_records(store, report, names, shards)
+    records, has_records = _check_records(store, report, names, shards, info.layout)
     _check_shards(info, store, report, shards, records, has_records, threads, progress)
     _check_journal(store, report, check_batch)
     report.seconds = time.perf_counter() - started
@@ -88,12 +88,19 @@ def _list_shards(
 
 
 def _check_records(
-    store: ShardStore, report: VerifyReport, names: list[str], shards: dict[str, Coord]
+    store: ShardStore,
+    report: VerifyReport,
+    names: list[str],
+    shards: dict[str, Coord],
+    layout: Layout,
 ) -> tuple[dict[str, Record | None], bool]:
     """The writer's records (and whether there are any): unreadable ones and recorded shards
     that are gone go into ``report``."""
-    records = read_records(store)
-    has_records = bool(records) or any(n.startswith(RECORDS) for n in names)
+    unreadable: list[str] = []
+    records = read_records(store, unreadable, layout)
+    has_records = bool(records) or any(n.startswith((RECORDS, RUNS)) for n in names)
+    for name in unreadable:
+        report.problems.append(Problem("journal", store.key(name), "unreadable run record"))
     if has_records:
         report.shards_recorded = sum(r is not None for r in records.values())
     else:

@@ -14,87 +14,59 @@ the dask graph of the same tasks.
 
 from __future__ import annotations
 
-import itertools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from ..runtime.pool import cpu_count
 from .report import WriteReport, sum_reports
-from .write import ShardWriter, build_graph
+from .runs import ShardRuns
 
 
 @dataclass(frozen=True)
 class LocalShards:
-    """The shard tasks of one direct write of a numpy ``source`` (the write region's values):
-    one per task of ``writer.plan``, those ``keep`` marks (a boolean grid over the tasks; None:
+    """The shard tasks of one direct write of a numpy ``source`` (the write region's values),
+    run here: the runs of :class:`~.runs.ShardRuns` (one shard each but for writes of many
+    shards), those with a shard ``keep`` marks (a boolean grid over the plan's tasks; None:
     all)."""
 
-    writer: ShardWriter
-    source: np.ndarray
-    keep: np.ndarray | None = None
-
-    def locations(self) -> Iterator[tuple[int, ...]]:
-        """The task grid's locations to run, in C order."""
-        grid = itertools.product(*(range(len(c)) for c in self.writer.plan.task_chunks))
-        if self.keep is None:
-            return grid
-        return (loc for loc in grid if self.keep[loc])
+    runs: ShardRuns
 
     @classmethod
-    def of(
-        cls, writer: ShardWriter, source: Any, copy: bool, keep: np.ndarray | None
-    ) -> LocalShards | None:
-        """The tasks of a direct write of ``source`` when it is a numpy array read in place
-        (not ``copy``: a write computed later copies it into its graph), else None."""
-        if isinstance(source, np.ndarray) and not copy:
-            return cls(writer, source, keep)
+    def of(cls, runs: ShardRuns, copy: bool) -> LocalShards | None:
+        """The tasks of ``runs`` when their source is a numpy array read in place (not
+        ``copy``: a write computed later copies it into its graph), else None."""
+        if isinstance(runs.source, np.ndarray) and not copy:
+            return cls(runs)
         return None
 
-    @cached_property
-    def _edges(self) -> list[list[int]]:
-        return [[0, *itertools.accumulate(c)] for c in self.writer.plan.task_chunks]
-
-    def block(self, loc: Sequence[int]) -> np.ndarray:
-        """The source piece of task ``loc``: a view, never a copy."""
-        return self.source[
-            tuple(slice(e[i], e[i + 1]) for e, i in zip(self._edges, loc, strict=True))
-        ]
-
-    def run(self, loc: tuple[int, ...]) -> WriteReport:
-        return self.writer.run_task(loc, self.block(loc))
-
     def graph(self) -> Any:
-        """The same tasks as dask work: the receipts' dask array, or one ``Delayed`` per task
-        kept (what the pipeline's ``build_part`` makes of a direct write)."""
-        receipts = build_graph(self.writer, self.source, copy=False)
-        if self.keep is None:
-            return receipts
-        return receipts.to_delayed(optimize_graph=False)[self.keep].ravel().tolist()
+        """The same runs as dask work: one ``Delayed`` report per run (what the pipeline's
+        ``build_part`` makes of a source without a dask graph)."""
+        return self.runs.graph()
 
 
 def run_shards(parts: Sequence[LocalShards], workers: int | None = None) -> list[WriteReport]:
-    """Run every task of ``parts`` on ``workers`` threads (default: the cores, as dask's threaded
-    scheduler); one report per part. At most two tasks per thread are queued at a time (a
+    """Run every run of ``parts`` on ``workers`` threads (default: the cores, as dask's threaded
+    scheduler); one report per part. At most two runs per thread are queued at a time (a
     write of millions of shards holds no future per shard). The first failure (or a signal's
-    ``Interrupted``) stops the queue: tasks not started never start, and it is raised at once,
+    ``Interrupted``) stops the queue: runs not started never start, and it is raised at once,
     as dask's threaded scheduler raises it; the pipeline around the write then waits for the
     running ones, at most as long as it waits for dask's (``runtime.pool.stop_write``)."""
     n = max(1, workers or cpu_count())
     got: list[list[WriteReport]] = [[] for _ in parts]
-    todo = ((i, loc) for i, p in enumerate(parts) for loc in p.locations())
+    todo = ((i, run) for i, p in enumerate(parts) for run in p.runs.runs())
     pending: dict[Future[WriteReport], int] = {}
     pool = ThreadPoolExecutor(n, thread_name_prefix="shardwise-shard")
     try:
-        for i, loc in todo:
+        for i, run in todo:
             if len(pending) >= 2 * n:
                 _collect(pending, got)
-            pending[pool.submit(parts[i].run, loc)] = i
+            pending[pool.submit(parts[i].runs.run, run)] = i
         while pending:
             _collect(pending, got)
     except BaseException:

@@ -32,3 +32,12 @@ class ShardRecorder(Protocol):
     def matches(self, key: str) -> bool:
         """True when ``key`` holds exactly the object this write recorded for it."""
         ...
+
+    def for_run(self) -> ShardRecorder:
+        """The recorder of one task writing a run of shards (engine/runs.py): the run's
+        records kept together and put by :meth:`flush`."""
+        ...
+
+    def flush(self) -> None:
+        """Put the records kept and not put yet (nothing, for a recorder that puts each one)."""
+        ...

@@ -86,9 +86,19 @@ class WriteReport:
 
     def __add__(self, other: WriteReport) -> WriteReport:
         out = WriteReport()
-        for f in fields(self):
-            setattr(out, f.name, getattr(self, f.name) + getattr(other, f.name))
+        out += self
+        out += other
         return out
+
+    def __iadd__(self, other: WriteReport) -> WriteReport:
+        # in place: a sum of N reports extends the key lists once each, not N copies of them
+        for f in fields(self):
+            mine = getattr(self, f.name)
+            if isinstance(mine, list):
+                mine.extend(getattr(other, f.name))
+            else:
+                setattr(self, f.name, mine + getattr(other, f.name))
+        return self
 
     def __str__(self) -> str:
         mb = 1e6
@@ -132,8 +142,8 @@ class WriteReport:
 def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteReport:
     total = WriteReport()
     for r in _flat(receipts):
-        total = total + r
-    total.keys = sorted(total.keys)
+        total += r
+    total.keys.sort()
     if seconds_since is not None:
         total.seconds = time.perf_counter() - seconds_since
     return total

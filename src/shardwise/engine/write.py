@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -172,18 +172,29 @@ class ShardWriter:
     def run_task(self, loc: Sequence[int], block: np.ndarray | Mosaic) -> WriteReport:
         """The shard task at ``loc`` of the task grid with its piece ``block``, on a dask
         worker or this process's threads (``inprocess.py``): its report."""
+        return self.run_shards([(loc, lambda: block)])
+
+    def run_shards(
+        self, pieces: Iterable[tuple[Sequence[int], Callable[[], np.ndarray | Mosaic]]]
+    ) -> WriteReport:
+        """One task writing shards one after another: each ``(loc, read)`` of ``pieces`` is the
+        task grid's location and a function giving its piece (read only when its turn comes,
+        so the task holds one shard's piece at a time). Each shard counts as a running task of
+        its write (:func:`~shardwise.runtime.pool.running`): a write stopped meanwhile starts no
+        further shard of it, the shards written before stay written and recorded."""
         started = time.perf_counter()
-        # counted as a running task of its write (see _pool.running); untracked without a journal
-        tracked = nullcontext() if self.journal is None else _pool.running(self.journal.write_id)
         # into an icechunk session: the task writes into a fork of its own, handed back
         own = self.store.task_fork()
         writer = self if own is None else replace(self, store=own[0])
-        with tracked:
-            rep = writer.write_piece(self.plan.shard_of_task(loc), block)
+        total = WriteReport()
+        for loc, read in pieces:
+            # untracked without a journal
+            with nullcontext() if self.journal is None else _pool.running(self.journal.write_id):
+                total += writer.write_piece(self.plan.shard_of_task(loc), read())
         if own is not None:
-            rep.forks = [own[1]]
-        rep.seconds = time.perf_counter() - started
-        return rep
+            total.forks = [own[1]]
+        total.seconds = time.perf_counter() - started
+        return total
 
 
 def _parts(enc: EncodedShard) -> list[Any]:

@@ -120,7 +120,8 @@ def _linked(levels: list[LevelPlan], method: str) -> list[LevelPlan]:
         into = None if top else _step(levels[k].geometry, levels[k + 1].geometry)
         reduce = None if into is None else functools.partial(_reduce, into, method)
         link = TreeLink(tree, k, into, reduce)
-        out.append(replace(levels[k], tree=link))
+        # a tree runs one task per shard (each hands its reduced block on): no runs
+        out.append(replace(levels[k], tree=link, job=replace(levels[k].job, per_task=1)))
     return out
 
 

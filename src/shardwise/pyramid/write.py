@@ -21,7 +21,7 @@ from ..core.job import Strategy
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..storage.consolidated import Nodes
-from ..storage.icechunk import into_session
+from ..storage.icechunk import into_session, writes_into_session
 from ..storage.store import ShardStore, resolve_store
 from ..write.clear import clear_for_replace
 from ..write.intent import array_write
@@ -34,6 +34,7 @@ from .target import Target, check_target, create_level
 __all__ = ["write_pyramid"]
 
 
+@writes_into_session
 def write_pyramid(
     data: Any,
     store: Any,

@@ -63,3 +63,30 @@ def _scheduler_workers(client: Any) -> dict[str, Any]:
     if client.asynchronous:  # a fetch would have to be awaited; the cache is all there is
         return dict(client.scheduler_info()["workers"])
     return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+
+
+def default_threads(local: bool) -> int:
+    """Threads the write's tasks run on at once: this process's (dask's ``num_workers``, else
+    the cores) when it runs ``local``ly, else those of every worker of the default
+    distributed client (the cores when none answers)."""
+    import sys
+
+    from .pool import cpu_count
+
+    if not local and "distributed" in sys.modules:
+        try:
+            from distributed import default_client
+
+            workers = _scheduler_workers(default_client()).values()
+            total = sum(int(w.get("nthreads", 0)) for w in workers)
+            if total:
+                return total
+        except (ImportError, ValueError, AttributeError, KeyError):
+            pass
+    if "dask" in sys.modules:
+        import dask
+
+        n = dask.config.get("num_workers", None)
+        if n:
+            return int(n)
+    return cpu_count()

@@ -16,6 +16,14 @@ store): ``import shardwise`` never imports it. A write into a session runs as an
    merge keeps the last of two writes of one chunk, silently), merged into the session, and
    committed when asked (``rebase_with=ConflictDetector()``).
 
+One write into a session at a time: a session is one change set, and two writes running in it
+at once would each merge forks made before the other's changes (an append's rows reserved twice,
+a shard two regions share kept from one of them). :meth:`SessionWrite.begin` claims the session
+for the call (:func:`writes_into_session`, around every front end, gives the claim back when the
+call returns or raises); a call from another thread while it is held is refused before any
+change (:class:`TransactionError`). A call inside the same thread's write (``convert``'s arrays)
+goes on.
+
 The transaction is the atomicity: no lease, no ``.shardwise`` journal is written into the
 repository (:class:`SessionBackend` keeps them out), and there is nothing to resume: a write
 interrupted before its commit leaves the branch unchanged (and, in a client that survived, the
@@ -27,8 +35,10 @@ lists what to rerun.
 
 from __future__ import annotations
 
+import functools
 import pickle
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,9 +66,16 @@ def session_write(
     store: Any, commit: Any, lease: Any, resume: Any, compute: Any, strategy: Any
 ) -> SessionWrite | None:
     """The checked write of a front end into ``store`` when it is an icechunk Session (its
-    refusals first), else None; ``commit`` without a session is refused. A writable session's
-    store stands for its session. Imports icechunk only when it is one."""
-    if is_icechunk_store(store) and not store.read_only and not store.session.read_only:
+    refusals first), else None; ``commit`` without a session is refused. A session's store
+    stands for its session (a read-only one is refused). Imports icechunk only when it is
+    one."""
+    if is_icechunk_store(store):
+        if store.read_only or store.session.read_only:
+            raise InvalidValueError(
+                "the icechunk store is read-only (the store of a read-only session, or a "
+                "read-only view): write into repo.writable_session(branch) or its .store; "
+                "nothing was written"
+            )
         store = store.session
     if is_session(store):
         return SessionWrite.begin(
@@ -84,6 +101,57 @@ def into_session[Options](
         return None, store, options
     strategy = "direct" if o.strategy == "auto" else o.strategy
     return tx, tx.store, replace(o, lease=False, strategy=strategy)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A session a shardwise write is running in, and the thread whose call runs it."""
+
+    session: Any
+    thread: int
+
+
+_claims_lock = threading.Lock()
+_claims: list[_Claim] = []  # the sessions being written in this process (compared by ==)
+
+
+def claim(session: Any) -> None:
+    """Claim ``session`` for the calling thread's write: a :class:`TransactionError` when a
+    write of another thread holds it (nothing changed); held by this thread already, nothing
+    to do. :func:`writes_into_session` gives it back."""
+    me = threading.get_ident()
+    with _claims_lock:
+        other = next((c for c in _claims if c.session == session), None)
+        if other is None:
+            _claims.append(_Claim(session, me))
+            return
+    if other.thread != me:
+        raise TransactionError(
+            f"another shardwise write into this icechunk session (branch "
+            f"{session.branch!r}) is running, in another thread: two writes in one session at "
+            "once would lose one's changes (each merges forks made before the other's rows "
+            "and shards); nothing of this one was written. Run them one after the other, or "
+            "each in a session of its own (repo.writable_session(branch)), committed one by "
+            "one (commits that share shards conflict instead of losing data)"
+        )
+
+
+def writes_into_session[**P, R](call: Callable[P, R]) -> Callable[P, R]:
+    """A front end whose call claims a session (:func:`claim`, in :meth:`SessionWrite.begin`):
+    the claims its thread took during the call are given back when it returns or raises."""
+
+    @functools.wraps(call)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        me = threading.get_ident()
+        with _claims_lock:
+            held = [c for c in _claims if c.thread == me]
+        try:
+            return call(*args, **kwargs)
+        finally:
+            with _claims_lock:
+                _claims[:] = [c for c in _claims if c.thread != me or any(c is h for h in held)]
+
+    return run
 
 
 @dataclass(frozen=True)
@@ -183,7 +251,8 @@ class SessionWrite:
         compute: Any,
         strategy: Any = "auto",
     ) -> SessionWrite:
-        """Refuse what a write into ``session`` cannot do, before anything is written."""
+        """Refuse what a write into ``session`` cannot do, before anything is written, then
+        claim the session for this call (:func:`claim`)."""
         import icechunk
 
         if isinstance(session, icechunk.ForkSession):
@@ -213,6 +282,7 @@ class SessionWrite:
                 "strategy='staged' does not apply to an icechunk session: each shard task "
                 "writes its whole shard into its fork (strategy='direct')"
             )
+        claim(session)  # the last refusal: no other thread's write runs in the session
         return cls(session, commit)
 
     def xarray_keywords(
@@ -281,10 +351,18 @@ class SessionWrite:
 
     def commit_now(self) -> str:
         """Commit the session, rebased on what others committed meanwhile when no chunk of
-        theirs is one of ours; a conflict raises :class:`TransactionError`."""
+        theirs is one of ours; a conflict raises :class:`TransactionError`, and so does a
+        session without a change to commit (icechunk makes no empty commit)."""
         import icechunk
 
         assert self.commit is not None
+        if not self.session.has_uncommitted_changes:
+            raise TransactionError(
+                f"commit={self.commit!r}: the write changed nothing in the session of branch "
+                f"{self.session.branch!r} (what it wrote was stored already), and icechunk "
+                "makes no empty commit; nothing was committed. Write without commit=, or "
+                "commit the session yourself (session.commit(message, allow_empty=True))"
+            )
         try:
             return str(self.session.commit(self.commit, rebase_with=icechunk.ConflictDetector()))
         except (icechunk.ConflictError, icechunk.RebaseFailedError) as e:

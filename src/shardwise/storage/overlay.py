@@ -274,7 +274,7 @@ async def prune(target: Store, d: str, kept: tuple[str, ...]) -> None:
         full = d + c
         # an exact keep keeps a key only: a directory of that name is pruned as any other (a
         # kept "a/c" is no reason to keep "a/c/0")
-        if await target.exists(full):
+        if await _is_key(target, full):
             if full not in exact and not full.startswith(prefixes):
                 await target.delete(full)
         elif not (full + "/").startswith(prefixes):
@@ -282,6 +282,18 @@ async def prune(target: Store, d: str, kept: tuple[str, ...]) -> None:
     async for _ in target.list_dir(d):
         return
     await target.delete_dir(d.rstrip("/"))  # emptied: no empty directory stays behind
+
+
+async def _is_key(target: Store, name: str) -> bool:
+    """Whether ``name`` (a child listed under a directory) is a key of ``target``, not a
+    directory. An icechunk store answers a node's path (a group or an array: ``a/0``, not a
+    zarr key) with an ``InvalidInputError`` ("invalid zarr key format") instead of False."""
+    try:
+        return bool(await target.exists(name))
+    except Exception as e:
+        if type(e).__module__.startswith("icechunk") and type(e).__name__ == "InvalidInputError":
+            return False
+        raise
 
 
 def _dir(prefix: str) -> str:

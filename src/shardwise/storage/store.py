@@ -288,9 +288,17 @@ class LocalFiles:
         top = self.root / prefix
         if not top.is_dir():
             return []
+        walk = os.walk(top, onerror=_unlisted)
         return sorted(
-            str((Path(d) / f).relative_to(self.root)) for d, _, files in os.walk(top) for f in files
+            str((Path(d) / f).relative_to(self.root)) for d, _, files in walk for f in files
         )
+
+
+def _unlisted(error: OSError) -> None:
+    """``os.walk``'s errors: a directory removed while it is walked holds nothing now; any other
+    failure to list one (no permission, an I/O error) is raised, never read as empty."""
+    if not isinstance(error, FileNotFoundError | NotADirectoryError):
+        raise error
 
 
 def open_file(path: Path) -> LocalObject | None:

@@ -35,7 +35,10 @@ def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") ->
         from dask.delayed import delayed
 
         parts = dask_parts(parts)
-        work = [delayed(sum_reports, pure=False)(p) if isinstance(p, list) else p for _, p in parts]
+        work = [
+            delayed(sum_reports, pure=False)(list(p)) if isinstance(p, list) else p
+            for _, p in parts
+        ]
         got = compute(*work)
         report = total_report([(prefix, g) for (prefix, _), g in zip(parts, got, strict=True)])
     report.seconds = time.perf_counter() - started
@@ -59,7 +62,8 @@ def _with_progress(parts: list[Part], desc: str) -> WriteReport:
             items = p.to_delayed().ravel().tolist()
         else:
             items = [p]
-        nshards += len(items) if shard_tasks else 0
+        # runs (engine/runs.py) write many shards a task: they say how many
+        nshards += getattr(p, "nshards", len(items)) if shard_tasks else 0
         spans.append((prefix, len(flat), len(flat) + len(items), shard_tasks))
         flat.extend(items)
     got = compute_with_progress(flat, nshards, desc=desc)
@@ -85,7 +89,7 @@ def deferred(parts: list[Part]) -> list[Part]:
             # layer over it, not a Delayed per task (seconds for tens of thousands of tasks)
             p = lazy_call(sum_reports, [d.key for d in p], p[0])
         elif isinstance(p, list):
-            p = delayed(sum_reports, pure=False)(p)
+            p = delayed(sum_reports, pure=False)(list(p))
         out.append((prefix, p))
     return out
 

@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from ..compat import default_cluster_is_local, default_scheduler_is_local
-from ..core.job import Strategy, WritePlan, make_job
+from ..core.job import Strategy, WritePlan, make_job, shards_per_task
 from ..core.plan import ShardPlan
 from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidValueError
+from ..runtime.probes import default_threads
 from ..storage.conditional import versions
 from ..storage.nodes import array_exists, metadata_differences, same_metadata
 from ..storage.retry import retry_transient
@@ -188,6 +189,11 @@ def job_for(
         # and the blocks it keeps for other tasks; a direct task near the whole budget
         # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
         return direct if 2 * direct.peak_per_task <= direct.memory_limit else chosen
+    if role == "array" and chosen.strategy == "direct" and chunks is None:
+        # a source without a dask graph is read shard by shard inside the shard tasks: they
+        # run in runs of neighbouring shards, as many as the threads that run them want
+        per = shards_per_task(plan.ntasks, default_threads(local))
+        return replace(chosen, per_task=per) if per > 1 else chosen
     return chosen
 
 

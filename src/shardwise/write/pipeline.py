@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
@@ -36,6 +37,7 @@ from ..durability.lease import LEASE, SHARED
 from ..engine.forks import fork_tree
 from ..engine.inprocess import LocalShards, dask_parts
 from ..engine.report import WriteReport
+from ..engine.runs import ShardRuns, copied
 from ..engine.tree import TreeLink
 from ..engine.write import ShardWriter, WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError, PlanError
@@ -388,8 +390,22 @@ def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
         receipts = build_staged(staged, write.source, copy=write.copy_source)
     else:
         writer = _direct_writer(write, session)
-        if local := LocalShards.of(writer, write.source, write.copy_source, plan.keep_mask(done)):
-            return local  # a numpy source: run without dask when computed here on threads
+        if not _is_dask(write.source):
+            # read window by window inside the shard tasks, in runs (engine/runs.py); a write
+            # that creates its array records each run of many shards in one object
+            per_task = 1 if write.job is None else write.job.per_task
+            runs = ShardRuns(
+                writer,
+                write.source,
+                per_task,
+                plan.keep_mask(done),
+                batched=per_task > 1 and write.create is not None and not write.shared,
+            )
+            if local := LocalShards.of(runs, write.copy_source):
+                return local  # a numpy source: run without dask when computed here on threads
+            return (
+                replace(runs, source=copied(runs.source)) if write.copy_source else runs
+            ).graph()
         receipts = build_graph(writer, write.source, copy=write.copy_source)
     keep = plan.keep_mask(done)
     if keep is None:
@@ -409,3 +425,8 @@ def _direct_writer(write: ArrayWrite, session: WriteSession) -> ShardWriter:
         journal=session.journal(write.info.codec),
         shared=write.shared,
     )
+
+
+def _is_dask(source: Any) -> bool:
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(source, da.Array)

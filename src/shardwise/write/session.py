@@ -41,6 +41,7 @@ from ..durability.journal import (
     now,
     read_marker,
     read_markers,
+    read_run_records,
     region_list,
     remove_temp_files,
 )
@@ -304,13 +305,14 @@ def stored_before(
     store = journal.store
     lay = plan.layout
     shards = list(plan_shards(plan))
+    runs = read_run_records(store, journal.write_id)  # the records its runs put
 
     def state(shard: Coord) -> str:
         key = lay.shard_key(shard)
-        if journal.matches(key):
+        if journal.matches(key, runs):
             return "done"
         if fill and store.size(key) is None and store.get(RECORDS + key) is None:
-            return "fill"
+            return "fill"  # (a run records no empty shard either)
         return ""
 
     with ThreadPoolExecutor(4) as pool:  # whole objects in memory on remote stores

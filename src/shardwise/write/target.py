@@ -170,7 +170,10 @@ def _source(data: Any) -> Any:
     cannot be written: every refusal here comes before the store is touched."""
     xr = sys.modules.get("xarray")
     if xr is not None and isinstance(data, xr.DataArray | xr.Variable):
-        data = data.data  # the dask or numpy array under it
+        var = data.variable if isinstance(data, xr.DataArray) else data
+        # the dask or numpy array under it; a variable xarray has not loaded (opened without
+        # chunks) is read window by window by the shard tasks, never whole
+        data = var.data if var.chunks is not None or var._in_memory else LazyWindows(var)
     if not hasattr(data, "shape") or not hasattr(data, "dtype"):
         data = np.asarray(data)
     refuse_unknown_chunks(data)
@@ -228,3 +231,18 @@ def _to_strings(block: np.ndarray, dtype: Any = None) -> np.ndarray:
                 f"{type(v).__name__}: convert the values first"
             )
     return block.astype(np.dtypes.StringDType() if dtype is None else dtype)
+
+
+class LazyWindows:
+    """An xarray variable not loaded yet (a backend's lazily indexed array) as a source the
+    shard tasks read window by window (``engine/runs.py``): ``var[window].values`` loads that
+    window only, where ``var.data`` would load the whole variable."""
+
+    def __init__(self, var: Any) -> None:
+        self.var = var
+        self.shape = tuple(var.shape)
+        self.dtype = var.dtype
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return np.asarray(self.var[key].values)

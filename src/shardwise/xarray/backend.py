@@ -38,6 +38,7 @@ from ..engine.load import read_selection
 from ..engine.read import ShardReader
 from ..engine.whole import install as install_whole_reads
 from ..errors import InvalidTypeError, ReadOnlyError, UnsupportedCodecError
+from ..storage.icechunk import is_session
 from ..storage.nodes import node_errors, walk_groups
 from ..storage.store import ShardStore
 
@@ -136,8 +137,8 @@ class ShardwiseDataStore(AbstractDataStore):
 
     @classmethod
     def open(cls, store: Any, *, group: str | None = None, **kwargs: Any) -> ShardwiseDataStore:
-        """Open the group ``group`` of ``store`` (a path, URL or zarr Store): metadata only.
-        Takes the keywords of :meth:`open_tree` but ``subgroups``."""
+        """Open the group ``group`` of ``store`` (a path, URL, zarr Store or icechunk Session):
+        metadata only. Takes the keywords of :meth:`open_tree` but ``subgroups``."""
         return cls.open_tree(store, group=group, subgroups=False, **kwargs)["/"]
 
     @classmethod
@@ -168,6 +169,8 @@ class ShardwiseDataStore(AbstractDataStore):
         args.flags(cache_indexes=cache_indexes)
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
+        if is_session(store):  # an icechunk Session (read-only or writable) reads its store
+            store = store.store
         kwargs: dict[str, Any] = {}
         if storage_options:
             kwargs["storage_options"] = storage_options

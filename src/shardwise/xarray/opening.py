@@ -1,5 +1,7 @@
-"""``shardwise.open_dataset``: a Zarr group as an ``xarray.Dataset`` through the shardwise engine
-(``xr.open_dataset(..., engine="shardwise", chunks={})`` with its keywords checked)."""
+"""``shardwise.open_dataset`` and ``shardwise.open_datatree``: a Zarr group as an
+``xarray.Dataset``, or a group and every group below it as an ``xarray.DataTree``, through the
+shardwise engine (``xr.open_dataset(..., engine="shardwise", chunks={})`` and
+``xr.open_datatree`` alike, with their keywords checked)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ def open_dataset(
 
     Parameters
     ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL or an icechunk ``Session`` (read-only or
+        writable: a writable one reads its uncommitted changes too).
     group : str, optional
         The group to open (default: the root), as in ``xr.open_dataset``.
     drop_variables : str or iterable of str, optional
@@ -62,6 +65,67 @@ def open_dataset(
 
     _check_chunks(chunks)
     return xr.open_dataset(
+        store,
+        engine=ShardwiseBackendEntrypoint,
+        group=group,
+        drop_variables=drop_variables,
+        chunks={} if isinstance(chunks, str) and chunks == "shards" else chunks,
+        threads=threads,
+        cache_indexes=cache_indexes,
+        **kwargs,
+    )
+
+
+def open_datatree(
+    store: Any,
+    *,
+    group: str | None = None,
+    drop_variables: str | Iterable[str] | None = None,
+    chunks: Any = "shards",
+    threads: int | None = None,
+    cache_indexes: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Open a Zarr group and every group below it as an ``xarray.DataTree`` with the shardwise
+    engine.
+
+    The same as ``xr.open_datatree(store, engine="shardwise", chunks={})`` by default: each
+    group's variables as :func:`open_dataset` opens them, coordinates inherited as xarray
+    inherits them.
+
+    Parameters
+    ----------
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL or an icechunk ``Session`` (read-only or
+        writable: a writable one reads its uncommitted changes too).
+    group : str, optional
+        The group at the root of the tree (default: the store's root).
+    drop_variables : str or iterable of str, optional
+        Variables not to open, in every group.
+    chunks : "shards", "auto", int, dict or None, default "shards"
+        As in :func:`open_dataset`, for every group.
+    threads : int, optional
+        Caps the threads that decode inner chunks.
+    cache_indexes : bool, default False
+        Cache shard indexes on non-local stores.
+    **kwargs
+        The other keyword arguments of ``xr.open_datatree`` (CF decoding options,
+        ``consolidated``, ``storage_options``, ...).
+
+    Returns
+    -------
+    xarray.DataTree
+        The tree, its variables lazy.
+
+    Raises
+    ------
+    InvalidTypeError, InvalidValueError
+        A ``chunks`` (or another keyword) of the wrong type, or a value it does not accept.
+    """
+    import xarray as xr
+
+    _check_chunks(chunks)
+    return xr.open_datatree(
         store,
         engine=ShardwiseBackendEntrypoint,
         group=group,

@@ -30,7 +30,7 @@ from ..engine.report import NOTHING_TO_DO, WriteReport
 from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError
 from ..storage.consolidated import Nodes
-from ..storage.icechunk import SessionWrite, session_write
+from ..storage.icechunk import SessionWrite, session_write, writes_into_session
 from ..storage.store import describe
 from ..write.clear import clear_for_replace
 from ..write.compute import compute_parts
@@ -54,6 +54,7 @@ from .tree import check_tree
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
 
 
+@writes_into_session
 def to_zarr(
     obj: Any,
     store: Any,

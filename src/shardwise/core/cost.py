@@ -1,0 +1,99 @@
+"""What a write costs in objects and requests, before it runs: pure counting over its job.
+
+On an object store every object is a request and requests are billed: a terabyte in 1 MiB
+objects is a million PUTs, in 1 GiB shards a thousand. :func:`requests_of` counts, for a
+:class:`~shardwise.core.job.WritePlan`, the objects the write leaves and the requests it makes
+(PUT, GET, LIST, multipart parts), as upper bounds (all-fill shards are not stored, so a write
+of fill values puts fewer); :class:`Prices` turns them into money. The default prices are S3
+Standard's in us-east-1 as published in 2026 (USD: PUT, COPY, POST and LIST $0.005 per 1,000
+requests, GET $0.0004 per 1,000); give your own ``Prices`` for another store or region.
+
+>>> r = Requests(objects=2003, puts=2006, gets=0, lists=3, parts=0, raw_bytes=2**40)
+>>> round(r.cost(), 4), round(r.cost_per_tib(), 4)
+(0.01, 0.01)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+TiB = 2**40
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Request prices in USD per 1,000 requests (default: S3 Standard, us-east-1)."""
+
+    put: float = 0.005
+    get: float = 0.0004
+    list: float = 0.005
+    name: str = "S3 Standard us-east-1"
+
+
+@dataclass(frozen=True)
+class Requests:
+    """The objects a write leaves and the requests it makes (upper bounds).
+
+    ``objects``: shards, their journal records and the few objects of the write itself
+    (metadata, marker); ``puts``: every object put, multipart parts and their completions
+    included; ``gets``: stored shards read to merge (regions that cover shards in part) and
+    staged pieces read back; ``lists``: listings (markers, leftovers); ``parts``: multipart
+    upload parts (staged writes on S3); ``raw_bytes``: the data written, for a cost per TiB.
+    """
+
+    objects: int
+    puts: int
+    gets: int
+    lists: int
+    parts: int
+    raw_bytes: int
+
+    def cost(self, prices: Prices | None = None) -> float:
+        """The requests' price in USD."""
+        p = prices or Prices()
+        return (self.puts * p.put + self.gets * p.get + self.lists * p.list) / 1000
+
+    def cost_per_tib(self, prices: Prices | None = None) -> float:
+        """:meth:`cost` per TiB of raw data written (NaN for an empty write)."""
+        return self.cost(prices) * TiB / self.raw_bytes if self.raw_bytes else math.nan
+
+    def describe(self, prices: Prices | None = None) -> str:
+        """Two lines for a plan's printout."""
+        p = prices or Prices()
+        return (
+            f"objects: {self.objects:,}\n"
+            f"  requests: PUT {self.puts:,}, GET {self.gets:,}, LIST {self.lists:,}, multipart "
+            f"parts {self.parts:,}; ${self.cost(p):,.4f} at {p.name} prices "
+            f"(${self.cost_per_tib(p):,.4f} per TiB written)"
+        )
+
+
+# the write's own objects: its zarr.json, its marker; its lease is put and deleted
+OWN_OBJECTS = 2
+OWN_PUTS = 4  # metadata, marker open, marker done, lease
+OWN_LISTS = 3  # markers at the start and the finish, leftovers of interrupted writes
+
+
+def requests_of(
+    *,
+    shards: int,
+    partial: int,
+    records: int,
+    staged_pieces: int,
+    parts_per_shard: int,
+    raw_bytes: int,
+) -> Requests:
+    """The requests of a write of ``shards`` shards (``partial`` of them merged with what is
+    stored: read first), ``records`` journal records, ``staged_pieces`` pieces staged and read
+    back (a staged write; 0 for direct), each shard put in ``parts_per_shard`` multipart parts
+    (a staged write on S3: parts plus create and complete; 0: one put)."""
+    shard_puts = shards * (parts_per_shard + 2 if parts_per_shard else 1)
+    return Requests(
+        objects=shards + records + OWN_OBJECTS,
+        puts=shard_puts + records + staged_pieces + OWN_PUTS,
+        gets=partial + staged_pieces,
+        lists=OWN_LISTS,
+        parts=shards * parts_per_shard,
+        raw_bytes=raw_bytes,
+    )

@@ -1,0 +1,173 @@
+"""Writes into icechunk sessions a corrupting change would get wrong, each read back by
+zarr-python (and xarray's zarr engine) from the committed snapshot:
+
+* a read-only view of a writable session's store is refused, the session unchanged (written
+  through, it would change the session its view came from);
+* ``to_icechunk`` of a Dataset on dask's processes scheduler;
+* writes at the repository's root (``path=""`` and no path), whose journal keys are
+  ``.shardwise/...`` at the top;
+* the last check of the forks before they are merged into the session (:meth:`SessionWrite.
+  finish`; with ``progress=True`` the forks of the shard tasks reach it unmerged, so it is the
+  only check): two forks that wrote one shard are refused, nothing merged; and with a bar on
+  threads every shard task's fork is merged.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import shardwise
+from shardwise.errors import InvalidValueError, TransactionError
+
+icechunk = pytest.importorskip("icechunk")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Any:
+    return icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+
+
+def committed(repo: Any, path: str = "") -> np.ndarray:
+    return np.asarray(zarr.open_array(repo.readonly_session("main").store, path=path, mode="r")[:])
+
+
+def test_a_read_only_view_of_a_writable_session_is_refused(repo: Any) -> None:
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    session = repo.writable_session("main")
+    view = session.store.with_read_only(True)
+    assert view.read_only and not view.session.read_only
+    for kwargs in ({"path": "a", "mode": "w"}, {"path": "b"}):
+        with pytest.raises(InvalidValueError, match="read-only view"):
+            shardwise.write_array(np.zeros((8, 8)), view, chunks=4, shards=8, **kwargs)
+    with pytest.raises(InvalidValueError, match="read-only view"):
+        shardwise.to_zarr(xr.Dataset({"v": (("y",), np.arange(4.0))}), view, mode="a")
+    assert not session.has_uncommitted_changes
+    assert str(session.status()) == str(repo.writable_session("main").status())
+    np.testing.assert_array_equal(committed(repo, "a"), np.ones((8, 8)))
+    # the store of a read-only session is refused as the session is
+    with pytest.raises(InvalidValueError, match="store of a read-only session"):
+        shardwise.write_array(np.zeros(4), repo.readonly_session("main").store, path="c")
+
+
+def test_to_icechunk_on_the_processes_scheduler(repo: Any) -> None:
+    """A Dataset whose dask chunks split its shards, written by dask's processes scheduler
+    (each shard task's fork pickled back to the client): committed, read back exact."""
+    v = np.arange(60 * 40, dtype="f4").reshape(60, 40)
+    ds = xr.Dataset(
+        {"v": (("t", "x"), v), "w": (("t",), np.arange(60, dtype="i8") * 3)},
+        coords={"t": np.arange(60)},
+        attrs={"title": "processes"},
+    ).chunk({"t": 7, "x": 15})
+    encoding = {
+        "v": {"chunks": (5, 10), "shards": (20, 20)},
+        "w": {"chunks": (5,), "shards": (20,)},
+    }
+    with dask.config.set(scheduler="processes", num_workers=2):
+        report = shardwise.to_icechunk(
+            ds, repo.writable_session("main"), encoding=encoding, commit="on processes"
+        )
+    assert report.forks == [] and report.shards_written == 6 + 3 + 1  # v, w and t
+    snap = repo.readonly_session("main")
+    back = xr.open_dataset(snap.store, engine="zarr", consolidated=False).load()
+    xr.testing.assert_identical(back, ds.compute())
+    np.testing.assert_array_equal(committed(repo, "v"), v)
+    assert zarr.open_array(snap.store, path="v", mode="r").shards == (20, 20)
+
+
+@pytest.mark.parametrize("path", ["", None], ids=["empty-path", "no-path"])
+def test_writes_at_the_repository_root(repo: Any, path: str | None) -> None:
+    """An array at the root of the repository: written, then a region of it rewritten, each
+    committed; zarr-python and shardwise read the snapshot, and no key of shardwise's journal
+    is in it."""
+    where = {} if path is None else {"path": path}
+    x = np.arange(100.0).reshape(10, 10)
+    with dask.config.set(scheduler="threads"):
+        shardwise.write_array(
+            da.from_array(x, chunks=3),
+            repo.writable_session("main"),
+            chunks=(5, 5),
+            shards=(5, 10),
+            commit="root",
+            **where,
+        )
+        shardwise.write_array(
+            np.full((3, 10), -1.0),
+            repo.writable_session("main"),
+            region=(slice(4, 7), slice(None)),
+            mode="r+",
+            commit="a region of the root",
+            **where,
+        )
+    x[4:7] = -1.0
+    np.testing.assert_array_equal(committed(repo), x)
+    np.testing.assert_array_equal(shardwise.read_array(repo.readonly_session("main")), x)
+    store = repo.readonly_session("main").store
+
+    async def listed() -> list[str]:
+        return [k async for k in store.list()]
+
+    from zarr.core.sync import sync
+
+    assert not [k for k in sync(listed()) if ".shardwise" in k]
+
+
+@pytest.mark.parametrize("progress", [False, True], ids=["merged", "with-a-bar"])
+def test_the_last_check_refuses_forks_that_wrote_one_shard(repo: Any, progress: bool) -> None:
+    """The forks that reach the session (one per array after the tree of merges, every shard
+    task's with a bar) are checked disjoint before the first merge: two that wrote shard [0]
+    are a TransactionError naming it, and the session keeps none of their chunks."""
+    from shardwise.engine.report import WriteReport
+    from shardwise.storage.icechunk import SessionWrite
+
+    session = repo.writable_session("main")
+    zarr.create_array(session.store, name="a", shape=(30,), chunks=(5,), shards=(10,), dtype="i2")
+    session.commit("empty")
+    session = repo.writable_session("main")
+    fork = session.fork()
+    one, two, three = (pickle.loads(pickle.dumps(fork)) for _ in range(3))
+    zarr.open_array(one.store, path="a", mode="r+")[20:30] = 1
+    zarr.open_array(two.store, path="a", mode="r+")[10:20] = 2
+    zarr.open_array(three.store, path="a", mode="r+")[20:25] = 3
+    tx = SessionWrite(session, commit="never")
+    with pytest.raises(TransactionError, match=r"shard \[2\] of array '/a'"):
+        tx.finish(WriteReport(forks=[one, two, three]), progress=progress)
+    assert not session.has_uncommitted_changes
+    assert not session.status().updated_chunks
+    np.testing.assert_array_equal(committed(repo, "a"), np.zeros(30))
+    # disjoint forks are merged and committed
+    tx = SessionWrite(session, commit="two forks")
+    report = tx.finish(WriteReport(forks=[one, two]), progress=progress)
+    assert report.forks == [] and report.notes[-1].startswith("committed snapshot")
+    np.testing.assert_array_equal(committed(repo, "a"), [0] * 10 + [2] * 10 + [1] * 10)
+
+
+def test_progress_on_threads_merges_every_shard_tasks_fork(
+    repo: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a bar the forks of the shard tasks reach the session unmerged (no tree): on threads
+    too, all 16 are checked, merged and committed under the second bar, nothing lost."""
+    x = np.arange(80 * 80, dtype="i4").reshape(80, 80)
+    with dask.config.set(scheduler="threads"):
+        report = shardwise.write_array(
+            da.from_array(x, chunks=(15, 25)),
+            repo.writable_session("main"),
+            path="a",
+            chunks=10,
+            shards=20,
+            progress=True,
+            commit="with a bar on threads",
+        )
+    assert report.forks == [] and report.shards_written == 16
+    err = capsys.readouterr().err.replace("\r", "\n")
+    merged = [ln for ln in err.splitlines() if "merge into the session" in ln]
+    assert merged and "16/16" in merged[-1]
+    np.testing.assert_array_equal(committed(repo, "a"), x)
