@@ -399,3 +399,58 @@ def test_a_failed_conversion_releases_its_lease_after_its_tasks_stopped(
     failed_conversion(tmp_path, monkeypatch, landed)
     assert leased_when_landed == [True], "the lease was released while a task still wrote"
     assert read_lease(ShardStore(LocalStore(dst))) is None
+
+
+def _cut(path: Path) -> None:
+    """The chunk object cut short: no decoder takes it."""
+    path.write_bytes(path.read_bytes()[:-7])
+
+
+@pytest.mark.parametrize(
+    "compressor",
+    [numcodecs.Zstd(), numcodecs.Blosc(), numcodecs.GZip(), None],
+    ids=["zstd", "blosc", "gzip", "none"],
+)
+@pytest.mark.parametrize("dst_path", [None, "out/a"])
+def test_a_copied_corrupt_chunk_is_reported_by_verify_true_as_verify_reports_it(
+    tmp_path: Path, compressor: Any, dst_path: str | None
+) -> None:
+    """A source chunk copied as it is (not re-encoded) that does not decode: convert's
+    ``verify=True`` reports it exactly as ``verify`` of the destination does (ok False, the
+    copied shard's key and inner chunk named), for every codec a copy keeps, at the root or a
+    path; a rerun with ``resume=True`` (nothing to do) reports it again."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    _cut(_v2(src, compressor))
+    rep = shardwise.convert(src, dst, shards=(16, 20), verify=True, dst_path=dst_path)
+    assert rep.arrays[0].method == "copy" and rep.arrays[0].verified is False and not rep.ok
+    where = f"{dst_path}/" if dst_path else ""
+    assert len(rep.problems) == 1
+    assert rep.problems[0].startswith(f"corrupt    {where}c/0/1 chunk (1, 0): inner chunk does")
+    assert [str(p) for p in shardwise.verify(dst, path=dst_path).problems] == rep.problems
+    again = shardwise.convert(src, dst, shards=(16, 20), verify=True, dst_path=dst_path,
+                              resume=True)  # fmt: skip
+    assert again.problems == rep.problems and not again.ok
+
+
+@pytest.mark.parametrize(
+    ("compressor", "corrupt"),
+    [
+        (numcodecs.BZ2(), lambda p: _flip(p, at=0)),  # OSError("Invalid data stream")
+        (numcodecs.BZ2(), _cut),  # EOFError
+        (numcodecs.LZMA(), _cut),  # LZMAError
+    ],
+    ids=["bz2-header", "bz2-cut", "lzma-cut"],
+)
+def test_a_corrupt_chunk_of_a_codec_the_conversion_decodes_is_named_by_its_key(
+    tmp_path: Path, compressor: Any, corrupt: Callable[[Path], None]
+) -> None:
+    """bz2 (an OSError without errno) and lzma (LZMAError) raise their own errors for bytes
+    that do not decode: re-encoded, such a chunk is a problem of ``verify=True`` naming its
+    key, and without verify a CorruptShardError naming it (not the decoder's raw error)."""
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    corrupt(_v2(src, compressor))
+    rep = shardwise.convert(src, dst, shards=(16, 20), verify=True)
+    assert rep.arrays[0].method == "reencode" and not rep.ok
+    assert len(rep.problems) == 1 and rep.problems[0].startswith("corrupt    1.2"), rep.problems
+    with pytest.raises(CorruptShardError, match=r"'1\.2'"):
+        shardwise.convert(src, tmp_path / "raw.zarr", shards=(16, 20))

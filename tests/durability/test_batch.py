@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from zarr.abc.store import Store
+from zarr.codecs import ZstdCodec
 from zarr.storage import LocalStore, WrapperStore
 
 import shardwise
@@ -351,3 +352,85 @@ def test_a_part_refuses_a_keyword_write_array_does_not_take(tmp_path: Path) -> N
     with pytest.raises(InvalidTypeError, match="fsync must be True or False, got 'no'"):
         batch.write_part(data(), root, 0, fsync="no")
     assert snapshot(root) == before
+
+
+def _state(root: Path) -> dict[str, str | None]:
+    """Every directory (None) and file (its sha256) under ``root``: a refused call must leave
+    both as they were."""
+    out: dict[str, str | None] = dict(snapshot(root))
+    out.update({str(d.relative_to(root)): None for d in root.rglob("*") if d.is_dir()})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        (".shardwise/x", "names a node '.shardwise'"),
+        ("a/.shardwise", "names a node '.shardwise'"),
+        ("a//b", "empty name between two '/'"),
+        ("zarr.json", "names a node 'zarr.json'"),
+        ("a/zarr.json", "names a node 'zarr.json'"),
+        ("a/zarr.json/b", "names a node 'zarr.json'"),
+        ("a/../b", "names a node '..'"),
+    ],
+)
+def test_batch_refuses_a_path_every_front_end_refuses(tmp_path: Path, path: str, why: str) -> None:
+    """batch.init, write_part, finalize and open_batch check path= by the one check of every
+    front end (write_array's path=), before the store is touched: the store byte-identical, no
+    directory made."""
+    root = tmp_path / "b.zarr"
+    shardwise.write_array(data(), root, path="a", **KW)  # a store with an array in it
+    before = _state(root)
+    with pytest.raises(InvalidValueError, match=rf"path={path!r} .*{why}"):
+        shardwise.write_array(data(), root, path=path, **KW)  # the rule batch follows
+    with pytest.raises(InvalidValueError, match=rf"path={path!r} .*{why}"):
+        batch.init(root, shape=SHAPE, dtype="uint8", parts=2, path=path, **KW)
+    assert _state(root) == before
+    for step in (
+        lambda: batch.write_part(data(), root, 0, path=path),
+        lambda: batch.finalize(root, path=path),
+        lambda: batch.open_batch(root, path=path),
+    ):
+        with pytest.raises(InvalidValueError, match=rf"path={path!r} .*{why}"):
+            step()
+        assert _state(root) == before
+    fresh = tmp_path / "new.zarr"
+    with pytest.raises(InvalidValueError, match=rf"path={path!r}"):
+        batch.init(fresh, shape=SHAPE, dtype="uint8", parts=2, path=path, **KW)
+    assert not fresh.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (dict(dtype="uint16"), r'dtype \(data_type\): stored "uint8", asked "uint16"'),
+        (dict(chunks=(10, 4)), r"chunks: stored \[5,4\], asked \[10,4\]"),
+        (dict(shards=(20, 12)), r"shards: stored \[10,12\], asked \[20,12\]"),
+        (dict(fill_value=3), r"fill_value: stored 0, asked 3"),
+        (
+            dict(compressors=None),
+            r'codecs \(compressors, filters, serializer\): stored .*"zstd".*, asked '
+            r'\[\{"sharding_indexed":\{"codecs":\[\{"name":"bytes"\}\],',
+        ),
+        (
+            dict(compressors=ZstdCodec(level=9)),
+            r'codecs \(compressors.*\): stored .*"level":0.*, asked .*"level":9',
+        ),
+        (dict(parts=3), r"open batch of other parts: 2 stored .*, 3 asked"),
+    ],
+)
+def test_init_rerun_with_other_arguments_is_refused(
+    tmp_path: Path, change: dict[str, Any], named: str
+) -> None:
+    """init(mode="w-") again returns the open batch for the same arguments only: another dtype,
+    chunks, shards, fill value, codecs or parts is an ArrayExistsError naming what differs, the
+    store byte-identical; the same arguments still return the batch."""
+    root = tmp_path / "b.zarr"
+    asked: dict[str, Any] = dict(shape=SHAPE, dtype="uint8", parts=2, **KW)
+    plan = batch.init(root, **asked)
+    before = _state(root)
+    with pytest.raises(shardwise.ArrayExistsError, match=named):
+        batch.init(root, **{**asked, **change})
+    assert _state(root) == before
+    assert batch.init(root, **asked) == plan
+    assert _state(root) == before

@@ -25,6 +25,7 @@ from faultkit import (
     moto_s3,
     records,
     settle,
+    snapshot,
     stored_without,
     temp_files,
     unique,
@@ -132,11 +133,16 @@ def test_resume_skips_stored_shards_and_ends_identical(
 def test_resume_of_a_finished_write_skips_every_stored_shard(
     tmp_path: Path, reference: dict[str, bytes]
 ) -> None:
+    """Nothing to do: every stored shard skipped, the all-fill one found absent again, the
+    store (journal included: marker, records) byte-identical, the report saying so."""
     root = tmp_path / "a.zarr"
     shardwise.write_array(data(), root, **KW)
+    before = snapshot(root)
     report = shardwise.write_array(data(), root, resume=True, **KW)
     assert (report.shards_skipped, report.shards_written) == (NSHARDS - 1, 0)
     assert files(root) == reference
+    assert snapshot(root) == before
+    assert report.nothing_to_do and "nothing to do: the write had finished" in str(report)
 
 
 def test_a_shard_changed_since_is_rewritten(tmp_path: Path, reference: dict[str, bytes]) -> None:
@@ -274,3 +280,23 @@ def test_resume_aborts_abandoned_multipart_uploads(s3: MotoS3) -> None:
     )
     np.testing.assert_array_equal(shardwise.open_array(store).compute(), data())
     assert verify(store).ok
+
+
+def test_resume_of_a_finished_write_in_runs_changes_nothing(tmp_path: Path) -> None:
+    """A write of more shards than tasks records them per run (``.shardwise/runs/``): resumed
+    once finished it finds every shard done there (the all-fill ones stored nowhere), writes
+    nothing, leaves every file as it was and says so."""
+    root = tmp_path / "runs.zarr"
+    values = np.arange(64 * 128, dtype="f4").reshape(64, 128)
+    values[:2] = 0  # one row of all-fill shards: stored nowhere, recorded nowhere
+    first = shardwise.write_array(values, root, chunks=(1, 2), shards=(2, 2), fill_value=0)
+    assert (first.shards_written, first.shards_empty) == (2048 - 64, 64)
+    assert list((root / ".shardwise" / "runs").iterdir())  # recorded per run
+    before = snapshot(root)
+    again = shardwise.write_array(
+        values, root, chunks=(1, 2), shards=(2, 2), fill_value=0, resume=True
+    )
+    assert snapshot(root) == before
+    assert (again.shards_written, again.shards_skipped) == (0, 2048 - 64)
+    assert again.nothing_to_do
+    assert verify(root).ok

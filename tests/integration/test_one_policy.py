@@ -285,9 +285,9 @@ def test_mode_w_minus_clears_alike(tmp_path: Path) -> None:
 def test_mode_w_minus_over_a_finished_write_is_refused_alike(tmp_path: Path) -> None:
     """Mode "w-" over what a finished write stored: every front end that creates refuses with
     ArrayExistsError and the same advice (to_zarr raised xarray's bare FileExistsError), and
-    leaves every file as it was. With ``resume=True`` an array's front ends find nothing left
-    to do (no shard rewritten); to_zarr refuses (its resume would rewrite the group's metadata
-    and coordinates), changing nothing; over other metadata every resume is refused."""
+    leaves every file as it was. With ``resume=True`` every front end finds nothing left to do
+    (test_a_resume_over_a_finished_write_does_nothing_alike); over other metadata every resume
+    is refused."""
     advice = {}
     for name, run in EVERY.items():
         if name == "batch part":
@@ -299,14 +299,8 @@ def test_mode_w_minus_over_a_finished_write_is_refused_alike(tmp_path: Path) -> 
             run(root, mode="w-")
         advice[name] = str(e.value).rsplit(" already exists ", 1)[-1]
         assert files(root) == before, name
-        if name in ("Dataset", "DataTree"):
-            with pytest.raises(shardwise.ArrayExistsError, match="nothing to resume"):
-                run(root, mode="w-", resume=True)
-            assert files(root) == before, name
-        else:
-            shard_files = {k: v for k, v in before.items() if k.startswith("0/c/")}
-            run(root, mode="w-", resume=True)
-            assert {k: files(root)[k] for k in shard_files} == shard_files, name
+        assert _resume_report(name, run(root, mode="w-", resume=True))[2], name  # nothing to do
+        assert files(root) == before, name
     assert set(advice.values()) == {"(use mode='w' to replace it)", advice["convert"]}, advice
     for name in ("write_array", "Dataset", "DataTree"):
         root = tmp_path / f"{name}-other"
@@ -320,6 +314,78 @@ def test_mode_w_minus_over_a_finished_write_is_refused_alike(tmp_path: Path) -> 
                 _to_zarr(root, _source().astype("float64"), name == "DataTree", None,
                          mode="w-", resume=True)  # fmt: skip
         assert files(root) == before, name
+
+
+def _resume_report(name: str, report: Any) -> tuple[int, int, bool, str]:
+    """What a resume's report says: shards written, shards done before, nothing to do, text
+    (a conversion's: its one array's)."""
+    if name.startswith("convert"):
+        assert len(report.arrays) == 1, report
+        one = report.arrays[0]
+        return one.shards_written, one.shards_skipped, report.nothing_to_do, str(report)
+    return report.shards_written, report.shards_skipped, report.nothing_to_do, str(report)
+
+
+@pytest.mark.parametrize("name", [*EVERY, "convert group"])
+def test_a_resume_over_a_finished_write_does_nothing_alike(tmp_path: Path, name: str) -> None:
+    """``resume=True`` over a write that finished gives one answer from every front end
+    (to_zarr of a Dataset or a DataTree refused it): nothing is written, every file of the
+    store (journal included) keeps its bytes, inode and modification time, and the report
+    says there was nothing to do, counting the shards found done."""
+    run = convert_group if name == "convert group" else EVERY[name]
+    root = tmp_path / name.replace(" ", "-")
+    first = run(root, mode="w-")
+    assert not getattr(first, "nothing_to_do", False)
+    before = files(root)
+    written, skipped, idle, text = _resume_report(name, run(root, mode="w-", resume=True))
+    assert files(root) == before
+    assert (written, idle) == (0, True), text
+    assert skipped >= 6, text  # array "0" alone has 3 x 2 shards, all done before
+    assert "nothing to do: the write had finished" in text
+
+
+@pytest.mark.parametrize("name", ["write_array", "Dataset", "DataTree"])
+@pytest.mark.parametrize("mode", ["a", "r+"])
+def test_a_resume_into_a_finished_write_does_nothing_alike(
+    tmp_path: Path, name: str, mode: str
+) -> None:
+    """The same in modes "a" and "r+" (into the array, the whole of it or a region whose
+    edges split shards): resumed over its finished write, nothing is written (to_zarr
+    rewrote the metadata and its 0-d variables in mode "a") and the report says so."""
+    run = EVERY[name]
+    root = tmp_path / name
+    run(root, mode="w-")
+    where: dict[str, Any] = {}
+    if mode == "r+":
+        where["region"] = ROWS
+        run(root, mode=mode, **where)
+    before = files(root)
+    if name != "write_array" and mode == "a":  # no encoding: the arrays keep theirs (xarray)
+        obj: Any = xr.DataTree(_ds(_source())) if name == "DataTree" else _ds(_source())
+        report = shardwise.to_zarr(obj, root, mode="a", resume=True, consolidated=False)
+    else:
+        report = run(root, mode=mode, resume=True, **where)
+    assert files(root) == before
+    assert report.shards_written == 0 and report.nothing_to_do, str(report)
+
+
+@pytest.mark.parametrize("name", ["Dataset", "DataTree"])
+def test_a_resume_over_a_finished_tree_changed_since_is_refused(tmp_path: Path, name: str) -> None:
+    """to_zarr's resume over its finished write with a shard deleted since (its record left):
+    refused, naming how to finish it, before anything is written; then mode "a" with resume
+    writes that shard again, the rest skipped."""
+    root = tmp_path / name
+    EVERY[name](root, mode="w-")
+    (root / "0" / "c" / "1" / "0").unlink()
+    before = files(root)
+    with pytest.raises(shardwise.ArrayExistsError, match=r"changed since .* mode='a' with resume"):
+        EVERY[name](root, mode="w-", resume=True)
+    assert files(root) == before
+    obj: Any = xr.DataTree(_ds(_source())) if name == "DataTree" else _ds(_source())
+    again = shardwise.to_zarr(obj, root, mode="a", resume=True, consolidated=False)
+    assert again.shards_written == 1 and not again.nothing_to_do
+    np.testing.assert_array_equal(xr.open_zarr(root, consolidated=False)["0"].values, DATA)
+    assert shardwise.verify(root, path="0").ok
 
 
 def files(root: Path) -> dict[str, tuple[bytes, int, int]]:

@@ -99,8 +99,8 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
             "open_dataset": ["cache_indexes"],
             "convert": ["resume", "verify", "progress", "break_lease", "fsync"],
             "verify": ["strict", "progress"],
-            "batch.init": ["lease", "break_lease"],
-            "batch.write_part": ["resume", "lease", "break_lease", "fsync", "progress"],
+            "batch.init": ["break_lease"],
+            "batch.write_part": ["resume", "break_lease", "fsync", "progress"],
             "write_pyramid": ["resume", "compute", "fsync", "progress", "write_empty_chunks"],
         },
     ),
@@ -110,6 +110,8 @@ KINDS: dict[str, tuple[list[tuple[Any, type, str]], dict[str, list[str]]]] = {
             "write_array": ["lease"],
             "write_pyramid": ["lease"],
             "convert": ["lease"],
+            "batch.init": ["lease"],
+            "batch.write_part": ["lease"],
             # write_empty_chunks: None is Dataset.to_zarr's default (zarr's setting)
             "to_zarr": ["consolidated", "safe_shards", "lease", "write_empty_chunks"],
             "open_dataset": ["consolidated"],
@@ -434,3 +436,37 @@ def test_to_zarr_takes_the_none_of_every_keyword_it_shares_with_dataset_to_zarr(
     assert stored != []
     with xr.open_zarr(tmp_path / "b.zarr") as back:
         xr.testing.assert_identical(back.load(), empty)
+
+
+@pytest.mark.parametrize("verb", ["write_array", "to_zarr", "write_pyramid", "convert"])
+def test_an_unknown_write_keyword_names_the_verb_it_was_given_to(verb: str) -> None:
+    """The one check of a write's keywords (WriteOptions.checked) names the public call a
+    keyword it does not take was given to, whichever front end asks, with the nearest it
+    takes."""
+    from shardwise.write.options import WriteOptions
+
+    with pytest.raises(InvalidTypeError) as e:
+        WriteOptions.checked(verb=verb, fsynk=True)
+    assert str(e.value) == f"'fsynk' is not a keyword of {verb} (did you mean 'fsync'?)"
+
+
+def test_a_batch_part_names_itself_and_write_array_for_an_unknown_keyword(tmp_path: Path) -> None:
+    """batch.write_part passes its **keywords on to write_array: one neither takes names both,
+    and one a part decides itself (mode, region) is refused, naming write_part; the store
+    byte-identical."""
+    root = tmp_path / "b.zarr"
+    batch.init(root, shape=(8, 8), dtype="uint8", chunks=(2, 2), shards=(4, 4), parts=2)
+    before = snapshot(root)
+    values = np.ones((8, 8), "uint8")
+    with pytest.raises(InvalidTypeError) as e:
+        batch.write_part(values, root, 0, thread=2)
+    assert str(e.value) == (
+        "'thread' is not a keyword of write_array (did you mean 'threads'?), which "
+        "batch.write_part passes its keywords to"
+    )
+    for name, value in (("mode", "w"), ("region", (slice(0, 4), ...)), ("verb", "x")):
+        with pytest.raises(
+            InvalidTypeError, match=f"{name!r} is not a keyword of batch.write_part"
+        ):
+            batch.write_part(values, root, 0, **{name: value})
+    assert snapshot(root) == before

@@ -184,3 +184,50 @@ def test_a_small_variable_that_cannot_be_stored_is_refused_before_anything_is_wr
         shardwise.write_pyramid(mixed, root, levels=2, layout="geozarr", mode="w")
     assert isinstance(e.value, ValueError)
     assert snapshot(root) == before
+
+
+def _gdal_affine(geotransform: str) -> list[float]:
+    """A GDAL ``GeoTransform`` ("c a b f d e") as the affine ``[a, b, c, d, e, f]`` a reader
+    such as rioxarray builds from it (``Affine.from_gdal``): what ``ds.rio.transform()``
+    returns when the grid mapping has one."""
+    c, a, b, f, d, e = (float(v) for v in geotransform.split())
+    return [a, b, c, d, e, f]
+
+
+@pytest.mark.parametrize("method", ["mean", "nearest"])
+def test_every_levels_grid_mapping_describes_that_level(tmp_path: Path, method: str) -> None:
+    """rioxarray's ``spatial_ref`` carries level 0's GDAL ``GeoTransform``, which readers take
+    over the coordinates: every reduced level's grid mapping has that level's own (its pixel
+    size times the level's factors, its origin where the reduction puts the first pixel), the
+    same affine as its ``spatial:transform`` and the hand-computed one, read back by xarray's
+    own engine; the other attributes kept. (rioxarray is not installed here: its
+    ``rio.transform()`` is ``Affine.from_gdal`` of this string.)"""
+    root = tmp_path / "g.zarr"
+    crs = {"crs_wkt": WKT2, "spatial_ref": WKT2, "GeoTransform": "295.0 10.0 0.0 5005.0 0.0 -10.0"}
+    shardwise.write_pyramid(grid(45, 31, crs), root, levels=3, method=method, layout="geozarr")
+    tree = xr.open_datatree(root, engine="zarr", consolidated=False)
+    for k, (transform, _, _) in enumerate(HAND[method]):
+        level = tree[str(k)].to_dataset()
+        mapping = level[level["b"].attrs["grid_mapping"]].attrs
+        assert _gdal_affine(mapping["GeoTransform"]) == transform, k
+        assert doc(root, str(k))["attributes"]["spatial:transform"] == transform
+        assert mapping["crs_wkt"] == mapping["spatial_ref"] == WKT2
+        # the first pixel's centre under it is where the level's coordinates put it
+        a, _, c, _, e, f = _gdal_affine(mapping["GeoTransform"])
+        assert (float(level["x"][0]), float(level["y"][0])) == (c + a / 2, f + e / 2)
+
+
+def test_a_grid_mapping_on_irregular_coordinates_is_placed_by_its_own_transform(
+    tmp_path: Path,
+) -> None:
+    """Without a regular grid in the coordinates (no ``spatial:`` attributes) a grid mapping's
+    own ``GeoTransform`` still says where level 0 lies: a reduced level's is scaled from it by
+    the same rule (mean keeps the corner)."""
+    root = tmp_path / "g.zarr"
+    crs = {"crs_wkt": WKT2, "GeoTransform": "295.0 10.0 0.0 5005.0 0.0 -10.0"}
+    ds = grid(8, 6, crs)
+    ds = ds.assign_coords(x=ds["x"].values + np.array([0, 1, 0, 0, 0, 0]))  # uneven steps
+    shardwise.write_pyramid(ds, root, levels=2, method="mean", layout="geozarr")
+    assert "spatial:transform" not in doc(root, "1")["attributes"]
+    got = xr.open_datatree(root, engine="zarr", consolidated=False)["1"].to_dataset()
+    assert got["spatial_ref"].attrs["GeoTransform"] == "295.0 20.0 0.0 5005.0 0.0 -20.0"

@@ -168,3 +168,39 @@ def test_a_store_that_can_delete_is_still_leased_by_default(tmp_path: Path, writ
         assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [
             f"{leased.path}/.shardwise/lease"
         ]
+
+
+def test_batch_into_a_zip_store_takes_the_lease_rule(tmp_path: Path) -> None:
+    """``batch.init`` and ``batch.write_part`` take the rule of every front end: by default no
+    lease on an archive (the part written, no lease object in it, zarr-python reads it back);
+    ``lease=True`` refused before anything is written, the archive byte-identical. (finalize
+    removes the batch record, which an archive cannot.)"""
+    from shardwise import batch
+
+    path = tmp_path / "b.zip"
+    store = ZipStore(path, mode="w")
+    shardwise.write_array(data(), store, path="first", **KW)
+    store.close()
+    before = path.read_bytes()
+    store = ZipStore(path, mode="a")
+    with pytest.raises(InvalidValueError, match=r"lease=True .* ZipStore cannot"):
+        batch.init(store, path="b", shape=(24, 20), dtype="int32", parts=3, lease=True, **KW)
+    store.close()
+    assert path.read_bytes() == before
+    store = ZipStore(path, mode="a")
+    plan = batch.init(store, path="b", shape=(24, 20), dtype="int32", parts=3, **KW)
+    store.close()
+    opened = path.read_bytes()
+    store = ZipStore(path, mode="a")
+    with pytest.raises(InvalidValueError, match=r"lease=True .* ZipStore cannot"):
+        batch.write_part(data(), store, 1, path="b", lease=True)
+    store.close()
+    assert path.read_bytes() == opened
+    store = ZipStore(path, mode="a")
+    report = batch.write_part(data(), store, 1, path="b")
+    store.close()
+    assert report.shards_written == 3  # part 1: one row of 3 shards
+    assert not [n for n in names(path) if "lease" in n], names(path)
+    assert "b/.shardwise/parts/1.json" in names(path)
+    back = zarr.open_array(reopened(path), path="b")[plan.region(1)]
+    np.testing.assert_array_equal(back, data()[plan.region(1)])

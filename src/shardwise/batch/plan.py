@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core import args
 from ..core.layout import Layout, Region, RegionArg, ceildiv, is_aligned, normalize_region
-from ..errors import InvalidValueError, PlanError
+from ..errors import InvalidTypeError, InvalidValueError, PlanError
 
 Box = list[tuple[int, int]]  # shard-index ranges per dimension
 
@@ -192,3 +193,24 @@ class BatchPlan:
         rows = [f"batch {self.id[:8]}: array {self.shape} in {self.nparts} parts"]
         rows += [f"  part {i}: {fmt(r)}" for i, r in enumerate(self.regions)]
         return "\n".join(rows)
+
+
+def check_shape_and_parts(shape: object, parts: object) -> None:
+    """``init``'s ``shape`` (non-negative ints) and ``parts`` (a positive count, or regions:
+    tuples of slices), refused with the keyword named."""
+    if (
+        not isinstance(shape, Sequence)
+        or isinstance(shape, str)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
+        raise InvalidTypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
+    if isinstance(parts, int) and not isinstance(parts, bool):
+        args.positive_int("parts", parts)
+    elif isinstance(parts, bool | str) or not isinstance(parts, Sequence):
+        raise InvalidTypeError(
+            f"parts must be a positive int or a list of regions (tuples of slices), got "
+            f"{parts!r} ({type(parts).__name__})"
+        )
+    else:
+        for r in parts:
+            args.region("parts", r)

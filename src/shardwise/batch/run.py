@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import zarr
 
@@ -39,21 +39,29 @@ from ..core import args
 from ..core.layout import RegionArg
 from ..durability.holder import lease_expiry as check_expiry
 from ..durability.journal import BATCH, PARTS, clear_array, now
-from ..durability.lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
+from ..durability.lease import (
+    LEASE,
+    Lease,
+    Takeover,
+    gone_reason,
+    part_lease,
+    read_lease,
+    store_lease,
+)
 from ..durability.verify import VerifyReport, verify_store
 from ..engine.report import WriteReport
 from ..errors import (
-    ArrayExistsError,
     InvalidTypeError,
     LeaseHeldError,
     VerifyError,
 )
 from ..storage.consolidated import Nodes, refresh
-from ..storage.store import ShardStore, describe
+from ..storage.store import ShardStore
+from ..write.intent import Mode
 from ..write.pipeline import Pipeline
 from ..write.session import PartLease
-from .plan import BatchPlan, check_coverage, check_parts, split_parts
-from .status import FINALIZED, _open, open_batch, parts_done
+from .plan import BatchPlan, check_coverage, check_parts, check_shape_and_parts, split_parts
+from .status import FINALIZED, _open, open_batch, parts_done, recorded_batch, rerun_of
 
 
 def init(
@@ -66,7 +74,7 @@ def init(
     parts: int | Sequence[RegionArg],
     path: str | None = None,
     mode: str = "w-",
-    lease: bool = True,
+    lease: bool | None = None,
     break_lease: bool = False,
     storage_options: dict[str, Any] | None = None,
     **create: Any,
@@ -91,12 +99,16 @@ def init(
         shard-aligned, disjoint and, unless ``mode="r+"`` rewrites regions of an existing array,
         covering the whole array).
     path : str, optional
-        The array's path inside ``store`` (default: its root).
+        The array's path inside ``store`` (default: its root); refused as ``write_array``
+        refuses it (an empty name between two ``/``, ``zarr.json``, ``.shardwise``, ``.``,
+        ``..``) before the store is touched.
     mode : {"w-", "w", "r+"}, default "w-"
         ``"w-"`` create (rerunning with the same arguments returns the open batch), ``"w"``
         replace, ``"r+"`` keep an existing array's metadata.
-    lease : bool, default True
-        Hold the array's lease while the metadata and the batch record are written.
+    lease : bool, optional
+        Hold the array's lease while the metadata and the batch record are written (default:
+        on where the store can delete, the rule of every front end: a zarr ``ZipStore`` is
+        written without, and refuses ``True`` before anything is written).
     break_lease : bool, default False
         Take over the lease of a writer known to be gone.
     storage_options : dict, optional
@@ -118,64 +130,54 @@ def init(
         Parts that are misaligned, share a shard (the message has the nearest aligned split),
         leave shards in no part, or are more than the shards.
     ArrayExistsError
-        ``mode="w-"`` and an array is there that is not this batch's.
+        ``mode="w-"`` and an array is there that is not this batch's: one with other metadata
+        (the message names what differs: dtype, chunks, shards, fill value, codecs), without
+        an open batch, or with an open batch of other parts.
+    ArrayNotFoundError
+        ``mode="r+"`` and no array there.
     LeaseHeldError
         Another writer holds the array's lease.
     """
     from ..api import create_in_memory
 
     args.check_mode(mode, ("w-", "w", "r+"), "batch init mode")
-    args.flags(lease=lease, break_lease=break_lease)
-    if (
-        not isinstance(shape, Sequence)
-        or isinstance(shape, str)
-        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
-    ):
-        raise InvalidTypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
-    if isinstance(parts, int) and not isinstance(parts, bool):
-        args.positive_int("parts", parts)
-    elif isinstance(parts, bool | str) or not isinstance(parts, Sequence):
-        raise InvalidTypeError(
-            f"parts must be a positive int or a list of regions (tuples of slices), got "
-            f"{parts!r} ({type(parts).__name__})"
-        )
-    else:
-        for r in parts:
-            args.region("parts", r)
+    args.optional_flags(lease=lease)
+    args.flags(break_lease=break_lease)
+    check_shape_and_parts(shape, parts)
     sstore = _open(store, path, storage_options)
-    kwargs = dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
-    kwargs.update({k: v for k, v in create.items() if v is not None})
-    if (
-        isinstance(kwargs.get("compressors", "auto"), str)
-        and kwargs.get("compressors", "auto") == "auto"
-    ):
-        kwargs["compressors"] = default_compressors()  # checksummed inner chunks, as write_array
+    leased = store_lease(lease, True, sstore.store)  # the rule of every front end
+    kwargs = _create_kwargs(
+        dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards), create
+    )
+    # what is at the path, by the policy of every front end, before anything is written: "w-"
+    # over another array or this one with other metadata (a rerun with other arguments) and
+    # "r+" over nothing are refused
+    built = None if mode == "r+" else create_in_memory(kwargs)
+    probe: Any = built
+    rerun_of(sstore, path, cast(Mode, mode), built)
     if mode == "r+":
-        probe: Any = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
-    else:
-        probe = create_in_memory(kwargs)
+        probe = zarr.open_array(sstore.store, path=path or "", mode="r", zarr_format=3)
     layout = info_from_metadata(probe.metadata).layout
     regions = split_parts(layout, parts) if isinstance(parts, int) else check_parts(layout, parts)
     if mode != "r+":
         check_coverage(layout, regions)
     plan = BatchPlan(uuid.uuid4().hex, layout.shape, tuple(regions), now())
+    existing = rerun_of(sstore, path, cast(Mode, mode), built, plan)  # other parts refused
+    if existing is not None:
+        return existing
 
-    held = Lease.acquire(sstore, purpose="batch init", break_stale=break_lease) if lease else None
+    held = Lease.acquire(sstore, purpose="batch init", break_stale=break_lease) if leased else None
     try:
-        raw = sstore.get(BATCH)
-        existing = BatchPlan.from_bytes(raw) if raw is not None else None
-        if mode == "w-" and sstore.size("zarr.json") is not None:
-            if existing is not None and existing.regions == plan.regions:
-                return existing
-            raise ArrayExistsError(
-                f"{describe(sstore.store, path)} already exists (use mode='w' to replace it)"
-            )
+        # again under the lease: another init may have created the array meanwhile
+        existing = rerun_of(sstore, path, cast(Mode, mode), built, plan)
+        if existing is not None:
+            return existing
         if mode != "r+":
             keep = {LEASE} if held is not None else set()
             clear_array(sstore, keep, journal_only=mode == "w-")
             zarr.create_array(sstore.store, name=path or None, overwrite=False, **kwargs)
             refresh(Nodes(sstore.store, (path or "",)))  # seen from a consolidated group above
-        elif existing is None:
+        elif sstore.get(BATCH) is None:
             # stale part records of an earlier batch would count as done
             for name in sstore.list(PARTS):
                 sstore.delete(name)
@@ -186,6 +188,18 @@ def init(
     return plan
 
 
+def _create_kwargs(layout: dict[str, Any], create: dict[str, Any]) -> dict[str, Any]:
+    """The ``zarr.create_array`` keywords of the batch's array: ``layout`` and the ``create``
+    keywords given (None is zarr's default, but for ``compressors``, where it means none, as
+    in write_array; "auto": zstd with its frame checksum, as write_array)."""
+    kwargs = dict(layout, zarr_format=3)
+    kwargs.update({k: v for k, v in create.items() if v is not None or k == "compressors"})
+    wanted = kwargs.get("compressors", "auto")
+    if isinstance(wanted, str) and wanted == "auto":
+        kwargs["compressors"] = default_compressors()
+    return kwargs
+
+
 def write_part(
     data: Any,
     store: Any,
@@ -193,7 +207,7 @@ def write_part(
     *,
     path: str | None = None,
     resume: bool = False,
-    lease: bool = True,
+    lease: bool | None = None,
     break_lease: bool = False,
     lease_expiry: float | None = None,
     storage_options: dict[str, Any] | None = None,
@@ -220,8 +234,10 @@ def write_part(
     resume : bool, default False
         Continue an interrupted part, skipping the shards it already stored, and take over the
         part's lease if its holder is provably gone.
-    lease : bool, default True
-        Hold the part's lease while it is written.
+    lease : bool, optional
+        Hold the part's lease while it is written (default: on where the store can delete, the
+        rule of every front end: a zarr ``ZipStore`` is written without, and refuses ``True``
+        before anything is written).
     break_lease : bool, default False
         Take over the lease of a writer known to be gone.
     lease_expiry : float, optional
@@ -251,7 +267,8 @@ def write_part(
     from ..write.options import WriteOptions
     from ..write.target import prepare_write
 
-    args.flags(resume=resume, lease=lease, break_lease=break_lease)
+    args.flags(resume=resume, break_lease=break_lease)
+    args.optional_flags(lease=lease)
     expiry = check_expiry(lease_expiry)
     if not isinstance(part, int) or isinstance(part, bool):
         raise InvalidTypeError(f"part must be an int, got {part!r} ({type(part).__name__})")
@@ -263,11 +280,23 @@ def write_part(
         data = data[region]
     # every keyword of the write checked (once) before the part's lease is taken: a refused
     # write leaves the store as it was
-    options = WriteOptions.checked(path=path, mode="r+", region=region, resume=resume, **write)
+    for name in sorted(set(write) & {"mode", "region", "modes", "verb", "via"}):
+        raise InvalidTypeError(
+            f"{name!r} is not a keyword of batch.write_part (a part writes its own region of "
+            "the batch's array, in mode 'r+')"
+        )
+    options = WriteOptions.checked(
+        via="batch.write_part", path=path, mode="r+", region=region, resume=resume, **write
+    )
     prepared = prepare_write(data, sstore.store, options)
+    # whether the part holds its lease: the rule of every front end, before anything is written
+    leased = store_lease(lease, True, prepared.write.store.store)
 
     def record(report: WriteReport) -> None:
-        """The part's record, once its write is done, while its lease is still held."""
+        """The part's record, once its write is done, while its lease is still held (a
+        resume that found the part finished keeps its record of this batch as it is)."""
+        if report.nothing_to_do and plan.id in recorded_batch(sstore, part):
+            return
         done = dict(
             part=part,
             nparts=plan.nparts,
@@ -278,10 +307,10 @@ def write_part(
         )
         sstore.put(f"{PARTS}{part}.json", json.dumps(done).encode())
 
-    leased = PartLease(
+    held_part = PartLease(
         part_lease(part, plan.nparts), f"batch part {part} of {plan.nparts}", expiry, record
     )
-    with Pipeline([prepared.write], lease=lease, break_lease=break_lease, part=leased) as pipe:
+    with Pipeline([prepared.write], lease=leased, break_lease=break_lease, part=held_part) as pipe:
         pipe.start()
         report: WriteReport = pipe.run(pipe.parts(), compute=True, progress=options.progress)
     held = pipe.sessions[0].lease

@@ -8,16 +8,19 @@ from typing import Any
 
 from ..core import args
 from ..durability.journal import BATCH, PARTS
-from ..errors import BatchNotFoundError, InvalidValueError
+from ..errors import ArrayExistsError, BatchNotFoundError, InvalidValueError
 from ..storage.icechunk import is_icechunk_store
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, resolve_store
-from .plan import BatchPlan
+from ..write.intent import Mode, resolve
+from .plan import BatchPlan, fmt
 
 FINALIZED = f"{JOURNAL}/batch-finalized.json"  # what finalize leaves: which batch, when
 
 
 def _open(store: Any, path: str | None, storage_options: dict[str, Any] | None) -> ShardStore:
-    args.optional_str("path", path)
+    # the path check of every front end (write_array's, to_zarr's group=): before the store is
+    # opened, so a refused path leaves it as it was
+    args.store_path("path", path)
     args.mapping("storage_options", storage_options)
     if is_icechunk_store(store):  # a Session itself is refused by resolve_store
         raise InvalidValueError(
@@ -85,3 +88,47 @@ def parts_done(sstore: ShardStore) -> list[int]:
         if not TEMP.match(name) and name.endswith(".json"):
             out.append(int(name[len(PARTS) : -len(".json")]))
     return sorted(out)
+
+
+def rerun_of(
+    sstore: ShardStore,
+    path: str | None,
+    mode: Mode,
+    probe: Any,
+    plan: BatchPlan | None = None,
+) -> BatchPlan | None:
+    """The open batch a rerun of ``init`` in mode "w-" with the same arguments returns (the
+    array's metadata those arguments build, ``probe``, and the same parts as ``plan``); None
+    when this init writes. Refused by the write policy (:func:`~shardwise.write.intent.resolve`,
+    a resume of the create): "w-" over an array with other metadata (the message names what
+    differs) or without this batch, "r+" over nothing. Reads only. ``plan``: None checks the
+    array alone (before the parts are planned)."""
+    build = None if probe is None else (lambda: probe)
+    intent = resolve(sstore.store, path, mode, mode == "w-", build)
+    if mode != "w-" or intent.create or plan is None:
+        return None
+    raw = sstore.get(BATCH)
+    existing = BatchPlan.from_bytes(raw) if raw is not None else None
+    where = describe(sstore.store, path)
+    if existing is None:
+        raise ArrayExistsError(
+            f"{where} already exists with no open batch (use mode='w' to replace it)"
+        )
+    if existing.regions != plan.regions:
+        raise ArrayExistsError(
+            f"{where} has an open batch of other parts: {existing.nparts} stored "
+            f"{[fmt(r) for r in existing.regions]}, {plan.nparts} asked "
+            f"{[fmt(r) for r in plan.regions]} (rerun init with the same parts, or mode='w' to "
+            "replace it)"
+        )
+    return existing
+
+
+def recorded_batch(sstore: ShardStore, part: int) -> set[str]:
+    """The batch id in part ``part``'s record (none when there is no readable record)."""
+    raw = sstore.get(f"{PARTS}{part}.json")
+    try:
+        record = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return set()
+    return {str(record.get("batch"))} if isinstance(record, dict) else set()

@@ -198,6 +198,7 @@ def convert(
     # that are not about layout (those are conversion.plan's), before any I/O
     how = WriteOptions.checked(
         modes=("w-", "w"),
+        verb="convert",
         mode=mode,
         resume=resume,
         progress=progress,
@@ -399,6 +400,7 @@ def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> 
     wrote = write(plan, zsrc, zdst, how)
     out.shards_written = wrote.shards_written
     out.shards_skipped = wrote.shards_skipped
+    out.notes = list(wrote.notes)
     out.bytes_stored = wrote.bytes_stored
     out.objects_after = _count(ShardStore(zdst, plan.dst_path))
     out.seconds = time.perf_counter() - started

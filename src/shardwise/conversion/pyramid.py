@@ -119,6 +119,7 @@ def convert_pyramid(
         shards_written=wrote.shards_written,
         shards_skipped=wrote.shards_skipped,
         bytes_stored=wrote.bytes_stored,
+        notes=list(wrote.notes),
     )
     out.objects_before = _objects(ShardStore(zsrc, plan.src_path))
     out.objects_after = _objects(ShardStore(zdst, dst_path))

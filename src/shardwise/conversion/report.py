@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..engine.report import NOTHING_TO_DO
 from .plan import Method
 
 
@@ -38,6 +39,9 @@ class ArrayReport:
         Wall time.
     verified : bool or None
         The outcome of ``verify=True`` (None: not verified).
+    notes : list of str
+        What the array's write found besides its shards, e.g. a resume (``resume=True``) of
+        a finished conversion: nothing to do.
     """
 
     path: str
@@ -52,6 +56,7 @@ class ArrayReport:
     objects_after: int = 0
     seconds: float = 0.0
     verified: bool | None = None
+    notes: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         check = {None: "", True: ", verified", False: ", VERIFY FAILED"}[self.verified]
@@ -61,6 +66,7 @@ class ArrayReport:
             + (f", {self.shards_skipped} done before" if self.shards_skipped else "")
             + f", {self.bytes_stored / 1e6:.1f} MB; objects {self.objects_before} -> "
             f"{self.objects_after}; {self.seconds:.2f} s{check}"
+            + "".join(f"; {n}" for n in self.notes)
         )
 
 
@@ -96,6 +102,12 @@ class ConvertReport:
     def ok(self) -> bool:
         """True when verification found no problem (always when not verified)."""
         return not self.problems and all(a.verified is not False for a in self.arrays)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """A resume (``resume=True``) that found the conversion finished: no array written,
+        the destination as it was."""
+        return bool(self.arrays) and all(NOTHING_TO_DO in a.notes for a in self.arrays)
 
     @property
     def objects_before(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import lzma
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +35,10 @@ def source_array(plan: ArrayPlan, zsrc: Any) -> Any:
 
 
 # what decoders raise for bytes that do not decode: numcodecs' zstd and blosc (RuntimeError),
-# zlib and gzip (zlib.error, gzip.BadGzipFile, EOFError), zarr's checksums and sizes (ValueError)
-_DECODE_ERRORS = (RuntimeError, ValueError, EOFError, zlib.error, gzip.BadGzipFile)
+# zlib and gzip (zlib.error, gzip.BadGzipFile, EOFError), bz2 (an OSError raised in bz2, told
+# from the store's OSErrors by where it was raised), lzma (LZMAError), zarr's checksums and
+# sizes (ValueError)
+_DECODE_ERRORS = (RuntimeError, ValueError, EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class _Chunks:
         try:
             return self.arr[sel]
         except _DECODE_ERRORS as e:
-            if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile):
+            if isinstance(e, OSError) and not _decoder_error(e):
                 raise  # the store's (a file or a connection), not the chunk's
             sel = sel if isinstance(sel, tuple) else (sel,)
             first = [s.start or 0 if isinstance(s, slice) else 0 for s in sel]
@@ -73,3 +76,14 @@ class _Chunks:
             raise CorruptShardError(
                 key, f"source chunk does not decode: {type(e).__name__}: {e}"
             ) from e
+
+
+def _decoder_error(e: OSError) -> bool:
+    """Whether an OSError is a decoder's (gzip's bad file, or raised inside bz2), not the
+    store's."""
+    if isinstance(e, gzip.BadGzipFile):
+        return True
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and "bz2" in str(last.tb_frame.f_globals.get("__name__", ""))

@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+# the note of a resume that found its write finished and changed nothing (every front end's)
+NOTHING_TO_DO = "nothing to do: the write had finished, every shard done before"
+
 
 @dataclass
 class WriteReport:
@@ -69,6 +72,12 @@ class WriteReport:
     keys: list[str] = field(default_factory=list, repr=False)
     notes: list[str] = field(default_factory=list)
     forks: list[Any] = field(default_factory=list, repr=False)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """A resume (``resume=True``) that found its write finished: it wrote nothing and left
+        the store as it was (its notes say so)."""
+        return NOTHING_TO_DO in self.notes
 
     @property
     def compression_ratio(self) -> float:

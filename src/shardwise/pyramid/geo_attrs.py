@@ -32,6 +32,7 @@ __all__ = [
     "SPATIAL",
     "Grid",
     "crs_attributes",
+    "grid_mapping_of_level",
     "level_attributes",
     "level_spatial",
     "pixel_centres",
@@ -115,6 +116,40 @@ def level_spatial(
         "spatial:shape": [int(shape[0]), int(shape[1])],
         "spatial:bbox": [min(xs), min(ys), max(xs), max(ys)],
     }
+
+
+def gdal_grid(attrs: Mapping[str, Any]) -> Grid | None:
+    """The grid a grid-mapping variable's GDAL ``GeoTransform`` (``"c a b f d e"``, as
+    rioxarray writes it) places level 0 on, when it has no rotation; else None."""
+    try:
+        c, a, b, f, d, e = (float(v) for v in str(attrs["GeoTransform"]).split())
+    except (KeyError, ValueError):
+        return None
+    if b or d or not a or not e:
+        return None
+    return Grid(f + e / 2, e, c + a / 2, a)
+
+
+def grid_mapping_of_level(
+    attrs: Mapping[str, Any],
+    grid: Grid | None,
+    shape: tuple[int, int],
+    factors: tuple[int, int],
+    method: str,
+) -> dict[str, Any]:
+    """The attributes of a grid-mapping variable (e.g. rioxarray's ``spatial_ref``) at a
+    reduced level: its GDAL ``GeoTransform`` that level's (pixel size times ``factors``, origin
+    where the reduction puts the first pixel: its ``spatial:transform``), which readers such as
+    rioxarray take over the coordinates; on level 0's ``grid``, else on the grid its own
+    ``GeoTransform`` gives (dropped when that has a rotation). Other attributes unchanged."""
+    if "GeoTransform" not in attrs:
+        return dict(attrs)
+    out = {k: v for k, v in attrs.items() if k != "GeoTransform"}
+    on = grid if grid is not None else gdal_grid(attrs)
+    if on is not None:
+        a, b, c, d, e, f = level_spatial(on, shape, factors, method)["spatial:transform"]
+        out["GeoTransform"] = " ".join(str(float(v)) for v in (c, a, b, f, d, e))
+    return out
 
 
 def pixel_centres(

@@ -40,13 +40,14 @@ from . import options
 from .geo_attrs import (
     Grid,
     crs_attributes,
+    grid_mapping_of_level,
     level_attributes,
     level_spatial,
     pixel_centres,
     pyramid_attributes,
     regular_grid,
 )
-from .metadata import group_document
+from .metadata import put_group
 from .options import Image
 from .reduce import reduce_block
 
@@ -183,11 +184,16 @@ def level_extras(
     first of each block for nearest), the others unchanged. On a regular ``grid`` a reduced
     level's ``y``/``x`` are its pixel centres under its ``spatial:transform`` (the same for
     whole blocks; the last, partial block of an odd size is placed on the grid, not at the
-    mean of the samples it has)."""
+    mean of the samples it has). A grid mapping with a GDAL ``GeoTransform`` (rioxarray's
+    ``spatial_ref``) gets each level's own (:func:`~.geo_attrs.grid_mapping_of_level`)."""
     out: list[dict[str, Extra]] = []
     how = "nearest" if method == "nearest" else "mean"
     for k, lv in enumerate(levels):
         here = dict(out[-1]) if out else dict(coords)
+        for name, c in coords.items() if k else ():
+            if "GeoTransform" in c.attrs:  # a grid mapping: placed on this level's grid
+                mine = grid_mapping_of_level(c.attrs, grid, _pair(lv.shape), _pair(lv.factors), how)
+                here[name] = Extra(here[name].values, c.dims, mine)
         if k and grid is not None:
             centres = pixel_centres(grid, _pair(lv.shape), _pair(lv.factors), how)
             for axis, v in zip(("y", "x"), centres, strict=True):
@@ -319,8 +325,8 @@ def finish(
     attributes; none for OME-Zarr), then the pyramid group's ``zarr.json`` (last: a pyramid
     cut short is not advertised as one)."""
     for k, level in enumerate(levels):
-        group.put(f"{k}/zarr.json", group_document(level))
-    group.put("zarr.json", group_document(attrs))
+        put_group(group, f"{k}/zarr.json", level)
+    put_group(group, "zarr.json", attrs)
 
 
 def _pair(values: Sequence[int]) -> tuple[int, int]:

@@ -24,7 +24,7 @@ from ..core.pyramid import AXIS_TYPES
 from ..errors import InvalidValueError
 from ..storage.store import ShardStore
 from . import options
-from .metadata import group_document, ome_attributes
+from .metadata import ome_attributes, put_group
 
 __all__ = ["OME_SPACE_UNITS", "Source", "finish_images", "ome_plan", "physical", "sources"]
 
@@ -176,4 +176,4 @@ def finish_images(group: ShardStore, images: Mapping[str, Mapping[str, Any]]) ->
     """After every level's data: each image's subgroup ``zarr.json`` with its ``ome``
     attributes (before the pyramid group's own, which comes last)."""
     for name, attrs in images.items():
-        group.put(f"{name}/zarr.json", group_document(attrs))
+        put_group(group, f"{name}/zarr.json", attrs)

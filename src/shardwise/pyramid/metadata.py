@@ -63,3 +63,21 @@ def group_document(attributes: Mapping[str, Any]) -> bytes:
     """A Zarr v3 group's ``zarr.json`` carrying ``attributes``."""
     doc = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes)}
     return json.dumps(doc, indent=2).encode()
+
+
+def put_group(store: Any, key: str, attributes: Mapping[str, Any]) -> None:
+    """Store a group's ``zarr.json`` (:func:`group_document`) at ``key`` of ``store`` (a
+    ``ShardStore``) unless it is stored already (with the consolidated metadata a finish
+    adds after it, or not): a resume of a finished pyramid leaves it as it was."""
+    doc = group_document(attributes)
+    stored = store.get(key)
+    if stored is not None:
+        try:
+            have = json.loads(stored)
+        except ValueError:
+            have = None
+        if isinstance(have, dict):
+            have.pop("consolidated_metadata", None)
+            if have == json.loads(doc):
+                return
+    store.put(key, doc)

@@ -225,6 +225,7 @@ def write_pyramid(
     # 1. every keyword, then the image: nothing looked at yet
     o = WriteOptions.checked(
         modes=("w-", "w"),
+        verb="write_pyramid",
         mode=mode,
         strategy=strategy,
         resume=resume,

@@ -247,11 +247,65 @@ def open_group(store: Any, group: str | None) -> Any:
 
 def same_metadata(probe: Any, zstore: Any, path: str | None) -> bool:
     """True when the stored array's metadata equals the one this write would create."""
+    return not metadata_differences(probe, zstore, path)
+
+
+def metadata_differences(probe: Any, zstore: Any, path: str | None) -> list[str]:
+    """What differs between the stored array's metadata and the one ``probe`` (the array this
+    write would create, in memory) has, by the keyword that sets it (``dtype``, ``chunks``,
+    ``shards``, ``fill_value``, ``codecs``, ...): one ``"name: stored X, asked Y"`` each, none
+    when they are the same (NaN fill values compare equal, as their JSON does)."""
+    import json
+
     from zarr.core.buffer import default_buffer_prototype
 
     stored = zarr.open_array(readable(zstore), path=path or "", mode="r", zarr_format=3).metadata
 
-    def doc(meta: Any) -> bytes:  # the JSON document: NaN fill values compare equal
-        return bytes(meta.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes())
+    def doc(meta: Any) -> dict[str, Any]:  # the JSON document, as readers will see it
+        raw = meta.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
+        return _by_keyword(json.loads(bytes(raw)))
 
-    return doc(stored) == doc(probe.metadata)
+    have, want = doc(stored), doc(probe.metadata)
+    return [
+        f"{_LABELS.get(name, name)}: stored {_compact(have.get(name))}, asked "
+        f"{_compact(want.get(name))}"
+        for name in (*want, *(k for k in have if k not in want))
+        if have.get(name) != want.get(name)
+    ]
+
+
+# what each part of the document is called in messages: the keyword, and zarr's name
+_LABELS = {
+    "dtype": "dtype (data_type)",
+    "codecs": "codecs (compressors, filters, serializer)",
+}
+
+
+def _by_keyword(doc: dict[str, Any]) -> dict[str, Any]:
+    """A v3 array's JSON document by the ``zarr.create_array`` keyword that sets each part:
+    the sharding codec's inner chunk shape is ``chunks``, the chunk grid ``shards``, the other
+    codecs (inner, index, outer) ``codecs``."""
+    out: dict[str, Any] = {"shape": doc.pop("shape", None), "dtype": doc.pop("data_type", None)}
+    grid = doc.pop("chunk_grid", None)
+    codecs = list(doc.pop("codecs", None) or [])
+    shard = next(
+        (c for c in codecs if isinstance(c, dict) and c.get("name") == "sharding_indexed"), None
+    )
+    shape = grid.get("configuration", {}).get("chunk_shape") if isinstance(grid, dict) else grid
+    if shard is not None:
+        config = dict(shard.get("configuration") or {})
+        out["chunks"] = config.pop("chunk_shape", None)
+        out["shards"] = shape
+        codecs = [*(c for c in codecs if c is not shard), {"sharding_indexed": config}]
+    else:
+        out["chunks"] = shape
+    out["fill_value"] = doc.pop("fill_value", None)
+    out["codecs"] = codecs
+    return {**out, **doc}
+
+
+def _compact(value: Any, limit: int = 300) -> str:
+    import json
+
+    text = json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

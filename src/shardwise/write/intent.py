@@ -41,7 +41,7 @@ from ..core.plan import ShardPlan
 from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidValueError
 from ..runtime.probes import default_threads
 from ..storage.conditional import versions
-from ..storage.nodes import array_exists, same_metadata
+from ..storage.nodes import array_exists, metadata_differences, same_metadata
 from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, describe
 from .pipeline import ArrayWrite, Clear
@@ -129,14 +129,17 @@ def resolve(
         return decide(mode, resume, True, True)
     if region:
         raise InvalidValueError("region= needs an existing array (mode='r+' or 'a')")
-    same = False
+    differences: list[str] = []
     if exists:
         assert probe is not None  # an array kept as it is returned above
         build = probe
-        same = bool(retry_transient(lambda: same_metadata(build(), zstore, path)))
-    if exists and not same and mode == "w-":
-        raise ArrayExistsError(f"{here} exists with other metadata: nothing to resume")
-    return decide(mode, resume, exists, same)
+        differences = retry_transient(lambda: metadata_differences(build(), zstore, path))
+    if exists and differences and mode == "w-":
+        raise ArrayExistsError(
+            f"{here} exists with other metadata ({'; '.join(differences)}): nothing to resume "
+            "(use mode='w' to replace it)"
+        )
+    return decide(mode, resume, exists, not differences)
 
 
 def job_for(

@@ -77,6 +77,8 @@ class WriteOptions:
         cls,
         *,
         modes: tuple[str, ...] = MODES,
+        verb: str = "write_array",
+        via: str | None = None,
         zarr_format: Any = 3,
         threads: Any = None,
         write_empty_chunks: Any = False,
@@ -86,9 +88,11 @@ class WriteOptions:
         """The record of :func:`~shardwise.write_array`'s keywords (those given; the others
         take its defaults), every one checked, in the order of its signature so that the
         first one wrong is named: :class:`InvalidTypeError` or :class:`InvalidValueError`.
-        ``modes``: the modes this front end takes."""
+        ``modes``: the modes this front end takes; ``verb``: the public call these keywords
+        were given to, named when one is refused (``via``: the call that passed its own
+        ``**keywords`` on to ``verb``, e.g. ``batch.write_part`` to ``write_array``)."""
         own = {f.name for f in fields(cls)} - {"settings", "create", "memory_limit"}
-        _refuse_unknown(keywords, own | set(CREATE_DEFAULTS))
+        _refuse_unknown(keywords, own | set(CREATE_DEFAULTS), verb, via)
         if type(zarr_format) is not int or zarr_format != 3:
             raise InvalidValueError(
                 f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
@@ -112,11 +116,16 @@ class WriteOptions:
         return cls(**given, memory_limit=limit, settings=settings, create=create)
 
 
-def _refuse_unknown(keywords: Mapping[str, Any], known: set[str]) -> None:
-    """An :class:`InvalidTypeError` naming a keyword a write does not take (and the nearest it
-    takes), as Python names an unexpected keyword argument."""
+def _refuse_unknown(
+    keywords: Mapping[str, Any], known: set[str], verb: str = "write_array", via: str | None = None
+) -> None:
+    """An :class:`InvalidTypeError` naming a keyword ``verb`` (the public call it was given to:
+    ``write_array``, ``write_pyramid``, ``convert``, ...) does not take, and the nearest it
+    takes, as Python names an unexpected keyword argument; ``via``: the call that passed its
+    ``**keywords`` on to ``verb``."""
     taken = known | {"zarr_format", "threads", "write_empty_chunks", "memory_limit"}
     for name in sorted(set(keywords) - known):
         near = difflib.get_close_matches(name, sorted(taken), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise InvalidTypeError(f"{name!r} is not a keyword of write_array{hint}")
+        passed = f", which {via} passes its keywords to" if via else ""
+        raise InvalidTypeError(f"{name!r} is not a keyword of {verb}{hint}{passed}")

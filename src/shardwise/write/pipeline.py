@@ -299,6 +299,13 @@ class _Finish:
             self.then()
         for n in self.nodes:
             report.notes += refresh(n)
+        from ..engine.report import NOTHING_TO_DO
+
+        # a resume that found every write finished: said so before the sessions finish (a
+        # batch part then keeps its record)
+        idle = bool(self.sessions) and all(s.idle for _, s in self.sessions)
+        if idle and not report.shards_written and NOTHING_TO_DO not in report.notes:
+            report.notes.append(NOTHING_TO_DO)
         for _, s in self.sessions:
             s.finish(report)
         if self.before is not None:

@@ -98,6 +98,12 @@ class WriteSession:
     shared: bool = False  # other writes may run beside this one (see begin)
     done: frozenset[Coord] = frozenset()  # shards a resumed write found stored (see find_done)
     on_done: Callable[[Any], None] | None = None  # given the report once the marker is done
+    # a resume that adopted a finished write's marker: put again ("open") only once a shard
+    # is found missing (find_done); a write that finds every shard done changes nothing
+    finished: bool = False
+    # shards a finished write left all fill (not stored, no record): their tasks run again,
+    # storing nothing (find_done)
+    fill: frozenset[Coord] = frozenset()
 
     @classmethod
     def begin(
@@ -181,6 +187,7 @@ class WriteSession:
         if found is not None:
             self.marker = replace(found, status="open", finished=None, append=append)
             self.resumed = True
+            self.finished = found.status == "done"
         else:
             self.marker = WriteMarker(
                 id=uuid.uuid4().hex,
@@ -203,7 +210,8 @@ class WriteSession:
             )
             # pieces of an interrupted staged write: redone (whatever strategy resumes it)
             self.cleaned["staged_pieces"] = remove_staged(self.store, self.marker.id)
-        self.store.put(marker_name(self.region), self.marker.to_bytes())
+        if not self.finished:  # a finished write's marker stays done until a shard is missing
+            self.store.put(marker_name(self.region), self.marker.to_bytes())
 
     def _remove_temp_files(self) -> list[str]:
         return remove_temp_files(
@@ -224,27 +232,31 @@ class WriteSession:
             self.store, self.marker.id, codec.index_nbytes, codec.index_location == "end"
         )
 
-    def done_shards(self, plan: ShardPlan, codec: ShardCodec) -> set[Coord]:
-        """Shards of ``plan`` this (resumed) write already stored and recorded."""
-        if not self.resumed:
-            return set()
-        journal = self.journal(codec)
-        shards = list(plan_shards(plan))
-        lay = plan.layout
-        runs = read_run_records(self.store, journal.write_id)  # the records its runs put
-        with ThreadPoolExecutor(4) as pool:  # whole objects in memory on remote stores
-            ok = list(pool.map(lambda s: journal.matches(lay.shard_key(s), runs), shards))
-        return {s for s, good in zip(shards, ok, strict=True) if good}
-
     @property
     def skipped(self) -> int:
         """Shards this (resumed) write leaves out: stored and recorded before."""
         return len(self.done)
 
     def find_done(self, plan: ShardPlan, codec: ShardCodec) -> frozenset[Coord]:
-        """Remember (as ``done``) and return the shards of ``plan`` stored before (resume)."""
-        self.done = frozenset(self.done_shards(plan, codec))
+        """Remember (as ``done``) and return the shards of ``plan`` stored before (resume).
+        A finished write resumed with a shard missing (deleted or damaged since) is open
+        again before any task runs; with none missing it has nothing to do (:attr:`idle`)."""
+        if not self.resumed:
+            self.done = frozenset()
+            return self.done
+        done, fill = stored_before(self.journal(codec), plan, fill=self.finished)
+        self.done, self.fill = frozenset(done), frozenset(fill)
+        if self.finished and len(self.done) + len(self.fill) < plan.ntasks:
+            assert self.marker is not None
+            self.store.put(marker_name(self.region), self.marker.to_bytes())
+            self.finished = False
         return self.done
+
+    @property
+    def idle(self) -> bool:
+        """A resume of a finished write that found every shard done: it changes nothing (its
+        marker, records and shards stay as they were)."""
+        return self.finished
 
     def tidy(self, *, staged: bool, multipart: bool) -> None:
         """After every shard task ran: remove the ``staged`` pieces of tasks retried after their
@@ -266,12 +278,18 @@ class WriteSession:
             # a task rerun after its worker died leaves the dead one's temp file behind
             if self.plan is not None and self.plan.ntasks:
                 self._count("temp_files", len(self._remove_temp_files()))
-            done = replace(self.marker, status="done", finished=now())
-            me = marker_name(self.region)
-            self.store.put(me, done.to_bytes())
-            for name, m in read_markers(self.store).items():
-                if name != me and m is not None and m.status == "done" and m.inside(done.region):
-                    self.store.delete(name)
+            if not self.idle:  # an idle resume leaves the finished write's marker as it was
+                done = replace(self.marker, status="done", finished=now())
+                me = marker_name(self.region)
+                self.store.put(me, done.to_bytes())
+                for name, m in read_markers(self.store).items():
+                    if (
+                        name != me
+                        and m is not None
+                        and m.status == "done"
+                        and m.inside(done.region)
+                    ):
+                        self.store.delete(name)
             if self.on_done is not None:
                 self.on_done(report)
         finally:
@@ -281,6 +299,47 @@ class WriteSession:
     def abort(self) -> None:
         if self.lease is not None:
             self.lease.release()
+
+
+def stored_before(
+    journal: Journal, plan: ShardPlan, *, fill: bool = True
+) -> tuple[set[Coord], set[Coord]]:
+    """The shards of ``plan`` that the write of ``journal`` stored and recorded (their objects
+    as recorded), and (``fill``: looked for) those with neither object nor record: when that
+    write finished (its marker done), shards of all fill value, which a write does not
+    store."""
+    store = journal.store
+    lay = plan.layout
+    shards = list(plan_shards(plan))
+    runs = read_run_records(store, journal.write_id)  # the records its runs put
+
+    def state(shard: Coord) -> str:
+        key = lay.shard_key(shard)
+        if journal.matches(key, runs):
+            return "done"
+        if fill and store.size(key) is None and store.get(RECORDS + key) is None:
+            return "fill"  # (a run records no empty shard either)
+        return ""
+
+    with ThreadPoolExecutor(4) as pool:  # whole objects in memory on remote stores
+        found = list(pool.map(state, shards))
+    return (
+        {s for s, f in zip(shards, found, strict=True) if f == "done"},
+        {s for s, f in zip(shards, found, strict=True) if f == "fill"},
+    )
+
+
+def finished_write(store: ShardStore, plan: ShardPlan, codec: ShardCodec) -> tuple[int, int] | None:
+    """The shards a finished write of ``plan``'s region stored and those it left all fill,
+    when every shard is as it left them (a resume of it has nothing to do); None when it has
+    not finished (no done marker of this region and shape) or a shard is missing or changed
+    since. Reads only."""
+    found = read_marker(store, plan.region)
+    if found is None or found.status != "done" or list(found.shape) != list(plan.layout.shape):
+        return None
+    journal = Journal(store, found.id, codec.index_nbytes, codec.index_location == "end")
+    done, fill = stored_before(journal, plan)
+    return (len(done), len(fill)) if len(done) + len(fill) == plan.ntasks else None
 
 
 def plan_shards(plan: ShardPlan) -> Iterable[Coord]:

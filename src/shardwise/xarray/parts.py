@@ -38,6 +38,10 @@ class XarrayWrite:
     jobs: dict[int, WritePlan]
     mode: WriteMode
     shared: bool  # region and append writes: other processes may write beside this one
+    # a resume over a stored tree that is what this call writes (metadata and small arrays):
+    # maybe a finished write of it, whose shards finished_shards looks at. In mode "w-" the
+    # overlay and writes are then those of a mode "w" pass, never run
+    finished: bool = False
 
 
 def variable_jobs(

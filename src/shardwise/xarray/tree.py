@@ -25,6 +25,7 @@ from ..storage.overlay import Overlay, read_only
 from ..storage.store import describe, resolve_store
 from ..write.target import refuse_unknown_chunks
 from .capture import Capture, plan_writes, run_xarray
+from .finished import has_metadata, stored_as, writes_stored
 from .parts import XarrayWrite, open_marker, variable_jobs
 from .prepare import (
     WriteMode,
@@ -79,40 +80,59 @@ def check_tree(
         refuse_inside_array(zstore, group, "group")
     base = read_only(zstore)
     root_mode = _resumed_mode(base, group, mode, nodes) if resume else mode
-    overlay, capture = Overlay(steady_lengths(base, append_dim)), Capture()
-    for i, (path, ds) in enumerate(nodes.items()):
-        where = _join(group, path) if tree else group
-        node_mode: WriteMode = root_mode if i == 0 else "a" if mode in ("w", "w-") else mode
-        node_region = _node_region(region, ds) if tree else region
-        if region is not None and node_region is None:
-            continue  # no variable of this group lies in the region: the group stays as stored
-        if i:
-            node_region = _inherited_region(node_region, obj[path], ds, base, group, obj)
-        node_append = append_dim if append_dim in ds.dims else None
-        stored = stored_dims(base, where) if mode in ("a", "a-", "r+") else None
-        if node_append is not None:
-            check_append_dim(stored, where, node_append)
-        ds, enc = with_layout(
-            ds, encodings.get(path, {}), set(stored or ()), _node_shards(shards, ds), shard_bytes
-        )
-        with _refused_create(zstore, where, node_mode, resume):
-            run_xarray(
+
+    def xarray_pass(root_mode: WriteMode) -> tuple[Overlay, Capture]:
+        overlay, capture = Overlay(steady_lengths(base, append_dim)), Capture()
+        for i, (path, ds) in enumerate(nodes.items()):
+            where = _join(group, path) if tree else group
+            node_mode: WriteMode = root_mode if i == 0 else "a" if mode in ("w", "w-") else mode
+            node_region = _node_region(region, ds) if tree else region
+            if region is not None and node_region is None:
+                continue  # no variable of this group lies in the region: the group stays as is
+            if i:
+                node_region = _inherited_region(node_region, obj[path], ds, base, group, obj)
+            node_append = append_dim if append_dim in ds.dims else None
+            stored = stored_dims(base, where) if mode in ("a", "a-", "r+") else None
+            if node_append is not None:
+                check_append_dim(stored, where, node_append)
+            ds, enc = with_layout(
                 ds,
-                overlay,
-                capture,
-                mode=node_mode,
-                group=where or None,
-                consolidated=False if tree else consolidated,  # a tree's once, below
-                append_dim=node_append,
-                region=node_region,
-                encoding=enc,
+                encodings.get(path, {}),
+                set(stored or ()),
+                _node_shards(shards, ds),
+                shard_bytes,
             )
-    if tree and consolidated is not False:  # None too: DataTree.to_zarr consolidates by default
-        _consolidate(overlay, group, asked=consolidated is True)
+            with _refused_create(zstore, where, node_mode, resume):
+                run_xarray(
+                    ds,
+                    overlay,
+                    capture,
+                    mode=node_mode,
+                    group=where or None,
+                    consolidated=False if tree else consolidated,  # a tree's once, below
+                    append_dim=node_append,
+                    region=node_region,
+                    encoding=enc,
+                )
+        if tree and consolidated is not False:  # None too: as DataTree.to_zarr by default
+            _consolidate(overlay, group, asked=consolidated is True)
+        return overlay, capture
+
+    finished = False
+    if resume and mode == "w-" and root_mode == "w-" and has_metadata(base, group):
+        # over a finished write: what this call would store over nothing (mode "w", into the
+        # overlay only) is what is stored? then it is that write, resumed: nothing to do
+        overlay, capture = xarray_pass("w")
+        finished = stored_as(overlay, base, group)
+    if not finished:
+        overlay, capture = xarray_pass(root_mode)
+        # mode "a" resumed over what it would write (no append, no region): maybe finished
+        whole = append_dim is None and region is None and not any(overlay.changes[:2])
+        finished = resume and whole and mode == "a" and writes_stored(overlay, base)
     writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
     jobs = variable_jobs(writes, strategy, memory_limit, shared=shared)
-    return XarrayWrite(zstore, overlay, writes, jobs, mode, shared)
+    return XarrayWrite(zstore, overlay, writes, jobs, mode, shared, finished=finished)
 
 
 def _nodes(

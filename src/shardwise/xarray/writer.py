@@ -26,14 +26,17 @@ from ..core.sizing import (
     DEFAULT_SHARD_BYTES,
 )
 from ..durability.lease import store_lease
-from ..engine.report import WriteReport
+from ..engine.report import NOTHING_TO_DO, WriteReport
 from ..engine.write import WriteSettings
+from ..errors import ArrayExistsError
 from ..storage.consolidated import Nodes
 from ..storage.icechunk import SessionWrite, session_write, writes_into_session
+from ..storage.store import describe
 from ..write.clear import clear_for_replace
 from ..write.compute import compute_parts
 from ..write.pipeline import ArrayWrite, Pipeline
 from .appends import Reservation, commit_metadata, reserve, tagged
+from .finished import finished_shards
 from .parts import (
     XarrayWrite,
     array_writes,
@@ -264,6 +267,8 @@ def to_zarr(
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
     leased = store_lease(lease, compute, xw.zstore)  # the rule of every front end
+    if xw.finished and (nothing := _nothing_to_do(xw, group, compute)) is not None:
+        return nothing  # a resume over the finished write of this call: nothing is written
     xw, held = reserve(xw, append_dim, strategy, memory_limit, resume)
     try:
         # 3. leases (a refusal removes those taken)
@@ -284,6 +289,30 @@ def to_zarr(
         if held is not None:
             held.release()
         raise
+
+
+def _nothing_to_do(xw: XarrayWrite, group: str | None, compute: bool) -> WriteReport | Any:
+    """The answer of every front end to a resume over a finished write: nothing written, a
+    report that says so (the shards found done before), the store as it was. When something
+    was changed since (a shard missing, or not as recorded): mode "w-" refuses (its checked
+    write is a replacing one, never run), mode "a" writes (None: the call goes on)."""
+    done = finished_shards(xw)
+    if done is None and xw.mode == "a":
+        return None
+    if done is None:
+        raise ArrayExistsError(
+            f"{describe(xw.zstore, group, 'group')} holds a finished write of this data, changed "
+            "since (a shard missing or not as recorded): nothing to resume; shardwise.verify "
+            "names what changed; mode='a' with resume=True (without encoding=: the arrays keep "
+            "theirs) writes it again, mode='w' replaces it"
+        )
+    # as the pipeline counts a resume: shards left all fill are counted as found again
+    report = WriteReport(shards_skipped=done[0], shards_empty=done[1], notes=[NOTHING_TO_DO])
+    if compute:
+        return report
+    from dask.delayed import delayed
+
+    return delayed(report)
 
 
 def _write_data(
