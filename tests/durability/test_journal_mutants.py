@@ -33,9 +33,9 @@ from shardwise.durability.journal import (
     object_crc32c,
     read_marker,
     read_markers,
-    read_records,
     remove_temp_files,
 )
+from shardwise.durability.records import read_records
 from shardwise.storage.store import ShardStore
 
 HEX_A = "ab" + "0" * 30  # the hex part of one writer's temp files (its tag: "ab")

@@ -31,7 +31,8 @@ from faultkit import (
     unique,
     wait_until,
 )
-from shardwise.durability.journal import RECORDS, read_records
+from shardwise.durability.journal import RECORDS
+from shardwise.durability.records import read_records
 from shardwise.durability.verify import verify
 from shardwise.storage.store import ShardStore
 

@@ -18,10 +18,11 @@ import zarr
 
 import shardwise
 from memkit import MiB, peak_rss
+from shardwise.core.cost import RUN_FLUSH
 from shardwise.core.job import MAX_RUNS, MIN_RUNS, shards_per_task
 from shardwise.core.layout import Layout
 from shardwise.core.plan import ShardPlan
-from shardwise.durability.journal import RECORDS, RUN_FLUSH, RUNS
+from shardwise.durability.journal import RECORDS, RUNS
 from shardwise.engine.runs import ShardRuns
 
 KW: dict[str, Any] = dict(chunks=(1, 8), shards=(1, 16))  # tiny shards: many of them

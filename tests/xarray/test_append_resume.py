@@ -40,7 +40,7 @@ from faultkit import (
     unique,
     wait_until,
 )
-from shardwise.durability.journal import read_records
+from shardwise.durability.records import read_records
 from shardwise.storage.store import ShardStore, resolve_store
 
 START, N, SHARD, CHUNK, WIDTH = 10, 40, 4, 2, 3

@@ -57,8 +57,9 @@ def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
 
 def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
     from ..codec.metadata import info_from_metadata
-    from ..durability.journal import BATCH, read_markers, read_records
+    from ..durability.journal import BATCH, read_markers
     from ..durability.lease import read_lease
+    from ..durability.records import read_records
     from ..storage.store import ShardStore, store_name
 
     info = info_from_metadata(arr.metadata)
@@ -101,7 +102,7 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
 def shard_states(sstore: ShardStore, lay: Layout) -> tuple[list[Coord], list[Coord]]:
     """(stored, missing): the shards stored, and those a write recorded that are gone (what
     ``verify`` reports as missing). Every other shard is empty: it reads as the fill value."""
-    from ..durability.journal import recorded_keys
+    from ..durability.records import recorded_keys
 
     stored = [c for c in map(lay.parse_shard_key, sstore.list("")) if c is not None]
     have = set(stored)

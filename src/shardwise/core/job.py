@@ -40,7 +40,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,13 +47,12 @@ from ..errors import PlanError
 from ..runtime.probes import default_memory_limit
 from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
+from .blocks import Chunks, edges_of, inner_aligned, staged_pieces
 from .cost import RUN_FLUSH, Requests, requests_of
 from .plan import ShardPlan
-from .sizing import shrink_to_fit
 
 Strategy = Literal["auto", "direct", "staged"]
 STRATEGIES = ("auto", "direct", "staged")
-Chunks = tuple[tuple[int, ...], ...]
 
 STREAM_BUFFER = 8 * 2**20  # bytes a shard task holds while it streams staged pieces
 PART_BYTES = 8 * 2**20  # multipart upload parts (object stores want >= 5 MiB but the last)
@@ -69,83 +67,6 @@ STAGED_FACTOR = 2  # a staged block task: the block plus its encoded chunks
 RUNS_PER_THREAD = 16
 MIN_RUNS = 1024
 MAX_RUNS = 16384
-
-
-def _edges(chunks: Sequence[int], start: int) -> list[int]:
-    return list(itertools.accumulate(chunks, initial=start))
-
-
-def inner_aligned(
-    plan: ShardPlan, source: Chunks | None, target_bytes: int, itemsize: int
-) -> Chunks:
-    """Block chunks for the staged strategy.
-
-    With dask ``source`` chunks: each chunk boundary falling inside an inner chunk moves to the
-    nearest inner-chunk boundary (in array coordinates), so every inner chunk belongs to exactly one
-    block; blocks larger than ``target_bytes`` are then split at inner-chunk boundaries (a source
-    chunk that is a view, e.g. of a numpy array, then never exists whole in one task). Without
-    (numpy data): the shard pieces, halved along their longest side (in inner chunks) until a
-    block holds at most ``target_bytes``.
-
-    >>> from shardwise.core.layout import Layout
-    >>> from shardwise.core.plan import ShardPlan
-    >>> plan = ShardPlan(Layout((100,), (40,), (10,)), (slice(0, 100),))
-    >>> inner_aligned(plan, ((33, 33, 34),), 10**6, 1)  # 33 -> 30, 66 -> 70
-    ((30, 40, 30),)
-    >>> inner_aligned(plan, ((100,),), 40, 1)  # one 100-byte chunk, 40 bytes per block
-    ((30, 30, 30, 10),)
-    """
-    lay, region = plan.layout, plan.region
-    out = []
-    if source is not None:
-        per = _blocks_per_side(lay.chunk_shape, _spans(source), target_bytes, itemsize)
-        for chunks, sl, c, p in zip(source, region, lay.chunk_shape, per, strict=True):
-            cuts = {sl.start, sl.stop}
-            for e in _edges(chunks, sl.start)[1:-1]:
-                snapped = (e + c // 2) // c * c
-                if sl.start < snapped < sl.stop:
-                    cuts.add(snapped)
-            edges = sorted(cuts)
-            # split blocks longer than p inner chunks, at inner-chunk boundaries
-            for a, b in itertools.pairwise(list(edges)):
-                first = (a // c + p) * c
-                cuts.update(range(first, b, p * c))
-            edges = sorted(cuts)
-            out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
-        return tuple(out)
-    # numpy: blocks of whole inner chunks inside each shard
-    per = shrink_to_fit(lay.chunks_per_shard, math.prod(lay.chunk_shape) * itemsize, target_bytes)
-    for sl, s, c, p in zip(region, lay.shard_shape, lay.chunk_shape, per, strict=True):
-        step = c * p
-        cuts = {sl.start, sl.stop}
-        for shard0 in range(sl.start // s * s, sl.stop, s):
-            cuts.update(e for e in range(shard0, shard0 + s, step) if sl.start < e < sl.stop)
-        edges = sorted(cuts)
-        out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
-    return tuple(out)
-
-
-def _spans(chunks: Chunks) -> tuple[int, ...]:
-    """The longest chunk along each dimension."""
-    return tuple(max(c, default=0) for c in chunks)
-
-
-def _blocks_per_side(
-    chunk_shape: tuple[int, ...], spans: tuple[int, ...], target_bytes: int, itemsize: int
-) -> list[int]:
-    """Inner chunks per block side so that a block of ``spans`` (cut to them) fits the target."""
-    per = [max(1, -(-n // c)) for n, c in zip(spans, chunk_shape, strict=True)]
-    return shrink_to_fit(per, math.prod(chunk_shape) * itemsize, target_bytes)
-
-
-def _pieces(plan: ShardPlan, blocks: Chunks) -> int:
-    """Staged pieces: one per block and shard it touches (per axis, the intervals between
-    the union of block and shard edges)."""
-    total = 1
-    for sl, b, s in zip(plan.region, blocks, plan.layout.shard_shape, strict=True):
-        edges = set(_edges(b, sl.start)) | set(range((sl.start // s + 1) * s, sl.stop, s))
-        total *= max(0, len(edges) - 1)
-    return total
 
 
 def _largest(chunks: Chunks) -> int:
@@ -188,7 +109,7 @@ class WritePlan:
     per_task : int
         Shards one shard task writes, one after another (a run of neighbours in C order of
         the shard grid): 1 but for direct writes of a source without a dask graph of more
-        than ``MIN_RUNS`` shards (:func:`shards_per_task`).
+        than ``MIN_RUNS`` shards (``shards_per_task``).
     """
 
     plan: ShardPlan
@@ -255,7 +176,7 @@ class WritePlan:
             partial=self.plan.npartial,
             records=self.shard_tasks if runs else self.shards,
             record_puts=self.shard_tasks * -(-self.per_task // RUN_FLUSH) if runs else None,
-            staged_pieces=_pieces(self.plan, self.blocks) if staged else 0,
+            staged_pieces=staged_pieces(self.plan, self.blocks) if staged else 0,
             parts_per_shard=max(1, -(-shard_bytes // PART_BYTES)) if staged else 0,
             raw_bytes=self.raw_bytes,
         )
@@ -440,9 +361,9 @@ def _overlap(pieces: Chunks, source: Chunks) -> int:
     of source chunks a piece touches (their product bounds every piece's)."""
     total = 1
     for cut, src in zip(pieces, source, strict=True):
-        edges = _edges(src, 0)
+        edges = edges_of(src, 0)
         span = 0
-        for a, b in itertools.pairwise(_edges(cut, 0)):
+        for a, b in itertools.pairwise(edges_of(cut, 0)):
             lo = edges[bisect.bisect_right(edges, a) - 1]
             hi = edges[bisect.bisect_left(edges, b)]
             span = max(span, hi - lo)

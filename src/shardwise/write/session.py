@@ -41,11 +41,11 @@ from ..durability.journal import (
     now,
     read_marker,
     read_markers,
-    read_run_records,
     region_list,
     remove_temp_files,
 )
 from ..durability.lease import LEASE, Lease, read_lease
+from ..durability.records import read_run_records
 from ..engine.staged import remove_staged
 from ..errors import ArrayExistsError, LeaseHeldError
 from ..runtime import pool as _pool

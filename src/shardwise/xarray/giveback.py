@@ -18,8 +18,8 @@ from ..durability.journal import (
     object_crc32c,
     read_marker,
     read_markers,
-    read_records,
 )
+from ..durability.records import read_records
 from ..storage.conditional import read_merge_commit, versions
 from ..storage.store import ShardStore
 from ..write.pipeline import ArrayWrite
