@@ -3,8 +3,8 @@
 Phase 1, one task per dask block (block edges sit on inner-chunk boundaries, see
 :func:`shardwise.core.blocks.inner_aligned`): the inner chunks inside the block are encoded on
 the pool and, per shard the block touches, stored as ONE staged piece (the encoded chunks one
-after the other) under ``.shardwise/staged/<write id>/<shard key>/<block>``. An inner chunk the write
-region covers only in part is merged with the stored chunk by the block that holds that part
+after the other) under ``.shardwise/staged/<write id>/<shard key>/<block>``. An inner chunk the
+write region covers only in part is merged with the stored chunk by the block that holds that part
 (the region's edges are the only places this happens). The task returns a small receipt.
 
 Phase 2, one task per shard, depending only on the receipts of the blocks that touch it: the
