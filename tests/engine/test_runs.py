@@ -321,3 +321,30 @@ def test_a_task_killed_outright_loses_at_most_a_flush_of_records(tmp_path: Path)
     assert rep.shards_skipped + rep.shards_written == 2200
     np.testing.assert_array_equal(zarr.open_array(path, mode="r")[...], x)
     assert shardwise.verify(path).ok
+
+
+def test_parts_of_runs_and_of_dask_arrays_keep_their_own_reports() -> None:
+    """A write's parts computed together, runs (Delayed reports) beside dask arrays of receipts:
+    each part's report is its own (dask's compute of Delayed and arrays together returns the
+    Delayed results first, whatever their order; every part goes as one Delayed)."""
+    from dask.delayed import delayed
+
+    from shardwise.engine.report import WriteReport
+    from shardwise.write.compute import compute_parts
+
+    def receipt(key: str) -> np.ndarray:
+        out = np.empty((1,), dtype=object)
+        out[0] = WriteReport(shards_written=1, keys=[key])
+        return out
+
+    arrays = [
+        da.from_array(np.zeros(2), chunks=1).map_blocks(
+            lambda b, k=k: receipt(k), dtype=object, meta=np.empty((0,), dtype=object)
+        )
+        for k in ("c/0", "c/1/0")
+    ]
+    runs = [delayed(WriteReport, pure=False)(shards_written=1, keys=[k]) for k in ("c/7", "c/8")]
+    parts = [("a", arrays[0]), ("r", [runs[0]]), ("b", arrays[1]), ("s", [runs[1]])]
+    with dask.config.set(scheduler="sync"):
+        rep = compute_parts(parts, progress=False)
+    assert rep.keys == ["a/c/0", "a/c/0", "b/c/1/0", "b/c/1/0", "r/c/7", "s/c/8"]

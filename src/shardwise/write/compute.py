@@ -32,14 +32,11 @@ def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") ->
         report = _with_progress(dask_parts(parts), desc)
     else:
         from dask.base import compute
-        from dask.delayed import delayed
 
-        parts = dask_parts(parts)
-        work = [
-            delayed(sum_reports, pure=False)(list(p)) if isinstance(p, list) else p
-            for _, p in parts
-        ]
-        got = compute(*work)
+        # every part as one Delayed report: dask's compute of Delayed and array collections
+        # together returns the Delayed ones' results first, whatever the order they were given
+        parts = deferred(dask_parts(parts))
+        got = compute(*[p for _, p in parts])
         report = total_report([(prefix, g) for (prefix, _), g in zip(parts, got, strict=True)])
     report.seconds = time.perf_counter() - started
     return report
