@@ -468,6 +468,20 @@ def test_write_arrays_keywords_are_the_records() -> None:
     assert keywords <= {n for names in documented for n in names.split(", ")}
 
 
+def test_to_zarr_checks_the_keywords_it_shares_with_write_array_by_its_record() -> None:
+    """to_zarr hands WriteOptions.checked every keyword it shares with write_array, but those
+    xarray gives a meaning of its own (shards by dimension name, xarray's modes, a region by
+    dimension name, write_empty_chunks=None): one check, one message, for both calls."""
+    import inspect
+
+    from shardwise.write.options import WriteOptions
+    from shardwise.xarray.writer import _RECORDED
+
+    params = set(inspect.signature(shardwise.to_zarr).parameters)
+    xarrays = {"shards", "mode", "region", "write_empty_chunks"}
+    assert (params & WriteOptions.keywords()) - xarrays == _RECORDED
+
+
 def test_a_batch_part_names_itself_and_write_array_for_an_unknown_keyword(tmp_path: Path) -> None:
     """batch.write_part passes its **keywords on to write_array: one neither takes names both,
     and one a part decides itself (mode, region) is refused, naming write_part; the store

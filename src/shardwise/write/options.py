@@ -9,9 +9,10 @@ Two records carry a write's keywords, so that no front end passes them on by nam
   ``zarr.create_array`` keywords), with the worker record inside it. ``write_array`` and a
   batch part build it with :meth:`WriteOptions.checked`, which refuses a keyword of the wrong
   type or value before the store is looked at (``write_array`` hands it the keywords of its
-  signature named by :meth:`WriteOptions.keywords`, declared once there); ``write_pyramid``
-  checks its own keywords by the same method, ``convert`` builds the record from keywords it
-  checked itself.
+  signature named by :meth:`WriteOptions.keywords`, declared once there); ``write_pyramid``,
+  ``convert`` and ``to_zarr`` check the keywords they share with ``write_array`` by the same
+  method (``to_zarr``: but those xarray means its own way, its modes, a region and shards by
+  dimension name, ``write_empty_chunks=None``).
 """
 
 from __future__ import annotations
