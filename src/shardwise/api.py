@@ -203,35 +203,10 @@ def write_array(
     from .write.pipeline import Pipeline
     from .write.target import prepare_write
 
-    # 1. every keyword checked, once, into one record, before the store is looked at
-    options = WriteOptions.checked(
-        path=path,
-        chunks=chunks,
-        shards=shards,
-        dtype=dtype,
-        fill_value=fill_value,
-        compressors=compressors,
-        filters=filters,
-        serializer=serializer,
-        dimension_names=dimension_names,
-        attributes=attributes,
-        chunk_key_encoding=chunk_key_encoding,
-        zarr_format=zarr_format,
-        mode=mode,
-        region=region,
-        write_empty_chunks=write_empty_chunks,
-        threads=threads,
-        fsync=fsync,
-        storage_options=storage_options,
-        compute=compute,
-        progress=progress,
-        resume=resume,
-        lease=lease,
-        break_lease=break_lease,
-        strategy=strategy,
-        memory_limit=memory_limit,
-        dry_run=dry_run,
-    )
+    # 1. every keyword checked, once, into one record, before the store is looked at: those of
+    # the signature the record takes (all but ``commit``, the session's), by name
+    called = locals()
+    options = WriteOptions.checked(**{k: called[k] for k in WriteOptions.keywords()})
     # into an icechunk session: its own refusals, then a write into its store
     tx, store, options = into_session(store, commit, options)
     # 2-4: the source, the target and the validated job, before the store is written (dry_run

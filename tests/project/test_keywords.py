@@ -14,6 +14,7 @@ chunks through ``to_zarr``, and the report of an all-fill write.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -448,6 +449,37 @@ def test_an_unknown_write_keyword_names_the_verb_it_was_given_to(verb: str) -> N
     with pytest.raises(InvalidTypeError) as e:
         WriteOptions.checked(verb=verb, fsynk=True)
     assert str(e.value) == f"'fsynk' is not a keyword of {verb} (did you mean 'fsync'?)"
+
+
+def test_write_arrays_keywords_are_the_records() -> None:
+    """write_array hands its keywords to WriteOptions.checked by name: its signature lists
+    every keyword the record takes and no other (but ``commit``, the icechunk session's), each
+    keyword-only and documented."""
+    import inspect
+
+    from shardwise.write.options import WriteOptions
+
+    params = inspect.signature(shardwise.write_array).parameters
+    keywords = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == WriteOptions.keywords() | {"commit"}
+    assert set(params) - keywords == {"data", "store"}
+    doc = inspect.getdoc(shardwise.write_array) or ""
+    documented = set(re.findall(r"^(\w+(?:, \w+)*) :", doc, re.M))
+    assert keywords <= {n for names in documented for n in names.split(", ")}
+
+
+def test_to_zarr_checks_the_keywords_it_shares_with_write_array_by_its_record() -> None:
+    """to_zarr hands WriteOptions.checked every keyword it shares with write_array, but those
+    xarray gives a meaning of its own (shards by dimension name, xarray's modes, a region by
+    dimension name, write_empty_chunks=None): one check, one message, for both calls."""
+    import inspect
+
+    from shardwise.write.options import WriteOptions
+    from shardwise.xarray.writer import _RECORDED
+
+    params = set(inspect.signature(shardwise.to_zarr).parameters)
+    xarrays = {"shards", "mode", "region", "write_empty_chunks"}
+    assert (params & WriteOptions.keywords()) - xarrays == _RECORDED
 
 
 def test_a_batch_part_names_itself_and_write_array_for_an_unknown_keyword(tmp_path: Path) -> None:

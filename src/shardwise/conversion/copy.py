@@ -12,7 +12,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
 from ..engine.report import WriteReport
-from ..runtime import pool as _pool
+from ..engine.tasks import shard_task
 from ..storage.icechunk import session_write
 from ..storage.store import ShardStore
 from .plan import ArrayPlan, SourceChunks
@@ -125,18 +125,11 @@ class ShardCopier:
         return flats, coords
 
     def task(self, shard: Coord) -> WriteReport:
-        """The shard task: :meth:`copy`, counted as a running task of its write (see
-        ``_pool.running``: a failed write waits for it before it releases its lease)."""
-        own = self.store.task_fork()  # into an icechunk session: a fork of its own
-        copier = self if own is None else replace(self, store=own[0])
-        if self.journal is None:
-            rep = copier.copy(shard)
-        else:
-            with _pool.running(self.journal.write_id):
-                rep = copier.copy(shard)
-        if own is not None:
-            rep.forks = [own[1]]
-        return rep
+        """The shard task: :meth:`copy`, counted as a running task of its write, into a fork
+        of its own in an icechunk session (:func:`~shardwise.engine.tasks.shard_task`)."""
+        write_id = None if self.journal is None else self.journal.write_id
+        # into an icechunk session: a fork of its own (engine/tasks.py)
+        return shard_task(self, write_id).run(lambda copier: copier.copy(shard))
 
     def copy(self, shard: Coord) -> WriteReport:
         from ..engine.stream import commit_shard

@@ -19,12 +19,12 @@ from ..codec.metadata import ArrayInfo
 from ..codec.shard import ShardIndex
 from ..core.layout import Coord, Layout, Region, ceildiv
 from ..core.plan import ShardPlan
-from ..runtime import pool as _pool
 from ..storage.store import ShardStore
 from .fetch import read_index
 from .recorder import ShardRecorder
 from .report import WriteReport
 from .stream import _coalesce, _stream, commit_shard
+from .tasks import shard_task
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,9 @@ class ShardAssembly:
         return out
 
     def assemble(self, shard: Coord, receipts: Sequence[Any]) -> WriteReport:
-        """The shard task: stream the staged pieces of ``shard`` into its object, commit once."""
-        with _pool.running(self.write_id):
-            return self._assemble(shard, receipts)
+        """The shard task: stream the staged pieces of ``shard`` into its object, commit once;
+        counted as a running task of its write (:func:`~shardwise.engine.tasks.shard_task`)."""
+        return shard_task(self, self.write_id).run(lambda task: task._assemble(shard, receipts))
 
     def _assemble(self, shard: Coord, receipts: Sequence[Any]) -> WriteReport:
         started = time.perf_counter()

@@ -13,8 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -25,7 +24,6 @@ from ..codec.mosaic import Mosaic, fits
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
-from ..runtime import pool as _pool
 from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
 from ..storage.replace import replace_whole
@@ -33,6 +31,7 @@ from ..storage.store import ShardStore
 from .pieces import PieceSpec, pieces_graph
 from .recorder import ShardRecorder
 from .report import WriteReport
+from .tasks import shard_task
 
 Mode = Literal["w", "w-", "a", "r+"]
 
@@ -184,15 +183,12 @@ class ShardWriter:
         further shard of it, the shards written before stay written and recorded."""
         started = time.perf_counter()
         # into an icechunk session: the task writes into a fork of its own, handed back
-        own = self.store.task_fork()
-        writer = self if own is None else replace(self, store=own[0])
+        task = shard_task(self, None if self.journal is None else self.journal.write_id)
         total = WriteReport()
         for loc, read in pieces:
-            # untracked without a journal
-            with nullcontext() if self.journal is None else _pool.running(self.journal.write_id):
-                total += writer.write_piece(self.plan.shard_of_task(loc), read())
-        if own is not None:
-            total.forks = [own[1]]
+            with task.running():
+                total += task.owner.write_piece(self.plan.shard_of_task(loc), read())
+        task.done(total)
         total.seconds = time.perf_counter() - started
         return total
 

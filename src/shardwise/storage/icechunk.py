@@ -285,26 +285,17 @@ class SessionWrite:
         claim(session)  # the last refusal: no other thread's write runs in the session
         return cls(session, commit)
 
-    def xarray_keywords(
-        self, strategy: Any, safe_shards: Any, consolidated: Any
-    ) -> tuple[Any, bool, Any, Any, bool]:
-        """``to_zarr``'s store, lease and these keywords in a session: the session's store; no
-        lease (the transaction keeps other writers out); direct shard tasks; regions that
-        split shards allowed (each split shard is merged by its one task, and another
-        session's write of it conflicts at commit); no consolidated metadata (icechunk's store
-        keeps none)."""
+    def xarray_keywords(self, safe_shards: Any, consolidated: Any) -> tuple[Any, bool]:
+        """``to_zarr``'s own keywords in a session (its store, lease and strategy are
+        :func:`into_session`'s): regions that split shards allowed (each split shard is merged
+        by its one task, and another session's write of it conflicts at commit); no
+        consolidated metadata (icechunk's store keeps none)."""
         if consolidated is True:
             raise InvalidValueError(
                 "consolidated=True does not apply to an icechunk session: its store keeps no "
                 "consolidated metadata (it lists a group's members itself)"
             )
-        return (
-            self.store,
-            False,
-            "direct" if strategy == "auto" else strategy,
-            False if safe_shards is None else safe_shards,
-            False,
-        )
+        return (False if safe_shards is None else safe_shards), False
 
     @property
     def store(self) -> Any:

@@ -8,8 +8,11 @@ Two records carry a write's keywords, so that no front end passes them on by nam
   lease, strategy, memory limit, compute, progress, dry run, the new array's
   ``zarr.create_array`` keywords), with the worker record inside it. ``write_array`` and a
   batch part build it with :meth:`WriteOptions.checked`, which refuses a keyword of the wrong
-  type or value before the store is looked at; ``write_pyramid`` checks its own keywords by the
-  same method, ``convert`` builds the record from keywords it checked itself.
+  type or value before the store is looked at (``write_array`` hands it the keywords of its
+  signature named by :meth:`WriteOptions.keywords`, declared once there); ``write_pyramid``,
+  ``convert`` and ``to_zarr`` check the keywords they share with ``write_array`` by the same
+  method (``to_zarr``: but those xarray means its own way, its modes, a region and shards by
+  dimension name, ``write_empty_chunks=None``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ CREATE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
 # the flags, checked in this order (that of write_array's signature)
 _FLAGS = ("fsync", "compute", "progress", "resume", "break_lease", "dry_run")
 
+# what WriteOptions.checked takes besides the record's own fields and CREATE_DEFAULTS: the
+# format (checked, not kept) and what the worker record and the memory limit are built from
+_BUILT = ("zarr_format", "threads", "write_empty_chunks", "memory_limit")
+
 
 @dataclass(frozen=True)
 class WriteOptions:
@@ -71,6 +78,13 @@ class WriteOptions:
     dry_run: bool = False
     settings: WriteSettings = field(default_factory=WriteSettings)
     create: Mapping[str, Any] = CREATE_DEFAULTS
+
+    @classmethod
+    def keywords(cls) -> frozenset[str]:
+        """The names :meth:`checked` takes from a front end: every keyword of
+        :func:`~shardwise.write_array` but ``commit`` (the icechunk session's)."""
+        own = {f.name for f in fields(cls)} - {"settings", "create"}
+        return frozenset(own | set(CREATE_DEFAULTS) | set(_BUILT))
 
     @classmethod
     def checked(
@@ -123,7 +137,7 @@ def _refuse_unknown(
     ``write_array``, ``write_pyramid``, ``convert``, ...) does not take, and the nearest it
     takes, as Python names an unexpected keyword argument; ``via``: the call that passed its
     ``**keywords`` on to ``verb``."""
-    taken = known | {"zarr_format", "threads", "write_empty_chunks", "memory_limit"}
+    taken = known | set(_BUILT)
     for name in sorted(set(keywords) - known):
         near = difflib.get_close_matches(name, sorted(taken), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""

@@ -15,7 +15,6 @@ from zarr.abc.store import Store
 
 from ..codec.metadata import default_compressors
 from ..core import args
-from ..core.job import STRATEGIES
 from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
     default_layout,
@@ -66,13 +65,12 @@ def check_keywords(
     append_dim: Any,
     encoding: Any,
     group: Any,
-    storage_options: Any,
-    strategy: Any,
     flags: dict[str, Any],
     optional_flags: dict[str, Any],
     write_empty_chunks: Any,
 ) -> None:
-    """The keywords of :func:`to_zarr` that are not about layout, checked before any I/O;
+    """The keywords of :func:`to_zarr` that are xarray's, not about layout, checked before any
+    I/O (those write_array takes too are checked by ``WriteOptions.checked``);
     ``write_empty_chunks`` takes ``None`` as ``Dataset.to_zarr`` does (:func:`empty_chunks`)."""
     args.mapping("encoding", encoding)
     accepted = "a dict of dimension name -> slice (or 'auto'), 'auto' or None"
@@ -87,8 +85,6 @@ def check_keywords(
             f"append_dim must be a dimension name (a str) or None, got {append_dim!r}"
         )
     args.store_path("group", group)
-    args.mapping("storage_options", storage_options)
-    args.choice("strategy", strategy, STRATEGIES)
     args.flags(**flags)
     args.optional_flags(**optional_flags, write_empty_chunks=write_empty_chunks)
 

@@ -19,7 +19,6 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from ..core import args
 from ..core.job import Strategy
 from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
@@ -27,13 +26,13 @@ from ..core.sizing import (
 )
 from ..durability.lease import store_lease
 from ..engine.report import NOTHING_TO_DO, WriteReport
-from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError
 from ..storage.consolidated import Nodes
-from ..storage.icechunk import SessionWrite, session_write, writes_into_session
+from ..storage.icechunk import SessionWrite, into_session, writes_into_session
 from ..storage.store import describe
 from ..write.clear import clear_for_replace
 from ..write.compute import compute_parts
+from ..write.options import WriteOptions
 from ..write.pipeline import ArrayWrite, Pipeline
 from .appends import Reservation, commit_metadata, reserve, tagged
 from .finished import finished_shards
@@ -52,6 +51,13 @@ from .prepare import (
 from .tree import check_tree
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_SHARD_BYTES", "to_zarr"]
+
+# to_zarr's keywords that write_array takes too, checked by its record (WriteOptions); mode,
+# region and group are xarray's (its modes, a region by dimension name, a group path)
+_RECORDED = frozenset(
+    {"storage_options", "strategy", "memory_limit", "threads", "lease", "break_lease"}
+    | {"compute", "fsync", "progress", "resume"}
+)
 
 
 @writes_into_session
@@ -220,32 +226,27 @@ def to_zarr(
     LeaseHeldError
         Another writer holds a variable's lease.
     """
-    # 1. open and check: everything is validated, nothing is written
+    # 1. open and check: everything is validated, nothing is written. The keywords of
+    # xarray's call first, then those write_array takes too, by its record (WriteOptions:
+    # write_empty_chunks=None resolved to zarr's setting once checked)
     check_keywords(
         region=region,
         append_dim=append_dim,
         encoding=encoding,
         group=group,
-        storage_options=storage_options,
-        strategy=strategy,
-        flags=dict(
-            compute=compute,
-            fsync=fsync,
-            progress=progress,
-            resume=resume,
-            break_lease=break_lease,
-            write_inherited_coords=write_inherited_coords,
-        ),
-        optional_flags=dict(consolidated=consolidated, safe_shards=safe_shards, lease=lease),
+        flags=dict(write_inherited_coords=write_inherited_coords),
+        optional_flags=dict(consolidated=consolidated, safe_shards=safe_shards),
         write_empty_chunks=write_empty_chunks,
     )
-    threads = args.thread_count("threads", threads)
-    memory_limit = args.optional_byte_size("memory_limit", memory_limit)
+    o = WriteOptions.checked(
+        verb="to_zarr",
+        write_empty_chunks=empty_chunks(write_empty_chunks),
+        **{k: v for k, v in locals().items() if k in _RECORDED},
+    )
     # into an icechunk session: a write into its store, forked once its metadata is there
-    if (tx := session_write(store, commit, lease, resume, compute, strategy)) is not None:
-        store, lease, strategy, safe_shards, consolidated = tx.xarray_keywords(
-            strategy, safe_shards, consolidated
-        )
+    tx, store, o = into_session(store, commit, o)
+    if tx is not None:
+        safe_shards, consolidated = tx.xarray_keywords(safe_shards, consolidated)
     xw = check_tree(  # a Dataset is a tree of one node
         obj,
         store,
@@ -257,34 +258,35 @@ def to_zarr(
         region=region,
         group=group,
         consolidated=consolidated,
-        storage_options=storage_options,
+        storage_options=o.storage_options,
         safe_shards=safe_shards,
         shard_bytes=shard_bytes,
-        strategy=strategy,
-        memory_limit=memory_limit,
-        resume=resume,
+        strategy=o.strategy,
+        memory_limit=o.memory_limit,
+        resume=o.resume,
     )
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
-    leased = store_lease(lease, compute, xw.zstore)  # the rule of every front end
-    if xw.finished and (nothing := _nothing_to_do(xw, group, compute)) is not None:
+    leased = store_lease(o.lease, o.compute, xw.zstore)  # the rule of every front end
+    if xw.finished and (nothing := _nothing_to_do(xw, group, o.compute)) is not None:
         return nothing  # a resume over the finished write of this call: nothing is written
-    xw, held = reserve(xw, append_dim, strategy, memory_limit, resume)
+    xw, held = reserve(xw, append_dim, o.strategy, o.memory_limit, o.resume)
     try:
         # 3. leases (a refusal removes those taken)
-        opts = WriteSettings(write_empty_chunks=empty_chunks(write_empty_chunks), threads=threads)
-        arrays = tagged(held, array_writes(xw, opts, fsync=fsync, resume=resume))
+        arrays = tagged(held, array_writes(xw, o.settings, fsync=o.fsync, resume=o.resume))
         # the nodes: re-consolidated above, at the finish
-        run: dict[str, Any] = {"lease": leased, "break_lease": break_lease}
+        run: dict[str, Any] = {"lease": leased, "break_lease": o.break_lease}
         with Pipeline(list(arrays.values()), nodes=[_changed_nodes(xw)], **run) as pipe:
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
             # being resumed) and the write markers
-            _clear(xw, _kept_keys(xw, arrays, pipe), resume, break_lease)
-            if not compute or tx is not None:  # as xarray: the metadata first (a session:
+            _clear(xw, _kept_keys(xw, arrays, pipe), o.resume, o.break_lease)
+            if not o.compute or tx is not None:  # as xarray: the metadata first (a session:
                 commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
             pipe.start()
             # 5. data, 6. metadata, 7. markers done and leases released
-            return _write_data(pipe, arrays, xw, held, compute=compute, progress=progress, tx=tx)
+            return _write_data(
+                pipe, arrays, xw, held, compute=o.compute, progress=o.progress, tx=tx
+            )
     except BaseException:
         if held is not None:
             held.release()
