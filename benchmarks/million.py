@@ -11,9 +11,12 @@ row, two 32-byte inner chunks, no compression: the shard count is the point, not
     the same values as a dask array with one chunk per shard: one source task and one write
     task per shard (the path every source took before runs).
 ``dask-to-zarr``
-    ``dask.array.to_zarr`` of that dask array into a zarr-python sharded array of the same
+    ``dask.array.store`` of that dask array into a zarr-python sharded array of the same
     layout (created first with ``zarr.create_array``), ``compute=False``: dask's own graph, for
     comparison.
+``xarray-to-zarr``
+    xarray's ``Dataset.to_zarr`` of that dask array as a variable, with the same ``chunks`` and
+    ``shards`` encoding, ``compute=False``.
 
 Figures per case: the graph build (``compute=False``) in seconds, the graph's tasks, the
 client's traced Python memory at the build's peak (tracemalloc) and its resident growth; with
@@ -49,7 +52,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 WIDTH = 64
-CASES = ("runs", "per-shard", "dask-to-zarr")
+CASES = ("runs", "per-shard", "dask-to-zarr", "xarray-to-zarr")
 
 
 class Ramp:
@@ -119,6 +122,12 @@ def one(case: str, n: int, run: bool, scheduler: bool, root: str) -> dict[str, A
     started = time.perf_counter()
     if case == "dask-to-zarr":
         graph = da.store(src, target, compute=False, lock=False)
+    elif case == "xarray-to-zarr":
+        import xarray as xr
+
+        enc = {"v": {"chunks": kw["chunks"], "shards": kw["shards"], "compressors": None}}
+        ds = xr.Dataset({"v": (("y", "x"), src)})
+        graph = ds.to_zarr(path, zarr_format=3, encoding=enc, compute=False, consolidated=False)
     else:
         graph = shardwise.write_array(src, path, compute=False, **kw)
     out["build_s"] = time.perf_counter() - started

@@ -209,6 +209,12 @@ def test_the_plan_prints_objects_requests_and_cost(tmp_path: Path) -> None:
     stored = [p for p in (tmp_path / "w").rglob("*") if p.is_file() and "lease" not in p.name]
     assert len(stored) == req.objects
     assert f"PUT {req.puts:,}" in str(job) and "per TiB" in str(job)
+    # the graph's memory, from the measured figures per task and per shard
+    from shardwise.core.cost import graph_memory
+
+    client, scheduler = graph_memory(job.tasks, job.shards)
+    assert scheduler == job.tasks * 8 * 1024 and client > job.tasks * 1000
+    assert "on the client" in str(job) and "on the scheduler" in str(job)
     assert req.cost() == pytest.approx((req.puts * 0.005 + req.lists * 0.005) / 1000)
     from shardwise.core.cost import Prices
 

@@ -48,7 +48,7 @@ from ..runtime.probes import default_memory_limit
 from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
 from .blocks import Chunks, edges_of, inner_aligned, staged_pieces
-from .cost import RUN_FLUSH, Requests, requests_of
+from .cost import RUN_FLUSH, Requests, graph_memory, requests_of
 from .plan import ShardPlan
 
 Strategy = Literal["auto", "direct", "staged"]
@@ -207,6 +207,7 @@ class WritePlan:
 
     def __str__(self) -> str:
         lay = self.plan.layout
+        client, scheduler = graph_memory(self.tasks, self.shards)
         lines = [
             f"WritePlan ({self.strategy}"
             + (f", chosen by {self.requested!r}" if self.requested == "auto" else "")
@@ -224,6 +225,8 @@ class WritePlan:
                 if self.per_task == 1
                 else f" (runs of up to {self.per_task} neighbouring shards, one after another)"
             ),
+            f"  graph memory: ~{_size(client)} on the client, ~{_size(scheduler)} on the "
+            "scheduler (these tasks; a dask source's graph apart)",
             f"  blocks: largest {tuple(max(c, default=0) for c in self.blocks)}",
             f"  peak memory per task: ~{_size(self.peak_per_task)} "
             f"(budget {_size(self.memory_limit)}: {self.memory_limit_from})",
