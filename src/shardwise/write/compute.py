@@ -31,15 +31,25 @@ def compute_parts(parts: list[Part], progress: bool, desc: str = "shardwise") ->
     elif progress:
         report = _with_progress(dask_parts(parts), desc)
     else:
+        import dask.array as da
         from dask.base import compute
 
         # every part as one Delayed report: dask's compute of Delayed and array collections
-        # together returns the Delayed ones' results first, whatever the order they were given
-        parts = deferred(dask_parts(parts))
+        # together returns the Delayed ones' results first, whatever the order they were given;
+        # an array's graph optimized first, as computing the array would (its blocks fused)
+        parts = deferred(
+            [(pre, _optimized(p) if isinstance(p, da.Array) else p) for pre, p in dask_parts(parts)]
+        )
         got = compute(*[p for _, p in parts])
         report = total_report([(prefix, g) for (prefix, _), g in zip(parts, got, strict=True)])
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _optimized(receipts: Any) -> Any:
+    """A dask array of receipts as its Delayed blocks over the array's optimized graph (a
+    list, as the parts of one Delayed per shard task are)."""
+    return receipts.to_delayed(optimize_graph=True).ravel().tolist()
 
 
 def _with_progress(parts: list[Part], desc: str) -> WriteReport:
