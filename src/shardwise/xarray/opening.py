@@ -63,16 +63,8 @@ def open_dataset(
     """
     import xarray as xr
 
-    _check_chunks(chunks)
-    return xr.open_dataset(
-        store,
-        engine=ShardwiseBackendEntrypoint,
-        group=group,
-        drop_variables=drop_variables,
-        chunks={} if isinstance(chunks, str) and chunks == "shards" else chunks,
-        threads=threads,
-        cache_indexes=cache_indexes,
-        **kwargs,
+    return _open(
+        xr.open_dataset, store, group, drop_variables, chunks, threads, cache_indexes, kwargs
     )
 
 
@@ -124,8 +116,25 @@ def open_datatree(
     """
     import xarray as xr
 
+    return _open(
+        xr.open_datatree, store, group, drop_variables, chunks, threads, cache_indexes, kwargs
+    )
+
+
+def _open(
+    opener: Any,
+    store: Any,
+    group: Any,
+    drop_variables: Any,
+    chunks: Any,
+    threads: Any,
+    cache_indexes: Any,
+    kwargs: dict[str, Any],
+) -> Any:
+    """``opener`` (xarray's ``open_dataset`` or ``open_datatree``) with the shardwise engine,
+    ``chunks="shards"`` as the engine's preferred chunks (``{}``)."""
     _check_chunks(chunks)
-    return xr.open_datatree(
+    return opener(
         store,
         engine=ShardwiseBackendEntrypoint,
         group=group,
