@@ -125,9 +125,7 @@ class ShardRuns:
         tok = uuid.uuid4().hex
         name, held = f"shardwise-runs-{tok}", f"shardwise-runs-of-{tok}"
         todo = self.runs()
-        # held in a plain object: dask takes a dataclass in a graph apart into a task that
-        # rebuilds it from its fields, reading any field equal to a key as that key's value
-        layer: dict[Any, Any] = {held: _Held(self)}
+        layer: dict[Any, Any] = {held: self}
         layer.update({(name, i): (_run, held, i) for i in todo})
         graph = HighLevelGraph.from_collections(name, layer, dependencies=())
         out = RunTasks(Delayed((name, i), graph, layer=name) for i in todo)
@@ -135,20 +133,8 @@ class ShardRuns:
         return out
 
 
-class _Held:
-    """A graph's value holding the runs as they are (see :meth:`ShardRuns.graph`)."""
-
-    __slots__ = ("runs",)
-
-    def __init__(self, runs: ShardRuns) -> None:
-        self.runs = runs
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Held, (self.runs,))
-
-
-def _run(held: _Held, run: int) -> WriteReport:
-    return held.runs.run(run)
+def _run(runs: ShardRuns, run: int) -> WriteReport:
+    return runs.run(run)
 
 
 def copied(source: Any) -> Any:
