@@ -58,7 +58,6 @@ from ..errors import (
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore
 from ..write.intent import Mode
-from ..write.pipeline import Pipeline
 from ..write.session import PartLease
 from .plan import BatchPlan, check_coverage, check_parts, check_shape_and_parts, split_parts
 from .status import FINALIZED, _open, open_batch, parts_done, recorded_batch, rerun_of
@@ -264,6 +263,7 @@ def write_part(
     LeaseHeldError
         The part (or the whole array) is leased by another writer.
     """
+    from ..write.execute import Execution, Target, WriteCall
     from ..write.options import WriteOptions
     from ..write.target import prepare_write
 
@@ -290,7 +290,8 @@ def write_part(
     )
     prepared = prepare_write(data, sstore.store, options)
     # whether the part holds its lease: the rule of every front end, before anything is written
-    leased = store_lease(lease, True, prepared.write.store.store)
+    target = Target(prepared.write.store.store)
+    leased = target.lease(lease, True, prepared.write.store.store)
 
     def record(report: WriteReport) -> None:
         """The part's record, once its write is done, while its lease is still held (a
@@ -310,10 +311,16 @@ def write_part(
     held_part = PartLease(
         part_lease(part, plan.nparts), f"batch part {part} of {plan.nparts}", expiry, record
     )
-    with Pipeline([prepared.write], lease=leased, break_lease=break_lease, part=held_part) as pipe:
-        pipe.start()
-        report: WriteReport = pipe.run(pipe.parts(), compute=True, progress=options.progress)
-    held = pipe.sessions[0].lease
+    call = WriteCall(
+        [prepared.write],
+        lease=leased,
+        break_lease=break_lease,
+        progress=options.progress,
+        part=held_part,
+    )
+    with Execution(target, call) as ex:
+        report: WriteReport = ex.run(ex.parts())
+    held = ex.pipe.sessions[0].lease
     report.notes += [str(t) for t in held.took_over] if held is not None else []
     return report
 

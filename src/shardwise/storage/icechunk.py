@@ -302,16 +302,11 @@ class SessionWrite:
         """The zarr store of the session: the checks and the metadata go through it."""
         return self.session.store
 
-    def fork(self, pipe: Any) -> Any:
-        """Fork the session once (its metadata written) and give the ShardStore of every one
-        of the sessions of ``pipe`` (a write pipeline, one session per array) the fork's store:
-        each shard task forks that again (:meth:`SessionBackend.task_fork`); the pipeline
-        merges the tasks' forks as a tree (``engine/forks.py``). Returns the fork's store."""
-        fork = self.session.fork()
-        for s in pipe.sessions:
-            s.store = replace(s.store, store=fork.store)
-        pipe.forked = True
-        return fork.store
+    def fork_store(self) -> Any:
+        """Fork the session once (its metadata written) and return the fork's store: the
+        write's shard tasks each fork that again (:meth:`SessionBackend.task_fork`), and their
+        forks are merged as a tree (``engine/forks.py``) before :meth:`finish`."""
+        return self.session.fork().store
 
     def finish(self, report: Any, progress: bool = False) -> Any:
         """Merge the forks of ``report`` into the session (checked disjoint first), commit if
