@@ -4,8 +4,8 @@ message) and the same stored bytes.
 
 The front ends: ``write_array``, a batch part (``shardwise.batch``), ``to_zarr`` of a Dataset and
 of a one-node DataTree, ``write_pyramid``'s level 0 and ``convert``; each into a store and (all
-but the batch part) into an icechunk session, and those that append, appending. Each writes the array at key
-``"0"`` of a fresh local store (a pyramid's level 0 is there, a Dataset's variable named "0"), so
+but the batch part) into an icechunk session, and those that append, appending. Each writes the
+array at key ``"0"`` of a fresh local store (a pyramid's level 0 is there, a Dataset's variable named "0"), so
 their messages name the same path. The pipeline says how it writes each array (strategy and lease)
 on the ``shardwise`` logger at debug level; that line is what the strategy and lease columns read.
 """
@@ -709,7 +709,7 @@ def test_a_create_into_an_icechunk_session_is_written_alike(
         run(repo.writable_session("main"), mode="w-", commit="created", **kw)
     found = [m.groups() for r in caplog.records if (m := line.search(r.getMessage()))]
     assert found == [("copy" if name == "convert" else "direct", "none")], found
-    assert [s.message for s in repo.ancestry(branch="main")][0] == "created"
+    assert next(s.message for s in repo.ancestry(branch="main")) == "created"
     assert session_shards(repo) == shards(plain) and len(shards(plain)) == 6
     again = repo.writable_session("main")
     with pytest.raises(shardwise.ArrayExistsError) as e:
