@@ -1,13 +1,14 @@
-"""One write policy (write/intent.py): the same source, target, mode, region and resume
-through every front end give the same strategy, the same lease kind, the same refusal (class and
-message) and the same stored bytes.
+"""One write policy (write/intent.py): the same source, target, mode, region and resume through
+every front end give the same strategy, the same lease kind, the same refusal (class and message)
+and the same stored bytes.
 
 The front ends: ``write_array``, a batch part (``shardwise.batch``), ``to_zarr`` of a Dataset and
-of a one-node DataTree, ``write_pyramid``'s level 0 and ``convert``; each into a store and (all
-but the batch part) into an icechunk session, and those that append, appending. Each writes the
-array at key ``"0"`` of a fresh local store (a pyramid's level 0 is there, a Dataset's variable named "0"), so
-their messages name the same path. The pipeline says how it writes each array (strategy and lease)
-on the ``shardwise`` logger at debug level; that line is what the strategy and lease columns read.
+of a one-node DataTree, ``write_pyramid``'s level 0 and ``convert``; each into a store and (all but
+the batch part) into an icechunk session, and those that append, appending. Each writes the array
+at key ``"0"`` of a fresh local store (a pyramid's level 0 is there, a Dataset's variable named
+"0"), so their messages name the same path. The pipeline says how it writes each array (strategy
+and lease) on the ``shardwise`` logger at debug level; that line is what the strategy and lease
+columns read.
 """
 
 from __future__ import annotations
