@@ -756,3 +756,22 @@ def test_an_append_is_written_alike(tmp_path: Path, into: str) -> None:
             stored = session_shards(repo)
         assert report.shards_written == 6, (name, str(report))
         assert stored == shards(whole), name
+
+
+@pytest.mark.parametrize("name", ["write_array", "Dataset", "DataTree"])
+def test_mode_r_plus_over_nothing_is_refused_alike(tmp_path: Path, name: str) -> None:
+    """Mode "r+" writes into what is there: over nothing (no directory, or an empty one)
+    every front end that takes it refuses with shardwise's ArrayNotFoundError (to_zarr raised
+    zarr's GroupNotFoundError, or a bare FileNotFoundError without the directory) and creates
+    nothing."""
+    ds = _ds(_source())
+    for root in (tmp_path / f"{name}-none", tmp_path / f"{name}-empty"):
+        if root.name.endswith("empty"):
+            root.mkdir()
+        with pytest.raises(shardwise.ArrayNotFoundError, match="r\\+"):
+            if name == "write_array":
+                shardwise.write_array(DATA, root, path="0", mode="r+")
+            else:
+                obj: Any = xr.DataTree(ds) if name == "DataTree" else ds
+                shardwise.to_zarr(obj, root, mode="r+")
+        assert not root.exists() or not any(root.iterdir()), name
