@@ -38,12 +38,15 @@ import numpy as np
 from ..compat import default_cluster_is_local, default_scheduler_is_local
 from ..core.job import Strategy, WritePlan, make_job, shards_per_task
 from ..core.plan import ShardPlan
+from ..engine.tree import TreeLink
+from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidValueError
 from ..runtime.probes import default_threads
 from ..storage.conditional import versions
 from ..storage.nodes import array_exists, metadata_differences, same_metadata
 from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, describe
+from .finish import Kind
 from .pipeline import ArrayWrite, Clear
 
 __all__ = [
@@ -214,23 +217,28 @@ def array_write(
     shared: bool = False,
     resume: bool = False,
     compute: bool = True,
-    **extra: Any,
+    strategy: Kind | None = None,
+    options: WriteSettings | None = None,
+    prefix: str = "",
+    tree: TreeLink | None = None,
 ) -> ArrayWrite:
     """The pipeline's write of ``source`` into the array at ``store`` (``info``), by ``job``
-    (or, for a copy, ``plan`` with ``strategy="copy"`` in ``extra``), as ``intent`` says:
-    ``create`` stores the metadata when the intent creates. ``shared``: the write may run
-    beside others (a region of an existing array): it holds a shared lease where its merges
-    commit conditionally, else the exclusive one. ``extra``: ``options``, ``prefix``,
-    ``strategy``."""
+    (or, for a copy, ``plan`` with ``strategy="copy"``), as ``intent`` says: ``create``
+    stores the metadata when the intent creates. ``shared``: the write may run beside others
+    (a region of an existing array): it holds a shared lease where its merges commit
+    conditionally, else the exclusive one. ``options``: the settings its tasks take;
+    ``prefix``: its path in the report's keys; ``tree``: its link in a tree of writes."""
+    extra: dict[str, Any] = {"prefix": prefix, "tree": tree}
+    if options is not None:
+        extra["options"] = options
     if job is not None:
         plan = job.plan
-        extra.setdefault("strategy", job.strategy)
-        extra.setdefault("blocks", job.blocks)
-        extra.setdefault("job", job)
+        extra.update(strategy=strategy or job.strategy, blocks=job.blocks, job=job)
         merges_unconditionally = job.merges_unconditionally
     else:
+        extra["strategy"] = strategy
         merges_unconditionally = False
-    assert plan is not None
+    assert plan is not None and extra["strategy"] is not None
     conditional = versions(store) is not None and not merges_unconditionally
     return ArrayWrite(
         store=store,
