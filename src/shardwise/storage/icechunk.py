@@ -4,8 +4,9 @@ icechunk itself is imported only when a front end is given an ``icechunk.Session
 store): ``import shardwise`` never imports it. A write into a session runs as any other write
 (every check first, the metadata written by zarr-python into the session itself), then:
 
-1. :meth:`SessionWrite.fork`: the session is forked once, after the metadata; every shard task
-   gets that fork (pickled to the workers of a cluster);
+1. :meth:`SessionWrite.fork_store`: the session is forked once, after the metadata (the write's
+   target, ``write/execute.py``, moves its pipeline onto the fork); every shard task gets that
+   fork (pickled to the workers of a cluster);
 2. each shard task writes its whole shards into a fork of its own
    (:meth:`SessionBackend.task_fork`: a copy of the one fork, so on threads too no two tasks
    share one change set) and hands it back in its report (``WriteReport.forks``); a shard the
