@@ -165,3 +165,19 @@ def test_the_recipe_of_a_new_front_end_writes_a_store_and_a_session_alike(tmp_pa
     np.testing.assert_array_equal(got, data)
     local = zarr.open_array(targets["store"][0], path="a", mode="r")[:]
     np.testing.assert_array_equal(local, data)
+
+
+def test_the_job_decides_how_a_sessions_tasks_write(tmp_path: Path) -> None:
+    """The strategy of a write into an icechunk session is the job's (job_for, the session
+    its input): "auto" writes direct, saying why; on a store the same call keeps its own rule."""
+    import dask.array as da
+
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
+    source = da.from_array(frames(), chunks=(6, COLS))  # blocks that split shards
+    kw: dict[str, Any] = dict(path="a", chunks=(CHUNK, CHUNK), shards=(SHARD, COLS))
+    into = shardwise.plan_write(source, repo.writable_session("main"), **kw)
+    assert (into.strategy, into.requested) == ("direct", "auto")
+    assert "icechunk session" in into.reason and "icechunk session" in str(into)
+    plain = shardwise.plan_write(source, tmp_path / "s.zarr", **kw)
+    assert "icechunk" not in plain.reason
+    assert not repo.writable_session("main").has_uncommitted_changes

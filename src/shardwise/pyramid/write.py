@@ -249,8 +249,9 @@ def write_pyramid(
     if layout == "geozarr":
         geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))
         plan_var = functools.partial(
-            plan_image, strategy=o.strategy, memory_limit=o.memory_limit, compute=o.compute
-        )
+            plan_image, strategy=o.strategy, memory_limit=o.memory_limit, compute=o.compute,
+            forks=dest.forks,
+        )  # fmt: skip
         # the levels' small variables are in the plan too; groups: the level groups' attributes
         plan, attrs, groups = geozarr.geo_plan(
             geo, factors, levels, method, chunks, shards, create, plan_var
@@ -262,7 +263,7 @@ def write_pyramid(
         # 2. every level planned and checked, the store read but not written
         plan_one = functools.partial(
             plan_image, create=create, strategy=o.strategy, memory_limit=o.memory_limit,
-            compute=o.compute,
+            compute=o.compute, forks=dest.forks,
         )  # fmt: skip
         plan, attrs, subgroups = images.ome_plan(found, given, plan_one, name)
         groups = []  # no GeoZarr level groups

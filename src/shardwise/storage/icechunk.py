@@ -94,14 +94,14 @@ def into_session[Options](
 ) -> tuple[SessionWrite | None, Any, Options]:
     """:func:`session_write` and what a front end then writes with: the session's store, and
     its checked ``options`` (a dataclass with ``lease``, ``resume``, ``compute`` and
-    ``strategy``, such as ``WriteOptions``) with no lease and direct shard tasks for
-    ``"auto"``; the store and options as given without a session."""
+    ``strategy``, such as ``WriteOptions``) with no lease (the job, ``write/intent.py:job_for``,
+    decides the strategy with the session as its input); the store and options as given
+    without a session."""
     o: Any = options
     tx = session_write(store, commit, o.lease, o.resume, o.compute, o.strategy)
     if tx is None:
         return None, store, options
-    strategy = "direct" if o.strategy == "auto" else o.strategy
-    return tx, tx.store, replace(o, lease=False, strategy=strategy)  # type: ignore[no-any-return]
+    return tx, tx.store, replace(o, lease=False)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

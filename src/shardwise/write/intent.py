@@ -154,6 +154,7 @@ def job_for(
     memory_limit: int | str | None = None,
     shared: bool = False,
     role: Role = "array",
+    forks: bool = False,
 ) -> WritePlan:
     """The job of every front end: :func:`~shardwise.core.job.make_job` with the scheduler the
     write runs on asked here (threads in this process, a local cluster, or another), for a
@@ -166,7 +167,9 @@ def job_for(
     wherever a shard's task fits half the budget (no staging round trip through the store),
     staged where it does not; ``"whole"``, a small variable held in memory (GeoZarr's
     coordinates and grid mapping), written direct whatever ``strategy`` asks: one task per
-    shard, its metadata and shards recorded as the other arrays'."""
+    shard, its metadata and shards recorded as the other arrays'. ``forks``: the write goes
+    into an icechunk session (its shard tasks write into forks): ``"auto"`` writes direct, each
+    task its whole shards (a staged write's pieces have no place in the session)."""
     chunks = getattr(source, "chunks", None) if _is_dask(source) else None
     # without dask imported no client or scheduler is set: a numpy source runs here, on threads
     local = "dask" not in sys.modules or default_scheduler_is_local()
@@ -185,6 +188,9 @@ def job_for(
 
     if role == "whole":
         return job("direct")
+    if forks and strategy == "auto":
+        reason = "into an icechunk session: each shard task writes its whole shards into its fork"
+        return _runs(replace(job("direct"), requested="auto", reason=reason), plan, chunks, local)
     chosen = job(strategy)
     if role == "reduced" and strategy == "auto" and chosen.strategy == "staged":
         direct = job("direct")
@@ -192,12 +198,17 @@ def job_for(
         # and the blocks it keeps for other tasks; a direct task near the whole budget
         # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
         return direct if 2 * direct.peak_per_task <= direct.memory_limit else chosen
-    if role == "array" and chosen.strategy == "direct" and chunks is None:
-        # a source without a dask graph is read shard by shard inside the shard tasks: they
-        # run in runs of neighbouring shards, as many as the threads that run them want
-        per = shards_per_task(plan.ntasks, default_threads(local))
-        return replace(chosen, per_task=per) if per > 1 else chosen
-    return chosen
+    return _runs(chosen, plan, chunks, local) if role == "array" else chosen
+
+
+def _runs(chosen: WritePlan, plan: ShardPlan, chunks: Any, local: bool) -> WritePlan:
+    """A direct job from a source without a dask graph: read shard by shard inside the shard
+    tasks, which run in runs of neighbouring shards, as many as the threads that run them
+    want."""
+    if chosen.strategy != "direct" or chunks is not None:
+        return chosen
+    per = shards_per_task(plan.ntasks, default_threads(local))
+    return replace(chosen, per_task=per) if per > 1 else chosen
 
 
 def _is_dask(source: Any) -> bool:

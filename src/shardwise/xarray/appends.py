@@ -74,6 +74,7 @@ from ..durability.journal import (
 )
 from ..errors import LeaseHeldError
 from ..storage.conditional import update_json
+from ..storage.icechunk import is_icechunk_store
 from ..storage.store import ShardStore
 from ..write.pipeline import ArrayWrite
 from .capture import VariableWrite
@@ -231,7 +232,8 @@ def reserve(
         for w, axis in grow:
             update_json(ShardStore(xw.zstore, w.path), META, partial(_at_least, axis, res.end))
         writes = [moved.get(id(w), w) for w in xw.writes]
-        jobs = variable_jobs(writes, strategy, memory_limit, shared=True)
+        forks = is_icechunk_store(xw.zstore)
+        jobs = variable_jobs(writes, strategy, memory_limit, shared=True, forks=forks)
     except BaseException:
         res.release()
         raise

@@ -20,6 +20,7 @@ from typing import Any
 from ..core import args
 from ..core.job import Strategy
 from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidTypeError, InvalidValueError
+from ..storage.icechunk import is_icechunk_store
 from ..storage.nodes import refuse_inside_array
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import describe, resolve_store
@@ -136,7 +137,9 @@ def check_tree(
         finished = resume and whole and mode == "a" and writes_stored(overlay, base)
     writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
-    jobs = variable_jobs(writes, strategy, memory_limit, shared=shared)
+    # into an icechunk session: the job decides how its tasks write (job_for's forks)
+    forks = is_icechunk_store(zstore)
+    jobs = variable_jobs(writes, strategy, memory_limit, shared=shared, forks=forks)
     return XarrayWrite(zstore, overlay, writes, jobs, mode, shared, finished=finished)
 
 
