@@ -46,7 +46,6 @@ from ..durability.lease import (
     gone_reason,
     part_lease,
     read_lease,
-    store_lease,
 )
 from ..durability.verify import VerifyReport, verify_store
 from ..engine.report import WriteReport
@@ -138,13 +137,14 @@ def init(
         Another writer holds the array's lease.
     """
     from ..api import create_in_memory
+    from ..write.execute import Target
 
     args.check_mode(mode, ("w-", "w", "r+"), "batch init mode")
     args.optional_flags(lease=lease)
     args.flags(break_lease=break_lease)
     check_shape_and_parts(shape, parts)
     sstore = _open(store, path, storage_options)
-    leased = store_lease(lease, True, sstore.store)  # the rule of every front end
+    leased = Target(sstore.store).lease(lease, True, sstore.store)  # every front end's rule
     kwargs = _create_kwargs(
         dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards), create
     )
