@@ -26,6 +26,7 @@ from ..core.layout import Layout
 from ..core.plan import ShardPlan
 from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
+from ..storage.meter import metered
 from ..storage.replace import replace_whole
 from ..storage.store import ShardStore
 from .pieces import PieceSpec, pieces_graph
@@ -185,9 +186,11 @@ class ShardWriter:
         # into an icechunk session: the task writes into a fork of its own, handed back
         task = shard_task(self, None if self.journal is None else self.journal.write_id)
         total = WriteReport()
-        for loc, read in pieces:
-            with task.running():
-                total += task.owner.write_piece(self.plan.shard_of_task(loc), read())
+        with metered() as io:
+            for loc, read in pieces:
+                with task.running():
+                    total += task.owner.write_piece(self.plan.shard_of_task(loc), read())
+        total.add_io(io)
         task.done(total)
         total.seconds = time.perf_counter() - started
         return total
