@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .engine.report import WriteReport
     from .pyramid.write import write_pyramid
     from .runtime.signals import Interrupted, stop_on_signals
+    from .write.regions import RegionWriter
     from .xarray.icechunk import to_icechunk
     from .xarray.opening import open_dataset, open_datatree
     from .xarray.writer import to_zarr
@@ -64,6 +65,7 @@ __all__ = [
     "OutputError",
     "PlanError",
     "ReadOnlyError",
+    "RegionWriter",
     "SelectionError",
     "ShardConflictError",
     "ShardwiseError",
@@ -93,6 +95,7 @@ _LAZY = {
     "ArrayReport": ".conversion.report",
     "ConvertReport": ".conversion.report",
     "Interrupted": ".runtime.signals",
+    "RegionWriter": ".write.regions",
     "VerifyReport": ".durability.verify",
     "WritePlan": ".core.job",
     "WriteReport": ".engine.report",

@@ -352,7 +352,7 @@ def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
 
         return tree_graph(
             [
-                TreeLevel(w.tree, _direct_writer(w, s), s.done, w.prefix, w.source, w.copy_source)
+                TreeLevel(w.tree, direct_writer(w, s), s.done, w.prefix, w.source, w.copy_source)
                 for w, s in writes
                 if w.tree is not None
             ]
@@ -389,7 +389,7 @@ def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
         )
         receipts = build_staged(staged, write.source, copy=write.copy_source)
     else:
-        writer = _direct_writer(write, session)
+        writer = direct_writer(write, session)
         if not _is_dask(write.source):
             # read window by window inside the shard tasks, in runs (engine/runs.py); a write
             # that creates its array records each run of many shards in one object
@@ -414,7 +414,7 @@ def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
     return receipts.to_delayed(optimize_graph=False)[keep].ravel().tolist()
 
 
-def _direct_writer(write: ArrayWrite, session: WriteSession) -> ShardWriter:
+def direct_writer(write: ArrayWrite, session: WriteSession) -> ShardWriter:
     """The direct writer of ``write``: one task per shard, its puts tagged with the write's
     id, its records in the session's journal."""
     return ShardWriter(
