@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .durability.verify import VerifyReport, verify
     from .engine.load import read_array
     from .engine.report import WriteReport
+    from .pyramid.update import update_pyramid
     from .pyramid.write import write_pyramid
     from .runtime.signals import Interrupted, stop_on_signals
     from .write.regions import RegionWriter
@@ -85,6 +86,7 @@ __all__ = [
     "stop_on_signals",
     "to_icechunk",
     "to_zarr",
+    "update_pyramid",
     "verify",
     "write_array",
     "write_pyramid",
@@ -108,6 +110,7 @@ _LAZY = {
     "stop_on_signals": ".runtime.signals",
     "to_icechunk": ".xarray.icechunk",
     "to_zarr": ".xarray.writer",
+    "update_pyramid": ".pyramid.update",
     "verify": ".durability.verify",
     "write_array": ".api",
     "write_pyramid": ".pyramid.write",

@@ -1,0 +1,129 @@
+"""Pyramids follow their level 0 (``shardwise.update_pyramid``): after any sequence of region
+writes into level 0, each followed by ``update_pyramid`` over its region, every level equals
+``write_pyramid`` of the updated level 0 written fresh (each method, odd shapes, regions
+drawn by hypothesis); writers in two processes updating their own regions of one shard lose
+nothing, their commits made to collide; what is not a pyramid is refused."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shardwise
+from faultkit import forkserver
+
+SHAPE = (45, 38)
+KW: dict[str, Any] = dict(levels=4, dims=("y", "x"), chunks=(4, 4), shards=(8, 12))
+
+
+def levels(root: Any) -> list[np.ndarray]:
+    return [shardwise.read_array(root, path=str(k)) for k in range(KW["levels"])]
+
+
+def fresh(values: np.ndarray, method: str) -> list[np.ndarray]:
+    root = Path(tempfile.mkdtemp(prefix="fresh-")) / "p.zarr"
+    shardwise.write_pyramid(values, root, method=method, **KW)
+    return levels(root)
+
+
+def region_of(draw: Any) -> tuple[slice, slice]:
+    out = []
+    for n in SHAPE:
+        a = draw(st.integers(0, n - 1))
+        out.append(slice(a, draw(st.integers(a + 1, n))))
+    return out[0], out[1]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(method=st.sampled_from(["mean", "nearest", "mode"]), data=st.data())
+def test_every_level_equals_a_fresh_pyramid_of_the_updated_level_0(method: str, data: Any) -> None:
+    rng = np.random.default_rng(data.draw(st.integers(0, 99), label="seed"))
+    values = rng.integers(0, 5, SHAPE).astype("u2")
+    root = Path(tempfile.mkdtemp(prefix="pyr-")) / "p.zarr"
+    shardwise.write_pyramid(values, root, method=method, **KW)
+    for _ in range(data.draw(st.integers(1, 3), label="updates")):
+        region = region_of(data.draw)
+        patch = rng.integers(0, 5, (region[0].stop - region[0].start,
+                                    region[1].stop - region[1].start)).astype("u2")  # fmt: skip
+        shardwise.write_array(patch, root, path="0", region=region, mode="r+")
+        values[region] = patch
+        report = shardwise.update_pyramid(root, region)
+        assert [n.split(":")[0] for n in report.notes if n.startswith("level")] == [
+            "level 1", "level 2", "level 3"
+        ]  # fmt: skip
+    for k, (got, want) in enumerate(zip(levels(root), fresh(values, method), strict=True)):
+        np.testing.assert_array_equal(got, want, err_msg=f"level {k}")
+    assert shardwise.verify(root, path="1").ok
+
+
+def test_an_update_reads_and_writes_only_its_windows(tmp_path: Path) -> None:
+    """A 2 x 2 change in a 45 x 38 pyramid rewrites one shard per level and reads only the
+    windows above it (the report's bytes are a few shards', not the levels')."""
+    values = np.arange(np.prod(SHAPE), dtype="f4").reshape(SHAPE)
+    root = tmp_path / "p.zarr"
+    shardwise.write_pyramid(values, root, **KW)
+    shardwise.write_array(np.zeros((2, 2), "f4"), root, path="0", region=(slice(4, 6), slice(4, 6)),
+                          mode="r+")  # fmt: skip
+    report = shardwise.update_pyramid(root, (slice(4, 6), slice(4, 6)))
+    assert report.shards_written == 3  # one shard of each level above
+    assert report.notes[:3] == ["level 1: 2:3, 2:3", "level 2: 1:2, 1:2", "level 3: 0:1, 0:1"]
+    values[4:6, 4:6] = 0
+    for got, want in zip(levels(root), fresh(values, "mean"), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def _update(root: str, k: int, meet: Any, out: Any) -> None:
+    """Writer ``k``: its own 4 x 4 block of level 0's first shard, then the levels above; held
+    at its first commit until the other has merged too."""
+    from shardwise.storage import conditional as cond
+
+    state = {"armed": True, "redone": 0}
+
+    def hold(name: str, attempt: int) -> None:
+        if attempt:
+            state["redone"] += 1
+        elif state["armed"]:
+            state["armed"] = False
+            meet.wait(timeout=300)
+
+    cond.before_commit = hold
+    region = (slice(0, 4), slice(4 * k, 4 * k + 4))
+    try:
+        shardwise.write_array(np.full((4, 4), 100.0 + k, "f4"), root, path="0", region=region,
+                              mode="r+")  # fmt: skip
+        shardwise.update_pyramid(root, region)
+        out.put((k, state["redone"], ""))
+    except Exception as e:  # reported, and fails the test
+        out.put((k, -1, f"{type(e).__name__}: {e}"))
+
+
+def test_two_processes_updating_one_shard_lose_nothing(tmp_path: Path) -> None:
+    values = np.arange(np.prod(SHAPE), dtype="f4").reshape(SHAPE)
+    root = tmp_path / "p.zarr"
+    shardwise.write_pyramid(values, root, **KW)
+    ctx = forkserver()
+    meet, out = ctx.Barrier(2), ctx.Queue()
+    jobs = [ctx.Process(target=_update, args=(str(root), k, meet, out)) for k in range(2)]
+    for j in jobs:
+        j.start()
+    results = sorted(out.get(timeout=600) for _ in range(2))
+    for j in jobs:
+        j.join(timeout=60)
+    assert all(err == "" for *_, err in results), results
+    assert sum(redone for _, redone, _ in results) >= 1, results  # the commits collided
+    for k in range(2):
+        values[0:4, 4 * k : 4 * k + 4] = 100.0 + k
+    for got, want in zip(levels(root), fresh(values, "mean"), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_what_is_not_a_pyramid_is_refused(tmp_path: Path) -> None:
+    shardwise.write_array(np.zeros(SHAPE, "f4"), tmp_path / "a.zarr", path="0")
+    with pytest.raises(shardwise.InvalidValueError, match="no OME-Zarr multiscales"):
+        shardwise.update_pyramid(tmp_path / "a.zarr", ...)
