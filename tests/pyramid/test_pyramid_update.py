@@ -125,5 +125,43 @@ def test_two_processes_updating_one_shard_lose_nothing(tmp_path: Path) -> None:
 
 def test_what_is_not_a_pyramid_is_refused(tmp_path: Path) -> None:
     shardwise.write_array(np.zeros(SHAPE, "f4"), tmp_path / "a.zarr", path="0")
-    with pytest.raises(shardwise.InvalidValueError, match="no OME-Zarr multiscales"):
+    with pytest.raises(shardwise.InvalidValueError, match="no OME-Zarr or GeoZarr multiscales"):
         shardwise.update_pyramid(tmp_path / "a.zarr", ...)
+
+
+def test_a_geozarr_pyramid_follows_every_data_variable(tmp_path: Path) -> None:
+    """layout="geozarr": each data variable's levels (their last dims y, x) updated above the
+    region, equal to a fresh GeoZarr pyramid of the updated Dataset."""
+    import xarray as xr
+
+    rng = np.random.default_rng(3)
+    coords = {"y": np.arange(60.0) * 10, "x": np.arange(50.0) * 10, "t": [0, 1]}
+    ds = xr.Dataset(
+        {
+            "b1": (("y", "x"), rng.random((60, 50)).astype("f4")),
+            "b2": (("t", "y", "x"), rng.random((2, 60, 50)).astype("f4")),
+        },
+        coords=coords,
+        attrs={"crs": "EPSG:32632"},
+    )
+    kw: dict[str, Any] = dict(layout="geozarr", levels=3, chunks=(8, 8), shards=(16, 16))
+    root = tmp_path / "g.zarr"
+    shardwise.write_pyramid(ds, root, **kw)
+    rows, cols = slice(5, 20), slice(3, 30)
+    for name in ("b1", "b2"):
+        ds[name][..., rows, cols] = 9.0
+        patch = ds[name].values[..., rows, cols]
+        shardwise.write_array(patch, root, path=f"0/{name}", region=(..., rows, cols), mode="r+")
+    report = shardwise.update_pyramid(root, (..., rows, cols))
+    assert [n.split(":")[0] for n in report.notes] == [
+        "level 1/b1", "level 2/b1", "level 1/b2", "level 2/b2"
+    ]  # fmt: skip
+    want = tmp_path / "fresh.zarr"
+    shardwise.write_pyramid(ds, want, **kw)
+    for k in range(3):
+        for name in ("b1", "b2"):
+            np.testing.assert_array_equal(
+                shardwise.read_array(root, path=f"{k}/{name}"),
+                shardwise.read_array(want, path=f"{k}/{name}"),
+                err_msg=f"{k}/{name}",
+            )

@@ -41,15 +41,16 @@ def update_pyramid(
     lease: bool | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> WriteReport:
-    """Bring every level of the OME-Zarr pyramid at ``path`` up to date with ``region`` of
-    its level 0.
+    """Bring every level of the pyramid at ``path`` (OME-Zarr, or GeoZarr: each of its data
+    variables) up to date with ``region`` of its level 0.
 
     Parameters
     ----------
     store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
         Where the pyramid is (a group written by :func:`shardwise.write_pyramid`).
     region : tuple of slice
-        The region of level 0 that changed: a slice per dimension, or one ``...``.
+        The region of level 0 that changed: a slice per dimension of its arrays, or one
+        ``...`` (a GeoZarr pyramid's: of each data variable, whose last dimensions are y, x).
     path : str, optional
         The pyramid group's path in the store.
     threads : int, optional
@@ -69,17 +70,37 @@ def update_pyramid(
     Raises
     ------
     InvalidValueError
-        No OME-Zarr multiscales at ``path``, or a method ``write_pyramid`` does not reduce by.
+        No multiscales at ``path``, or a method ``write_pyramid`` does not reduce by.
     """
-    from ..api import write_array
-
     read_from = store.store if is_session(store) else store
     zstore = resolve_store(read_from, mode="r", storage_options=storage_options)
-    paths, steps, method = _levels(zstore, path)
-    shapes = [open_info(zstore, join(path, p)).layout.shape for p in paths]
+    total = WriteReport()
+    chains, method = _chains(zstore, path)
+    for paths, steps in chains:
+        total += _update_chain(
+            (zstore, store), paths, steps, method, region,
+            dict(threads=threads, lease=lease, storage_options=storage_options),
+        )  # fmt: skip
+    return total
+
+
+def _update_chain(
+    stores: tuple[Any, Any],
+    paths: list[str],
+    steps: list[tuple[int, ...]],
+    method: str,
+    region: Any,
+    kw: dict[str, Any],
+) -> WriteReport:
+    """One array's levels (``paths``, level 0 first) updated above ``region``."""
+    from ..api import write_array
+
+    zstore, store = stores
+    shapes = [open_info(zstore, p).layout.shape for p in paths]
     reg = normalize_region(region, shapes[0])
     total = WriteReport()
     for k, step in enumerate(steps, start=1):
+        step = (1,) * (len(reg) - len(step)) + step  # GeoZarr's steps are y and x's
         up = tuple(
             slice(r.start // f, min(-(-r.stop // f), n))
             for r, f, n in zip(reg, step, shapes[k], strict=True)
@@ -88,42 +109,69 @@ def update_pyramid(
             slice(u.start * f, min(u.stop * f, n))
             for u, f, n in zip(up, step, shapes[k - 1], strict=True)
         )
-        block = read_array(zstore, windows, path=join(path, paths[k - 1]), threads=threads)
+        block = read_array(zstore, windows, path=paths[k - 1], threads=kw["threads"])
         values = reduce_block(block, step, method)
-        total += write_array(
-            values, store, path=join(path, paths[k]), region=up, mode="r+", threads=threads,
-            lease=lease, storage_options=storage_options,
-        )  # fmt: skip
+        total += write_array(values, store, path=paths[k], region=up, mode="r+", **kw)
         total.notes.append(f"level {paths[k]}: {_text(up)}")
         reg = up
     return total
 
 
-def _levels(zstore: Any, path: str | None) -> tuple[list[str], list[tuple[int, ...]], str]:
-    """The level paths, each step's factors and the method of the pyramid at ``path``."""
+Chains = list[tuple[list[str], list[Any]]]
+
+
+def _chains(zstore: Any, path: str | None) -> tuple[Chains, str]:
+    """The arrays of the pyramid at ``path``, each as its level paths (in the store) and the
+    factors of each step, and the method it was reduced by."""
     import zarr
 
     try:
-        attrs: Any = zarr.open_group(zstore, path=path or "", mode="r").attrs.asdict()
-        ms = attrs["ome"]["multiscales"][0]
-        datasets = ms["datasets"]
-    except (KeyError, IndexError, TypeError, FileNotFoundError, ValueError):
-        raise InvalidValueError(
-            f"no OME-Zarr multiscales at {path or '/'!r}: update_pyramid updates pyramids "
-            "write_pyramid wrote with layout='ome'"
-        ) from None
-    method = str(ms.get("type", ""))
+        group = zarr.open_group(zstore, path=path or "", mode="r")
+        attrs: Any = group.attrs.asdict()
+    except (FileNotFoundError, ValueError, TypeError):
+        attrs = {}
+    if "ome" in attrs:
+        return _ome(attrs, path)
+    if isinstance(attrs.get("multiscales"), dict):
+        return _geozarr(group, attrs["multiscales"], path)
+    raise InvalidValueError(
+        f"no OME-Zarr or GeoZarr multiscales at {path or '/'!r}: update_pyramid updates "
+        "pyramids write_pyramid wrote"
+    )
+
+
+def _ome(attrs: Any, path: str | None) -> tuple[Chains, str]:
+    ms = attrs["ome"]["multiscales"][0]
+    scales = [_scale(d) for d in ms["datasets"]]
+    steps = [
+        tuple(round(b / a) for a, b in zip(lo, hi, strict=True))
+        for lo, hi in itertools.pairwise(scales)
+    ]
+    paths = [join(path, str(d["path"])) for d in ms["datasets"]]
+    return [(paths, steps)], _method(str(ms.get("type", "")), path)
+
+
+def _geozarr(group: Any, ms: Any, path: str | None) -> tuple[Chains, str]:
+    layout = ms["layout"]
+    method = {"average": "mean"}.get(ms.get("resampling_method"), ms.get("resampling_method"))
+    steps = [tuple(round(s) for s in e["transform"]["scale"]) for e in layout[1:]]
+    level0 = group[str(layout[0]["asset"])]
+    names = [
+        n
+        for n, a in level0.arrays()
+        if tuple(a.metadata.dimension_names or ())[-2:] == ("y", "x") and a.ndim >= 2
+    ]
+    chains = [([join(path, str(e["asset"]), n) for e in layout], steps) for n in sorted(names)]
+    return chains, _method(str(method), path)
+
+
+def _method(method: str, path: str | None) -> str:
     if method not in METHODS:
         raise InvalidValueError(
             f"the pyramid at {path or '/'!r} was reduced by {method!r}: update_pyramid reduces "
             f"by {sorted(METHODS)}"
         )
-    scales = [_scale(d) for d in datasets]
-    steps = [
-        tuple(round(b / a) for a, b in zip(lo, hi, strict=True))
-        for lo, hi in itertools.pairwise(scales)
-    ]
-    return [str(d["path"]) for d in datasets], steps, method
+    return method
 
 
 def _scale(dataset: dict[str, Any]) -> tuple[float, ...]:
