@@ -9,6 +9,8 @@ only use API the earlier commit has. Each run is one JSON line in ``--out`` with
 
     python benchmarks/against_ref.py --ref 5d1f553 --workloads W3,W1,W2 --reps 3 \\
         --out benchmarks/results/against-ref.jsonl
+    python benchmarks/against_ref.py --ref 5d1f553 --workloads W3,W1 \\
+        --cases s-w-shards,s-w-numpy,h-sw-array --out benchmarks/results/against-ref.jsonl
 """
 
 from __future__ import annotations
@@ -98,6 +100,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--size", default="full", choices=["full", "small"])
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--cases", default=None, help="bench.py cases to run for every workload (default: CASES)"
+    )
     args = ap.parse_args()
     sha, src = export_ref(args.ref)
     where_from = {v: imported_from(w) for v, w in (("head", None), ("ref", src))}
@@ -107,7 +112,7 @@ def main() -> None:
     with open(args.out, "a") as out:
         for rep in range(args.reps):
             for wl in args.workloads.split(","):
-                for case in CASES[wl]:
+                for case in args.cases.split(",") if args.cases else CASES[wl]:
                     order = [("head", None), ("ref", src)]
                     for version, where in order if rep % 2 == 0 else order[::-1]:
                         rec = run_case(wl, case, rep, args.size, where)

@@ -197,32 +197,34 @@ def write_array(
     """
     # deferred: the writers, journal and leases (about 60 ms at import) are needed by
     # writes only, not by open_array
-    from .durability.lease import store_lease
-    from .storage.icechunk import into_session
+    from .write.execute import Target, WriteCall, execute
     from .write.options import WriteOptions
-    from .write.pipeline import Pipeline
     from .write.target import prepare_write
 
     # 1. every keyword checked, once, into one record, before the store is looked at: those of
     # the signature the record takes (all but ``commit``, the session's), by name
     called = locals()
     options = WriteOptions.checked(**{k: called[k] for k in WriteOptions.keywords()})
-    # into an icechunk session: its own refusals, then a write into its store
-    tx, store, options = into_session(store, commit, options)
+    # the target: a store, or an icechunk session (its own refusals first)
+    target, options = Target.open(store, commit, options)
     # 2-4: the source, the target and the validated job, before the store is written (dry_run
     # stops here)
-    prepared = prepare_write(data, store, options)
+    prepared = prepare_write(data, target.store, options)
     # a store that cannot delete (ZipStore) cannot hold a lease: refused here, as a plan would be
-    leased = store_lease(options.lease, options.compute, prepared.write.store.store)
+    leased = target.lease(options.lease, options.compute, prepared.write.store.store)
     if options.dry_run:
         return prepared.job
-    # 5. the write: lease, clear, metadata, data, done (the pipeline's order)
-    with Pipeline([prepared.write], lease=leased, break_lease=options.break_lease) as pipe:
-        pipe.start()
-        if tx is not None:  # the metadata is in the session: fork it for the shard tasks
-            tx.fork(pipe)
-        report = pipe.run(pipe.parts(), compute=options.compute, progress=options.progress)
-    return report if tx is None else tx.finish(report, progress=options.progress)
+    # 5. the one sequence of every write (write/execute.py)
+    return execute(
+        target,
+        WriteCall(
+            [prepared.write],
+            lease=leased,
+            break_lease=options.break_lease,
+            compute=options.compute,
+            progress=options.progress,
+        ),
+    )
 
 
 def plan_write(data: Any, store: Any, **kwargs: Any) -> WritePlan:

@@ -1,12 +1,14 @@
-"""One write policy (write/intent.py): the same source, target, mode, region and resume
-through every front end give the same strategy, the same lease kind, the same refusal (class and
-message) and the same stored bytes.
+"""One write policy (write/intent.py): the same source, target, mode, region and resume through
+every front end give the same strategy, the same lease kind, the same refusal (class and message)
+and the same stored bytes.
 
 The front ends: ``write_array``, a batch part (``shardwise.batch``), ``to_zarr`` of a Dataset and
-of a one-node DataTree, ``write_pyramid``'s level 0 and ``convert``. Each writes the array at key
-``"0"`` of a fresh local store (a pyramid's level 0 is there, a Dataset's variable named "0"), so
-their messages name the same path. The pipeline says how it writes each array (strategy and lease)
-on the ``shardwise`` logger at debug level; that line is what the strategy and lease columns read.
+of a one-node DataTree, ``write_pyramid``'s level 0 and ``convert``; each into a store and (all but
+the batch part) into an icechunk session, and those that append, appending. Each writes the array
+at key ``"0"`` of a fresh local store (a pyramid's level 0 is there, a Dataset's variable named
+"0"), so their messages name the same path. The pipeline says how it writes each array (strategy
+and lease) on the ``shardwise`` logger at debug level; that line is what the strategy and lease
+columns read.
 """
 
 from __future__ import annotations
@@ -95,9 +97,9 @@ def pyramid(root: Path, region: slice | None = None, **kw: Any) -> Any:
     )
 
 
-def convert(root: Path, region: slice | None = None, **kw: Any) -> Any:
+def convert(root: Any, region: slice | None = None, **kw: Any) -> Any:
     assert region is None
-    src = root.with_name(root.name + "-src")
+    src = kw.pop("src", None) or root.with_name(root.name + "-src")
     if not src.exists():
         shardwise.write_array(DATA, src, path="0", chunks=CHUNKS, shards=SHARDS,
                               dimension_names=DIMS)  # fmt: skip
@@ -671,3 +673,105 @@ def _interrupted(name: str, root: Path) -> Any:
             values, root, path="0", chunks=CHUNKS, shards=SHARDS, dimension_names=DIMS, mode="w-"
         )
     return _to_zarr(root, values, name == "DataTree", None, mode="w-")
+
+
+# the icechunk-session column: every front end that takes a session, through the one executor
+SESSIONS = ("write_array", "Dataset", "DataTree", "pyramid level 0", "convert")
+
+
+def _repo(path: Path) -> Any:
+    import icechunk
+
+    return icechunk.Repository.create(icechunk.local_filesystem_storage(str(path)))
+
+
+def session_shards(repo: Any) -> dict[str, bytes]:
+    """The shard objects of array "0" in the branch's last commit."""
+    store = ShardStore(repo.readonly_session("main").store, "0")
+    return {k: store.get(k) or b"" for k in sorted(store.list("c"))}
+
+
+@pytest.mark.parametrize("name", SESSIONS)
+def test_a_create_into_an_icechunk_session_is_written_alike(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    """Into an icechunk session every front end writes the bytes it writes into a store (its
+    shard tasks direct into forks, no lease), commits once, and refuses mode "w-" over what
+    it committed as it does on a store, the new session left without a change."""
+    plain = tmp_path / "plain"
+    EVERY["write_array"](plain, mode="w-")
+    repo, run = _repo(tmp_path / "repo"), EVERY[name]
+    kw: dict[str, Any] = {"src": tmp_path / "src"} if name == "convert" else {}
+    if name == "convert":
+        shardwise.write_array(DATA, kw["src"], path="0", chunks=CHUNKS, shards=SHARDS,
+                              dimension_names=DIMS)  # fmt: skip
+    line = re.compile(r"^array '0' in .*: (\w+) write, (\w+) lease")
+    with caplog.at_level(logging.DEBUG, logger="shardwise"):
+        run(repo.writable_session("main"), mode="w-", commit="created", **kw)
+    found = [m.groups() for r in caplog.records if (m := line.search(r.getMessage()))]
+    assert found == [("copy" if name == "convert" else "direct", "none")], found
+    assert next(s.message for s in repo.ancestry(branch="main")) == "created"
+    assert session_shards(repo) == shards(plain) and len(shards(plain)) == 6
+    again = repo.writable_session("main")
+    with pytest.raises(shardwise.ArrayExistsError) as e:
+        run(again, mode="w-", commit="again", **kw)
+    on_store_root = tmp_path / "store"
+    run(on_store_root, mode="w-", **kw)
+    with pytest.raises(shardwise.ArrayExistsError) as on_store:
+        run(on_store_root, mode="w-", **kw)
+    assert not again.has_uncommitted_changes
+    # the same advice; the subject named as the target is (a store's path, the session)
+    tail = str(e.value).rsplit(" already ", 1)[-1]
+    assert tail == str(on_store.value).rsplit(" already ", 1)[-1]
+
+
+def append(root: Any, name: str, **kw: Any) -> Any:
+    """Rows DATA appended along "y" to array "0" by front end ``name``."""
+    ds = _ds(_source())
+    obj: Any = xr.DataTree(ds) if name == "DataTree" else ds
+    return shardwise.to_zarr(obj, root, append_dim="y", consolidated=False, **kw)
+
+
+APPENDS = ("Dataset", "DataTree")
+
+
+@pytest.mark.parametrize("into", ["store", "session"])
+def test_an_append_is_written_alike(tmp_path: Path, into: str) -> None:
+    """The append column: every front end that appends grows array "0" by DATA's rows into a
+    store and into an icechunk session, storing the bytes of the whole array written at once
+    (the appended rows start on a shard boundary), its report naming the rows it wrote."""
+    whole = tmp_path / "whole"
+    shardwise.write_array(np.concatenate([DATA, DATA]), whole, path="0", chunks=CHUNKS,
+                          shards=SHARDS, dimension_names=DIMS)  # fmt: skip
+    for name in APPENDS:
+        if into == "store":
+            root = tmp_path / name
+            EVERY[name](root, mode="w-")
+            report = append(root, name)
+            stored = shards(root)
+        else:
+            repo = _repo(tmp_path / f"{name}-repo")
+            EVERY[name](repo.writable_session("main"), mode="w-", commit="created")
+            report = append(repo.writable_session("main"), name, commit="appended")
+            stored = session_shards(repo)
+        assert report.shards_written == 6, (name, str(report))
+        assert stored == shards(whole), name
+
+
+@pytest.mark.parametrize("name", ["write_array", "Dataset", "DataTree"])
+def test_mode_r_plus_over_nothing_is_refused_alike(tmp_path: Path, name: str) -> None:
+    """Mode "r+" writes into what is there: over nothing (no directory, or an empty one)
+    every front end that takes it refuses with shardwise's ArrayNotFoundError (to_zarr raised
+    zarr's GroupNotFoundError, or a bare FileNotFoundError without the directory) and creates
+    nothing."""
+    ds = _ds(_source())
+    for root in (tmp_path / f"{name}-none", tmp_path / f"{name}-empty"):
+        if root.name.endswith("empty"):
+            root.mkdir()
+        with pytest.raises(shardwise.ArrayNotFoundError, match="r\\+"):
+            if name == "write_array":
+                shardwise.write_array(DATA, root, path="0", mode="r+")
+            else:
+                obj: Any = xr.DataTree(ds) if name == "DataTree" else ds
+                shardwise.to_zarr(obj, root, mode="r+")
+        assert not root.exists() or not any(root.iterdir()), name

@@ -46,7 +46,6 @@ from ..durability.lease import (
     gone_reason,
     part_lease,
     read_lease,
-    store_lease,
 )
 from ..durability.verify import VerifyReport, verify_store
 from ..engine.report import WriteReport
@@ -58,7 +57,6 @@ from ..errors import (
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore
 from ..write.intent import Mode
-from ..write.pipeline import Pipeline
 from ..write.session import PartLease
 from .plan import BatchPlan, check_coverage, check_parts, check_shape_and_parts, split_parts
 from .status import FINALIZED, _open, open_batch, parts_done, recorded_batch, rerun_of
@@ -139,13 +137,14 @@ def init(
         Another writer holds the array's lease.
     """
     from ..api import create_in_memory
+    from ..write.execute import Target
 
     args.check_mode(mode, ("w-", "w", "r+"), "batch init mode")
     args.optional_flags(lease=lease)
     args.flags(break_lease=break_lease)
     check_shape_and_parts(shape, parts)
     sstore = _open(store, path, storage_options)
-    leased = store_lease(lease, True, sstore.store)  # the rule of every front end
+    leased = Target(sstore.store).lease(lease, True, sstore.store)  # every front end's rule
     kwargs = _create_kwargs(
         dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards), create
     )
@@ -264,6 +263,7 @@ def write_part(
     LeaseHeldError
         The part (or the whole array) is leased by another writer.
     """
+    from ..write.execute import Execution, Target, WriteCall
     from ..write.options import WriteOptions
     from ..write.target import prepare_write
 
@@ -290,7 +290,8 @@ def write_part(
     )
     prepared = prepare_write(data, sstore.store, options)
     # whether the part holds its lease: the rule of every front end, before anything is written
-    leased = store_lease(lease, True, prepared.write.store.store)
+    target = Target(prepared.write.store.store)
+    leased = target.lease(lease, True, prepared.write.store.store)
 
     def record(report: WriteReport) -> None:
         """The part's record, once its write is done, while its lease is still held (a
@@ -310,10 +311,16 @@ def write_part(
     held_part = PartLease(
         part_lease(part, plan.nparts), f"batch part {part} of {plan.nparts}", expiry, record
     )
-    with Pipeline([prepared.write], lease=leased, break_lease=break_lease, part=held_part) as pipe:
-        pipe.start()
-        report: WriteReport = pipe.run(pipe.parts(), compute=True, progress=options.progress)
-    held = pipe.sessions[0].lease
+    call = WriteCall(
+        [prepared.write],
+        lease=leased,
+        break_lease=break_lease,
+        progress=options.progress,
+        part=held_part,
+    )
+    with Execution(target, call) as ex:
+        report: WriteReport = ex.run(ex.parts())
+    held = ex.pipe.sessions[0].lease
     report.notes += [str(t) for t in held.took_over] if held is not None else []
     return report
 

@@ -24,14 +24,14 @@ from typing import Any
 
 from ..core import args
 from ..core.shardspec import ShardSpec, check_names, check_shards
-from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..errors import ArrayExistsError, CorruptShardError
 from ..storage.consolidated import Nodes, refresh
-from ..storage.icechunk import SessionWrite, into_session, writes_into_session
+from ..storage.icechunk import SessionWrite, writes_into_session
 from ..storage.nodes import node_exists, walk
 from ..storage.store import ShardStore, resolve_store
 from ..write.clear import clear_for_replace
+from ..write.execute import Target
 from ..write.options import WriteOptions
 from .copy import copy_array
 from .overlap import refuse_overlap
@@ -217,11 +217,12 @@ def convert(
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     # into an icechunk session: its refusals first, then a write into its store (each
     # array's write forks it and merges its forks back; one commit at the end)
-    tx, dst, how = into_session(dst, commit, how)
-    zdst = resolve_store(dst, mode="w", storage_options=storage_options)
+    target, how = Target.open(dst, commit, how)
+    tx = target.session
+    zdst = resolve_store(target.store, mode="w", storage_options=storage_options)
     name = str(dst) if tx is None else f"the icechunk session of branch {tx.session.branch!r}"
     # write_array's rule, before anything is written
-    how = replace(how, lease=store_lease(how.lease, True, zdst))
+    how = replace(how, lease=target.lease(how.lease, True, zdst))
     path = (path or "").strip("/")
     dst_path = path if dst_path is None else dst_path.strip("/")
     refuse_overlap(zsrc, path, zdst, dst_path)

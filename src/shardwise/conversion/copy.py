@@ -25,7 +25,6 @@ from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
 from ..engine.report import WriteReport
 from ..engine.tasks import shard_task
-from ..storage.icechunk import session_write
 from ..storage.store import ShardStore
 from .plan import ArrayPlan, SourceChunks
 
@@ -214,11 +213,11 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> Writ
     from ..core.layout import normalize_region
     from ..core.plan import ShardPlan
     from ..storage.nodes import open_info
+    from ..write.execute import Target, WriteCall, execute
     from ..write.intent import Mode, array_write, create_metadata, resolve
-    from ..write.pipeline import Pipeline
 
     # into an icechunk session's store: its shard tasks write into forks, merged back here
-    tx = session_write(zdst, None, how.lease, how.resume, True, "auto")
+    target, _ = Target.open(zdst, None, how)
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
     info = open_info(probe.store)
     dpath = plan.dst_path or None
@@ -237,11 +236,13 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> Writ
         resume=how.resume,
     )
     # convert re-consolidates once, after every array (convert.py)
-    with Pipeline([write], lease=bool(how.lease), break_lease=how.break_lease, nodes=()) as pipe:
-        pipe.start()
-        if tx is not None:
-            tx.fork(pipe)
-        report: WriteReport = pipe.run(
-            pipe.parts(), compute=True, progress=how.progress, desc=f"copy {plan.dst_path or '/'}"
-        )
-    return report if tx is None else tx.finish(report, progress=how.progress)
+    call = WriteCall(
+        [write],
+        lease=bool(how.lease),
+        break_lease=how.break_lease,
+        progress=how.progress,
+        desc=f"copy {plan.dst_path or '/'}",
+        nodes=(),
+    )
+    report: WriteReport = execute(target, call)
+    return report

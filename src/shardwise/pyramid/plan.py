@@ -54,6 +54,7 @@ def plan_image(
     compute: bool,
     var: str | None = None,
     group: str | None = None,
+    forks: bool = False,
 ) -> list[LevelPlan]:
     """Every level: geometry, layout and metadata (built and checked in memory), dask source
     and validated job. Level ``k`` is at ``k``; a GeoZarr variable's at ``k/var``; an OME image
@@ -88,7 +89,7 @@ def plan_image(
         kwargs = kwargs0 if k == 0 else _create_kwargs(lv.shape, dtype, ck, sk, create)
         probe = probe0 if k == 0 else create_in_memory(kwargs)
         info = open_info(probe.store)
-        job = _job(k, info.layout, arr, dtype, strategy, memory_limit)
+        job = _job(k, info.layout, arr, dtype, strategy, memory_limit, forks)
         where = f"{k}/{var}" if var else (f"{group}/{k}" if group else str(k))
         out.append(LevelPlan(where, lv, arr, kwargs, probe, info, job))
     return _linked(out, given.method)
@@ -142,6 +143,7 @@ def _job(
     dtype: np.dtype[Any],
     strategy: Strategy,
     memory_limit: int | None,
+    forks: bool = False,
 ) -> WritePlan:
     """Level ``k``'s validated job (refusals name the level), by the one job maker: level 0
     as ``write_array``'s, a reduced level by the pyramid's half-budget rule (its ``role``)."""
@@ -154,6 +156,7 @@ def _job(
             strategy=strategy,
             memory_limit=memory_limit,
             role="reduced" if k else "array",
+            forks=forks,
         )
         job.validate()
     except PlanError as e:

@@ -18,15 +18,15 @@ import numpy as np
 
 from ..core import args
 from ..core.job import Strategy
-from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..storage.consolidated import Nodes
-from ..storage.icechunk import into_session, writes_into_session
+from ..storage.icechunk import writes_into_session
 from ..storage.store import ShardStore, resolve_store
+from ..write import execute as execution
 from ..write.clear import clear_for_replace
 from ..write.intent import array_write
 from ..write.options import WriteOptions
-from ..write.pipeline import ArrayWrite, Pipeline
+from ..write.pipeline import ArrayWrite
 from . import geozarr, images, options
 from .plan import LevelPlan, plan_image
 from .target import Target, check_target, create_level
@@ -244,13 +244,14 @@ def write_pyramid(
     args.choice("layout", layout, ("ome", "geozarr"))
     create = dict(compressors=compressors, fill_value=fill_value)
     # into an icechunk session: its own refusals first; every level direct into its forks
-    tx, store, o = into_session(store, commit, o)
-    zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
+    dest, o = execution.Target.open(store, commit, o)
+    zstore = resolve_store(dest.store, mode="w", storage_options=o.storage_options)
     if layout == "geozarr":
         geo = geozarr.geo_inputs(data, (dims, scale, translation, units, name))
         plan_var = functools.partial(
-            plan_image, strategy=o.strategy, memory_limit=o.memory_limit, compute=o.compute
-        )
+            plan_image, strategy=o.strategy, memory_limit=o.memory_limit, compute=o.compute,
+            forks=dest.forks,
+        )  # fmt: skip
         # the levels' small variables are in the plan too; groups: the level groups' attributes
         plan, attrs, groups = geozarr.geo_plan(
             geo, factors, levels, method, chunks, shards, create, plan_var
@@ -262,12 +263,12 @@ def write_pyramid(
         # 2. every level planned and checked, the store read but not written
         plan_one = functools.partial(
             plan_image, create=create, strategy=o.strategy, memory_limit=o.memory_limit,
-            compute=o.compute,
+            compute=o.compute, forks=dest.forks,
         )  # fmt: skip
         plan, attrs, subgroups = images.ome_plan(found, given, plan_one, name)
         groups = []  # no GeoZarr level groups
     # a store that cannot delete (ZipStore) is written without leases, refuses lease=True
-    leased = store_lease(o.lease, o.compute, zstore)
+    leased = dest.lease(o.lease, o.compute, zstore)
     target = check_target(zstore, path, [(lv.path, lv.probe) for lv in plan], o.mode, o.resume)
     # 3. the write: leases, clear, markers and metadata, one graph, the group's metadata
     writes = [_write(zstore, lv, target, o) for lv in plan]
@@ -275,21 +276,19 @@ def write_pyramid(
     # the pyramid's group consolidated (xr.open_datatree reads it without a warning), and the
     # consolidated groups above it
     # (a session's store keeps no consolidated metadata: it lists a group's members itself)
-    nodes = [] if tx else [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
-    with Pipeline(writes, lease=leased, break_lease=o.break_lease, nodes=nodes) as pipe:
-        if o.mode == "w":
-            _clear(zstore, target, plan, o)
-        pipe.start()
-        if tx is not None:  # the levels' metadata is in the session: fork it for the tasks
-            tx.fork(pipe)
-        report = pipe.run(
-            pipe.parts(),
-            compute=o.compute,
-            progress=o.progress,
-            desc="shardwise pyramid",
-            then=lambda: _finish(group, groups, attrs, subgroups),
-        )
-    return report if tx is None else tx.finish(report, progress=o.progress)
+    nodes = [] if dest.forks else [Nodes(zstore, (target.prefix,), consolidate=(target.prefix,))]
+    call = execution.WriteCall(
+        writes,
+        lease=leased,
+        break_lease=o.break_lease,
+        compute=o.compute,
+        progress=o.progress,
+        desc="shardwise pyramid",
+        nodes=nodes,
+        clear=(lambda _: _clear(zstore, target, plan, o)) if o.mode == "w" else None,
+        then=lambda: _finish(group, groups, attrs, subgroups),
+    )
+    return execution.execute(dest, call)
 
 
 def _clear(zstore: Any, target: Target, plan: list[Any], o: WriteOptions) -> None:

@@ -4,8 +4,9 @@ icechunk itself is imported only when a front end is given an ``icechunk.Session
 store): ``import shardwise`` never imports it. A write into a session runs as any other write
 (every check first, the metadata written by zarr-python into the session itself), then:
 
-1. :meth:`SessionWrite.fork`: the session is forked once, after the metadata; every shard task
-   gets that fork (pickled to the workers of a cluster);
+1. :meth:`SessionWrite.fork_store`: the session is forked once, after the metadata (the write's
+   target, ``write/execute.py``, moves its pipeline onto the fork); every shard task gets that
+   fork (pickled to the workers of a cluster);
 2. each shard task writes its whole shards into a fork of its own
    (:meth:`SessionBackend.task_fork`: a copy of the one fork, so on threads too no two tasks
    share one change set) and hands it back in its report (``WriteReport.forks``); a shard the
@@ -93,14 +94,14 @@ def into_session[Options](
 ) -> tuple[SessionWrite | None, Any, Options]:
     """:func:`session_write` and what a front end then writes with: the session's store, and
     its checked ``options`` (a dataclass with ``lease``, ``resume``, ``compute`` and
-    ``strategy``, such as ``WriteOptions``) with no lease and direct shard tasks for
-    ``"auto"``; the store and options as given without a session."""
+    ``strategy``, such as ``WriteOptions``) with no lease (the job, ``write/intent.py:job_for``,
+    decides the strategy with the session as its input); the store and options as given
+    without a session."""
     o: Any = options
     tx = session_write(store, commit, o.lease, o.resume, o.compute, o.strategy)
     if tx is None:
         return None, store, options
-    strategy = "direct" if o.strategy == "auto" else o.strategy
-    return tx, tx.store, replace(o, lease=False, strategy=strategy)  # type: ignore[no-any-return]
+    return tx, tx.store, replace(o, lease=False)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -302,16 +303,11 @@ class SessionWrite:
         """The zarr store of the session: the checks and the metadata go through it."""
         return self.session.store
 
-    def fork(self, pipe: Any) -> Any:
-        """Fork the session once (its metadata written) and give the ShardStore of every one
-        of the sessions of ``pipe`` (a write pipeline, one session per array) the fork's store:
-        each shard task forks that again (:meth:`SessionBackend.task_fork`); the pipeline
-        merges the tasks' forks as a tree (``engine/forks.py``). Returns the fork's store."""
-        fork = self.session.fork()
-        for s in pipe.sessions:
-            s.store = replace(s.store, store=fork.store)
-        pipe.forked = True
-        return fork.store
+    def fork_store(self) -> Any:
+        """Fork the session once (its metadata written) and return the fork's store: the
+        write's shard tasks each fork that again (:meth:`SessionBackend.task_fork`), and their
+        forks are merged as a tree (``engine/forks.py``) before :meth:`finish`."""
+        return self.session.fork().store
 
     def finish(self, report: Any, progress: bool = False) -> Any:
         """Merge the forks of ``report`` into the session (checked disjoint first), commit if

@@ -38,12 +38,15 @@ import numpy as np
 from ..compat import default_cluster_is_local, default_scheduler_is_local
 from ..core.job import Strategy, WritePlan, make_job, shards_per_task
 from ..core.plan import ShardPlan
+from ..engine.tree import TreeLink
+from ..engine.write import WriteSettings
 from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidValueError
 from ..runtime.probes import default_threads
 from ..storage.conditional import versions
 from ..storage.nodes import array_exists, metadata_differences, same_metadata
 from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, describe
+from .finish import Kind
 from .pipeline import ArrayWrite, Clear
 
 __all__ = [
@@ -151,6 +154,7 @@ def job_for(
     memory_limit: int | str | None = None,
     shared: bool = False,
     role: Role = "array",
+    forks: bool = False,
 ) -> WritePlan:
     """The job of every front end: :func:`~shardwise.core.job.make_job` with the scheduler the
     write runs on asked here (threads in this process, a local cluster, or another), for a
@@ -163,7 +167,9 @@ def job_for(
     wherever a shard's task fits half the budget (no staging round trip through the store),
     staged where it does not; ``"whole"``, a small variable held in memory (GeoZarr's
     coordinates and grid mapping), written direct whatever ``strategy`` asks: one task per
-    shard, its metadata and shards recorded as the other arrays'."""
+    shard, its metadata and shards recorded as the other arrays'. ``forks``: the write goes
+    into an icechunk session (its shard tasks write into forks): ``"auto"`` writes direct, each
+    task its whole shards (a staged write's pieces have no place in the session)."""
     chunks = getattr(source, "chunks", None) if _is_dask(source) else None
     # without dask imported no client or scheduler is set: a numpy source runs here, on threads
     local = "dask" not in sys.modules or default_scheduler_is_local()
@@ -182,6 +188,9 @@ def job_for(
 
     if role == "whole":
         return job("direct")
+    if forks and strategy == "auto":
+        reason = "into an icechunk session: each shard task writes its whole shards into its fork"
+        return _runs(replace(job("direct"), requested="auto", reason=reason), plan, chunks, local)
     chosen = job(strategy)
     if role == "reduced" and strategy == "auto" and chosen.strategy == "staged":
         direct = job("direct")
@@ -189,12 +198,17 @@ def job_for(
         # and the blocks it keeps for other tasks; a direct task near the whole budget
         # gets the worker killed (2 processes of 300 MiB, a 96 MiB level-1 shard: 288 MiB)
         return direct if 2 * direct.peak_per_task <= direct.memory_limit else chosen
-    if role == "array" and chosen.strategy == "direct" and chunks is None:
-        # a source without a dask graph is read shard by shard inside the shard tasks: they
-        # run in runs of neighbouring shards, as many as the threads that run them want
-        per = shards_per_task(plan.ntasks, default_threads(local))
-        return replace(chosen, per_task=per) if per > 1 else chosen
-    return chosen
+    return _runs(chosen, plan, chunks, local) if role == "array" else chosen
+
+
+def _runs(chosen: WritePlan, plan: ShardPlan, chunks: Any, local: bool) -> WritePlan:
+    """A direct job from a source without a dask graph: read shard by shard inside the shard
+    tasks, which run in runs of neighbouring shards, as many as the threads that run them
+    want."""
+    if chosen.strategy != "direct" or chunks is not None:
+        return chosen
+    per = shards_per_task(plan.ntasks, default_threads(local))
+    return replace(chosen, per_task=per) if per > 1 else chosen
 
 
 def _is_dask(source: Any) -> bool:
@@ -214,23 +228,28 @@ def array_write(
     shared: bool = False,
     resume: bool = False,
     compute: bool = True,
-    **extra: Any,
+    strategy: Kind | None = None,
+    options: WriteSettings | None = None,
+    prefix: str = "",
+    tree: TreeLink | None = None,
 ) -> ArrayWrite:
     """The pipeline's write of ``source`` into the array at ``store`` (``info``), by ``job``
-    (or, for a copy, ``plan`` with ``strategy="copy"`` in ``extra``), as ``intent`` says:
-    ``create`` stores the metadata when the intent creates. ``shared``: the write may run
-    beside others (a region of an existing array): it holds a shared lease where its merges
-    commit conditionally, else the exclusive one. ``extra``: ``options``, ``prefix``,
-    ``strategy``."""
+    (or, for a copy, ``plan`` with ``strategy="copy"``), as ``intent`` says: ``create``
+    stores the metadata when the intent creates. ``shared``: the write may run beside others
+    (a region of an existing array): it holds a shared lease where its merges commit
+    conditionally, else the exclusive one. ``options``: the settings its tasks take;
+    ``prefix``: its path in the report's keys; ``tree``: its link in a tree of writes."""
+    extra: dict[str, Any] = {"prefix": prefix, "tree": tree}
+    if options is not None:
+        extra["options"] = options
     if job is not None:
         plan = job.plan
-        extra.setdefault("strategy", job.strategy)
-        extra.setdefault("blocks", job.blocks)
-        extra.setdefault("job", job)
+        extra.update(strategy=strategy or job.strategy, blocks=job.blocks, job=job)
         merges_unconditionally = job.merges_unconditionally
     else:
+        extra["strategy"] = strategy
         merges_unconditionally = False
-    assert plan is not None
+    assert plan is not None and extra["strategy"] is not None
     conditional = versions(store) is not None and not merges_unconditionally
     return ArrayWrite(
         store=store,

@@ -42,12 +42,12 @@ from ..engine.tree import TreeLink
 from ..engine.write import ShardWriter, WriteSettings, build_graph, lazy_call
 from ..errors import ArrayExistsError, PlanError
 from ..runtime import pool as _pool
-from ..storage.consolidated import Nodes, refresh
+from ..storage.consolidated import Nodes
 from ..storage.store import ShardStore, describe
 from .compute import Part, compute_parts, deferred, total_report, total_report_of
+from .finish import Finish, Kind
 from .session import PartLease, WriteSession
 
-Kind = Literal["direct", "staged", "copy"]
 Clear = Literal["none", "journal", "all"]
 log = logging.getLogger("shardwise")
 
@@ -206,7 +206,39 @@ class Pipeline:
             s.abort()
 
     def session(self, write: ArrayWrite) -> WriteSession:
-        return self.sessions[next(i for i, w in enumerate(self.writes) if w is write)]
+        """The session of ``write``: one of the pipeline's writes, or a flush's write of a
+        region of one of its arrays (checked as every write is, inside the array's marker)."""
+        for w, s in zip(self.writes, self.sessions, strict=True):
+            if w is write:
+                return s
+        for w, s in zip(self.writes, self.sessions, strict=True):
+            if w.store.store is write.store.store and w.store.path == write.store.path:
+                check_write(write)
+                if not _inside(write.plan.region, s.region):
+                    raise PlanError(
+                        f"a flush of {describe(w.store.store, w.store.path)} writes "
+                        f"{write.plan.region}, outside the region its write started with "
+                        f"({s.region})"
+                    )
+                return s
+        raise PlanError(
+            f"{describe(write.store.store, write.store.path)} is not an array of this write"
+        )
+
+    def onto(self, store: Any) -> None:
+        """Every array's shard tasks write into ``store`` (an icechunk session's fork, which
+        each task forks again): their forks merged as a tree when the parts run."""
+        for s in self.sessions:
+            s.store = replace(s.store, store=store)
+        self.forked = True
+
+    def compute(self, parts: list[Part], progress: bool, desc: str = "shardwise") -> WriteReport:
+        """Compute ``parts`` now, in one graph, into one report (nothing finished): the
+        forks of a session's tasks merged as a tree of tasks (a bar counts shard tasks: their
+        forks are merged in the client)."""
+        if self.forked and not progress:
+            parts = fork_tree(dask_parts(parts))
+        return compute_parts(parts, progress, desc)
 
     def start(self) -> None:
         """Per write: clear, marker (adopted on resume), metadata, the shards done before."""
@@ -254,14 +286,12 @@ class Pipeline:
     ) -> Any:
         """Compute ``parts`` as one graph and :meth:`finish`; with ``compute=False`` a Delayed
         that does both. ``before``: the report of parts already run (added in)."""
-        done = _Finish(
+        done = Finish(
             [(w.strategy, s) for w, s in zip(self.writes, self.sessions, strict=True)],
             then,
             before,
             self.nodes,
         )
-        if self.forked and not progress:  # (a bar counts shard tasks: merged in the client)
-            parts = fork_tree(dask_parts(parts))
         if not compute:
             from dask.delayed import Delayed, delayed
 
@@ -277,41 +307,7 @@ class Pipeline:
                 )
                 return lazy_call(done, total.key, total)
             return delayed(done, pure=False)(delayed(total_report, pure=False)(items))
-        return done(compute_parts(parts, progress, desc))
-
-
-@dataclass(frozen=True)
-class _Finish:
-    """The end of a write that ran: tidy, ``then`` (e.g. metadata written after the data),
-    the consolidated groups above ``nodes`` re-consolidated (the one place every front end's
-    write does it: :mod:`shardwise.storage.consolidated`), markers done, leases released; the
-    report gets ``before`` added and the shards skipped."""
-
-    sessions: list[tuple[Kind, WriteSession]]
-    then: Callable[[], None] | None = None
-    before: WriteReport | None = None
-    nodes: list[Nodes] = field(default_factory=list)
-
-    def __call__(self, report: WriteReport) -> WriteReport:
-        for kind, s in self.sessions:
-            s.tidy(staged=kind == "staged", multipart=kind != "direct")
-        if self.then is not None:
-            self.then()
-        for n in self.nodes:
-            report.notes += refresh(n)
-        from ..engine.report import NOTHING_TO_DO
-
-        # a resume that found every write finished: said so before the sessions finish (a
-        # batch part then keeps its record)
-        idle = bool(self.sessions) and all(s.idle for _, s in self.sessions)
-        if idle and not report.shards_written and NOTHING_TO_DO not in report.notes:
-            report.notes.append(NOTHING_TO_DO)
-        for _, s in self.sessions:
-            s.finish(report)
-        if self.before is not None:
-            report = self.before + report
-        report.shards_skipped = sum(s.skipped for _, s in self.sessions)
-        return report
+        return done(self.compute(parts, progress, desc))
 
 
 def _array_nodes(writes: Sequence[ArrayWrite]) -> list[Nodes]:
@@ -326,6 +322,10 @@ def _array_nodes(writes: Sequence[ArrayWrite]) -> list[Nodes]:
         had = out.get(id(zstore), Nodes(zstore))
         out[id(zstore)] = Nodes(zstore, (*had.paths, w.store.path), had.consolidate)
     return list(out.values())
+
+
+def _inside(region: tuple[slice, ...], outer: tuple[slice, ...]) -> bool:
+    return all(o.start <= r.start and r.stop <= o.stop for r, o in zip(region, outer, strict=True))
 
 
 def _still_absent(store: ShardStore) -> None:

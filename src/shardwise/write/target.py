@@ -20,6 +20,7 @@ from ..core.plan import ShardPlan
 from ..engine.write import Mode
 from ..errors import InvalidValueError, PlanError
 from ..storage.conditional import versions
+from ..storage.icechunk import is_icechunk_store
 from ..storage.nodes import open_info
 from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, resolve_store
@@ -160,6 +161,7 @@ def _validated_job(
         strategy=strategy,
         memory_limit=memory_limit,
         shared=shared,
+        forks=is_icechunk_store(sstore.store),  # an icechunk session's: its tasks fork it
     )
     job.validate()
     return job, shared

@@ -20,6 +20,7 @@ from zarr.core.sync import sync
 
 from ..core.job import Strategy
 from ..storage.conditional import update_json
+from ..storage.icechunk import is_icechunk_store
 from ..storage.store import ShardStore
 from ..write import appends as rule
 from ..write.appends import AppendedArray, Reservation, tagged
@@ -70,7 +71,8 @@ def reserve(
             for w, m in zip(appended, res.moved, strict=True)
         }
         writes = [moved.get(id(w), w) for w in xw.writes]
-        jobs = variable_jobs(writes, strategy, memory_limit, shared=True)
+        forks = is_icechunk_store(xw.zstore)
+        jobs = variable_jobs(writes, strategy, memory_limit, shared=True, forks=forks)
     except BaseException:
         res.release()
         raise

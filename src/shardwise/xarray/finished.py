@@ -26,7 +26,10 @@ def has_metadata(base: Any, group: str | None) -> bool:
     from zarr.core.sync import sync
 
     key = f"{_join(group, '')}/zarr.json" if _join(group, "") else "zarr.json"
-    return sync(base.get(key, default_buffer_prototype())) is not None
+    try:
+        return sync(base.get(key, default_buffer_prototype())) is not None
+    except FileNotFoundError:  # a local store's directory not there (a read-only view)
+        return False
 
 
 def stored_as(overlay: Overlay, base: Any, group: str | None) -> bool:

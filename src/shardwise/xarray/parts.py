@@ -45,7 +45,12 @@ class XarrayWrite:
 
 
 def variable_jobs(
-    writes: list[VariableWrite], strategy: Strategy, memory_limit: int | str | None, *, shared: bool
+    writes: list[VariableWrite],
+    strategy: Strategy,
+    memory_limit: int | str | None,
+    *,
+    shared: bool,
+    forks: bool = False,
 ) -> dict[int, WritePlan]:
     """The validated job of every sharded variable write (by ``id`` of the write), by the one
     job maker (write/intent.py); ``shared``: region and append writes, which other
@@ -62,6 +67,7 @@ def variable_jobs(
             strategy=strategy,
             memory_limit=memory_limit,
             shared=shared,
+            forks=forks,
         )
         try:
             job.validate()

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..core import args
 from ..core.job import Strategy
-from ..errors import ArrayExistsError, InvalidTypeError, InvalidValueError
+from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidTypeError, InvalidValueError
+from ..storage.icechunk import is_icechunk_store
 from ..storage.nodes import refuse_inside_array
 from ..storage.overlay import Overlay, read_only
 from ..storage.store import describe, resolve_store
@@ -79,6 +80,11 @@ def check_tree(
     if group:  # zarr would refuse a group inside an array only after the first bytes
         refuse_inside_array(zstore, group, "group")
     base = read_only(zstore)
+    if mode == "r+" and not has_metadata(base, group):  # as write_array's "r+" over nothing
+        raise ArrayNotFoundError(
+            f"{describe(zstore, group, 'group')} is not there: mode='r+' writes into an existing "
+            "group (mode='a' or 'w-' creates it); nothing was written"
+        )
     root_mode = _resumed_mode(base, group, mode, nodes) if resume else mode
 
     def xarray_pass(root_mode: WriteMode) -> tuple[Overlay, Capture]:
@@ -131,7 +137,9 @@ def check_tree(
         finished = resume and whole and mode == "a" and writes_stored(overlay, base)
     writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
-    jobs = variable_jobs(writes, strategy, memory_limit, shared=shared)
+    # into an icechunk session: the job decides how its tasks write (job_for's forks)
+    forks = is_icechunk_store(zstore)
+    jobs = variable_jobs(writes, strategy, memory_limit, shared=shared, forks=forks)
     return XarrayWrite(zstore, overlay, writes, jobs, mode, shared, finished=finished)
 
 

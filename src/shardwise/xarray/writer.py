@@ -16,7 +16,6 @@ leaves the array at its old length while no later append reserved rows after it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Literal
 
 from ..core.job import Strategy
@@ -24,14 +23,13 @@ from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_SHARD_BYTES,
 )
-from ..durability.lease import store_lease
 from ..engine.report import NOTHING_TO_DO, WriteReport
 from ..errors import ArrayExistsError
 from ..storage.consolidated import Nodes
-from ..storage.icechunk import SessionWrite, into_session, writes_into_session
+from ..storage.icechunk import writes_into_session
 from ..storage.store import describe
 from ..write.clear import clear_for_replace
-from ..write.compute import compute_parts
+from ..write.execute import Execution, Target, WriteCall
 from ..write.options import WriteOptions
 from ..write.pipeline import ArrayWrite, Pipeline
 from .appends import Reservation, commit_metadata, reserve, tagged
@@ -244,12 +242,12 @@ def to_zarr(
         **{k: v for k, v in locals().items() if k in _RECORDED},
     )
     # into an icechunk session: a write into its store, forked once its metadata is there
-    tx, store, o = into_session(store, commit, o)
-    if tx is not None:
-        safe_shards, consolidated = tx.xarray_keywords(safe_shards, consolidated)
+    target, o = Target.open(store, commit, o)
+    if target.session is not None:
+        safe_shards, consolidated = target.session.xarray_keywords(safe_shards, consolidated)
     xw = check_tree(  # a Dataset is a tree of one node
         obj,
-        store,
+        target.store,
         write_inherited_coords=write_inherited_coords,
         shards=shards_by_dimension(shards, obj),  # a shape: sizes per dimension name
         encoding=encoding,
@@ -267,26 +265,32 @@ def to_zarr(
     )
     # 2. an append's rows reserved in the arrays' metadata (appends.py): from here on the
     # store changes; a call that fails gives them back while no later append reserved after
-    leased = store_lease(o.lease, o.compute, xw.zstore)  # the rule of every front end
+    leased = target.lease(o.lease, o.compute, xw.zstore)  # the rule of every front end
     if xw.finished and (nothing := _nothing_to_do(xw, group, o.compute)) is not None:
         return nothing  # a resume over the finished write of this call: nothing is written
     xw, held = reserve(xw, append_dim, o.strategy, o.memory_limit, o.resume)
     try:
         # 3. leases (a refusal removes those taken)
         arrays = tagged(held, array_writes(xw, o.settings, fsync=o.fsync, resume=o.resume))
-        # the nodes: re-consolidated above, at the finish
-        run: dict[str, Any] = {"lease": leased, "break_lease": o.break_lease}
-        with Pipeline(list(arrays.values()), nodes=[_changed_nodes(xw)], **run) as pipe:
+        # as xarray: the metadata first with compute=False; into a session before its fork
+        # (the shard tasks write into it); else last, after the data
+        first = not o.compute or target.forks
+        call = WriteCall(
+            list(arrays.values()),
+            lease=leased,
+            break_lease=o.break_lease,
+            compute=o.compute,
+            progress=o.progress,
+            nodes=[_changed_nodes(xw)],  # re-consolidated above, at the finish
             # 4. clear (mode "w": the old group, but not the leases held nor the variables
-            # being resumed) and the write markers
-            _clear(xw, _kept_keys(xw, arrays, pipe), o.resume, o.break_lease)
-            if not o.compute or tx is not None:  # as xarray: the metadata first (a session:
-                commit_metadata(xw, held)  # before its fork, which the shard tasks write into)
-            pipe.start()
+            # being resumed)
+            clear=lambda pipe: _clear(xw, _kept_keys(xw, arrays, pipe), o.resume, o.break_lease),
+            first=(lambda: commit_metadata(xw, held)) if first else None,
+            then=None if first else (lambda: commit_metadata(xw, held)),
+        )
+        with Execution(target, call) as ex:
             # 5. data, 6. metadata, 7. markers done and leases released
-            return _write_data(
-                pipe, arrays, xw, held, compute=o.compute, progress=o.progress, tx=tx
-            )
+            return _write_data(ex, arrays, xw, held)
     except BaseException:
         if held is not None:
             held.release()
@@ -318,41 +322,23 @@ def _nothing_to_do(xw: XarrayWrite, group: str | None, compute: bool) -> WriteRe
 
 
 def _write_data(
-    pipe: Pipeline,
-    arrays: dict[int, ArrayWrite],
-    xw: XarrayWrite,
-    held: Reservation | None,
-    *,
-    compute: bool,
-    progress: bool,
-    tx: SessionWrite | None = None,
+    ex: Execution, arrays: dict[int, ArrayWrite], xw: XarrayWrite, held: Reservation | None
 ) -> WriteReport | Any:
     """The data, then the metadata (last: a write that fails part-way, a worker lost or a
     source that raises, leaves the old metadata, e.g. an append leaves the array at its old
     length). ``compute=False``: the variables not backed by dask now, the others in the
     returned ``Delayed`` (the metadata was committed before, as xarray does). Into an icechunk
-    session (``tx``): the metadata is in the session already; it is forked for the tasks, and
-    their forks merged."""
-    if tx is not None:  # every task writes into a fork of the session's fork
-        xw = replace(xw, zstore=tx.fork(pipe))
-    if compute:
-        report = pipe.run(
-            dask_parts(pipe, arrays, xw.zstore, xw.writes),
-            compute=True,
-            progress=progress,
-            then=(lambda: commit_metadata(xw, held)) if tx is None else None,
-        )
+    session the variables zarr writes go into the session's fork, as the shard tasks do."""
+    zstore = xw.zstore if ex.store is None else ex.store
+    if ex.call.compute:
+        report = ex.run(dask_parts(ex.pipe, arrays, zstore, xw.writes))
         if held is not None:
             report.notes.append(held.note())
-        return report if tx is None else tx.finish(report, progress=progress)
+        return report
     eager = [w for w in xw.writes if not w.lazy]
-    lazy = [w for w in xw.writes if w.lazy]
-    done = (
-        compute_parts(dask_parts(pipe, arrays, xw.zstore, eager), progress)
-        if eager
-        else WriteReport()
-    )
-    return pipe.run(dask_parts(pipe, arrays, xw.zstore, lazy), compute=False, before=done)
+    if eager:
+        ex.flush(dask_parts(ex.pipe, arrays, zstore, eager))
+    return ex.run(dask_parts(ex.pipe, arrays, zstore, [w for w in xw.writes if w.lazy]))
 
 
 def _changed_nodes(xw: XarrayWrite) -> Nodes:
