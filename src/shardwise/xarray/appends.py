@@ -23,7 +23,8 @@ from ..storage.conditional import update_json
 from ..storage.icechunk import is_icechunk_store
 from ..storage.store import ShardStore
 from ..write import appends as rule
-from ..write.appends import AppendedArray, Reservation, tagged
+from ..write.appended import AppendedArray
+from ..write.appends import Reservation, tagged
 from .parts import XarrayWrite, variable_jobs
 
 __all__ = ["Reservation", "commit_metadata", "reserve", "tagged"]
