@@ -39,7 +39,9 @@ class Requests:
     (metadata, marker); ``puts``: every object put, multipart parts and their completions
     included; ``gets``: stored shards read to merge (regions that cover shards in part) and
     staged pieces read back; ``lists``: listings (markers, leftovers); ``parts``: multipart
-    upload parts (staged writes on S3); ``raw_bytes``: the data written, for a cost per TiB.
+    upload parts (staged writes on S3); ``raw_bytes``: the data written, for a cost per TiB;
+    ``bytes_read`` and ``bytes_written``: the shards read to merge and the shards written, raw
+    (before compression; a shard the write covers in part is read and written whole).
     """
 
     objects: int
@@ -48,6 +50,14 @@ class Requests:
     lists: int
     parts: int
     raw_bytes: int
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    @property
+    def amplification(self) -> float:
+        """Raw bytes moved (read and written) per byte of data written (NaN: no data)."""
+        moved = self.bytes_read + self.bytes_written
+        return moved / self.raw_bytes if self.raw_bytes else math.nan
 
     def cost(self, prices: Prices | None = None) -> float:
         """The requests' price in USD."""
@@ -65,7 +75,10 @@ class Requests:
             f"objects: {self.objects:,}\n"
             f"  requests: PUT {self.puts:,}, GET {self.gets:,}, LIST {self.lists:,}, multipart "
             f"parts {self.parts:,}; ${self.cost(p):,.4f} at {p.name} prices "
-            f"(${self.cost_per_tib(p):,.4f} per TiB written)"
+            f"(${self.cost_per_tib(p):,.4f} per TiB written)\n"
+            f"  moves: {size_text(self.bytes_read)} read, {size_text(self.bytes_written)} written "
+            f"(raw, before compression) for {size_text(self.raw_bytes)} of data: "
+            f"{self.amplification:.2f}x"
         )
 
 
@@ -109,6 +122,8 @@ def requests_of(
     parts_per_shard: int,
     raw_bytes: int,
     record_puts: int | None = None,
+    bytes_read: int = 0,
+    bytes_written: int = 0,
 ) -> Requests:
     """The requests of a write of ``shards`` shards (``partial`` of them merged with what is
     stored: read first), ``records`` journal record objects (put ``record_puts`` times in
@@ -126,4 +141,20 @@ def requests_of(
         lists=OWN_LISTS,
         parts=shards * parts_per_shard,
         raw_bytes=raw_bytes,
+        bytes_read=bytes_read + staged_bytes(staged_pieces, raw_bytes),
+        bytes_written=bytes_written + staged_bytes(staged_pieces, raw_bytes),
     )
+
+
+def staged_bytes(pieces: int, raw_bytes: int) -> int:
+    """The raw bytes a staged write's pieces move through the store (each piece written once
+    and read back once: the data, once each way); none for a direct write."""
+    return raw_bytes if pieces else 0
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes as a plan prints them: ``64.0 MiB``, ``256 B``."""
+    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} B"

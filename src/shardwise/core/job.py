@@ -49,6 +49,7 @@ from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
 from .blocks import Chunks, edges_of, inner_aligned, staged_pieces
 from .cost import RUN_FLUSH, Requests, graph_memory, requests_of
+from .cost import size_text as _size
 from .plan import ShardPlan
 
 Strategy = Literal["auto", "direct", "staged"]
@@ -171,6 +172,7 @@ class WritePlan:
         staged = self.strategy == "staged"
         shard_bytes = _largest(self.plan.task_chunks) * self.itemsize
         runs = self.per_task > 1  # a create in runs: one record object a run
+        touched = self.plan.touched_elements * self.itemsize
         return requests_of(
             shards=self.shards,
             partial=self.plan.npartial,
@@ -179,6 +181,8 @@ class WritePlan:
             staged_pieces=staged_pieces(self.plan, self.blocks) if staged else 0,
             parts_per_shard=max(1, -(-shard_bytes // PART_BYTES)) if staged else 0,
             raw_bytes=self.raw_bytes,
+            bytes_read=touched * self.plan.npartial // max(1, self.shards),
+            bytes_written=touched,
         )
 
     def validate(self) -> None:
@@ -265,13 +269,6 @@ class WritePlan:
             f"<WritePlan {self.strategy}: {self.shards} shards, {self.tasks} tasks, peak "
             f"~{_size(self.peak_per_task)}/task, {_size(self.bytes_to_move)} to move>"
         )
-
-
-def _size(n: int) -> str:
-    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= k:
-            return f"{n / k:.1f} {unit}"
-    return f"{n} B"
 
 
 def shards_per_task(shards: int, threads: int) -> int:

@@ -177,6 +177,16 @@ class ShardPlan:
             )
         return self.ntasks - whole
 
+    @property
+    def touched_elements(self) -> int:
+        """Elements of the shards the region touches, each clipped to the array: what the
+        write stores (a shard covered in part is stored whole)."""
+        total = 1
+        for d, (s, n) in enumerate(zip(self.layout.shard_shape, self.layout.shape, strict=True)):
+            first = self.first_shard[d]
+            total *= min((first + len(self.task_chunks[d])) * s, n) - first * s
+        return total
+
     def __str__(self) -> str:
         lay = self.layout
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
@@ -44,6 +45,14 @@ class WriteReport:
         Shards a resumed write found done before (``resume=True``).
     conflicts_retried : int
         Merges of shared shards done again because another writer committed the shard first.
+    requests : int
+        Requests to the store (gets, ranged gets, sizes, puts, multipart parts, deletes,
+        lists) through shardwise's store layer, by the shard tasks and around them (leases,
+        markers, records); metadata zarr-python writes itself is not counted.
+    bytes_read : int
+        Bytes those requests read: for a region write, the stored shards it merges with.
+    bytes_written : int
+        Bytes those requests wrote: shards, staged pieces, journal records.
     seconds : float
         The wall time of the write when :func:`shardwise.write_array` computes it, and the
         summed time of the shard tasks when a ``compute=False`` Delayed is computed.
@@ -68,6 +77,9 @@ class WriteReport:
     shards_skipped: int = 0
     # merges of shared shards done again because another writer committed the shard first
     conflicts_retried: int = 0
+    requests: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
     seconds: float = 0.0
     keys: list[str] = field(default_factory=list, repr=False)
     notes: list[str] = field(default_factory=list)
@@ -78,6 +90,20 @@ class WriteReport:
         """A resume (``resume=True``) that found its write finished: it wrote nothing and left
         the store as it was (its notes say so)."""
         return NOTHING_TO_DO in self.notes
+
+    @property
+    def amplification(self) -> float:
+        """Bytes moved (read and written) per byte of data changed (``raw_bytes``): 1.0 or
+        less for a write of whole shards that compress, the shard's size over the region's
+        for a small region of a big shard (NaN when no data was written)."""
+        moved = self.bytes_read + self.bytes_written
+        return moved / self.raw_bytes if self.raw_bytes else math.nan
+
+    def add_io(self, meter: Any) -> None:
+        """Add what ``meter`` (a :class:`~shardwise.storage.meter.IOMeter`) counted."""
+        self.requests += meter.requests
+        self.bytes_read += meter.bytes_read
+        self.bytes_written += meter.bytes_written
 
     @property
     def compression_ratio(self) -> float:
@@ -127,8 +153,14 @@ class WriteReport:
                 f"{head}, {self.chunks_stored} inner chunks stored, {self.chunks_empty} all-fill; "
                 f"{sizes} (ratio {self.compression_ratio:.2f})"
             )
+        moved = (
+            f"; moved {self.bytes_read / mb:.1f} MB read, {self.bytes_written / mb:.1f} MB "
+            f"written in {self.requests} requests ({self.amplification:.2f}x the data)"
+            if self.requests and self.raw_bytes
+            else ""
+        )
         return (
-            f"{body} in {self.seconds:.2f} s"
+            f"{body}{moved} in {self.seconds:.2f} s"
             + (f"; {self.shards_skipped} done before (resumed)" if self.shards_skipped else "")
             + (
                 f"; {self.conflicts_retried} shard merges redone after another writer's commit"

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..storage.meter import metered
 from .report import WriteReport
 from .write import ShardWriter
 
@@ -111,10 +112,13 @@ class ShardRuns:
         if not self.batched or journal is None:
             return self.writer.run_shards(pieces)
         records = journal.for_run()
-        try:
-            return replace(self.writer, journal=records).run_shards(pieces)
-        finally:
-            records.flush()
+        with metered() as io:  # the run's record object, put after its shards
+            try:
+                report = replace(self.writer, journal=records).run_shards(pieces)
+            finally:
+                records.flush()
+        report.add_io(io)
+        return report
 
     def graph(self) -> RunTasks:
         """One Delayed report per run with a shard to write, in one layer over one key that

@@ -34,6 +34,7 @@ from ..core.layout import Coord, Region, ceildiv, intersect
 from ..core.plan import ShardPlan
 from ..errors import CorruptShardError
 from ..runtime import pool as _pool
+from ..storage.meter import metered
 from ..storage.store import JOURNAL, TEMP, ShardStore
 from .recorder import ShardRecorder
 from .report import WriteReport
@@ -80,7 +81,10 @@ class StagedWriter(ShardAssembly):
         with _pool.running(self.write_id):
             for shard in self.layout.shards_touching(region):
                 if shard not in self.skip:
-                    pieces.append(self.stage_shard(shard, loc, block, region))
+                    with metered() as io:
+                        piece = self.stage_shard(shard, loc, block, region)
+                    piece.report.add_io(io)
+                    pieces.append(piece)
         out = np.empty((1,) * block.ndim, dtype=object)
         out.flat[0] = pieces
         return out

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.job import PART_BYTES, STREAM_BUFFER
+from ..storage.meter import count
 from ..storage.s3 import multipart_client
 from ..storage.store import PARTIAL_SUFFIX, ShardStore
 
@@ -168,6 +169,7 @@ def _commit_multipart(store: ShardStore, s3: tuple[Any, str, str], key: str, fee
     call, bucket, prefix = s3
     full = "/".join(p for p in (prefix, store.key(key)) if p)
     upload = call("create_multipart_upload", Bucket=bucket, Key=full)["UploadId"]
+    count("put")
     done: list[dict[str, Any]] = []
     buf = bytearray()
 
@@ -176,6 +178,7 @@ def _commit_multipart(store: ShardStore, s3: tuple[Any, str, str], key: str, fee
         got = call(
             "upload_part", Bucket=bucket, Key=full, UploadId=upload, PartNumber=n, Body=bytes(data)
         )
+        count("put", len(data))
         done.append({"ETag": got["ETag"], "PartNumber": n})
 
     def sink(b: Any) -> None:
@@ -195,6 +198,7 @@ def _commit_multipart(store: ShardStore, s3: tuple[Any, str, str], key: str, fee
             UploadId=upload,
             MultipartUpload={"Parts": done},
         )
+        count("put")
     except BaseException:
         try:
             call("abort_multipart_upload", Bucket=bucket, Key=full, UploadId=upload)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 from ..runtime import pool as _pool
+from ..storage.meter import metered
 from ..storage.store import ShardStore
 from .report import WriteReport
 
@@ -54,8 +55,9 @@ class ShardTask[W: Writes]:
 
     def run(self, body: Callable[[W], WriteReport]) -> WriteReport:
         """A task of one shard: ``body(owner)`` counted as running; its report with the fork."""
-        with self.running():
+        with self.running(), metered() as io:
             report = body(self.owner)
+        report.add_io(io)  # what the task read and wrote, merges and records included
         return self.done(report)
 
 

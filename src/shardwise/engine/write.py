@@ -26,6 +26,7 @@ from ..core.layout import Layout
 from ..core.plan import ShardPlan
 from ..runtime.units import SMALL_CHUNK
 from ..storage.conditional import UNCHECKED, read_merge_commit
+from ..storage.meter import metered
 from ..storage.replace import replace_whole
 from ..storage.store import ShardStore
 from .pieces import PieceSpec, pieces_graph
@@ -97,11 +98,41 @@ class ShardWriter:
                 stored, exists, generation = self._put_whole(key, enc, rep)
                 if self.journal is not None:
                     self.journal.record(key, stored, generation)
+            deleted = exists and stored is None
         else:
-            piece = self.plan.piece_in_shard(shard)
             assert isinstance(block, np.ndarray)
+            enc, deleted = self._merge(key, valid, [(self.plan.piece_in_shard(shard), block)], rep)
+        return self._counted(key, valid, enc, deleted, rep)
 
-            def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
+    def write_updates(
+        self, shard: Sequence[int], updates: Sequence[tuple[tuple[slice, ...], np.ndarray]]
+    ) -> WriteReport:
+        """Merge ``updates`` (pieces relative to the shard's origin and their values, applied
+        in order) into ``shard``: one read, one conditional commit, one record, however many
+        updates; untouched inner chunks keep their encoded bytes."""
+        lay = self.layout
+        key, valid = lay.shard_key(shard), tuple(s.stop - s.start for s in lay.shard_region(shard))
+        rep = WriteReport(raw_bytes=sum(v.nbytes for _, v in updates))
+        enc, deleted = self._merge(key, valid, updates, rep)
+        return self._counted(key, valid, enc, deleted, rep)
+
+    def _merge(
+        self,
+        key: str,
+        valid: tuple[int, ...],
+        updates: Sequence[tuple[tuple[slice, ...], np.ndarray]],
+        rep: WriteReport,
+    ) -> tuple[EncodedShard | None, bool]:
+        """The stored shard read, ``updates`` merged in order and committed only if it is
+        unchanged since the read (:func:`~shardwise.storage.conditional.read_merge_commit`);
+        recorded. Returns the shard stored (None: all fill) and whether one was deleted."""
+        codec, opts = self.info.codec, self.options
+
+        def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
+            enc: EncodedShard | None = None
+            for n, (piece, block) in enumerate(updates):
+                if n:  # the previous update's shard, joined (None: all fill so far)
+                    old = None if enc is None else enc.data
                 enc = merge_shard(
                     codec,
                     old,
@@ -112,19 +143,31 @@ class ShardWriter:
                     write_empty_chunks=opts.write_empty_chunks,
                     threads=opts.threads,
                 )
-                return enc, None if enc is None else _parts(enc)
+            return enc, None if enc is None else _parts(enc)
 
-            done = read_merge_commit(self.store, key, merge, empty=empty_shard(codec))
-            enc, stored, exists = done.result, done.stored, done.existed
-            rep.conflicts_retried = done.conflicts
-            if self.journal is not None:
-                self.journal.record(key, stored, done.generation)
+        done = read_merge_commit(self.store, key, merge, empty=empty_shard(codec))
+        rep.conflicts_retried = done.conflicts
+        if self.journal is not None:
+            self.journal.record(key, done.stored, done.generation)
+        return done.result, done.existed and done.stored is None
+
+    def _counted(
+        self,
+        key: str,
+        valid: tuple[int, ...],
+        enc: EncodedShard | None,
+        deleted: bool,
+        rep: WriteReport,
+    ) -> WriteReport:
+        """``rep`` with the shard stored (``enc``; None: all fill, ``deleted`` if it was
+        there)."""
+        codec = self.info.codec
         if enc is None:
             rep.shards_empty = 1
             # inner chunks inside the array only, as encode_shard/merge_shard count them
             used = [-(-v // c) for v, c in zip(valid, codec.chunk_shape, strict=True)]
             rep.chunks_empty = int(np.prod(used))
-            rep.shards_deleted = int(exists and stored is None)
+            rep.shards_deleted = int(deleted)
             return rep
         rep.shards_written = 1
         rep.bytes_stored = enc.nbytes
@@ -185,9 +228,11 @@ class ShardWriter:
         # into an icechunk session: the task writes into a fork of its own, handed back
         task = shard_task(self, None if self.journal is None else self.journal.write_id)
         total = WriteReport()
-        for loc, read in pieces:
-            with task.running():
-                total += task.owner.write_piece(self.plan.shard_of_task(loc), read())
+        with metered() as io:
+            for loc, read in pieces:
+                with task.running():
+                    total += task.owner.write_piece(self.plan.shard_of_task(loc), read())
+        total.add_io(io)
         task.done(total)
         total.seconds = time.perf_counter() - started
         return total

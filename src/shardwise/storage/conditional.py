@@ -45,6 +45,7 @@ from zarr.storage import MemoryStore
 from ..errors import ArrayNotFoundError, ShardConflictError
 from ..runtime import pool as _pool
 from . import s3
+from .meter import count, count_put
 from .retry import RetryPolicy, any_error
 from .store import JOURNAL, ShardStore, fsync_dirs, write_temp
 
@@ -55,14 +56,11 @@ META = "zarr.json"  # metadata documents: locked in place (object_lock)
 TRIES = 12
 BACKOFF = 0.01
 BACKOFF_MAX = 1.0
-# store errors (not conflicts) retried per commit: the outcome of a failed request is unknown,
-# and merging again onto whatever is stored is always safe
+# store errors retried per commit (a failed request's outcome is unknown; merging again is safe)
 ERROR_TRIES = 4
-# False: shared shards are read, merged and put without any check (benchmarks and tests only:
-# concurrent writers then lose updates)
+# False: shared shards merged without a check (benchmarks, tests: concurrent writers lose updates)
 ENABLED = True
-# called as before_commit(name, attempt) between the merge and the commit (tests force races)
-before_commit: Callable[[str, int], None] | None = None
+before_commit: Callable[[str, int], None] | None = None  # (name, attempt): tests force races
 
 
 class _Conflict:
@@ -145,6 +143,7 @@ def read_merge_commit[T](
         return Committed(result, parts, old is not None, UNCHECKED, 0)
     for attempt in range(tries):
         data, gen = _retrying(partial(backend.get, name))
+        count("get", len(data or b""))
         result, parts = merge(data)
         if parts is None and not backend.can_delete:
             if empty is None:
@@ -154,6 +153,7 @@ def read_merge_commit[T](
         if parts is None and gen is None:
             return Committed(result, None, False, None, attempt)
         new = _retrying(partial(backend.commit, name, parts, gen))
+        count_put(parts)
         if new is not CONFLICT:
             return Committed(result, parts, gen is not None, new, attempt)
         RetryPolicy(backoff=BACKOFF, backoff_max=BACKOFF_MAX, jitter=1.0).pause(attempt)

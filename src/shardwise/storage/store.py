@@ -26,6 +26,7 @@ from zarr.abc.store import Store
 from zarr.storage import LocalStore
 
 from ..errors import ArrayNotFoundError, InvalidTypeError, InvalidValueError
+from .meter import count, count_put
 from .zarr_backend import ZarrStoreBackend
 
 PARTIAL_SUFFIX = ".partial"
@@ -142,14 +143,19 @@ class ShardStore:
     # -- reads ----------------------------------------------------------------------------------
 
     def get(self, name: str) -> bytes | None:
-        return self.backend.get(self.key(name))
+        data = self.backend.get(self.key(name))
+        count("get", 0 if data is None else len(data))
+        return data
 
     def size(self, name: str) -> int | None:
+        count("size")
         return self.backend.size(self.key(name))
 
     def get_suffix(self, name: str, n: int) -> tuple[bytes, int] | None:
         """The last ``n`` bytes and the object size, or None when the object is missing."""
-        return self.backend.get_suffix(self.key(name), n)
+        got = self.backend.get_suffix(self.key(name), n)
+        count("get", 0 if got is None else len(got[0]))
+        return got
 
     def get_prefix(self, name: str, n: int) -> tuple[bytes, int] | None:
         """The first ``n`` bytes and the object size, or None when the object is missing."""
@@ -165,7 +171,9 @@ class ShardStore:
 
     def get_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """``(offset, nbytes)`` ranges of one object; the caller validated them against its size."""
-        return self.backend.get_ranges(self.key(name), ranges)
+        got = self.backend.get_ranges(self.key(name), ranges)
+        count("get", sum(len(g) for g in got))
+        return got
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -173,8 +181,10 @@ class ShardStore:
         """Store ``data`` (bytes, or a sequence of bytes-like parts) under ``name`` atomically."""
         parts = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)
         self.backend.put(self.key(name), parts)
+        count_put(parts)
 
     def delete(self, name: str) -> None:
+        count("delete")
         self.backend.delete(self.key(name))
 
     def task_fork(self) -> tuple[ShardStore, Any] | None:
@@ -187,6 +197,7 @@ class ShardStore:
     def list(self, prefix: str = "") -> list[str]:
         """Names (relative to the array path) under ``prefix``."""
         strip = len(self.path) + 1 if self.path else 0
+        count("list")
         return [k[strip:] for k in self.backend.list(self.key(prefix))]
 
 

@@ -29,6 +29,7 @@ leases go; what was stored stays recorded for ``resume=True``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -37,6 +38,7 @@ from ..durability.lease import store_lease
 from ..engine.report import WriteReport
 from ..storage.consolidated import Nodes
 from ..storage.icechunk import SessionWrite, into_session
+from ..storage.meter import IOMeter, metered
 from .compute import Part
 from .pipeline import ArrayWrite, Pipeline
 from .session import PartLease
@@ -140,6 +142,9 @@ class Execution:
     pipe: Pipeline = field(init=False)
     store: Any = field(init=False, default=None)  # the fork's store of a session
     flushed: WriteReport | None = field(init=False, default=None)
+    # the requests and bytes of the client around the tasks (leases, markers, records)
+    io: ExitStack = field(init=False, default_factory=ExitStack)
+    client: IOMeter = field(init=False, default_factory=IOMeter)
 
     def __post_init__(self) -> None:
         c = self.call
@@ -148,7 +153,12 @@ class Execution:
         )
 
     def __enter__(self) -> Execution:
-        self.pipe.__enter__()
+        self.client = self.io.enter_context(metered())
+        try:
+            self.pipe.__enter__()
+        except BaseException:
+            self.io.close()
+            raise
         try:
             if self.call.clear is not None:
                 self.call.clear(self.pipe)
@@ -167,7 +177,10 @@ class Execution:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.pipe.__exit__(kind, error, tb)
+        try:
+            self.pipe.__exit__(kind, error, tb)
+        finally:
+            self.io.close()
 
     def parts(self, writes: Sequence[ArrayWrite] | None = None) -> list[Part]:
         """The dask work of ``writes`` (default: the call's, built as the call says); a
@@ -195,4 +208,7 @@ class Execution:
             parts, compute=now, progress=c.progress, desc=c.desc, then=c.then,
             before=self.flushed,
         )  # fmt: skip
-        return self.target.finish(report, c.progress) if now else report
+        if not now:
+            return report
+        report.add_io(self.client)  # the client's own requests, counted once, at the end
+        return self.target.finish(report, c.progress)

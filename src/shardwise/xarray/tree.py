@@ -80,11 +80,7 @@ def check_tree(
     if group:  # zarr would refuse a group inside an array only after the first bytes
         refuse_inside_array(zstore, group, "group")
     base = read_only(zstore)
-    if mode == "r+" and not has_metadata(base, group):  # as write_array's "r+" over nothing
-        raise ArrayNotFoundError(
-            f"{describe(zstore, group, 'group')} is not there: mode='r+' writes into an existing "
-            "group (mode='a' or 'w-' creates it); nothing was written"
-        )
+    _refuse_nothing_there(zstore, base, group, mode)
     root_mode = _resumed_mode(base, group, mode, nodes) if resume else mode
 
     def xarray_pass(root_mode: WriteMode) -> tuple[Overlay, Capture]:
@@ -137,8 +133,7 @@ def check_tree(
         finished = resume and whole and mode == "a" and writes_stored(overlay, base)
     writes = plan_writes(capture.items, append_dim, region is not None, safe_shards, zstore)
     shared = region is not None or append_dim is not None
-    # into an icechunk session: the job decides how its tasks write (job_for's forks)
-    forks = is_icechunk_store(zstore)
+    forks = is_icechunk_store(zstore)  # into a session: the job decides how its tasks write
     jobs = variable_jobs(writes, strategy, memory_limit, shared=shared, forks=forks)
     return XarrayWrite(zstore, overlay, writes, jobs, mode, shared, finished=finished)
 
@@ -345,6 +340,15 @@ def _lookup(base: Any, group: str, dim: str, values: Any) -> slice:
             "requires that the new data constitute a contiguous subset of the original store."
         )
     return slice(int(idxs[0]), int(idxs[-1]) + 1)
+
+
+def _refuse_nothing_there(zstore: Any, base: Any, group: str | None, mode: str) -> None:
+    """Mode "r+" writes into what is there: over nothing, refused as write_array's "r+"."""
+    if mode == "r+" and not has_metadata(base, group):
+        raise ArrayNotFoundError(
+            f"{describe(zstore, group, 'group')} is not there: mode='r+' writes into an existing "
+            "group (mode='a' or 'w-' creates it); nothing was written"
+        )
 
 
 def _join(group: str | None, path: str) -> str:
