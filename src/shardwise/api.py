@@ -38,8 +38,9 @@ def write_array(
     attributes: dict[str, Any] | None = None,
     chunk_key_encoding: Any = None,
     zarr_format: int = 3,
-    mode: Mode = "w-",
+    mode: Mode | None = None,
     region: RegionArg | None = None,
+    append_dim: int | str | None = None,
     write_empty_chunks: bool = False,
     threads: int | None = None,
     fsync: bool = False,
@@ -105,13 +106,27 @@ def write_array(
         As in ``zarr.create_array``.
     zarr_format : int, default 3
         Must be 3: shardwise writes Zarr format 3 only.
-    mode : {"w-", "w", "a", "r+"}, default "w-"
+    mode : {"w-", "w", "a", "r+"}, optional
         ``"w-"`` create (fail if it exists), ``"w"`` create or replace, ``"a"`` write into an
-        existing array (create when missing), ``"r+"`` write into an existing array.
+        existing array (create when missing), ``"r+"`` write into an existing array. Defaults
+        to ``"w-"`` (``"a"`` with ``append_dim``, the only mode it takes).
     region : tuple of slice, optional
         Places ``data`` inside an existing array: a slice (step 1) per dimension, or one
         ``Ellipsis`` for the dimensions not given (``region=(slice(a, b), ...)``); shards it
         covers in part are merged with what is stored, by their one owning task.
+    append_dim : int or str, optional
+        Append ``data`` at the end of the existing array along this axis (an int, negative
+        from the end; or a dimension name of the array, or of ``data`` as a ``DataArray``), as
+        ``to_zarr(append_dim=...)`` appends a Dataset: every other dimension of ``data`` must
+        be the array's (a :class:`PlanError` before anything is written), and the array must
+        exist (:class:`ArrayNotFoundError`). Any number of processes may append to one array
+        at once: each call first reserves its rows by a conditional commit of the array's
+        metadata, so every append lands, at the rows its commit took (the report's ``notes``
+        say which); a call that fails before its data is done gives its rows back while no
+        later append reserved after them, else its rows read as the fill value and ``verify``
+        reports them, advising the call that finishes them. With ``resume=True`` an append
+        killed part-way is finished where its rows were reserved (or found written already),
+        never appended twice.
     write_empty_chunks : bool, default False
         Store inner chunks equal to the fill value too; by default they are not stored.
     threads : int, optional
@@ -176,16 +191,18 @@ def write_array(
         and what is accepted.
     InvalidValueError
         A keyword value outside what the keyword accepts (a ``ValueError``), e.g. a
-        ``zarr_format`` other than 3, or ``region`` without an existing array.
+        ``zarr_format`` other than 3, ``region`` without an existing array, or an
+        ``append_dim`` that is no axis or dimension of the array.
     ArrayExistsError
         ``mode="w-"`` and an array is already there (with ``resume=True``: one with other
         metadata, so nothing to resume).
     ArrayNotFoundError
-        ``mode="r+"`` and no array there.
+        ``mode="r+"`` or ``append_dim`` and no array there.
     PlanError
-        A write that cannot be placed: data of another shape than the region, data that
-        cannot be cast to the array's dtype without loss, a dask array of unknown chunk sizes,
-        a task that would not fit ``memory_limit``, or more than 4,194,304 shard tasks.
+        A write that cannot be placed: data of another shape than the region (with
+        ``append_dim``: than the array in the other dimensions), data that cannot be cast to
+        the array's dtype without loss, a dask array of unknown chunk sizes, a task that would
+        not fit ``memory_limit``, or more than 4,194,304 shard tasks.
     LeaseHeldError
         Another writer holds the array's lease.
     ShardConflictError
@@ -197,6 +214,7 @@ def write_array(
     """
     # deferred: the writers, journal and leases (about 60 ms at import) are needed by
     # writes only, not by open_array
+    from .write.append_array import append_array
     from .write.execute import Target, WriteCall, execute
     from .write.options import WriteOptions
     from .write.target import prepare_write
@@ -214,6 +232,8 @@ def write_array(
     leased = target.lease(options.lease, options.compute, prepared.write.store.store)
     if options.dry_run:
         return prepared.job
+    if prepared.appended is not None:  # append_dim: its rows reserved first, then written
+        return append_array(prepared, options, target, leased)  # (write/append_array.py)
     # 5. the one sequence of every write (write/execute.py)
     return execute(
         target,

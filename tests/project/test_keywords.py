@@ -471,14 +471,15 @@ def test_write_arrays_keywords_are_the_records() -> None:
 def test_to_zarr_checks_the_keywords_it_shares_with_write_array_by_its_record() -> None:
     """to_zarr hands WriteOptions.checked every keyword it shares with write_array, but those
     xarray gives a meaning of its own (shards by dimension name, xarray's modes, a region by
-    dimension name, write_empty_chunks=None): one check, one message, for both calls."""
+    dimension name, an append_dim by dimension name, write_empty_chunks=None): one check, one
+    message, for both calls."""
     import inspect
 
     from shardwise.write.options import WriteOptions
     from shardwise.xarray.writer import _RECORDED
 
     params = set(inspect.signature(shardwise.to_zarr).parameters)
-    xarrays = {"shards", "mode", "region", "write_empty_chunks"}
+    xarrays = {"shards", "mode", "region", "append_dim", "write_empty_chunks"}
     assert (params & WriteOptions.keywords()) - xarrays == _RECORDED
 
 

@@ -8,7 +8,7 @@ array grown, the others not yet) or between the lead's commit and its markers le
 reserved; ``verify`` names them and advises ``resume=True``, and that call writes them there
 (the shards stored before skipped). One killed before its commit reserved nothing: the resume
 appends once. A writer is stopped at a named point by a hook it calls there
-(``conditional.before_commit``, ``appends.after_claim``), then killed: no timing. An append
+(``conditional.before_commit``, ``write.appends.after_claim``), then killed: no timing. An append
 whose source raised gives its rows back and closes its markers: ``verify`` is clean at once.
 ``resume=True`` with nothing unfinished appends once, and finds an append it already finished.
 """
@@ -112,7 +112,7 @@ def killed_append(
     after the lead's commit, before the markers that name its rows; "claim" stops before the
     lead's commit (its record put: durability/appending.py)."""
     import shardwise.storage.conditional as cond
-    import shardwise.xarray.appends as appends
+    import shardwise.write.appends as appends
 
     def stop(*_: Any) -> None:
         if not started.is_set():
@@ -390,7 +390,7 @@ def shrunk_append(root: str, read: Any, claimed: Any) -> None:
     """Rows START:START+N appended; stopped at its lead commit's first try (the length read),
     and again between that commit and its markers."""
     import shardwise.storage.conditional as cond
-    import shardwise.xarray.appends as appends
+    import shardwise.write.appends as appends
 
     def at_commit(name: str, attempt: int) -> None:
         if not read.is_set():

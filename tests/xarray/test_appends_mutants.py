@@ -1,5 +1,5 @@
 """Appends at the edges the append and resume tests pass through without pinning them
-(survivors of the mutation lane, `mutation/run.py xarray/appends`, and the gaps its review
+(survivors of the mutation lane, `mutation/run.py write/appends`, and the gaps its review
 named): an append that asks for consolidated metadata on a store written without it leaves the
 root consolidated, showing every row appended, as xarray's own engine does; an append resumed
 with ``compute=False`` after its source failed writes nothing at the call and appends the rows
@@ -26,7 +26,7 @@ import shardwise
 from faultkit import snapshot
 from shardwise.durability.journal import WriteMarker, marker_name, now, region_list
 from shardwise.storage.store import ShardStore
-from shardwise.xarray.giveback import drop_stored, whole_object
+from shardwise.write.giveback import drop_stored, whole_object
 
 ENC = {"v": {"chunks": (2, 3), "shards": (4, 3)}, "t": {"chunks": (2,), "shards": (4,)}}
 

@@ -1,9 +1,10 @@
 """An append's word before it reserves its rows: ``.shardwise/appending/<token>.json``.
 
-An append (``to_zarr(append_dim=...)``, :mod:`shardwise.xarray.appends`) grows its lead array's
-length by a conditional commit of ``zarr.json``, and only then puts the write markers that name
-the rows that commit gave it. The two are separate objects: a writer killed between them would
-leave rows in the lead's length that nothing names, and a resume would append again.
+An append (``append_dim`` of ``write_array`` or ``to_zarr``, :mod:`shardwise.write.appends`)
+grows its lead array's length by a conditional commit of ``zarr.json``, and only then puts the
+write markers that name the rows that commit gave it. The two are separate objects: a writer
+killed between them would leave rows in the lead's length that nothing names, and a resume
+would append again.
 
 So before that commit the append puts a *record* in the lead array's journal: its token (the id
 its markers carry), the dimension and axis, the region it planned (as many rows, the extent of
@@ -61,6 +62,7 @@ class AppendRecord:
     holder: dict[str, Any]
     started: str
     exact: bool = False  # False: a record of the earlier format (its rows at ``seen`` or later)
+    call: str = "to_zarr"  # the call that finishes it (verify's advice)
 
     @classmethod
     def new(
@@ -83,8 +85,12 @@ class AppendRecord:
     def from_bytes(cls, data: bytes) -> AppendRecord | None:
         try:
             d = json.loads(data)
-            keys = [k for k in cls.__dataclass_fields__ if k != "exact"]
-            rec = cls(**{k: d[k] for k in keys}, exact=bool(d.get("exact", False)))
+            keys = [k for k in cls.__dataclass_fields__ if k not in ("exact", "call")]
+            rec = cls(
+                **{k: d[k] for k in keys},
+                exact=bool(d.get("exact", False)),
+                call=str(d.get("call", "to_zarr")),
+            )
             return rec if rec.rows >= 0 else None
         except (ValueError, KeyError, TypeError, IndexError):
             return None

@@ -202,11 +202,19 @@ def _advice(marker: WriteMarker) -> str:
         return "rerun it with resume=True"
     dim, axis = marker.append.get("dim"), int(marker.append.get("axis", 0))
     a, b = marker.region[axis]
+    call = append_call(str(marker.append.get("call", "to_zarr")), str(dim), axis)
     return (
         f"an append of rows {a}:{b} along {dim!r} (those not written read as fill values): "
-        f"rerun it with resume=True, to_zarr(<the same data>, append_dim={dim!r}, "
-        "resume=True), which writes them there and adds no rows"
+        f"rerun it with resume=True, {call}, which writes them there and adds no rows"
     )
+
+
+def append_call(call: str, dim: str, axis: int) -> str:
+    """The call that finishes an append of ``call`` (``to_zarr``: by dimension name;
+    ``write_array``: by axis)."""
+    if call == "write_array":
+        return f"write_array(<the same data, store and path>, append_dim={axis}, resume=True)"
+    return f"to_zarr(<the same data>, append_dim={dim!r}, resume=True)"
 
 
 def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -> None:
@@ -281,7 +289,7 @@ def _check_appending(store: ShardStore, report: VerifyReport) -> None:
 
 def _reserved(found: Survey, rec: AppendRecord) -> str:
     """What a killed append's record says, and the call that finishes it."""
-    call = f"to_zarr(<the same data>, append_dim={rec.dim!r}, resume=True)"
+    call = append_call(rec.call, rec.dim, rec.axis)
     verdict = found.judge(rec)
     a, b = found.block(rec)
     if verdict == "reserved":

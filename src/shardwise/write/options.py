@@ -4,9 +4,9 @@ Two records carry a write's keywords, so that no front end passes them on by nam
 
 - :class:`~shardwise.engine.write.WriteSettings`: what travels to the workers with every shard
   task (``write_empty_chunks``, ``threads``; ``fsync`` travels in the task's ``ShardStore``).
-- :class:`WriteOptions`: what the call decided and the client acts on (mode, region, resume,
-  lease, strategy, memory limit, compute, progress, dry run, the new array's
-  ``zarr.create_array`` keywords), with the worker record inside it. ``write_array`` and a
+- :class:`WriteOptions`: what the call decided and the client acts on (mode, region,
+  append_dim, resume, lease, strategy, memory limit, compute, progress, dry run, the new
+  array's ``zarr.create_array`` keywords), with the worker record inside it. ``write_array`` and a
   batch part build it with :meth:`WriteOptions.checked`, which refuses a keyword of the wrong
   type or value before the store is looked at (``write_array`` hands it the keywords of its
   signature named by :meth:`WriteOptions.keywords`, declared once there); ``write_pyramid``,
@@ -66,6 +66,7 @@ class WriteOptions:
     mode: Mode = "w-"
     path: str | None = None
     region: RegionArg | None = None
+    append_dim: int | str | None = None
     storage_options: dict[str, Any] | None = None
     fsync: bool = False
     compute: bool = True
@@ -112,6 +113,8 @@ class WriteOptions:
                 f"zarr_format must be 3 (shardwise writes Zarr format 3 only), got {zarr_format!r}"
             )
         given = {k: v for k, v in keywords.items() if k in own}
+        if "mode" in given and given["mode"] is None:  # write_array's: "a" with append_dim
+            given["mode"] = "a" if given.get("append_dim") is not None else cls.mode
         args.choice("mode", given.get("mode", cls.mode), modes)
         args.choice("strategy", given.get("strategy", cls.strategy), STRATEGIES)
         settings = WriteSettings(
@@ -126,8 +129,31 @@ class WriteOptions:
         args.store_path("path", given.get("path"))
         args.mapping("storage_options", given.get("storage_options"))
         args.region("region", given.get("region"))
+        _check_append(given.get("append_dim"), given.get("mode", cls.mode), given.get("region"))
         create = {**CREATE_DEFAULTS, **{k: v for k, v in keywords.items() if k in CREATE_DEFAULTS}}
         return cls(**given, memory_limit=limit, settings=settings, create=create)
+
+
+def _check_append(append_dim: Any, mode: Any, region: Any) -> None:
+    """Refuse an ``append_dim`` that is not an axis (an int) or a dimension name (a str), or
+    that comes with a mode other than "a" or with ``region`` (as ``to_zarr`` refuses them)."""
+    if append_dim is None:
+        return
+    if not isinstance(append_dim, int | str) or isinstance(append_dim, bool):
+        raise InvalidTypeError(
+            f"append_dim must be an axis (int), a dimension name (str) or None, got "
+            f"{append_dim!r} of type {type(append_dim).__name__}"
+        )
+    if mode != "a":
+        raise InvalidValueError(
+            f"append_dim needs mode='a' (or None), got mode={mode!r} (an append writes into an "
+            "existing array)"
+        )
+    if region is not None:
+        raise InvalidValueError(
+            "append_dim and region cannot be given together: an append writes at the end of "
+            "the array"
+        )
 
 
 def _refuse_unknown(

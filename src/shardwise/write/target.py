@@ -5,6 +5,7 @@ the validated job, and the pipeline's ArrayWrite of it."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Callable
@@ -18,14 +19,15 @@ from ..core.job import Strategy, WritePlan
 from ..core.layout import Region, RegionArg, normalize_region
 from ..core.plan import ShardPlan
 from ..engine.write import Mode
-from ..errors import InvalidValueError, PlanError
+from ..errors import ArrayNotFoundError, InvalidValueError, PlanError
 from ..storage.conditional import versions
 from ..storage.icechunk import is_icechunk_store
 from ..storage.nodes import open_info
 from ..storage.retry import retry_transient
-from ..storage.store import ShardStore, resolve_store
+from ..storage.store import ShardStore, describe, resolve_store
+from .appended import AppendedArray, moved
 from .create import _probe
-from .intent import Intent, array_write, create_metadata, job_for, resolve
+from .intent import Intent, array_write, create_metadata, decide, job_for, resolve
 from .options import WriteOptions
 from .pipeline import ArrayWrite
 
@@ -42,6 +44,9 @@ class PreparedWrite:
 
     job: WritePlan
     write: ArrayWrite
+    # an append (``append_dim``): the array it grows, its write planned at the length found
+    # (write/append_array.py reserves the rows and plans it again there)
+    appended: AppendedArray | None = None
 
 
 def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite:
@@ -51,7 +56,11 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
     o, given = options, dict(options.create)
     dtype, chunks, shards = given.pop("dtype"), given.pop("chunks"), given.pop("shards")
     # 2. the data
+    names = _dims_of(data)
     data = _source(data)
+    if o.append_dim is not None:  # into the existing array, at its end
+        zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
+        return _append(data, names, zstore, o)
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
@@ -79,6 +88,111 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
         options=o.settings,
     )
     return PreparedWrite(job, write)
+
+
+def _append(
+    data: Any, names: tuple[str, ...] | None, zstore: Any, o: WriteOptions
+) -> PreparedWrite:
+    """An append's write, planned at the array's stored end: the array must be there
+    (``ArrayNotFoundError``), ``append_dim`` one of its axes (or dimension names), and every
+    other dimension of ``data`` the array's (``PlanError``)."""
+    if not _exists(zstore, o.path):
+        raise ArrayNotFoundError(
+            "append_dim= appends to an existing array, and there is none at "
+            f"{describe(zstore, o.path, 'path')} (write it first, without append_dim)"
+        )
+    sstore = ShardStore(zstore, o.path or "", fsync=o.fsync)
+    meta = retry_transient(lambda: json.loads(sstore.get("zarr.json") or b"{}"))
+    info = retry_transient(lambda: open_info(zstore, o.path))
+    assert o.append_dim is not None
+    axis = _append_axis(o.append_dim, info, names, describe(zstore, o.path))
+    have = info.layout.shape
+    shape = tuple(int(n) for n in data.shape)
+    others = [i for i in range(len(have)) if i != axis]
+    if len(shape) != len(have) or any(shape[i] != have[i] for i in others):
+        raise PlanError(
+            f"data of shape {shape} cannot be appended along axis {axis} to the array of shape "
+            f"{have}: every other dimension must be the array's. Nothing was written"
+        )
+    region = tuple(
+        slice(have[i], have[i] + shape[i]) if i == axis else slice(0, n) for i, n in enumerate(have)
+    )
+    data = _cast_source(data, info.dtype)
+    planned = AppendedArray(sstore, axis, region, meta, info, data)
+    return append_write(planned, o, start=have[axis])
+
+
+def append_write(planned: AppendedArray, o: WriteOptions, *, start: int) -> PreparedWrite:
+    """The write of an append's ``planned`` array moved to rows ``start`` on (padded to whole
+    shards along the axis: its last shard merged), its job validated; the policy's intent of
+    a write into an existing array in mode "a"."""
+    intent = decide("a", o.resume, True, True)
+    at = moved(planned, start, start + planned.rows, pad=o.strategy != "staged")
+    assert at.info is not None
+    job, shared = _validated_job(
+        planned.store,
+        _Target(at.info, intent, None),
+        at.region,
+        at.source,
+        "a",
+        o.strategy,
+        o.memory_limit,
+    )
+    write = array_write(
+        planned.store,
+        at.info,
+        intent,
+        at.source,
+        job=job,
+        shared=shared,
+        resume=o.resume,
+        compute=o.compute,
+        options=o.settings,
+    )
+    return PreparedWrite(job, write, planned)
+
+
+def _exists(zstore: Any, path: str | None) -> bool:
+    return bool(retry_transient(lambda: ShardStore(zstore, path or "").get("zarr.json")))
+
+
+def _append_axis(
+    append_dim: int | str, info: ArrayInfo, names: tuple[str, ...] | None, where: str
+) -> int:
+    """The axis ``append_dim`` names in the array ``info`` (an int: an axis, negative from the
+    end; a str: a dimension name of the array, else of the data, a DataArray)."""
+    ndim = len(info.layout.shape)
+    stored = info.dimension_names
+    if (
+        stored is not None
+        and names is not None
+        and any(s is not None and s != n for s, n in zip(stored, names, strict=False))
+    ):
+        raise PlanError(
+            f"the data's dimensions {names} are not those of {where} {tuple(stored)}. Nothing "
+            "was written"
+        )
+    if isinstance(append_dim, str):
+        known = list(stored if stored is not None and any(stored) else names or ())
+        if append_dim not in known:
+            raise InvalidValueError(
+                f"append_dim={append_dim!r} is not a dimension of {where} (its dimensions: "
+                f"{tuple(known) if known else 'none named; pass an axis'})"
+            )
+        return known.index(append_dim)
+    if not -ndim <= append_dim < ndim:
+        raise InvalidValueError(
+            f"append_dim={append_dim} is not an axis of {where}, an array of {ndim} dimensions"
+        )
+    return append_dim % ndim
+
+
+def _dims_of(data: Any) -> tuple[str, ...] | None:
+    """The dimension names of ``data``, a DataArray (None for other arrays)."""
+    xr = sys.modules.get("xarray")
+    if xr is not None and isinstance(data, xr.DataArray | xr.Variable):
+        return tuple(str(d) for d in data.dims)
+    return None
 
 
 @dataclass(frozen=True)

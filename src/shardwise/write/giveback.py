@@ -1,5 +1,5 @@
 """Rows given back by an append that failed while it was still the last reservation
-(:meth:`shardwise.xarray.appends.Reservation.release`): the shards it stored past the old end
+(:meth:`shardwise.write.appends.Reservation.release`): the shards it stored past the old end
 dropped while they are still its own, its markers removed or closed."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from ..durability.journal import (
 from ..durability.records import read_records
 from ..storage.conditional import read_merge_commit, versions
 from ..storage.store import ShardStore
-from ..write.pipeline import ArrayWrite
-from ..write.session import plan_keys
+from .pipeline import ArrayWrite
+from .session import plan_keys
 
 META = "zarr.json"
 
