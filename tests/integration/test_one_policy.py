@@ -727,12 +727,14 @@ def test_a_create_into_an_icechunk_session_is_written_alike(
 
 def append(root: Any, name: str, **kw: Any) -> Any:
     """Rows DATA appended along "y" to array "0" by front end ``name``."""
+    if name == "write_array":
+        return shardwise.write_array(_source(), root, path="0", append_dim="y", **kw)
     ds = _ds(_source())
     obj: Any = xr.DataTree(ds) if name == "DataTree" else ds
     return shardwise.to_zarr(obj, root, append_dim="y", consolidated=False, **kw)
 
 
-APPENDS = ("Dataset", "DataTree")
+APPENDS = ("write_array", "Dataset", "DataTree")
 
 
 @pytest.mark.parametrize("into", ["store", "session"])
