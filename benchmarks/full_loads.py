@@ -324,6 +324,20 @@ def report(args: argparse.Namespace) -> None:
             f"| {spread(wl, case, 's_whole')} | {ratio(wl, case, ref, 's_whole')} "
             f"| {med(wl, case, 'cpu_whole'):.3f} | {med(wl, case, 'rss_x'):.2f}{bad} |"
         )
+    # within each repetition the cases ran within a minute of one another: the median of the
+    # per-repetition ratios, and the ratio of the fastest runs, are less at the mercy of other
+    # jobs on a shared machine than the ratio of the medians
+    print(
+        "\n| workload | case | in-process x ref (paired median; min/min) "
+        "| whole x ref (paired median; min/min) | whole CPU x ref (paired median) |"
+    )
+    print("|---|---|---|---|---|")
+    for wl, case in sorted(by, key=order):
+        ref = REFERENCE.get(case.removesuffix(REF), "ts")
+        if (wl, ref) not in by or case == ref:
+            continue
+        cells = [_paired(by[wl, case], by[wl, ref], k) for k in ("s_in", "s_whole", "cpu_whole")]
+        print(f"| {wl} | {case} | {' | '.join(cells)} |")
     pairs = [(wl, c) for wl, c in sorted(by, key=order) if (wl, c + REF) in by]
     if pairs:
         head = "in-process x @ref | CPU x @ref | whole x @ref | whole CPU x @ref"
@@ -332,6 +346,17 @@ def report(args: argparse.Namespace) -> None:
         for wl, c in pairs:
             cells = [ratio(wl, c, c + REF, k) for k in ("s_in", "cpu_in", "s_whole", "cpu_whole")]
             print(f"| {wl} | {c} | {' | '.join(cells)} |")
+
+
+def _paired(rows: list[dict[str, Any]], refs: list[dict[str, Any]], key: str) -> str:
+    """The median (min-max) of ``rows``' ratios to ``refs``' of the same repetition, and the
+    ratio of the two minima."""
+    ref_of = {r["rep"]: r[key] for r in refs if key in r}
+    got = [r[key] / ref_of[r["rep"]] for r in rows if key in r and r["rep"] in ref_of]
+    if not got:
+        return ""
+    lowest = min(r[key] for r in rows if key in r) / min(ref_of.values())
+    return f"{statistics.median(got):.2f} ({min(got):.2f}-{max(got):.2f}); {lowest:.2f}"
 
 
 def main() -> None:
