@@ -12,8 +12,8 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_SHARD_BYTES",
     "default_chunks",
-    "default_layout",
     "default_shards",
+    "divisors",
     "dividing_chunks",
     "shrink_to_fit",
     "whole_chunks",
@@ -81,39 +81,6 @@ def default_shards(
     return tuple(c * n for c, n in zip(chunks, k, strict=True))
 
 
-def default_layout(
-    shape: tuple[int, ...],
-    itemsize: int,
-    chunks: tuple[int, ...] | None = None,
-    shards: tuple[int, ...] | None = None,
-    shard_bytes: int = DEFAULT_SHARD_BYTES,
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``(inner chunks, shards)`` completed from what is given: the one default rule of
-    ``write_array`` and ``to_zarr``.
-
-    Neither given: inner chunks of about 1 MiB (:func:`default_chunks`) in shards of whole
-    chunks up to ``shard_bytes`` (:func:`default_shards`). Chunks only: shards of whole chunks
-    around them. Shards only: inner chunks that divide them (:func:`dividing_chunks`). Both: the
-    shards rounded up to whole chunks (:func:`whole_chunks`). Defaulted inner chunks always
-    divide the shards.
-
-    >>> default_layout((2920, 361, 720), 4)
-    ((46, 46, 90), (184, 184, 360))
-    >>> default_layout((1000, 1000), 4, shards=(300, 300))
-    ((300, 300), (300, 300))
-    >>> default_layout((1000, 1000), 4, chunks=(32, 32), shards=(100, 64))
-    ((32, 32), (128, 64))
-    """
-    itemsize = max(1, itemsize)
-    inner_bytes = min(DEFAULT_CHUNK_BYTES, shard_bytes)
-    if shards is None:
-        chunks = chunks or default_chunks(shape, itemsize, inner_bytes)
-        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
-    if chunks is None:
-        return dividing_chunks(shards, itemsize, inner_bytes), shards
-    return chunks, whole_chunks(shards, chunks)
-
-
 def whole_chunks(shards: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
     """The one rule for a shard shape given together with its inner chunks: every size rounded
     up to whole chunks (``write_array``, ``to_zarr``'s sizes by dimension name, ``convert`` and
@@ -139,11 +106,16 @@ def dividing_chunks(
     """
 
     def next_divisor(i: int, n: int) -> int:
-        return max(d for d in _divisors(shards[i]) if d <= n // 2)
+        return max(d for d in divisors(shards[i]) if d <= n // 2)
 
     return tuple(shrink_to_fit(shards, itemsize, target, step=next_divisor))
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, in order.
+
+    >>> divisors(30)
+    [1, 2, 3, 5, 6, 10, 15, 30]
+    """
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted({*small, *(n // d for d in small)})

@@ -12,7 +12,7 @@ import zarr
 from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors
-from ..core.sizing import default_layout
+from ..core.planner import default_layout
 from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
 
 
