@@ -220,8 +220,8 @@ class ShardGeometry:
             f"shards   {self.shards}: {self.nshards} of {human(self.shard_bytes)} "
             f"({self.chunks_per_shard} inner chunks, index {human(index)})",
             f"chunks   {self.chunks}: {human(self.chunk_bytes)} each",
-            f"objects  {self.nshards} shard{'s' * (self.nshards != 1)} + metadata; memory per write task "
-            f"~{human(self.task_memory)}"
+            f"objects  {self.nshards} shard{'s' * (self.nshards != 1)} + metadata; "
+            f"memory per write task ~{human(self.task_memory)}"
             + (
                 f" (budget {human(self.memory_per_task)})"
                 if self.memory_per_task is not None

@@ -296,9 +296,9 @@ def _choose(
                 1 if i in keep else ceildiv(max(1, n), c)
                 for i, (n, c) in enumerate(zip(shape, inner, strict=True))
             ]
-            free = [i for i in range(nd) if i not in keep]
-            k = shrink_to_fit(k, math.prod(inner) * itemsize, cap, axes=free)
-            shards = tuple(c * n for c, n in zip(inner, k, strict=True))
+            grown = [i for i in range(nd) if i not in keep]
+            fitted = shrink_to_fit(k, math.prod(inner) * itemsize, cap, axes=grown)
+            shards = tuple(c * n for c, n in zip(inner, fitted, strict=True))
         else:
             shards = default_shards(shape, inner, itemsize, cap)
         why = f"whole chunks up to {human(cap)}: the array halved along its axis of most chunks"
@@ -392,14 +392,14 @@ def _rectilinear(
             )
         edges[i] = sizes
     out = list(chunks)
-    for i, sizes in enumerate(edges):
-        if sizes is None:
+    for i, extents in enumerate(edges):
+        if extents is None:
             continue
-        g = math.gcd(*sizes)
+        g = math.gcd(*extents)
         if given and g % chunks[i]:
             raise InvalidValueError(
                 f"inner chunks of {chunks[i]} along axis {i} do not divide every shard extent "
-                f"{sorted(set(sizes))}: sizes that would: {divisors(g)}"
+                f"{sorted(set(extents))}: sizes that would: {divisors(g)}"
             )
         out[i] = chunks[i] if given else max(d for d in divisors(g) if d <= chunks[i])
     return tuple(edges), tuple(out)

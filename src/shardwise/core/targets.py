@@ -108,7 +108,7 @@ def axis_of(name: str, ndim: int, dims: Sequence[str | None] | None) -> int:
         letters = LETTERS[5 - ndim :]
         if key in letters:
             return letters.index(key)
+    have = tuple(dims or ()) if any(named) else "not named: letters " + LETTERS[max(0, 5 - ndim) :]
     raise InvalidValueError(
-        f"shards names axis {name!r}, which the array does not have (dimensions "
-        f"{tuple(dims) if any(named) else 'not named: letters of ' + LETTERS[max(0, 5 - ndim) :]})"
+        f"shards names axis {name!r}, which the array does not have (dimensions {have})"
     )
