@@ -289,6 +289,10 @@ def _choose(
         inner = given or default_chunks(shape, itemsize, min(DEFAULT_CHUNK_BYTES, cap))
         why_c = why_c if given else BALANCED
         if t.kind == "bytes":
+            if not given:  # compact, cut evenly: the shards are rounded up to them
+                whole = [max(1, n) for n in shape]
+                inner = compact_chunks(whole, itemsize, min(DEFAULT_CHUNK_BYTES, cap), range(nd))
+                why_c = COMPACT
             shards, how = contiguous_shards(shape, inner, itemsize, cap, keep)
             return shards, inner, f"the largest of whole chunks under {t.text}: {how}", why_c
         if keep:
