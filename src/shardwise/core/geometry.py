@@ -78,19 +78,27 @@ class ShardGeometry:
 
     Attributes
     ----------
-    shape, itemsize, shards, chunks
-        The array, its bytes per element, its shard shape and inner-chunk shape.
-    dims
+    shape : tuple of int
+        The array's shape.
+    itemsize : int
+        Bytes per element.
+    shards : tuple of int
+        The shard shape (a rectilinear grid's largest shard).
+    chunks : tuple of int
+        The inner-chunk shape.
+    dims : tuple of str or None, optional
         Dimension names (None: not named), used in the report.
-    shards_reason, chunks_reason
-        The rule that chose each, in words.
-    write_axes
+    shards_reason : str
+        The rule that chose the shards, in words.
+    chunks_reason : str
+        The rule that chose the inner chunks, in words.
+    write_axes : tuple of int
         Axes separate writers split: a shard spans one inner chunk along each.
-    memory_per_task
+    memory_per_task : int or None
         The budget one write task may hold (None: not given).
-    levels
+    levels : tuple of LevelGeometry
         A pyramid's levels (level 0 first); empty for a single array.
-    shard_edges
+    shard_edges : tuple or None
         Per axis, the extents of a rectilinear shard grid (None along regular axes); None for a
         regular grid.
     """

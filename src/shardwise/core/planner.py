@@ -151,34 +151,43 @@ def plan_shards(
 
     Parameters
     ----------
-    shape, dtype
-        The array.
-    target
+    shape : sequence of int
+        The array's shape.
+    dtype : numpy dtype or str
+        The array's data type.
+    target : str, tuple, dict or None
         What ``shards=`` takes: None or ``"auto"`` (the default rule), a byte size (``"2GB"``),
         axis names (``"XY"``, ``"ZYX"``, ``"one per time step"``), a shape (rounded up to whole
         chunks) or sizes per dimension name.
-    chunks
+    chunks : tuple of int, optional
         The inner chunks (default: chosen, see the module's rules).
-    write_axes
+    write_axes : sequence of int or str
         Axes (indices, dimension names or letters) that separate processes write: never grown,
         a shard spans one inner chunk along each.
-    memory_per_task
+    memory_per_task : int or str, optional
         Bytes one write task may hold (an int or ``"1GiB"``): caps byte targets and the default
         at a third of it (a direct task holds about three shards).
-    levels
+    levels : int, default 1
         Levels of a pyramid (halving the space axes): the report lists each level's shards.
-    rectilinear
+    rectilinear : dict or sequence, optional
         Shard extents along some axes (a mapping of axis to extents, or one entry per axis,
         None for regular ones): inner chunks then divide every extent.
-    dims
+    dims : sequence of str, optional
         Dimension names (for sizes by name, axis letters and the report).
-    shard_bytes
+    shard_bytes : int or str, optional
         The default rule's shard size (default 64 MiB).
 
     Returns
     -------
     ShardGeometry
         ``.shards``, ``.chunks`` and ``print(...)`` for the report.
+
+    Raises
+    ------
+    InvalidTypeError, InvalidValueError
+        A target, size or axis that is not accepted (the message says what is), a shape of
+        another number of dimensions, shards that would grow a write axis, or inner chunks that
+        do not divide rectilinear shards (the message lists the sizes that would).
     """
     from .args import byte_size
 
