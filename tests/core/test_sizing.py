@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from zarr.storage import MemoryStore
 
 import shardwise
+from shardwise.core.planner import default_layout
 from shardwise.core.shardspec import check_names, check_shards, parse_shards, shards_for
 from shardwise.core.sizing import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_SHARD_BYTES,
-    default_layout,
     shrink_to_fit,
     whole_chunks,
 )

@@ -37,6 +37,7 @@ import zarr
 from ..codec.metadata import default_compressors, info_from_metadata
 from ..core import args
 from ..core.layout import RegionArg
+from ..core.shardspec import target_shape
 from ..durability.holder import lease_expiry as check_expiry
 from ..durability.journal import BATCH, PARTS, clear_array, now
 from ..durability.lease import (
@@ -146,6 +147,7 @@ def init(
     check_shape_and_parts(shape, parts)
     sstore = _open(store, path, storage_options)
     leased = store_lease(lease, True, sstore.store)  # the rule of every front end
+    shards = target_shape(shards, shape, dtype, chunks)  # "2GB", "XY": the planner's
     kwargs = _create_kwargs(
         dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards), create
     )

@@ -15,6 +15,7 @@ import contextlib
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import InvalidTypeError, InvalidValueError
 from .layout import ceildiv
@@ -159,3 +160,11 @@ def shards_for(
     # halve the free dimension with most chunks until the shard fits the byte target
     k = shrink_to_fit(k, math.prod(chunks) * itemsize, target, axes=free)
     return tuple(c * n for c, n in zip(chunks, k, strict=True))
+
+
+def target_shape(shards: Any, shape: Sequence[int], dtype: Any, chunks: Any) -> Any:
+    """``shards=`` of a verb that takes a shape: a planner target (``"2GB"``, ``"XY"``)
+    resolved around ``chunks`` to a shape, anything else as given (for the verb to check)."""
+    if not isinstance(shards, str):
+        return shards
+    return plan_shards(shape, dtype, target=shards, chunks=chunks).shards
