@@ -272,9 +272,9 @@ def _axis(w: int | str, ndim: int, dims: Sequence[str | None] | None) -> int:
 
 BALANCED = "about 1 MiB, balanced (the largest dimension halved until under it): no read favoured"
 COMPACT = (
-    "compact: whole planes of the last two axes up to about 1 MiB, then as many steps of the "
-    "axes before as fit, dividing the shards: a map decodes only its own chunks and a full load "
-    "few chunks of about 1 MiB (a time series decodes every chunk along its axis)"
+    "compact: whole planes of the last two axes up to ~1 MiB, then as many steps of the axes "
+    "before as fit (dividing the shards): a map decodes its own chunks, a full load few chunks "
+    "of ~1 MiB, a time series every chunk along its axis"
 )
 
 
