@@ -180,7 +180,7 @@ def test_parse_shards_refuses_what_it_cannot_read(text: str) -> None:
         ({"time": 0}, InvalidValueError),
         ({"time": "365"}, InvalidValueError),
         ({1: 365}, InvalidTypeError),
-        ("4,4", InvalidTypeError),
+        ("4,4", InvalidValueError),  # strings are targets ("2GB", "XY"): this is none
         (4, InvalidTypeError),
     ],
 )

@@ -21,12 +21,15 @@ from ..errors import InvalidTypeError, InvalidValueError
 from .layout import ceildiv
 from .planner import plan_shards
 from .sizing import DEFAULT_SHARD_BYTES, default_shards, shrink_to_fit, whole_chunks
-from .targets import TARGETS, parse_target
+from .targets import parse_target
 
 __all__ = ["ShardSpec", "check_names", "check_shards", "parse_shards", "shards_for"]
 
 ShardSpec = tuple[int, ...] | dict[str, int] | str | None
-ACCEPTED = TARGETS
+ACCEPTED = (
+    "a shape of positive sizes (256, 256), sizes per dimension name ({'time': 365}), a byte "
+    "size ('2GB') or axis names ('XY', 'one per time step')"
+)
 
 
 def parse_shards(text: str) -> tuple[int, ...] | dict[str, int] | str:
