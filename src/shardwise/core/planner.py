@@ -14,9 +14,9 @@ shardwise comes from here (:func:`default_layout`), and every ``shards=`` accept
 - a shape (rounded up to whole chunks) or sizes per dimension name (the others whole).
 
 Inner chunks when only shards are given are compact: one step along the leading axes and whole
-planes of the last two axes up to about 1 MiB (a larger plane split evenly, its longest side
+planes of the last two axes up to about 4 MiB (a larger plane split evenly, its longest side
 first), then as many steps of the leading axes as fit. A map then decodes its own chunks only,
-and a full load decodes few chunks of about 1 MiB rather than thousands of strips. Axes in
+and a full load decodes few chunks of a few MiB rather than thousands of strips. Axes in
 ``write_axes`` (those separate processes write) are never grown: a shard spans one chunk there.
 
 >>> g = plan_shards((100, 6, 86, 1664, 1193), "uint16", target="2GB",
@@ -25,7 +25,7 @@ and a full load decodes few chunks of about 1 MiB rather than thousands of strip
 (4, 1, 96, 1792, 1280)
 >>> plan_shards((365, 181, 360), "float32", target={"time": 30},
 ...             dims=("time", "lat", "lon")).chunks
-(3, 181, 360)
+(15, 181, 360)
 """
 
 from __future__ import annotations
@@ -194,10 +194,15 @@ def _axis(w: int | str, ndim: int, dims: Sequence[str | None] | None) -> int:
 
 
 BALANCED = "about 1 MiB, balanced (the largest dimension halved until under it): no read favoured"
+# compact inner chunks are up to this size: plain zarr readers (xr.open_zarr) read one inner
+# chunk per dask task, each with its shard index, so compact chunks as large as zarr's own
+# default chunks of arrays of 0.1-10 GB (1.5-4 MB) keep their full loads as fast
+COMPACT_CHUNK_BYTES = 4 * 2**20
 COMPACT = (
-    "compact: whole planes of the last two axes up to ~1 MiB, then as many steps of the axes "
-    "before as fit (dividing the shards): a map decodes its own chunks, a full load few chunks "
-    "of ~1 MiB, a time series every chunk along its axis"
+    "compact: whole planes of the last two axes up to ~4 MiB, then as many steps of the axes "
+    "before as fit (dividing the shards): a map decodes its own chunks, xr.open_zarr loads "
+    "about as many chunks as in xarray's own layout (one task and index read each), a time "
+    "series decodes every chunk along its axis"
 )
 
 
@@ -223,7 +228,7 @@ def _choose(
         if t.kind == "bytes":
             if not given:  # compact, cut evenly: the shards are rounded up to them
                 whole = [max(1, n) for n in shape]
-                inner = compact_chunks(whole, itemsize, min(DEFAULT_CHUNK_BYTES, cap), range(nd))
+                inner = compact_chunks(whole, itemsize, min(COMPACT_CHUNK_BYTES, cap), range(nd))
                 why_c = COMPACT
             shards, how = contiguous_shards(shape, inner, itemsize, cap, keep)
             return shards, inner, f"the largest of whole chunks under {t.text}: {how}", why_c
@@ -241,7 +246,7 @@ def _choose(
         return shards, inner, why, why_c
     elems, free, why_s = _extents(t, shape, keep, dims)
     if given is None:
-        inner = compact_chunks(elems, itemsize, min(DEFAULT_CHUNK_BYTES, budget), free)
+        inner = compact_chunks(elems, itemsize, min(COMPACT_CHUNK_BYTES, budget), free)
         why_c = COMPACT
     else:
         inner = given
