@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from zarr.storage import MemoryStore
 
 import shardwise
-from shardwise.core.planner import default_layout
+from shardwise.core.planner import COMPACT_CHUNK_BYTES, default_layout
 from shardwise.core.shardspec import check_names, check_shards, parse_shards, shards_for
 from shardwise.core.sizing import (
     DEFAULT_CHUNK_BYTES,
@@ -59,7 +59,8 @@ def test_default_chunks_divide_shards_and_shards_stay_in_bounds(
     shards = data.draw(given_shards(shape))
     chunks, out = default_layout(shape, itemsize, None, shards)
     assert all(s % c == 0 for s, c in zip(out, chunks, strict=True))
-    assert math.prod(chunks) * itemsize <= DEFAULT_CHUNK_BYTES or max(chunks) == 1
+    limit = DEFAULT_CHUNK_BYTES if shards is None else COMPACT_CHUNK_BYTES
+    assert math.prod(chunks) * itemsize <= limit or max(chunks) == 1
     if shards is None:
         assert math.prod(out) * itemsize <= DEFAULT_SHARD_BYTES
         # no shard reaches more than one inner chunk beyond the array

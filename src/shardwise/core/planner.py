@@ -54,7 +54,14 @@ from .sizing import (
 )
 from .targets import Target, axis_of, parse_target, positive
 
-__all__ = ["Target", "compact_chunks", "default_layout", "parse_target", "plan_shards"]
+__all__ = [
+    "COMPACT_CHUNK_BYTES",
+    "Target",
+    "compact_chunks",
+    "default_layout",
+    "parse_target",
+    "plan_shards",
+]
 
 
 def plan_shards(
