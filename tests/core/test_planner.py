@@ -182,3 +182,15 @@ def test_convert_write_pyramid_and_batch_init_take_targets(tmp_path: object) -> 
         f"{tmp_path}/b.zarr", shape=(64, 256), dtype="u1", chunks=(16, 64), shards="XY", parts=1
     )
     assert zarr.open_array(f"{tmp_path}/b.zarr").shards == (64, 256)
+
+
+def test_to_zarr_axis_names_apply_to_data_variables_and_refuse_unknown_ones(
+    tmp_path: object,
+) -> None:
+    coords = {"time": np.arange(20), "lat": np.arange(18.0), "lon": np.arange(36.0)}
+    ds = xr.Dataset({"t": (CLIMATE, np.ones((20, 18, 36), "float32"))}, coords=coords)
+    shardwise.to_zarr(ds, f"{tmp_path}/xy.zarr", shards="XY")
+    assert zarr.open_array(f"{tmp_path}/xy.zarr", path="t").shards == (1, 18, 36)
+    assert xr.open_zarr(f"{tmp_path}/xy.zarr").t.shape == (20, 18, 36)  # coordinates: default
+    with pytest.raises(InvalidValueError, match="'level'"):
+        shardwise.to_zarr(ds, f"{tmp_path}/no.zarr", shards="one per level step")

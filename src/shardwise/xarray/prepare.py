@@ -215,7 +215,11 @@ def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] 
 
 
 def check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None] | str) -> None:
-    if isinstance(shards, str):  # a target: checked per variable by the planner
+    if isinstance(shards, str):  # a target: every data variable must take it
+        for var in ds.data_vars.values():
+            if var.ndim:
+                shape, itemsize = tuple(map(int, var.shape)), var.dtype.itemsize
+                default_layout(shape, itemsize, None, shards, dims=tuple(map(str, var.dims)))
         return
     for dim, n in shards.items():
         if dim not in ds.dims:
@@ -347,7 +351,10 @@ def _layout_for(
         replace_chunks = False
     elif isinstance(shards_kw, str):  # a target ("2GB", "XY"): the planner's, per variable
         chunks = chunks if explicit else None
-        return default_layout(shape, itemsize, chunks, shards_kw, shard_bytes, dims=var.dims)
+        try:
+            return default_layout(shape, itemsize, chunks, shards_kw, shard_bytes, dims=var.dims)
+        except InvalidValueError:  # a coordinate without the axes named: the default rule
+            return default_layout(shape, itemsize, chunks, None, shard_bytes)
     elif shards_kw:
         shard = tuple(
             _named_shard(shards_kw.get(d), n) for d, n in zip(var.dims, shape, strict=True)
