@@ -113,7 +113,7 @@ def test_auto_chunks_divide_given_shards(shape: tuple[int, int], shards: tuple[i
     chunks, stored_shards = _stored_layout(store)
     assert stored_shards == shards
     assert all(s % c == 0 for s, c in zip(shards, chunks, strict=True))
-    assert math.prod(chunks) * 4 <= DEFAULT_CHUNK_BYTES
+    assert math.prod(chunks) * 4 <= COMPACT_CHUNK_BYTES  # the planner's compact chunks
     np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], x)
 
 

@@ -171,7 +171,13 @@ class ShardGeometry:
     def reads(self) -> list[ReadCost]:
         """The common reads: a map (one index along every axis but the last two, for 3 or more
         dimensions), a time series (all of the first axis at one point, for 2 or more) and the
-        whole array."""
+        whole array.
+
+        Returns
+        -------
+        list of ReadCost
+            Each read's shards, inner chunks and bytes decoded, printable.
+        """
         nd, out = len(self.shape), []
         if not nd or 0 in self.shape:
             return [ReadCost("the whole array", 0, 0, 0, 0)]
@@ -244,7 +250,13 @@ class ShardGeometry:
         return lines
 
     def report(self) -> str:
-        """The geometry, why it was chosen and what it costs."""
+        """The geometry, why it was chosen and what it costs.
+
+        Returns
+        -------
+        str
+            The report, one line per item (what ``print`` shows).
+        """
         dims = f", dims {tuple(self.dims)}" if self.dims else ""
         lines = [
             f"ShardGeometry of {self.shape} ({self.itemsize}-byte items, "

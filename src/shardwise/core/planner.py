@@ -172,6 +172,8 @@ def default_layout(
     >>> default_layout((1000, 1000), 4, chunks=(32, 32), shards=(100, 64))
     ((32, 32), (128, 64))
     """
+    if not (isinstance(dims, list | tuple) and len(dims) == len(shape)):
+        dims = None  # not names of these dimensions: zarr's check names the keyword
     g = plan_shards(
         shape,
         f"V{max(1, itemsize)}",
