@@ -92,8 +92,9 @@ def init(
         The array's data type, as in ``zarr.create_array``.
     chunks : tuple of int
         The inner chunk shape, as in ``zarr.create_array``.
-    shards : tuple of int
-        The shard shape, as in ``zarr.create_array``.
+    shards : tuple of int or str
+        The shard shape, as in ``zarr.create_array``, or a target of
+        :func:`shardwise.plan_shards` around ``chunks`` (``"2GB"``, ``"XY"``).
     parts : int or sequence of tuple of slice
         A count (slabs along the first axes) or a list of regions (slices, or one ``Ellipsis``
         for the dimensions not given, as ``region=`` of :func:`shardwise.write_array`;
