@@ -232,7 +232,8 @@ class ShardGeometry:
         index = self.chunks_per_shard * INDEX_ENTRY + 4
         lines = [
             f"shards   {self.shards}: {self.nshards} of {human(self.shard_bytes)} "
-            f"({self.chunks_per_shard} inner chunks, index {human(index)})",
+            f"({self.chunks_per_shard} inner chunk{'s' * (self.chunks_per_shard != 1)}, "
+            f"index {human(index)})",
             f"chunks   {self.chunks}: {human(self.chunk_bytes)} each",
             f"objects  {self.nshards} shard{'s' * (self.nshards != 1)} + metadata; "
             f"memory per write task ~{human(self.task_memory)}"
