@@ -81,9 +81,7 @@ def parse_target(value: Any) -> Target:
             raise InvalidTypeError(f"shards must be {TARGETS}: names are strings, got {value!r}")
         return Target("sizes", str(dict(value)), sizes=sizes)
     if isinstance(value, Sequence) and not isinstance(value, bytes):
-        shape = tuple(positive(v, value) for v in value)
-        if not shape:
-            raise InvalidValueError(f"shards must be {TARGETS}, got {value!r}")
+        shape = tuple(positive(v, value) for v in value)  # () is a 0-d array's
         return Target("shape", str(shape), shape=shape)
     raise InvalidTypeError(f"shards must be {TARGETS}, got {value!r} ({type(value).__name__})")
 

@@ -121,7 +121,7 @@ def _layout(
         itemsize = np.dtype(dtype).itemsize
     except TypeError:  # a zarr data type object: its numpy form
         itemsize = getattr(dtype, "to_native_dtype", lambda: np.dtype("V8"))().itemsize
-    target = given_shards or shards  # a shape, or a target: "2GB", "XY", "one per time step"
+    target = shards if given_shards is None else given_shards  # a shape, or "2GB", "XY", ...
     return default_layout(shape, itemsize, given_chunks, target, dims=dims)
 
 
