@@ -323,6 +323,11 @@ CORRUPT = {
         lambda b: _blosc_claiming(b, 4 * 2048),
         "blosc frame claims 8192 bytes, at most 2048 expected",
     ),
+    "blosc-bad-blocks": (
+        "blosc-lz4-shuffle",
+        lambda b: b[:16] + bytes([b[16] ^ 0xFF]) + b[17:],
+        "blosc: error during blosc decompression",
+    ),
     "zstd-not-a-frame": ("zstd-1-checksum", lambda b: b"\0" * len(b), "zstd: "),
     "zstd-checksum": (
         "zstd-1-checksum",
