@@ -33,6 +33,12 @@ the mutated code too. mutmut maps tests to functions by the calls it sees in the
 only, so the mutants of a function only children run come out "without a covering test": each
 such mutant is then tested again with every test of its module.
 
+A module's ``mutmut`` table in ``modules.toml`` adds keys of its own to ``[tool.mutmut]``: the
+icechunk modules start the fork server without importing their tests (``forkserver_warmup =
+"none"``), as importing icechunk starts its runtime's threads, which a forked child lacks: every
+mutant would hang until the time limit and count as killed. The report counts the mutants killed
+by the time limit apart, so a lane where they all are shows.
+
 Survivors that are not listed in ``equivalents.md`` (with the reason each cannot be killed) are
 printed by name; the exit status is 1 while any module has such survivors.
 """
@@ -58,6 +64,7 @@ EQUIVALENTS = HERE / "equivalents.md"
 VERDICTS = HERE / "verdicts"
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code), grouped for the report
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # a test failed, or the mutant ran into the time limit
+TIMED_OUT = {24, -24, 36, 152, 255}  # of those: the time limit (mutmut.stats.status_by_exit_code)
 SURVIVED = {0}
 NO_TESTS = {5, 33}
 
@@ -67,6 +74,8 @@ class Module:
     name: str
     source: str
     tests: list[str]
+    # the module's own [tool.mutmut] keys (modules.toml's ``mutmut`` table of the module)
+    options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def work(self) -> Path:
@@ -82,7 +91,10 @@ class Module:
 
 def modules() -> dict[str, Module]:
     table = tomllib.loads((HERE / "modules.toml").read_text())["modules"]
-    return {n: Module(n, m["source"], list(m["tests"])) for n, m in table.items()}
+    return {
+        n: Module(n, m["source"], list(m["tests"]), tuple(m.get("mutmut", {}).items()))
+        for n, m in table.items()
+    }
 
 
 def _toml_value(v: object) -> str:
@@ -107,6 +119,7 @@ def pyproject_for(module: Module) -> str:
     common = tomllib.loads(text)["tool"]["mutmut"]
     table = {
         **common,
+        **dict(module.options),
         "only_mutate": [module.source],
         "pytest_add_cli_args_test_selection": module.tests,
     }
@@ -255,6 +268,7 @@ def verdicts(module: Module) -> dict[str, Any]:
         "mutants": len(codes),
         "untested": sum(c is None for c in codes.values()),  # outside a --sample so far
         "killed": sum(c in KILLED for c in codes.values()),
+        "timed_out": sum(c in TIMED_OUT for c in codes.values()),  # of the killed
         "survived": sorted(k for k, c in codes.items() if c in SURVIVED),
         "no_tests": sorted(k for k, c in codes.items() if c in NO_TESTS),
     }
@@ -320,6 +334,8 @@ def report(module: Module, equivalent: dict[str, str]) -> bool:
         f"{total} tested: {killed} killed, {len(survived)} survived, "
         f"{len(no_tests)} without a covering test, {other} other; {score}"
     )
+    if data.get("timed_out"):
+        print(f"    {data['timed_out']} of the killed by the time limit (no test failed)")
     if kept:
         print(kept)
     open_ = sorted(set(unkilled) - set(listed))
