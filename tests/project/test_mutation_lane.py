@@ -128,3 +128,21 @@ def test_withdrawn_verdicts_are_reported_without_a_score(tmp_path: Path) -> None
 
 def _equivalents() -> str:
     return (MUTATION / "equivalents.md").read_text()
+
+
+def test_modules_whose_tests_import_icechunk_start_the_fork_server_without_them() -> None:
+    """Importing icechunk starts its runtime's threads; mutmut's fork server, warmed up by
+    collecting the tests, would hand its children a runtime without them: every mutant would hang
+    to the time limit and count as killed. Such modules skip the warm-up, and their mutmut table
+    reaches the ``[tool.mutmut]`` the lane writes for them."""
+    sys.path.insert(0, str(MUTATION))
+    try:
+        import run  # mutation/run.py
+    finally:
+        sys.path.remove(str(MUTATION))
+    for name, module in run.modules().items():
+        texts = [(ROOT / t.split("::")[0]).read_text() for t in module.tests]
+        if not any(re.search(r"^\s*(import|from) icechunk\b", t, re.MULTILINE) for t in texts):
+            continue
+        table = tomllib.loads(run.pyproject_for(module))["tool"]["mutmut"]
+        assert table.get("forkserver_warmup") == "none", name
