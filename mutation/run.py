@@ -16,7 +16,8 @@ and a later run only tests the mutants without a result yet.
 After each run a module's verdicts are summed up in ``mutation/verdicts/<module>.json`` (kept in
 the repository: counts, the survivors' names, a hash of the source file they were measured on);
 ``--report`` reads them where ``build/mutate`` holds no run of the module (a fresh clone) and says
-when the source has changed since.
+when the source has changed since, and when fewer than 30% of a module's mutants are tested
+(no figure yet: ``--sample`` adds to them).
 
 A verdict measured on a source that has changed since is *stale*: its score is no figure of the
 code as it is, and ``tests/project/test_mutation_lane.py`` fails (in CI) while a kept verdict
@@ -67,6 +68,7 @@ KILLED = {1, 3, 24, -24, 36, 152, 255}  # a test failed, or the mutant ran into 
 TIMED_OUT = {24, -24, 36, 152, 255}  # of those: the time limit (mutmut.stats.status_by_exit_code)
 SURVIVED = {0}
 NO_TESTS = {5, 33}
+FIGURE = 0.3  # the least share of a module's mutants tested for its score to be a figure
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,9 @@ def report(module: Module, equivalent: dict[str, str]) -> bool:
         f"{total} tested: {killed} killed, {len(survived)} survived, "
         f"{len(no_tests)} without a covering test, {other} other; {score}"
     )
+    if total < FIGURE * data["mutants"]:
+        share = 100 * total / data["mutants"]
+        print(f"    a {share:.0f}% sample: below the {FIGURE:.0%} of a figure")
     if data.get("timed_out"):
         print(f"    {data['timed_out']} of the killed by the time limit (no test failed)")
     if kept:
