@@ -7,11 +7,18 @@ shardwise and zarr-python:
   and the codec's error;
 * large zstd chunks read with steps, where many large chunks of one shard are decoded in one
   batch call into a stack;
-* zstd followed by a codec that bounds its output (gzip) on large chunks of values that do not
-  compress: the stage before zstd may give more bytes than the chunk, never more than its bound;
-* a shard of small zstd chunks read on one thread is decoded in one batch call, not twice;
-* a frame claiming more bytes than its chunk is refused before it is decompressed, the error
-  saying what it claims.
+* zstd followed by a codec that bounds its output (gzip): on large chunks of values that do not
+  compress the stage before zstd gives more bytes than the chunk, never more than its bound,
+  and a stream one byte past the bound is refused even where it holds a valid frame;
+* fill chunks found bit for bit: -0.0 is stored where the fill is 0 (16-byte items too), string
+  chunks of the fill left out; a 0-d array;
+* the batch calls: a shard of two small zstd chunks compressed in one, a shard of 64 read on
+  one thread decoded in one, not twice;
+* a frame claiming other bytes than its chunk refused from its header, the error saying what it
+  claims; each codec's diagnosis of a corrupt chunk in words; a gzip bomb refused without
+  inflating it;
+* each native codec (zstd, gzip, blosc, crc32c) stores the bytes zarr-python stores with the
+  same configuration, and its zarr.json entry is zarr-python's.
 """
 
 from __future__ import annotations
