@@ -194,3 +194,35 @@ def test_to_zarr_axis_names_apply_to_data_variables_and_refuse_unknown_ones(
     assert xr.open_zarr(f"{tmp_path}/xy.zarr").t.shape == (20, 18, 36)  # coordinates: default
     with pytest.raises(InvalidValueError, match="'level'"):
         shardwise.to_zarr(ds, f"{tmp_path}/no.zarr", shards="one per level step")
+
+
+def test_plan_write_says_why_a_new_arrays_shards_and_chunks_are_these(tmp_path: object) -> None:
+    data = np.zeros((365, 181, 360), "float32")
+    for target, shards_why, chunks_why in (
+        (None, "whole chunks up to 64.0 MiB", "about 1 MiB, balanced"),
+        ("2GB", "the largest of whole chunks under 2GB", "compact: whole planes"),
+        ((30, 181, 360), "as given", "compact: whole planes"),
+    ):
+        text = str(shardwise.plan_write(data, f"{tmp_path}/a.zarr", shards=target))
+        assert f"    shards because: {shards_why}" in text, text
+        assert f"    inner chunks because: {chunks_why}" in text, text
+    # given both, or into a stored array, nothing is chosen: no reasons
+    text = str(shardwise.plan_write(data, tmp_path, chunks=(5, 181, 360), shards=(30, 181, 360)))
+    assert "because" not in text
+    shardwise.write_array(data, f"{tmp_path}/s.zarr")
+    assert "because" not in str(shardwise.plan_write(data, f"{tmp_path}/s.zarr", mode="r+"))
+
+
+def test_a_dataarray_names_its_dimensions_so_shards_by_name_work(tmp_path: object) -> None:
+    da = xr.DataArray(np.arange(365 * 18 * 36, dtype="float32").reshape(365, 18, 36), dims=CLIMATE)
+    job = shardwise.plan_write(da, f"{tmp_path}/a.zarr", shards={"time": 30})
+    assert "shards because: {'time': 30} as given, the other dimensions whole" in str(job)
+    assert "a map (time at one index)" in str(job)
+    shardwise.write_array(da, f"{tmp_path}/a.zarr", shards={"time": 30})
+    a = zarr.open_array(f"{tmp_path}/a.zarr")
+    assert a.metadata.dimension_names == CLIMATE and a.shards == (30, 18, 36)
+    np.testing.assert_array_equal(a[:], da.values)
+    # a numpy array has no names: the refusal says what to give, before any byte
+    with pytest.raises(InvalidValueError, match="names dimensions, but the array has none"):
+        shardwise.write_array(da.values, f"{tmp_path}/b.zarr", shards={"time": 30})
+    assert not (tmp_path / "b.zarr").exists()  # type: ignore[operator]

@@ -109,6 +109,10 @@ class WritePlan:
         Shards one shard task writes, one after another (a run of neighbours in C order of
         the shard grid): 1 but for direct writes of a source without a dask graph of more
         than ``MIN_RUNS`` shards (``shards_per_task``).
+    layout : ShardGeometry or None
+        The shards and inner chunks of a new array as :func:`shardwise.plan_shards` chose them,
+        with the reasons ``print(job)`` shows; None for an array written into (its layout as
+        stored).
     """
 
     plan: ShardPlan
@@ -124,6 +128,7 @@ class WritePlan:
     bytes_staged: int
     reason: str
     per_task: int = 1
+    layout: ShardGeometry | None = None
 
     @property
     def shards(self) -> int:
@@ -216,6 +221,7 @@ class WritePlan:
             + ")",
             f"  reason: {self.reason}",
             f"  array {lay.shape}, shards {lay.shard_shape}, inner chunks {lay.chunk_shape}",
+            *self._why(),
             f"  region {[(s.start, s.stop) for s in self.plan.region]}, "
             f"{_size(self.raw_bytes)} raw",
             f"  shards: {self.shards} ({self.plan.npartial} merge with stored data)",
@@ -244,8 +250,21 @@ class WritePlan:
     def geometry(self) -> ShardGeometry:
         """The array's shards and inner chunks with their costs (:func:`shardwise.plan_shards`
         chooses and explains them)."""
+        if self.layout is not None:
+            return self.layout
         lay = self.plan.layout
         return ShardGeometry(lay.shape, self.itemsize, lay.shard_shape, lay.chunk_shape)
+
+    def _why(self) -> list[str]:
+        """Why a new array has these shards and inner chunks (nothing for a stored layout or
+        one given whole)."""
+        g = self.layout
+        if g is None or g.shards_reason == g.chunks_reason == "as given":
+            return []
+        return [
+            f"    shards because: {g.shards_reason}",
+            f"    inner chunks because: {g.chunks_reason}",
+        ]
 
     def _repr_html_(self) -> str:
         """The picture in a notebook: the shard grid, the dask blocks over it, the task that owns

@@ -59,6 +59,7 @@ __all__ = [
     "Target",
     "compact_chunks",
     "default_layout",
+    "layout_geometry",
     "parse_target",
     "plan_shards",
 ]
@@ -172,9 +173,27 @@ def default_layout(
     >>> default_layout((1000, 1000), 4, chunks=(32, 32), shards=(100, 64))
     ((32, 32), (128, 64))
     """
+    g = layout_geometry(shape, itemsize, chunks, shards, shard_bytes, dims)
+    return g.chunks, g.shards
+
+
+def layout_geometry(
+    shape: tuple[int, ...],
+    itemsize: int,
+    chunks: tuple[int, ...] | None = None,
+    shards: Any = None,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    dims: Sequence[str | None] | None = None,
+) -> ShardGeometry:
+    """What :func:`default_layout` chose, with its reasons (what a write's plan prints).
+
+    >>> g = layout_geometry((365, 181, 360), 4, shards={"time": 30}, dims=("time", "y", "x"))
+    >>> g.chunks, g.chunks_reason.split(":")[0]
+    ((15, 181, 360), 'compact')
+    """
     if not (isinstance(dims, list | tuple) and len(dims) == len(shape)):
         dims = None  # not names of these dimensions: zarr's check names the keyword
-    g = plan_shards(
+    return plan_shards(
         shape,
         f"V{max(1, itemsize)}",
         target=shards,
@@ -182,7 +201,6 @@ def default_layout(
         dims=dims,
         shard_bytes=shard_bytes,
     )
-    return g.chunks, g.shards
 
 
 def _chunks_arg(chunks: Sequence[int] | None, ndim: int) -> tuple[int, ...] | None:
@@ -261,7 +279,9 @@ def _choose(
         inner = given
     if t.kind == "shape" and given is None:
         return elems, inner, why_s, why_c
-    return whole_chunks(elems, inner), inner, why_s + " (rounded up to whole chunks)", why_c
+    shards = whole_chunks(elems, inner)
+    rounded = " (rounded up to whole chunks)" if shards != tuple(elems) else ""
+    return shards, inner, why_s + rounded, why_c
 
 
 def _extents(

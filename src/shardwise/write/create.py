@@ -12,7 +12,8 @@ import zarr
 from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors
-from ..core.planner import default_layout
+from ..core.geometry import ShardGeometry
+from ..core.planner import layout_geometry
 from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
 
 
@@ -96,12 +97,23 @@ def _layout(
     """Inner chunks and shards for a new array: a missing shard shape or ``chunks="auto"`` is
     completed by the same rule as :func:`shardwise.to_zarr` (inner chunks always divide the
     shards); anything else goes to zarr as given."""
-    if isinstance(shards, dict):  # zarr's {"shape": ..., "index_location": ...}
+    if _zarrs_form(shards):  # zarr's {"shape": ..., "index_location": ...}
         shape_of = shards.get("shape")
         if shape_of is None or chunks not in ("auto", None):
             return chunks, shards
         inner, _ = _layout(shape, dtype, chunks, tuple(shape_of))
         return inner, shards
+    g = planned_layout(shape, dtype, chunks, shards, dims)
+    return (chunks, shards) if g is None else (g.chunks, g.shards)
+
+
+def planned_layout(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, dims: Any = None
+) -> ShardGeometry | None:
+    """The shards and inner chunks the planner gives a new array, with its reasons; None where
+    the keywords are zarr's own forms, which go to zarr as given."""
+    if _zarrs_form(shards):
+        return None
     given_chunks = _shape_or_none(chunks, len(shape))
     given_shards = _shape_or_none(shards, len(shape))
     for name, value, given in (("chunks", chunks, given_chunks), ("shards", shards, given_shards)):
@@ -114,15 +126,20 @@ def _layout(
         if given is not None and min(given, default=1) < 1:
             raise InvalidValueError(f"{name}={value!r}: sizes must be positive integers")
     if (chunks not in ("auto", None) and given_chunks is None) or (
-        shards is not None and given_shards is None and not isinstance(shards, str)
+        shards is not None and given_shards is None and not isinstance(shards, str | dict)
     ):
-        return chunks, shards  # other forms: zarr validates them
+        return None  # other forms: zarr validates them
     try:
         itemsize = np.dtype(dtype).itemsize
     except TypeError:  # a zarr data type object: its numpy form
         itemsize = getattr(dtype, "to_native_dtype", lambda: np.dtype("V8"))().itemsize
     target = shards if given_shards is None else given_shards  # a shape, or "2GB", "XY", ...
-    return default_layout(shape, itemsize, given_chunks, target, dims=dims)
+    return layout_geometry(shape, itemsize, given_chunks, target, dims=dims)
+
+
+def _zarrs_form(shards: Any) -> bool:
+    """zarr's own dict of ``shards=`` (sizes by dimension name are the planner's)."""
+    return isinstance(shards, dict) and bool(shards) and {"shape", "index_location"} >= set(shards)
 
 
 def _shape_or_none(value: Any, ndim: int) -> tuple[int, ...] | None:

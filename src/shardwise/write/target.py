@@ -9,7 +9,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from ..storage.nodes import open_info
 from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, describe, resolve_store
 from .appended import AppendedArray, moved
-from .create import _probe
+from .create import _probe, planned_layout
 from .intent import Intent, array_write, create_metadata, decide, job_for, resolve
 from .options import WriteOptions
 from .pipeline import ArrayWrite
@@ -57,6 +57,8 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
     dtype, chunks, shards = given.pop("dtype"), given.pop("chunks"), given.pop("shards")
     # 2. the data
     names = _dims_of(data)
+    if names is not None and given.get("dimension_names") is None and o.append_dim is None:
+        given["dimension_names"] = names  # a DataArray's dimensions name the array's
     data = _source(data)
     if o.append_dim is not None:  # into the existing array, at its end
         zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
@@ -75,6 +77,8 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
     target, data = _placed(data, meta.info, o.region, shape)
     sstore = ShardStore(zstore, o.path or "", fsync=o.fsync)
     job, shared = _validated_job(sstore, meta, target, data, o.mode, o.strategy, o.memory_limit)
+    if meta.create is not None:  # a new array: the plan says why its shards are these
+        job = _explained(job, layout, given.get("dimension_names"))
     write = array_write(
         sstore,
         meta.info,
@@ -88,6 +92,17 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
         options=o.settings,
     )
     return PreparedWrite(job, write)
+
+
+def _explained(job: WritePlan, layout: tuple[Any, ...], dims: Any) -> WritePlan:
+    """``job`` with the planner's geometry of the new array (its reasons), where the planner
+    chose it and the array has it."""
+    shape, dtype, chunks, shards = layout
+    g = planned_layout(shape, dtype, chunks, shards, dims)
+    lay = job.plan.layout
+    if g is None or (g.chunks, g.shards) != (lay.chunk_shape, lay.shard_shape):
+        return job
+    return replace(job, layout=g)
 
 
 def _append(
