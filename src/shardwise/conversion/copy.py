@@ -20,6 +20,7 @@ import numpy as np
 from ..codec.codecs import crc32c
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import MISSING, ShardIndex
+from ..core.keys import ShardKeys
 from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
 from ..engine.fetch import read_index
@@ -179,7 +180,8 @@ class ShardCopier:
             rec = Record(self.journal.write_id, total, crc, crc32c(tail[0]))
             self.store.put(RECORDS + key, rec.to_bytes())
         stored = int(index.stored.sum())
-        rep.shards_written, rep.bytes_stored, rep.keys = 1, total, [key]
+        rep.shards_written, rep.bytes_stored = 1, total
+        rep.keys = ShardKeys.of_key(self.info.layout, key)
         rep.chunks_stored, rep.chunks_empty = stored, len(flats) - stored
         rep.seconds = time.perf_counter() - started
         return rep

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.keys import ShardKeys
+
 # the note of a resume that found its write finished and changed nothing (every front end's)
 NOTHING_TO_DO = "nothing to do: the write had finished, every shard done before"
 
@@ -56,8 +58,10 @@ class WriteReport:
     seconds : float
         The wall time of the write when :func:`shardwise.write_array` computes it, and the
         summed time of the shard tasks when a ``compute=False`` Delayed is computed.
-    keys : list of str
-        The store keys of the shards stored, sorted.
+    keys : ShardKeys
+        The store keys of the shards stored, read as a sorted sequence of str; held as spans
+        of shard indices (a few per task, whatever the shard count), the strings made when
+        read.
     notes : list of str
         What the write found and did besides its shards, e.g. a batch part's lease taken over
         from a writer that was gone.
@@ -81,7 +85,7 @@ class WriteReport:
     bytes_read: int = 0
     bytes_written: int = 0
     seconds: float = 0.0
-    keys: list[str] = field(default_factory=list, repr=False)
+    keys: ShardKeys = field(default_factory=ShardKeys, repr=False)
     notes: list[str] = field(default_factory=list)
     forks: list[Any] = field(default_factory=list, repr=False)
 
@@ -120,7 +124,7 @@ class WriteReport:
         # in place: a sum of N reports extends the key lists once each, not N copies of them
         for f in fields(self):
             mine = getattr(self, f.name)
-            if isinstance(mine, list):
+            if isinstance(mine, list | ShardKeys):
                 mine.extend(getattr(other, f.name))
             else:
                 setattr(self, f.name, mine + getattr(other, f.name))
@@ -175,7 +179,6 @@ def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteRepor
     total = WriteReport()
     for r in _flat(receipts):
         total += r
-    total.keys.sort()
     if seconds_since is not None:
         total.seconds = time.perf_counter() - seconds_since
     return total

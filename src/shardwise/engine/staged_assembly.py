@@ -17,6 +17,7 @@ import numpy as np
 from ..codec.codecs import crc32c
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import ShardIndex
+from ..core.keys import ShardKeys
 from ..core.layout import Coord, Layout, Region, ceildiv
 from ..core.plan import ShardPlan
 from ..storage.store import ShardStore
@@ -80,7 +81,7 @@ class ShardAssembly:
         rep = WriteReport()
         for p in pieces:
             rep = rep + p.report
-        rep.keys = []
+        rep.keys = ShardKeys()
         if self._committed(key):
             # a rerun (the worker died after the commit): the shard is this write's already
             self._drop(pieces)
@@ -117,7 +118,7 @@ class ShardAssembly:
         rep.stored_raw_bytes = self._shard_raw_bytes(shard)
         rep.chunks_stored = len(entries)
         rep.chunks_empty = used - len(entries)
-        rep.keys = [key]
+        rep.keys = ShardKeys.of_key(self.layout, key)
         rep.seconds = time.perf_counter() - started
         return rep
 
@@ -190,7 +191,7 @@ class ShardAssembly:
         rep.bytes_stored = int(self.store.size(key) or 0)
         rep.chunks_stored = n
         rep.chunks_empty = used - n
-        rep.keys = [key]
+        rep.keys = ShardKeys.of_key(self.layout, key)
         rep.seconds = time.perf_counter() - started
         return rep
 

@@ -91,7 +91,7 @@ def _receipt(prefix: str, done: tuple[WriteReport, Any]) -> np.ndarray:
     path (the tree is one part)."""
     rep = done[0]
     out = np.empty(1, dtype=object)
-    out[0] = dataclasses.replace(rep, keys=[f"{prefix}/{k}".lstrip("/") for k in rep.keys])
+    out[0] = dataclasses.replace(rep, keys=rep.keys.with_prefix(prefix.strip("/")))
     return out
 
 

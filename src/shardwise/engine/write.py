@@ -22,6 +22,7 @@ from ..codec.frames import borrowed as borrowed_frames
 from ..codec.metadata import ArrayInfo
 from ..codec.mosaic import Mosaic, fits
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
+from ..core.keys import ShardKeys
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
 from ..runtime.units import SMALL_CHUNK
@@ -174,7 +175,7 @@ class ShardWriter:
         rep.stored_raw_bytes = int(np.prod(valid)) * self.info.dtype.itemsize
         rep.chunks_stored = enc.chunks_stored
         rep.chunks_empty = enc.chunks_empty
-        rep.keys = [key]
+        rep.keys = ShardKeys.of_key(self.info.layout, key)
         return rep
 
     def _put_whole(

@@ -112,7 +112,6 @@ def total_report(parts: Sequence[tuple[str, Any]]) -> WriteReport:
     for prefix, p in parts:
         rep = p if isinstance(p, WriteReport) else sum_reports(p)
         if prefix:
-            rep.keys = [f"{prefix}/{k}" for k in rep.keys]
+            rep.keys = rep.keys.with_prefix(prefix)
         total = total + rep
-    total.keys = sorted(total.keys)
     return total
