@@ -250,6 +250,16 @@ class ShardGeometry:
         lines.append(f"regions  {self.region_risk()}")
         return lines
 
+    def reason_lines(self) -> list[str]:
+        """Why the shards and inner chunks are these (a plan's lines; none when both were given
+        whole)."""
+        if self.shards_reason == self.chunks_reason == "as given":
+            return []
+        return [
+            f"    shards because: {self.shards_reason}",
+            f"    inner chunks because: {self.chunks_reason}",
+        ]
+
     def report(self) -> str:
         """The geometry, why it was chosen and what it costs.
 

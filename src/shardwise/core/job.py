@@ -221,7 +221,7 @@ class WritePlan:
             + ")",
             f"  reason: {self.reason}",
             f"  array {lay.shape}, shards {lay.shard_shape}, inner chunks {lay.chunk_shape}",
-            *self._why(),
+            *([] if self.layout is None else self.layout.reason_lines()),
             f"  region {[(s.start, s.stop) for s in self.plan.region]}, "
             f"{_size(self.raw_bytes)} raw",
             f"  shards: {self.shards} ({self.plan.npartial} merge with stored data)",
@@ -254,17 +254,6 @@ class WritePlan:
             return self.layout
         lay = self.plan.layout
         return ShardGeometry(lay.shape, self.itemsize, lay.shard_shape, lay.chunk_shape)
-
-    def _why(self) -> list[str]:
-        """Why a new array has these shards and inner chunks (nothing for a stored layout or
-        one given whole)."""
-        g = self.layout
-        if g is None or g.shards_reason == g.chunks_reason == "as given":
-            return []
-        return [
-            f"    shards because: {g.shards_reason}",
-            f"    inner chunks because: {g.chunks_reason}",
-        ]
 
     def _repr_html_(self) -> str:
         """The picture in a notebook: the shard grid, the dask blocks over it, the task that owns
