@@ -403,3 +403,44 @@ def test_a_killed_array_append_is_resumed_once(
     again = shardwise.write_array(rows(START, START + N), root, append_dim=0, resume=True)
     assert again.shards_written == 0 and "appended before" in " ".join(again.notes), again
     assert_holds(root, rows(0, START + N))
+
+
+def test_an_append_given_up_in_this_process_is_finished_by_a_resume_from_it(
+    tmp_path: Path,
+) -> None:
+    """As above, with A failing in a thread of this very process (which lives on): its markers
+    are no running write's, so the resume from here fills A's hole rather than appending its
+    rows again."""
+    import threading
+
+    root = tmp_path / "a.zarr"
+    base(root)
+    writing, go, failed = threading.Event(), threading.Event(), []
+
+    def held(b: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info is not None and block_info[0]["chunk-location"][0] == HELD:
+            writing.set()
+            assert go.wait(300)
+            raise RuntimeError("source lost")
+        return b
+
+    def a() -> None:
+        src = da.from_array(rows(START, START + N), chunks=(SHARD, WIDTH)).map_blocks(held)
+        try:
+            with dask.config.set(scheduler="threads", num_workers=4):
+                shardwise.write_array(src, root, append_dim=0)
+        except RuntimeError as e:
+            failed.append(str(e))
+
+    t = threading.Thread(target=a)
+    t.start()
+    assert writing.wait(300), "A never reached its data"
+    later = block(np.arange(1000, 1005))
+    shardwise.write_array(later, root, append_dim=0)
+    go.set()
+    t.join(300)
+    assert failed == ["source lost"]
+    done = shardwise.write_array(rows(START, START + N), root, append_dim=0, resume=True)
+    assert f"rows {START}:{START + N} of an unfinished append finished" in " ".join(done.notes)
+    assert_holds(root, np.concatenate([rows(0, START + N), later]))
+    assert shardwise.verify(root).ok

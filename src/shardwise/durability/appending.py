@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..storage.store import JOURNAL, TEMP, ShardStore
-from .holder import LeaseInfo, gone_reason
+from .holder import LeaseInfo, ended_here, gone_reason
 from .journal import WriteMarker, now, read_markers
 from .lease import shared_leases
 
@@ -127,8 +127,8 @@ def holder_may_run(store: ShardStore, raw: Any) -> bool:
         holder = LeaseInfo(**raw) if isinstance(raw, dict) else None
     except TypeError:
         holder = None
-    if holder is None:
-        return False  # no holder recorded: nothing to wait for
+    if holder is None or ended_here(holder):
+        return False  # no holder recorded, or this process's call that ended: none to wait for
     if gone_reason(holder) is None:
         return True
     same = [

@@ -170,6 +170,23 @@ class LeaseInfo:
         )
 
 
+# tokens of holders of this process whose call ended (an append that failed and could not
+# give its rows back): their markers are written no more, though the process lives on
+_ENDED: set[str] = set()
+
+
+def mark_ended(token: str) -> None:
+    """Say that the call of this process holding ``token`` has ended (its markers stay)."""
+    _ENDED.add(token)
+
+
+def ended_here(info: LeaseInfo) -> bool:
+    """Whether ``info`` is a holder of this very process whose call has ended."""
+    return info.pid == os.getpid() and info.token in _ENDED and info.started == (
+        process_start(info.pid) if info.started >= 0 else -1
+    )
+
+
 def gone_reason(info: LeaseInfo, expiry: float | None = None) -> str | None:
     """Why the holder of ``info`` is provably gone, or None when it may still run.
 

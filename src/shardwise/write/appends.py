@@ -47,7 +47,7 @@ from functools import partial
 from typing import Any
 
 from ..durability.appending import AppendRecord, survey
-from ..durability.holder import LeaseInfo
+from ..durability.holder import LeaseInfo, mark_ended
 from ..durability.journal import WriteMarker, marker_name, now, region_list
 from ..storage.conditional import update_json
 from ..storage.store import ShardStore
@@ -141,6 +141,7 @@ class Reservation:
         lead, never sees the lead shrunk while another array still ends here. Rows given back
         leave nothing to finish: this call's markers are removed (else they stay open, and
         verify advises the resume that finishes them)."""
+        mark_ended(self.holder["token"])  # a resume from this process may finish its rows
         if self.committed:
             return  # the data and metadata are there: nothing to give back
         pairs = list(zip(self.paths, self.axes, strict=True))
