@@ -17,6 +17,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from ..compat import classic_dataset
 from ..core import args
 from ..core.job import Strategy
 from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidTypeError, InvalidValueError
@@ -168,7 +169,7 @@ def _nodes(
             "write_inherited_coords=True applies to an xarray DataTree only, got a "
             f"{type(obj).__name__}"
         )
-    ds = as_dataset(obj)
+    ds = classic_dataset(as_dataset(obj))
     check_names(ds)
     for name, var in ds.variables.items():
         refuse_unknown_chunks(var.data, f"variable {name!r}: ")
@@ -195,7 +196,7 @@ def _node_datasets(tree: Any, inherited: bool) -> dict[str, Any]:
     ``write_inherited_coords``; every name checked as for a Dataset."""
     out = {}
     for node in tree.subtree:
-        ds = node.to_dataset(inherit=inherited or node is tree)
+        ds = classic_dataset(node.to_dataset(inherit=inherited or node is tree))
         check_names(ds)
         for name, var in ds.variables.items():
             refuse_unknown_chunks(var.data, f"group {node.path!r}, variable {name!r}: ")
