@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..codec.codecs import crc32c
-from ..codec.metadata import ArrayInfo
+from ..codec.metadata import ArrayInfo, unsharded_info
 from ..codec.shard import MISSING, ShardIndex
 from ..core.layout import Coord
 from ..durability.journal import RECORDS, Journal, Record
@@ -219,7 +219,9 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> Writ
     # into an icechunk session's store: its shard tasks write into forks, merged back here
     target, _ = Target.open(zdst, None, how)
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
-    info = open_info(probe.store)
+    # unsharded: shards of one chunk each, whose object is the chunk (conversion/unshard.py)
+    info = open_info(probe.store) if plan.sharded else unsharded_info(probe.metadata)
+    assert info is not None
     dpath = plan.dst_path or None
     mode: Mode = "w" if how.mode == "w" else "w-"
     intent = resolve(zdst, dpath, mode, how.resume, lambda: probe)
