@@ -220,7 +220,6 @@ def convert(
     args.mapping("storage_options", storage_options)
     nbytes = args.optional_byte_size("shard_bytes", shard_bytes)
     spec = check_shards(None if isinstance(shards, str) and shards == "auto" else shards)
-    chunk_spec = check_chunks(chunks)
     levels = pyramid_options(pyramid)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     # into an icechunk session: its refusals first, then a write into its store (each
@@ -242,7 +241,7 @@ def convert(
         report = _to_pyramid(ConvertReport(src=str(src), dst=name), one, zsrc, zdst,
                              dst_path, levels, how, verify)  # fmt: skip
         return _done(report, tx, started)
-    layout = dict(shard_bytes=nbytes, chunks=chunk_spec, compressors=compressors)
+    layout = dict(shard_bytes=nbytes, chunks=check_chunks(chunks), compressors=compressors)
     root, groups, plans = _plan_all(zsrc, path, dst_path, spec, sharded=sharded, **layout)
     if how.lease and not break_lease:
         _refuse_held_leases(zdst, plans, resume)

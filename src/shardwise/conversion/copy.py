@@ -12,7 +12,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +43,9 @@ class ChunkReader:
 
     store: ShardStore
     source: SourceChunks
+    # the source shard indexes last read, shared by the tasks of this reader (a copy into plain
+    # chunks reads each source shard's chunks in tasks of one chunk): a few, cleared when full
+    indexes: dict[str, ShardIndex | None] = field(default_factory=dict, compare=False, repr=False)
 
     def read(self, chunks: Sequence[Coord]) -> Iterator[bytes | None]:
         """The encoded bytes of each of ``chunks`` (None: missing), ``WINDOW`` at a time."""
@@ -50,7 +53,7 @@ class ChunkReader:
             # local files: plain reads in the task's thread (threads would only contend)
             yield from map(self.store.get, map(self.source.key, chunks))
             return
-        indexes: dict[str, ShardIndex | None] = {}
+        indexes = self.indexes
         with ThreadPoolExecutor(4) as pool:
             for i in range(0, len(chunks), WINDOW):
                 window = chunks[i : i + WINDOW]
@@ -73,11 +76,12 @@ class ChunkReader:
             where.append((key, flat))
         got: dict[tuple[str, int], bytes] = {}
         for key, flats in wanted.items():
-            if key not in indexes:
+            try:
+                index = indexes[key]
+            except KeyError:
                 if len(indexes) >= WINDOW:  # the source shards of the last window or so
                     indexes.clear()
-                indexes[key] = self.shard_index(key)
-            index = indexes[key]
+                index = indexes[key] = self.shard_index(key)
             if index is None:
                 continue
             present = [f for f in flats if not index.is_empty(f)]
