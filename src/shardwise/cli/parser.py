@@ -37,7 +37,8 @@ def _shards_arg(text: str, chunks: bool = False) -> Any:
         # sizes below 1 are bad usage (2) like unparsable text, before any store is opened
         return (check_chunks if chunks else check_shards)(parse_shards(text))
     except (ValueError, TypeError) as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        what = "chunks must be sizes like 64,64 or name=size pairs like time=10, got "
+        raise argparse.ArgumentTypeError(what + repr(text) if chunks else str(e)) from None
 
 
 def _checked(option: str, check: Callable[[str, Any], Any], convert: Any = str) -> Any:

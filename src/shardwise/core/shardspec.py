@@ -100,12 +100,13 @@ def check_chunks(value: object) -> tuple[int, ...] | dict[str, int] | None:
     >>> check_chunks({"time": 10}), check_chunks([4, 4])
     ({'time': 10}, (4, 4))
     """
+    accepted = "a shape of positive sizes (64, 64) or sizes per dimension name ({'time': 10})"
     if isinstance(value, str):
-        raise InvalidTypeError(
-            f"chunks must be a shape of positive sizes (64, 64) or sizes per dimension name "
-            f"({{'time': 10}}), got {value!r}"
-        )
-    spec = check_shards(value)
+        raise InvalidTypeError(f"chunks must be {accepted}, got {value!r}")
+    try:
+        spec = check_shards(value)
+    except (InvalidTypeError, InvalidValueError) as e:
+        raise type(e)(f"chunks must be {accepted}, got {value!r}") from None
     assert not isinstance(spec, str)
     return spec
 
