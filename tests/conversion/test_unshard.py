@@ -170,3 +170,15 @@ def test_cli_reshard_a_group_by_dimension_names(tmp_path: Path) -> None:
     assert t2m.shards == (20, 37, 6) and t2m.chunks == (5, 37, 6)
     assert zarr.open_array(tmp_path / "r.zarr", path="time", mode="r").chunks == (5,)
     xr.testing.assert_identical(xr.open_zarr(tmp_path / "r.zarr", consolidated=False).load(), ds)
+
+
+def test_unshard_copy_resumes_and_verify_checks_its_records(tmp_path: Path) -> None:
+    """The copy runs as a write of the pipeline: a record per chunk object, a resume of a
+    finished unshard has nothing to do, and ``verify`` checks the records it left."""
+    src = _sharded(tmp_path / "s.zarr")
+    shardwise.convert(src, tmp_path / "u.zarr", shards=None)
+    again = shardwise.convert(src, tmp_path / "u.zarr", shards=None, resume=True)
+    assert again.nothing_to_do and again.arrays[0].shards_skipped == 50
+    checked = shardwise.verify(tmp_path / "u.zarr")
+    assert checked.ok and checked.shards_stored == checked.shards_recorded == 50
+    assert checked.chunks_checked == 50
