@@ -370,7 +370,8 @@ def classic_dataset(ds: Any) -> Any:
     swapped = {
         name: var.copy(deep=False, data=classic_dask(var.data))
         for name, var in ds.variables.items()
-        if classic_dask(var.data) is not var.data
+        # chunked variables only: ``.data`` of a lazy backend array would load it
+        if var.chunks is not None and classic_dask(var.data) is not var.data
     }
     if not swapped:
         return ds

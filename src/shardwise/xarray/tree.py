@@ -169,8 +169,9 @@ def _nodes(
             "write_inherited_coords=True applies to an xarray DataTree only, got a "
             f"{type(obj).__name__}"
         )
-    ds = classic_dataset(as_dataset(obj))
+    ds = as_dataset(obj)
     check_names(ds)
+    ds = classic_dataset(ds)
     for name, var in ds.variables.items():
         refuse_unknown_chunks(var.data, f"variable {name!r}: ")
     unknown = sorted(map(str, set(region) - set(ds.dims))) if isinstance(region, Mapping) else []
@@ -196,8 +197,9 @@ def _node_datasets(tree: Any, inherited: bool) -> dict[str, Any]:
     ``write_inherited_coords``; every name checked as for a Dataset."""
     out = {}
     for node in tree.subtree:
-        ds = classic_dataset(node.to_dataset(inherit=inherited or node is tree))
+        ds = node.to_dataset(inherit=inherited or node is tree)
         check_names(ds)
+        ds = classic_dataset(ds)
         for name, var in ds.variables.items():
             refuse_unknown_chunks(var.data, f"group {node.path!r}, variable {name!r}: ")
         out[node.relative_to(tree) if node is not tree else ""] = ds
