@@ -341,3 +341,40 @@ def reset_dask_threaded_pools() -> None:
     for name, make in fresh.items():
         if hasattr(threaded, name):
             setattr(threaded, name, make())
+
+
+def classic_dask(data: Any) -> Any:
+    """``data`` as a ``dask.array.Array`` when it is an array of the expression-based
+    ``dask_array`` package (pip ``dask-array``; xarray's chunk manager once
+    ``dask_array.xarray.register()`` ran), else unchanged. Its graph and keys come through the
+    dask collection protocol (``__dask_graph__``, ``__dask_keys__``): the same blocks, named as
+    that array names them, nothing computed and nothing rechunked, so every front end keeps one
+    task per shard where the chunks are the shards."""
+    if not type(data).__module__.startswith("dask_array") or not hasattr(data, "__dask_graph__"):
+        return data
+    import dask.array as da
+    import numpy as np
+    from dask.core import flatten
+
+    keys = list(flatten(data.__dask_keys__()))
+    name = keys[0][0] if keys and isinstance(keys[0], tuple) else str(data.name)
+    meta = getattr(data, "_meta", None)
+    if meta is None:
+        meta = np.empty((0,) * data.ndim, dtype=data.dtype)
+    return da.Array(data.__dask_graph__(), name, chunks=data.chunks, meta=meta)
+
+
+def classic_dataset(ds: Any) -> Any:
+    """An xarray Dataset whose variables that hold ``dask_array`` arrays hold them as
+    ``dask.array.Array`` (:func:`classic_dask`), the same blocks; others unchanged."""
+    swapped = {
+        name: var.copy(deep=False, data=classic_dask(var.data))
+        for name, var in ds.variables.items()
+        # chunked variables only: ``.data`` of a lazy backend array would load it
+        if var.chunks is not None and classic_dask(var.data) is not var.data
+    }
+    if not swapped:
+        return ds
+    coords = {n: v for n, v in swapped.items() if n in ds.coords}
+    data = {n: v for n, v in swapped.items() if n not in ds.coords}
+    return ds.assign_coords(coords).assign(data)

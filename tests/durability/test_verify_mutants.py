@@ -33,7 +33,7 @@ from shardwise.durability.journal import (
     marker_name,
 )
 from shardwise.durability.lease import Lease, read_lease
-from shardwise.durability.verify import verify, verify_store
+from shardwise.durability.verify import UNSHARDED, verify, verify_store
 from shardwise.engine.staged import STAGED
 from shardwise.storage.nodes import open_info
 from shardwise.storage.store import ShardStore, describe
@@ -247,7 +247,12 @@ def test_a_group_adds_up_its_arrays(tmp_path: Path) -> None:
         ("mismatch", "g/b/c/2/2"),
         ("mismatch", "g/c/c/1/1"),
     ]
-    assert report.notes == ["g/a: not sharded, not checked"]
+    # the unsharded array first in the group: its chunks checked (none stored), and noted
+    assert report.notes == [
+        f"g/a: {UNSHARDED}",
+        "g/a: no writer records (not written by shardwise, or nothing stored): shards checked "
+        "for integrity only",
+    ]
     strict = verify(root, path="g", strict=True)
     assert sorted(p.kind for p in strict.problems) == ["mismatch", "mismatch", "missing"]
 

@@ -322,14 +322,17 @@ TABLE: dict[str, list[tuple[str, int, str]]] = {
     ],
     "reshard": [
         ("reshard {S} {T}/r1.zarr --shards 20,30 --no-progress", 0, ""),
-        ("reshard {S} {T}/r2.zarr", 2, "required: --shards"),
+        ("reshard {S} {T}/r2.zarr --chunks 5,0", 2, "argument --chunks: chunks must be sizes"),
+        ("reshard {S} {T}/r2.zarr --chunks t=a", 2, "argument --chunks: chunks must be sizes"),
         ("reshard {S} {T}/r2.zarr --shards 20,30 --compressor lz5", 2, "unknown compressor"),
         ("reshard {S} {T}/r2.zarr --shards 20,30 --compressor zstd:x", 2, "--compressor"),
         ("reshard {S} {T}/r2.zarr --shards 20,30 --threads 0", 2, "--threads"),
         ("reshard {NOTASTORE} {T}/r2.zarr --shards 20,30", 3, "no zarr array or group"),
         ("reshard {S} {T}/r1.zarr --shards 20,30", 3, "ArrayExistsError"),
-        ("reshard {S} {T}/r2.zarr --shards x", 2, "--shards: expected positive sizes"),
-        ("reshard {S} {T}/r2.zarr --shards 20,0", 2, "--shards: expected positive sizes"),
+        # convert's grammar: a,b is no shape, 20,0 no positive shape
+        ("reshard {S} {T}/r2.zarr --shards a,b", 2, "argument --shards: shards must be sizes"),
+        ("reshard {S} {T}/r2.zarr --shards 20,0", 2, "argument --shards: shards must be a shape"),
+        ("reshard {S} {T}/r2.zarr --shards t=20", 3, "names dimension(s) ['t'] that array"),
     ],
     "batch": [
         ("batch", 2, "init"),

@@ -190,8 +190,8 @@ def _compressors(a: argparse.Namespace) -> Any:
 
 
 def cmd_reshard(a: argparse.Namespace) -> int:
-    """``reshard`` is ``convert`` with its older flags (they re-encode when they change codecs)."""
-    a.shard_bytes, a.json = None, False
+    """``reshard`` is ``convert`` without a pyramid: the same grammar for shards and chunks
+    (``--compressor`` and new ``--chunks`` re-encode)."""
     return cmd_convert(a)
 
 

@@ -55,14 +55,21 @@ def _inspect_member(zstore: Any, name: str) -> dict[str, Any]:
         }
 
 
+def _unsharded(meta: Any) -> bool:
+    """An array of one dimension or more whose chunks are plain objects (no sharding codec)."""
+    codecs = getattr(meta, "codecs", ())
+    return bool(meta.shape) and not (codecs and codecs[0].to_dict()["name"] == "sharding_indexed")
+
+
 def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
-    from ..codec.metadata import info_from_metadata
+    from ..codec.metadata import info_from_metadata, unsharded_info
     from ..durability.journal import BATCH, read_markers
     from ..durability.lease import read_lease
     from ..durability.records import read_records
     from ..storage.store import ShardStore, store_name
 
-    info = info_from_metadata(arr.metadata)
+    info = unsharded_info(arr.metadata) if _unsharded(arr.metadata) else None
+    info = info or info_from_metadata(arr.metadata)
     lay = info.layout
     sstore = ShardStore(zstore, path or "")
     names = sstore.list("")
@@ -76,7 +83,7 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
     return {
         "store": store_name(zstore),
         "path": path or "",
-        "sharded": True,
+        "sharded": not _unsharded(arr.metadata),
         "shape": list(lay.shape),
         "dtype": str(info.dtype),
         "fill_value": meta.get("fill_value"),
@@ -167,6 +174,9 @@ def print_inspect(d: dict[str, Any]) -> None:
                 f"stored, {m['bytes_stored'] / 1e6:.2f} MB"
             )
         return
+    if not d["sharded"]:
+        print("\n".join(_unsharded_rows(d)))
+        return
     sharded = bool(d["codecs"]) and d["codecs"][0].get("name") == "sharding_indexed"
     inner = d["codecs"][0].get("configuration", {}) if sharded else {}
     chain = " -> ".join(c["name"] for c in inner.get("codecs", []))
@@ -201,3 +211,22 @@ def print_inspect(d: dict[str, Any]) -> None:
         rows.append(f"  batch    open: {batch['nparts']} parts (shardwise batch status)")
     rows += [f"  {line}" for line in d.get("costs", [])]
     print("\n".join(rows))
+
+
+def _unsharded_rows(d: dict[str, Any]) -> list[str]:
+    """``inspect`` of an unsharded array: its layout, its chunk objects, and how to shard it."""
+    where = d["store"] + (f" path {d['path']!r}" if d["path"] else "")
+    src = d["store"].removeprefix("file://")
+    path = f" --path {d['path']}" if d["path"] else ""
+    return [
+        where,
+        f"  array    {tuple(d['shape'])} {d['dtype']}, fill {d['fill_value']}"
+        + (f", dims {tuple(d['dimension_names'])}" if d["dimension_names"] else ""),
+        f"  chunks   {tuple(d['chunk_shape'])}: grid {tuple(d['shard_grid'])} = "
+        f"{d['shards_total']} chunks, not sharded (each chunk its own object)",
+        f"  codecs   {' -> '.join(c['name'] for c in d['codecs'])}",
+        f"  stored   {d['shards_stored']} chunk objects ({d['objects']} objects with the "
+        f"metadata), {d['bytes_stored'] / 1e6:.2f} MB",
+        f"  shard it shardwise convert {src}{path} DST --shards SHARDS (the encoded chunks "
+        "copied into shards, not decoded); shardwise verify checks its chunks",
+    ]

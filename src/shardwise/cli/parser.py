@@ -25,17 +25,20 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _shards_arg(text: str) -> Any:
-    """``256,256,64`` (a shape), ``time=365,lat=90`` (sizes per dimension name) or a target
-    (``2GB``, ``XY``), parsed as
-    :func:`shardwise.convert` then checks and rounds it (core/shardspec.py)."""
-    from ..core.shardspec import check_shards, parse_shards
+def _shards_arg(text: str, chunks: bool = False) -> Any:
+    """``256,256,64`` (a shape), ``time=365,lat=90`` (sizes per dimension name), a target
+    (``2GB``, ``XY``), ``auto`` or ``none`` (unsharded), parsed as :func:`shardwise.convert`
+    then checks and rounds it (core/shardspec.py); ``chunks``: a shape or sizes by name."""
+    from ..core.shardspec import check_chunks, check_shards, parse_shards
 
+    if not chunks and text.strip().lower() in ("none", "auto"):
+        return None if text.strip().lower() == "none" else "auto"
     try:
         # sizes below 1 are bad usage (2) like unparsable text, before any store is opened
-        return check_shards(parse_shards(text))
+        return (check_chunks if chunks else check_shards)(parse_shards(text))
     except (ValueError, TypeError) as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        what = "chunks must be sizes like 64,64 or name=size pairs like time=10, got "
+        raise argparse.ArgumentTypeError(what + repr(text) if chunks else str(e)) from None
 
 
 def _checked(option: str, check: Callable[[str, Any], Any], convert: Any = str) -> Any:
@@ -196,14 +199,21 @@ def _write_args(q: argparse.ArgumentParser) -> None:
     _progress_arg(q)
 
 
-def _codec_args(q: argparse.ArgumentParser) -> None:
-    q.add_argument("--shards", type=_shape, required=True, help="shard shape, e.g. 256,256,256")
-    q.add_argument(
-        "--chunks",
-        type=_shape,
-        default=None,
-        help="inner chunk shape (default: the source's chunks)",
+def _codec_args(q: argparse.ArgumentParser, layout: bool = False) -> None:
+    """The layout options: ``batch init``'s shapes; convert's and reshard's grammar
+    (``layout``: shapes, sizes per dimension name, targets, ``none``)."""
+    shards = "shard shape (256,256)" + (
+        ', sizes per dimension name (time=365), a byte size (2GB), axis names (XY, "one per '
+        'time step"), auto (default: of --shard-bytes) or none (unsharded)' * layout
     )
+    q.add_argument("--shards", type=_shards_arg if layout else _shape, help=shards,
+                   **(dict(default="auto") if layout else dict(required=True)))  # fmt: skip
+    if layout:
+        size = "target shard size, e.g. 64MiB (default 64 MiB)"
+        q.add_argument("--shard-bytes", type=_size("--shard-bytes"), metavar="SIZE", help=size)
+    chunks = "inner chunk shape (64,64)" + " or sizes per dimension name (time=10)" * layout
+    q.add_argument("--chunks", type=(lambda t: _shards_arg(t, True)) if layout else _shape,
+                   default=None, help=f"{chunks} (default: the source's chunks)")  # fmt: skip
     q.add_argument(
         "--compressor",
         type=_compressor,
@@ -275,31 +285,21 @@ def _add_convert_reshard(sub: Any) -> None:
         help="convert a zarr v2/v3 array or group into sharded v3 (copies encoded chunks)",
     )
     _target_args(q, "source zarr array or group (v2 or v3)")
-    q.add_argument(
-        "--shards",
-        type=_shards_arg,
-        default=None,
-        help="shard shape (256,256,256), sizes per dimension name (time=365), a byte size (2GB) "
-        'or axis names (XY, "one per time step")',
-    )
-    q.add_argument(
-        "--shard-bytes",
-        type=_size("--shard-bytes"),
-        default=None,
-        metavar="SIZE",
-        help="target shard size, e.g. 64MiB or 1.5GB (default 64 MiB)",
-    )
+    _codec_args(q, layout=True)
     _pyramid_args(q)
     _write_args(q)
     _finish_args(q, "check the result against the source; exit 1 when it differs")
     q.add_argument("--json", action="store_true", help="print the report as JSON")
     q.set_defaults(func=commands.cmd_convert)
 
-    q = sub.add_parser("reshard", help="copy an array into a new sharded array (see convert)")
-    _target_args(q, "source zarr array (any zarr format and chunking)")
-    _codec_args(q)
+    q = sub.add_parser(
+        "reshard", help="copy an array or group into new shards or chunks (convert's options)"
+    )
+    _target_args(q, "source zarr array or group (any zarr format and chunking)")
+    _codec_args(q, layout=True)
     _write_args(q)
     _finish_args(q, "verify the result afterwards; exit 1 when it differs")
+    q.add_argument("--json", action="store_true", help="print the report as JSON")
     q.set_defaults(func=commands.cmd_reshard)
 
 

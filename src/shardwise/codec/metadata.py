@@ -153,18 +153,38 @@ def info_from_metadata(meta: Any) -> ArrayInfo:
     )
 
 
+def unsharded_info(meta: Any) -> ArrayInfo | None:
+    """An unsharded Zarr v3 array of a regular chunk grid (no sharding codec at the top level)
+    as shards of one chunk each whose object is the chunk itself (``ShardCodec.plain``): what
+    ``convert(shards=None)`` writes, ``verify`` checks chunk by chunk and ``inspect`` shows.
+    None for anything else (a sharded array, another grid, Zarr v2)."""
+    codecs = tuple(getattr(meta, "codecs", ()))
+    grid = getattr(getattr(meta, "chunk_grid", None), "chunk_shape", None)
+    if getattr(meta, "zarr_format", None) != 3 or grid is None:
+        return None
+    if any(isinstance(c, ShardingCodec) for c in codecs[:1]):
+        return None
+    return _plain_info(meta, codecs)
+
+
 def _plain_info(meta: Any, codecs: tuple[Any, ...]) -> ArrayInfo:
-    """A 0-d array stored as one plain chunk (no sharding codec, as :mod:`shardwise.write.create`
-    makes them): a shard of one chunk whose object is the chunk itself (``ShardCodec.plain``)."""
-    inner = chunk_codec_from_zarr(codecs, (), meta.data_type, meta.fill_value)
+    """An array stored as plain chunks (no sharding codec; a 0-d array as
+    :mod:`shardwise.write.create` makes them): shards of one chunk whose object is the chunk
+    itself (``ShardCodec.plain``)."""
+    chunks = tuple(int(x) for x in meta.chunk_grid.chunk_shape) if meta.shape else ()
+    inner = chunk_codec_from_zarr(codecs, chunks, meta.data_type, meta.fill_value)
     enc = meta.chunk_key_encoding
     key_encoding: Any = "v2" if type(enc).__name__.startswith("V2") else "default"
     layout = Layout(
-        shape=(), shard_shape=(), chunk_shape=(), separator=enc.separator, key_encoding=key_encoding
+        shape=tuple(int(x) for x in meta.shape),
+        shard_shape=chunks,
+        chunk_shape=chunks,
+        separator=enc.separator,
+        key_encoding=key_encoding,
     )
     return ArrayInfo(
         layout=layout,
-        codec=ShardCodec(shard_shape=(), inner=inner, plain=True),
+        codec=ShardCodec(shard_shape=chunks, inner=inner, plain=True),
         dimension_names=None if meta.dimension_names is None else tuple(meta.dimension_names),
         attributes=dict(meta.attributes),
     )

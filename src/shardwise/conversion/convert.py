@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..core import args
-from ..core.shardspec import ShardSpec, check_names, check_shards
+from ..core.shardspec import ShardSpec, check_chunks, check_names, check_shards
 from ..engine.report import WriteReport
 from ..errors import ArrayExistsError, CorruptShardError
 from ..storage.consolidated import Nodes, refresh
@@ -39,6 +39,7 @@ from .plan import XARRAY_DIMS, ArrayPlan, plan_array
 from .pyramid import convert_pyramid, plan_source, pyramid_options, verify_pyramid
 from .report import ArrayReport, ConvertReport
 from .source import source_array
+from .unshard import check_unsharded, reencode_unsharded
 from .verify import source_failed
 
 # -- planning the nodes ---------------------------------------------------------------------------
@@ -67,9 +68,9 @@ def convert(
     *,
     path: str | None = None,
     dst_path: str | None = None,
-    shards: Sequence[int] | Mapping[str, int] | None = None,
+    shards: Sequence[int] | Mapping[str, int] | str | None = "auto",
     shard_bytes: int | str | None = None,
-    chunks: Sequence[int] | None = None,
+    chunks: Sequence[int] | Mapping[str, int] | None = None,
     compressors: Any = None,
     mode: str = "w-",
     resume: bool = False,
@@ -83,7 +84,8 @@ def convert(
     pyramid: bool | Mapping[str, Any] | None = None,
     commit: str | None = None,
 ) -> ConvertReport:
-    """Convert a zarr v2 or v3 array or group into sharded Zarr v3, one dask task per shard.
+    """Convert a zarr v2 or v3 array or group into sharded (or plain) Zarr v3, one dask task
+    per shard.
 
     Every array of a group is converted (an xarray dataset store: data variables and
     coordinates), with its attributes, dimension names (v2 ``_ARRAY_DIMENSIONS`` become v3
@@ -112,12 +114,16 @@ def convert(
         ``{dimension name: size}``; rounded up to whole chunks. A size below 1, a shape of
         another number of dimensions than an array's, a name no array has, or names for an
         array without dimension names are refused. Or a target of
-        :func:`shardwise.plan_shards` (``"2GB"``, ``"XY"``), around each array's inner chunks.
+        :func:`shardwise.plan_shards` (``"2GB"``, ``"XY"``), around each array's inner chunks;
+        ``"auto"`` (default): of about ``shard_bytes``. ``None``: no shards, a plain Zarr v3
+        array of one object per chunk (inner chunks of a sharded source copied as chunk
+        objects, not decoded, where the codecs allow).
     shard_bytes : int or str, optional
-        Without ``shards``, shards are sized to this (bytes or a string like ``"64MiB"``;
+        With ``shards="auto"``, shards are sized to this (bytes or a string like ``"64MiB"``;
         default 64 MiB).
-    chunks : sequence of int, optional
-        Inner chunks replacing the source's (the arrays are then re-encoded).
+    chunks : sequence of int or dict, optional
+        Inner chunks replacing the source's, as a shape or ``{dimension name: size}`` (the
+        other dimensions keep the source's); the arrays are then re-encoded.
     compressors : zarr codec or list of codecs, optional
         Compressors replacing the source's (the arrays are then re-encoded).
     mode : {"w-", "w"}, default "w-"
@@ -213,13 +219,14 @@ def convert(
     args.store_path("dst_path", dst_path)
     args.mapping("storage_options", storage_options)
     nbytes = args.optional_byte_size("shard_bytes", shard_bytes)
-    spec = check_shards(shards)
+    spec = check_shards(None if isinstance(shards, str) and shards == "auto" else shards)
     levels = pyramid_options(pyramid)
     zsrc = resolve_store(src, mode="r", storage_options=storage_options)
     # into an icechunk session: its refusals first, then a write into its store (each
     # array's write forks it and merges its forks back; one commit at the end)
     target, how = Target.open(dst, commit, how)
     tx = target.session
+    sharded = check_unsharded(shards, shard_bytes, pyramid, tx, resume)
     zdst = resolve_store(target.store, mode="w", storage_options=storage_options)
     name = str(dst) if tx is None else f"the icechunk session of branch {tx.session.branch!r}"
     # write_array's rule, before anything is written
@@ -230,13 +237,12 @@ def convert(
     if levels is not None:
         one = plan_source(
             zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
-        )
+        )  # fmt: skip
         report = _to_pyramid(ConvertReport(src=str(src), dst=name), one, zsrc, zdst,
                              dst_path, levels, how, verify)  # fmt: skip
         return _done(report, tx, started)
-    root, groups, plans = _plan_all(
-        zsrc, path, dst_path, spec, shard_bytes=nbytes, chunks=chunks, compressors=compressors
-    )
+    layout = dict(shard_bytes=nbytes, chunks=check_chunks(chunks), compressors=compressors)
+    root, groups, plans = _plan_all(zsrc, path, dst_path, spec, sharded=sharded, **layout)
     if how.lease and not break_lease:
         _refuse_held_leases(zdst, plans, resume)
     exists = node_exists(zdst, dst_path)
@@ -306,8 +312,9 @@ def _plan_all(
     spec: ShardSpec,
     *,
     shard_bytes: int | None,
-    chunks: Sequence[int] | None,
+    chunks: tuple[int, ...] | dict[str, int] | None,
     compressors: Any,
+    sharded: bool,
 ) -> tuple[Any, list[tuple[str, Any]], list[ArrayPlan]]:
     """The source node at ``path``, its subgroups and the plan of each of its arrays; every
     target's metadata is built in memory, so bad arguments fail before any byte is written."""
@@ -320,7 +327,8 @@ def _plan_all(
         getattr(a.metadata, "dimension_names", None) for _, a in arrays
     )
     where = f"array {path or '/'!r}" if isinstance(root, zarr.Array) else "the group"
-    check_names(spec, [(rel or "/", _dims(a)) for rel, a in arrays], where)
+    for given in (spec, chunks):
+        check_names(given, [(rel or "/", _dims(a)) for rel, a in arrays], where)
     plans = [
         plan_array(
             a,
@@ -328,9 +336,10 @@ def _plan_all(
             _join(dst_path, rel),
             shards=spec,
             shard_bytes=shard_bytes,
-            chunks=None if chunks is None else tuple(int(c) for c in chunks),
+            chunks=chunks,
             compressors=compressors,
             xarray_group=xarray_group and not isinstance(root, zarr.Array),
+            sharded=sharded,
         )
         for rel, a in arrays
     ]
@@ -393,12 +402,13 @@ def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> 
         path=plan.dst_path,
         method=plan.method,
         reason=plan.reason,
-        shards=plan.shards,
+        shards=plan.shards if plan.sharded else None,
         chunks=plan.chunks,
     )
     src_store = ShardStore(zsrc, plan.src_path)
     out.objects_before = _count(src_store)
     write = copy_array if plan.method == "copy" else _reencode_array
+    write = write if plan.sharded or write is copy_array else reencode_unsharded
     wrote = write(plan, zsrc, zdst, how)
     out.shards_written = wrote.shards_written
     out.shards_skipped = wrote.shards_skipped

@@ -12,13 +12,13 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..codec.codecs import crc32c
-from ..codec.metadata import ArrayInfo
+from ..codec.metadata import ArrayInfo, unsharded_info
 from ..codec.shard import MISSING, ShardIndex
 from ..core.keys import ShardKeys
 from ..core.layout import Coord
@@ -44,6 +44,9 @@ class ChunkReader:
 
     store: ShardStore
     source: SourceChunks
+    # the source shard indexes last read, shared by the tasks of this reader (a copy into plain
+    # chunks reads each source shard's chunks in tasks of one chunk): a few, cleared when full
+    indexes: dict[str, ShardIndex | None] = field(default_factory=dict, compare=False, repr=False)
 
     def read(self, chunks: Sequence[Coord]) -> Iterator[bytes | None]:
         """The encoded bytes of each of ``chunks`` (None: missing), ``WINDOW`` at a time."""
@@ -51,7 +54,7 @@ class ChunkReader:
             # local files: plain reads in the task's thread (threads would only contend)
             yield from map(self.store.get, map(self.source.key, chunks))
             return
-        indexes: dict[str, ShardIndex | None] = {}
+        indexes = self.indexes
         with ThreadPoolExecutor(4) as pool:
             for i in range(0, len(chunks), WINDOW):
                 window = chunks[i : i + WINDOW]
@@ -74,11 +77,12 @@ class ChunkReader:
             where.append((key, flat))
         got: dict[tuple[str, int], bytes] = {}
         for key, flats in wanted.items():
-            if key not in indexes:
+            try:
+                index = indexes[key]
+            except KeyError:
                 if len(indexes) >= WINDOW:  # the source shards of the last window or so
                     indexes.clear()
-                indexes[key] = self.shard_index(key)
-            index = indexes[key]
+                index = indexes[key] = self.shard_index(key)
             if index is None:
                 continue
             present = [f for f in flats if not index.is_empty(f)]
@@ -221,7 +225,9 @@ def copy_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> Writ
     # into an icechunk session's store: its shard tasks write into forks, merged back here
     target, _ = Target.open(zdst, None, how)
     probe = zarr.create_array(zarr.storage.MemoryStore(), **plan.create)
-    info = open_info(probe.store)
+    # unsharded: shards of one chunk each, whose object is the chunk (conversion/unshard.py)
+    info = open_info(probe.store) if plan.sharded else unsharded_info(probe.metadata)
+    assert info is not None
     dpath = plan.dst_path or None
     mode: Mode = "w" if how.mode == "w" else "w-"
     intent = resolve(zdst, dpath, mode, how.resume, lambda: probe)

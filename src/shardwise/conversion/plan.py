@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,7 +21,7 @@ import numpy as np
 from ..codec.shard import ShardCodec
 from ..core.layout import ceildiv
 from ..core.shardspec import ShardSpec, shards_for
-from ..errors import PlanError
+from ..errors import InvalidValueError, PlanError
 
 Method = Literal["copy", "reencode"]
 Chain = tuple[list[Any], Any, list[Any]] | str  # filters, serializer, compressors; or why not
@@ -70,6 +70,9 @@ class ArrayPlan:
     reason: str
     source: SourceChunks
     create: dict[str, Any] = field(compare=False, repr=False)
+    # False: written unsharded (``convert(shards=None)``), one object per chunk (``shards``
+    # is then the chunk shape: the grid of the stored objects)
+    sharded: bool = True
 
     @property
     def nshards(self) -> int:
@@ -183,12 +186,15 @@ def plan_array(
     *,
     shards: ShardSpec = None,
     shard_bytes: int | None = None,
-    chunks: tuple[int, ...] | None = None,
+    chunks: tuple[int, ...] | Mapping[str, int] | None = None,
     compressors: Any = None,
     xarray_group: bool = False,
+    sharded: bool = True,
 ) -> ArrayPlan:
     """The :class:`ArrayPlan` of zarr array ``arr`` (any format). ``chunks`` / ``compressors``
-    (given by ``reshard``) replace the source's and force a re-encode when they differ."""
+    (given by ``reshard``) replace the source's and force a re-encode when they differ;
+    ``chunks`` may name dimensions (``{"time": 10}``: the others keep the source's).
+    ``sharded=False``: a plain array, one object per chunk."""
     meta = arr.metadata
     shape = tuple(int(n) for n in arr.shape)
     attrs = dict(arr.attrs)
@@ -196,7 +202,7 @@ def plan_array(
         src = _read_v2(meta, attrs, xarray_group)
     else:
         src = _read_v3(meta, attrs, src_path)
-    inner = src.chunks.chunk_shape if chunks is None else tuple(chunks)
+    inner = inner_chunks(chunks, src.chunks.chunk_shape, src.dims, src_path or "/")
     method, reason = _method(src, inner, compressors)
     if src.dtype.kind not in FIXED_KINDS:
         raise PlanError(
@@ -204,8 +210,12 @@ def plan_array(
             "numbers and strings only (convert the other arrays one by one with path=)"
         )
     dim_names = None if src.dims is None else tuple(src.dims)
-    shard_shape = shards_for(
-        shards, shape, inner, src.dtype.itemsize, dim_names, shard_bytes, name=src_path or "/"
+    shard_shape = (
+        shards_for(
+            shards, shape, inner, src.dtype.itemsize, dim_names, shard_bytes, name=src_path or "/"
+        )
+        if sharded
+        else inner
     )
     return ArrayPlan(
         src_path=src_path,
@@ -217,8 +227,27 @@ def plan_array(
         method=method,
         reason=reason,
         source=src.chunks,
-        create=_create_kwargs(src, shape, inner, shard_shape, dim_names, compressors),
+        create=_create_kwargs(
+            src, shape, inner, shard_shape if sharded else None, dim_names, compressors
+        ),
+        sharded=sharded,
     )
+
+
+def inner_chunks(chunks: Any, source: tuple[int, ...], dims: Any, name: str) -> tuple[int, ...]:
+    """The target's chunks: the source's; ``chunks`` as a shape; or ``{dimension name:
+    size}`` over the source's (a name the array does not have is skipped: a group's arrays
+    differ; :func:`~shardwise.core.shardspec.check_names` refuses a name no array has)."""
+    if chunks is None:
+        return source
+    if not isinstance(chunks, Mapping):
+        return tuple(int(c) for c in chunks)
+    if source and not any(dims or ()):
+        raise InvalidValueError(
+            f"array {name!r} has no dimension names, so chunks={dict(chunks)} cannot apply to "
+            f"it: give a shape of {len(source)} sizes instead"
+        )
+    return tuple(int(chunks.get(d, c)) for d, c in zip(dims, source, strict=True))
 
 
 def _read_v2(meta: Any, attrs: dict[str, Any], xarray_group: bool) -> _Source:
@@ -286,7 +315,7 @@ def _create_kwargs(
     src: _Source,
     shape: tuple[int, ...],
     inner: tuple[int, ...],
-    shard_shape: tuple[int, ...],
+    shard_shape: tuple[int, ...] | None,
     dim_names: tuple[str, ...] | None,
     compressors: Any,
 ) -> dict[str, Any]:

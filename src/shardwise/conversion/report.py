@@ -21,8 +21,8 @@ class ArrayReport:
         Copied as encoded chunks, or decoded and re-encoded.
     reason : str
         Why this method.
-    shards : tuple of int
-        The shard shape.
+    shards : tuple of int or None
+        The shard shape; None: unsharded (``convert(shards=None)``), one object per chunk.
     chunks : tuple of int
         The inner chunk shape.
     shards_written : int
@@ -47,7 +47,7 @@ class ArrayReport:
     path: str
     method: Method
     reason: str
-    shards: tuple[int, ...]
+    shards: tuple[int, ...] | None
     chunks: tuple[int, ...]
     shards_written: int = 0
     shards_skipped: int = 0
@@ -61,8 +61,13 @@ class ArrayReport:
     def __str__(self) -> str:
         check = {None: "", True: ", verified", False: ", VERIFY FAILED"}[self.verified]
         return (
-            f"{self.path or '/'}: {self.method} ({self.reason}); shards {self.shards} of "
-            f"chunks {self.chunks}: {self.shards_written} shards written"
+            f"{self.path or '/'}: {self.method} ({self.reason}); "
+            + (
+                f"shards {self.shards} of chunks {self.chunks}: {self.shards_written} shards "
+                if self.shards is not None
+                else f"unsharded, chunks {self.chunks}: {self.shards_written} chunk objects "
+            )
+            + "written"
             + (f", {self.shards_skipped} done before" if self.shards_skipped else "")
             + f", {self.bytes_stored / 1e6:.1f} MB; objects {self.objects_before} -> "
             f"{self.objects_after}; {self.seconds:.2f} s{check}"

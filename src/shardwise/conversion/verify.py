@@ -65,11 +65,11 @@ def source_failed(plan: ArrayPlan, error: CorruptShardError, report: ConvertRepo
 
 
 def _compare_copied(plan: ArrayPlan, zsrc: Any, zdst: Any, threads: int | None) -> list[str]:
-    from ..storage.nodes import open_info
     from ..storage.store import ShardStore
     from .copy import ChunkReader, ShardCopier
+    from .unshard import target_info
 
-    info = open_info(zdst, plan.dst_path or None)
+    info = target_info(zdst, plan.dst_path or None)
     copier = ShardCopier(
         info,
         ShardStore(zdst, plan.dst_path),
@@ -87,7 +87,10 @@ def compare_values(plan: ArrayPlan, zsrc: Any, zdst: Any) -> list[str]:
     from .source import source_array
 
     a = source_array(plan, zsrc)
-    b = open_array(zdst, path=plan.dst_path or None).rechunk(a.chunks)
+    if plan.sharded:
+        b = open_array(zdst, path=plan.dst_path or None).rechunk(a.chunks)
+    else:  # a plain array: zarr-python reads it
+        b = da.from_zarr(zdst, component=plan.dst_path or None).rechunk(a.chunks)
     same = a == b
     if np.dtype(plan.dtype).kind in "fc":
         same = same | (da.isnan(a) & da.isnan(b))

@@ -23,7 +23,7 @@ from .planner import plan_shards
 from .sizing import DEFAULT_SHARD_BYTES, default_shards, shrink_to_fit, whole_chunks
 from .targets import parse_target
 
-__all__ = ["ShardSpec", "check_names", "check_shards", "parse_shards", "shards_for"]
+__all__ = ["ShardSpec", "check_chunks", "check_names", "check_shards", "parse_shards", "shards_for"]
 
 ShardSpec = tuple[int, ...] | dict[str, int] | str | None
 ACCEPTED = (
@@ -91,6 +91,24 @@ def check_shards(value: object) -> ShardSpec:
     if not shape or any(v is None for v in shape):
         raise InvalidValueError(f"shards must be {ACCEPTED}, got {value!r}")
     return tuple(v for v in shape if v is not None)
+
+
+def check_chunks(value: object) -> tuple[int, ...] | dict[str, int] | None:
+    """``chunks=`` of ``convert`` (and ``reshard``): None, a shape or sizes per dimension name,
+    in the grammar of ``shards=`` without its planner targets.
+
+    >>> check_chunks({"time": 10}), check_chunks([4, 4])
+    ({'time': 10}, (4, 4))
+    """
+    accepted = "a shape of positive sizes (64, 64) or sizes per dimension name ({'time': 10})"
+    if isinstance(value, str):
+        raise InvalidTypeError(f"chunks must be {accepted}, got {value!r}")
+    try:
+        spec = check_shards(value)
+    except (InvalidTypeError, InvalidValueError) as e:
+        raise type(e)(f"chunks must be {accepted}, got {value!r}") from None
+    assert not isinstance(spec, str)
+    return spec
 
 
 def check_names(

@@ -231,12 +231,12 @@ def verify(
             _check_unfinished(zstore, name, report)
         return report
     try:
-        info = open_info(zstore, path)
+        info, note = _array_info(zstore, path)
     except Exception as e:  # what zarr raises for a missing or broken zarr.json varies
         rep = VerifyReport(where=where, strict=strict)
         rep.problems.append(Problem("metadata", path or "zarr.json", f"{type(e).__name__}: {e}"))
         return rep
-    return verify_store(
+    report = verify_store(
         info,
         ShardStore(zstore, path or ""),
         where=where,
@@ -244,6 +244,30 @@ def verify(
         strict=strict,
         progress=progress,
     )
+    report.notes[:0] = [note] if note else []
+    return report
+
+
+UNSHARDED = (
+    "not sharded: each chunk object checked as a shard of one chunk (decoded, its checksums "
+    "checked); `shardwise convert` shards the array"
+)
+
+
+def _array_info(zstore: Any, path: str | None) -> tuple[ArrayInfo, str | None]:
+    """The array's :class:`ArrayInfo`; an unsharded Zarr v3 array's chunks as shards of one
+    chunk each, with the note saying so."""
+    from ..codec.metadata import unsharded_info
+    from ..errors import UnsupportedCodecError
+    from ..storage.nodes import open_zarr_array
+
+    try:
+        return open_info(zstore, path), None
+    except UnsupportedCodecError:
+        info = unsharded_info(open_zarr_array(zstore, path).metadata)
+        if info is None:
+            raise
+        return info, UNSHARDED
 
 
 def _journals_without_metadata(zstore: Any, path: str | None) -> list[str]:
@@ -299,10 +323,11 @@ def _verify_group(
     any_records = False
     for name in arrays:
         try:
-            info = open_info(zstore, name)
+            info, note = _array_info(zstore, name)
         except UnsupportedCodecError:
             total.notes.append(f"{name}: not sharded, not checked")
             continue
+        total.notes += [f"{name}: {note}"] if note else []
         rep = verify_store(
             info,
             ShardStore(zstore, name),

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compat import classic_dask
 from ..core import args
 from ..core.pyramid import MAX_LEVELS, check_axes, default_axes, spatial
 from ..core.targets import parse_target
@@ -57,6 +58,7 @@ def image(data: Any, dims: Sequence[str] | None) -> Image:
     if xr is not None and isinstance(data, xr.DataArray):
         named = tuple(str(d) for d in data.dims)
         data = data.data
+    data = classic_dask(data)  # a dask_array array: its own graph, as a dask.array.Array
     if not hasattr(data, "shape") or not hasattr(data, "dtype") or isinstance(data, str):
         raise InvalidTypeError(
             "data must be a numpy or dask array, an xarray DataArray or a Dataset of one data "

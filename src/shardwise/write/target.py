@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..codec.metadata import ArrayInfo, default_compressors
+from ..compat import classic_dask
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Region, RegionArg, normalize_region
 from ..core.plan import ShardPlan
@@ -305,6 +306,7 @@ def _source(data: Any) -> Any:
         # the dask or numpy array under it; a variable xarray has not loaded (opened without
         # chunks) is read window by window by the shard tasks, never whole
         data = var.data if var.chunks is not None or var._in_memory else LazyWindows(var)
+    data = classic_dask(data)  # a dask_array array: its own graph, as a dask.array.Array
     if not hasattr(data, "shape") or not hasattr(data, "dtype"):
         data = np.asarray(data)
     refuse_unknown_chunks(data)

@@ -17,6 +17,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from ..compat import classic_dataset
 from ..core import args
 from ..core.job import Strategy
 from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidTypeError, InvalidValueError
@@ -170,6 +171,7 @@ def _nodes(
         )
     ds = as_dataset(obj)
     check_names(ds)
+    ds = classic_dataset(ds)
     for name, var in ds.variables.items():
         refuse_unknown_chunks(var.data, f"variable {name!r}: ")
     unknown = sorted(map(str, set(region) - set(ds.dims))) if isinstance(region, Mapping) else []
@@ -197,6 +199,7 @@ def _node_datasets(tree: Any, inherited: bool) -> dict[str, Any]:
     for node in tree.subtree:
         ds = node.to_dataset(inherit=inherited or node is tree)
         check_names(ds)
+        ds = classic_dataset(ds)
         for name, var in ds.variables.items():
             refuse_unknown_chunks(var.data, f"group {node.path!r}, variable {name!r}: ")
         out[node.relative_to(tree) if node is not tree else ""] = ds
