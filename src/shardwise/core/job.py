@@ -193,7 +193,7 @@ class WritePlan:
                 "use strategy='staged' (memory bounded by one dask block, whatever the shard "
                 "size), smaller shards, or a larger memory_limit"
             )
-            what = f"a shard task of shape {lay.shard_shape}" + (
+            what = f"a shard task of shape up to {lay.shard_shape}" + (
                 " (with the dask blocks its rechunk joins)" if self.bytes_rechunked else ""
             )
         else:
@@ -215,7 +215,7 @@ class WritePlan:
             + (f", chosen by {self.requested!r}" if self.requested == "auto" else "")
             + ")",
             f"  reason: {self.reason}",
-            f"  array {lay.shape}, shards {lay.shard_shape}, inner chunks {lay.chunk_shape}",
+            f"  array {lay.shape}, {lay.grid_text()}, inner chunks {lay.chunk_shape}",
             f"  region {[(s.start, s.stop) for s in self.plan.region]}, "
             f"{_size(self.raw_bytes)} raw",
             f"  shards: {self.shards} ({self.plan.npartial} merge with stored data)",

@@ -42,7 +42,7 @@ class AppendedArray:
     def step(self) -> int:
         """The shard (or chunk, without sharding) length along the axis."""
         if self.info is not None:
-            return int(self.info.layout.shard_shape[self.axis])
+            return self.info.layout.axis_step(self.axis, "an append")
         return int(self.meta["chunk_grid"]["configuration"]["chunk_shape"][self.axis])
 
 

@@ -211,7 +211,8 @@ class ShardwiseDataStore(AbstractDataStore):
             return var  # e.g. variable-length strings xarray maps to object: zarr reads them
         data = indexing.LazilyIndexedArray(ShardwiseBackendArray(reader, dtype))
         encoding = dict(var.encoding)
-        shards = reader.info.layout.shard_shape
+        lay = reader.info.layout
+        shards: Any = lay.shard_shape if lay.is_regular else lay.dask_chunks()
         encoding["preferred_chunks"] = dict(zip(var.dims, shards, strict=True))
         return Variable(var.dims, data, var.attrs, encoding)
 
