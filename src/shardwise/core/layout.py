@@ -335,7 +335,8 @@ def _brief(sizes: Sequence[int]) -> str:
 
 
 def _show(lay: Layout, d: int) -> Any:
-    return lay.shard_shape[d] if lay.shard_sizes is None else lay.shard_sizes[d]
+    axis = None if lay.shard_sizes is None else lay.shard_sizes[d]
+    return lay.shard_shape[d] if axis is None else list(axis)
 
 
 def _rle(sizes: Sequence[int]) -> list[Any]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..codec.metadata import ArrayInfo
+from ..compat import with_rectilinear_grids
 from ..core.layout import Region, ceildiv
 from ..storage.store import ShardStore
 
@@ -46,6 +47,7 @@ class AppendedArray:
         return int(self.meta["chunk_grid"]["configuration"]["chunk_shape"][self.axis])
 
 
+@with_rectilinear_grids
 def moved(a: AppendedArray, start: int, end: int, pad: bool) -> AppendedArray:
     """``a`` written to rows ``start:end``, in an array padded to whole shards along the axis
     (its last shard merged, never clipped: see the module's step 3)."""

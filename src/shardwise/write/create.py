@@ -12,6 +12,7 @@ import zarr
 from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors
+from ..compat import with_rectilinear_grids
 from ..core.planner import default_layout
 from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
 
@@ -49,6 +50,7 @@ _BLAMED = (
 )
 
 
+@with_rectilinear_grids
 def create_in_memory(kwargs: dict[str, Any]) -> Any:
     """``zarr.create_array(MemoryStore(), **kwargs)``: the metadata built and checked without a
     byte written anywhere. What zarr refuses becomes an :class:`InvalidTypeError` /
