@@ -110,7 +110,14 @@ def _costs(lay: Layout, itemsize: int, dims: Any) -> list[str]:
     from ..core.geometry import ShardGeometry
 
     names = tuple(dims) if dims and len(dims) == len(lay.shape) else None
-    g = ShardGeometry(lay.shape, itemsize, lay.shard_shape, lay.chunk_shape, dims=names)
+    g = ShardGeometry(
+        lay.shape,
+        itemsize,
+        lay.shard_shape,
+        lay.chunk_shape,
+        dims=names,
+        shard_edges=lay.shard_sizes,
+    )
     return g.cost_lines()[3:] if lay.shape else []
 
 

@@ -245,7 +245,9 @@ class WritePlan:
         """The array's shards and inner chunks with their costs (:func:`shardwise.plan_shards`
         chooses and explains them)."""
         lay = self.plan.layout
-        return ShardGeometry(lay.shape, self.itemsize, lay.shard_shape, lay.chunk_shape)
+        return ShardGeometry(
+            lay.shape, self.itemsize, lay.shard_shape, lay.chunk_shape, shard_edges=lay.shard_sizes
+        )
 
     def _repr_html_(self) -> str:
         """The picture in a notebook: the shard grid, the dask blocks over it, the task that owns

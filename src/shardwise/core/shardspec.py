@@ -20,10 +20,18 @@ from typing import Any
 from ..errors import InvalidTypeError, InvalidValueError
 from .layout import ceildiv
 from .planner import plan_shards
-from .sizing import DEFAULT_SHARD_BYTES, default_shards, shrink_to_fit, whole_chunks
+from .sizing import DEFAULT_SHARD_BYTES, default_shards, divisors, shrink_to_fit, whole_chunks
 from .targets import parse_target
 
-__all__ = ["ShardSpec", "check_names", "check_shards", "parse_shards", "shards_for"]
+__all__ = [
+    "ShardSpec",
+    "check_names",
+    "check_shards",
+    "dask_layout",
+    "parse_shards",
+    "shards_for",
+    "wants_dask",
+]
 
 ShardSpec = tuple[int, ...] | dict[str, int] | str | None
 ACCEPTED = (
@@ -171,3 +179,85 @@ def target_shape(shards: Any, shape: Sequence[int], dtype: Any, chunks: Any) -> 
     if not isinstance(shards, str):
         return shards
     return plan_shards(shape, dtype, target=shards, chunks=chunks).shards
+
+
+DASK = "dask"  # shards=: one shard per dask chunk (along every axis, or the axes so named)
+
+
+def wants_dask(spec: object) -> bool:
+    """True when ``shards=`` asks for one shard per dask chunk (``"dask"``, or ``"dask"`` for a
+    dimension name)."""
+    if isinstance(spec, str):
+        return spec == DASK
+    return isinstance(spec, Mapping) and any(v == DASK for v in spec.values())
+
+
+def dask_layout(
+    spec: Any,
+    shape: tuple[int, ...],
+    source: Sequence[Sequence[int]] | None,
+    itemsize: int,
+    chunks: tuple[int, ...] | None,
+    dims: Sequence[str | None] | None,
+    shard_bytes: int | None = None,
+) -> tuple[tuple[int, ...], list[Any]]:
+    """(inner chunks, shards as zarr takes them) for one shard per dask chunk of ``source``
+    along the axes ``spec`` names (``"dask"``: all): where the chunks along an axis are uniform
+    (all equal, the last possibly shorter) the axis stays regular, else its shards are the
+    chunks (a rectilinear grid). Inner chunks divide every shard extent: the planner's, cut to
+    a divisor; given ones that do not are refused with the sizes that would.
+
+    >>> dask_layout("dask", (90, 8), ((31, 28, 31), (4, 4)), 4, None, None)
+    ((1, 4), [[31, 28, 31], 4])
+    >>> dask_layout({"t": "dask"}, (25, 8), ((10, 10, 5), (8,)), 4, None, ("t", "x"))
+    ((10, 8), [10, 8])
+    """
+    nd = len(shape)
+    names = list(dims or ())
+    if isinstance(spec, str):
+        axes, rest = set(range(nd)), {}
+    else:
+        check_names({k: 1 for k in spec}, [("the data", names or None)], "the data")
+        axes = {i for i, n in enumerate(names) if n is not None and spec.get(n) == DASK}
+        rest = {k: v for k, v in spec.items() if v != DASK}
+    if source is None:
+        raise InvalidValueError(
+            f"shards={spec!r} makes a shard of each dask chunk, but the data has no dask "
+            "chunks: chunk it (dask.array, .chunk()) or give shard sizes"
+        )
+    uniform: dict[int, int] = {}
+    edges: dict[int | str, Sequence[int]] = {}
+    for i in axes:
+        sizes = tuple(int(s) for s in source[i]) or (1,)
+        head = sizes[0]
+        if all(s == head for s in sizes[:-1]) and sizes[-1] <= head:
+            uniform[i] = max(1, head)
+        else:
+            edges[i] = sizes
+    nominal = {i: uniform[i] if i in uniform else max(edges[i]) for i in axes}
+    if isinstance(spec, str):
+        target: Any = tuple(nominal[i] for i in range(nd))
+    else:
+        target = {**rest, **{names[i]: n for i, n in nominal.items()}}
+    g = plan_shards(
+        shape,
+        f"V{max(1, itemsize)}",
+        target=target,
+        chunks=chunks,
+        dims=dims,
+        shard_bytes=shard_bytes,
+        rectilinear=edges or None,
+    )
+    inner = list(g.chunks)
+    for i, s in uniform.items():
+        if chunks is not None and s % inner[i]:
+            raise InvalidValueError(
+                f"inner chunks of {inner[i]} along axis {i} do not divide the dask chunks of "
+                f"{s} that become its shards: sizes that would: {divisors(s)}"
+            )
+        inner[i] = max(d for d in divisors(s) if d <= inner[i])
+    out: list[Any] = [
+        list(edges[i]) if i in edges else uniform[i] if i in uniform else g.shards[i]
+        for i in range(nd)
+    ]
+    return tuple(inner), out
