@@ -56,8 +56,8 @@ def test_uneven_dask_chunks_become_a_rectilinear_grid(tmp_path: Path) -> None:
     assert grid["name"] == "rectilinear"
     assert grid["configuration"]["chunk_shapes"] == [
         [31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31],
-        4,  # (4, 2): uniform, a regular axis
-        10,
+        4,  # (4, 2): uniform, a regular axis (its last shard overhangs: a step)
+        [10],  # one shard tiling the axis: listed (icechunk reads only grids listed whole)
     ]
     assert inner[0] == 1 and 4 % inner[1] == 0 and 10 % inner[2] == 0
     np.testing.assert_array_equal(zarr_reads(path), x)
@@ -151,3 +151,50 @@ def test_appends_to_a_rectilinear_axis_are_refused(tmp_path: Path) -> None:
         shardwise.write_array(np.arange(5.0), path, append_dim=0)
     assert sorted(p.name for p in path.iterdir()) == before
     np.testing.assert_array_equal(shardwise.read_array(path), np.arange(50.0))
+
+
+def test_convert_takes_dask_as_the_sources_chunks(tmp_path: Path) -> None:
+    """A zarr array's dask chunks are its chunks: ``convert(..., shards="dask")`` (and the
+    command line's ``--shards time=dask``) makes a shard of each, copied without a re-encode."""
+    from shardwise.cli import main
+
+    x = np.arange(6000, dtype="f4").reshape(100, 60)
+    src = tmp_path / "v2.zarr"
+    a = zarr.create_array(src, shape=x.shape, chunks=(10, 20), dtype="f4", zarr_format=2)
+    a[...] = x
+    shardwise.convert(src, tmp_path / "a.zarr", shards="dask")
+    assert grid_of(tmp_path / "a.zarr") == (
+        {"name": "regular", "configuration": {"chunk_shape": [10, 20]}},
+        [10, 20],
+    )
+    np.testing.assert_array_equal(shardwise.read_array(tmp_path / "a.zarr"), x)
+    y = xr.Dataset({"v": (("time", "x"), x)}).chunk(time=10, x=20)
+    y.to_zarr(tmp_path / "x.zarr", zarr_format=3, consolidated=False)
+    assert (
+        main(
+            ["convert", str(tmp_path / "x.zarr"), str(tmp_path / "b.zarr"), "--shards", "time=dask"]
+        )
+        == 0
+    )
+    grid, _ = grid_of(tmp_path / "b.zarr" / "v")
+    assert grid["configuration"]["chunk_shape"][0] == 10
+    np.testing.assert_array_equal(shardwise.read_array(tmp_path / "b.zarr", path="v"), x)
+
+
+def test_icechunk_reads_what_shards_dask_writes_into_a_session(tmp_path: Path) -> None:
+    import icechunk
+
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
+    session = repo.writable_session("main")
+    x = np.arange(90 * 6, dtype="f4").reshape(90, 6)
+    src = da.from_array(x, chunks=((31, 28, 31), (3, 3)))
+    shardwise.write_array(src, session.store, shards="dask", commit="one shard per month")
+    read = repo.readonly_session(branch="main")
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        z = zarr.open_array(read.store, mode="r")
+        assert z.metadata.chunk_grid.to_dict()["configuration"]["chunk_shapes"] == (
+            [31, 28, 31],
+            [[3, 2]],
+        )
+        np.testing.assert_array_equal(z[...], x)
+    np.testing.assert_array_equal(shardwise.read_array(read.store), x)
