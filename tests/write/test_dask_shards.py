@@ -198,3 +198,24 @@ def test_icechunk_reads_what_shards_dask_writes_into_a_session(tmp_path: Path) -
         )
         np.testing.assert_array_equal(z[...], x)
     np.testing.assert_array_equal(shardwise.read_array(read.store), x)
+
+
+def test_region_writes_into_a_rectilinear_array_merge_the_shards_they_cover_in_part(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.zarr"
+    x = np.arange(90 * 6, dtype="f4").reshape(90, 6)
+    shardwise.write_array(da.from_array(x, chunks=((31, 28, 31), 6)), path, shards="dask")
+    inside = (slice(20, 50), slice(1, 4))  # across the first two shards, in part
+    job = shardwise.plan_write(np.zeros((30, 3), "f4"), path, region=inside, mode="r+")
+    assert (job.plan.ntasks, job.plan.npartial) == (2, 2)
+    shardwise.write_array(np.full((30, 3), -1, "f4"), path, region=inside, mode="r+")
+    x[inside] = -1
+    month = (slice(31, 59), slice(None))  # the second shard, whole
+    job = shardwise.plan_write(np.zeros((28, 6), "f4"), path, region=month, mode="r+")
+    assert (job.plan.ntasks, job.plan.npartial) == (1, 0)
+    shardwise.write_array(np.full((28, 6), 7, "f4"), path, region=month, mode="r+")
+    x[month] = 7
+    np.testing.assert_array_equal(zarr_reads(path), x)
+    np.testing.assert_array_equal(shardwise.read_array(path), x)
+    assert shardwise.verify(path).ok
