@@ -53,12 +53,14 @@ def with_dask_layout(
     existing: set[str],
     shards_kw: Mapping[Hashable, Any] | str | None,
     shard_bytes: int,
-    grids: Grids,
-) -> tuple[Any, dict[Hashable, dict[str, Any]]]:
+) -> tuple[Any, dict[Hashable, dict[str, Any]], Grids]:
     """:func:`~shardwise.xarray.prepare.with_layout` with one shard per dask chunk along the
-    dimensions ``shards_kw`` gives as ``"dask"``; the rectilinear grids go into ``grids``."""
+    dimensions ``shards_kw`` gives as ``"dask"``; and the rectilinear grids it chose, by
+    variable name (for :func:`apply_grids`)."""
+    grids: Grids = {}
     if not wants_dask(shards_kw):
-        return with_layout(ds, user_encoding, existing, shards_kw, shard_bytes)  # type: ignore[arg-type]
+        plain = with_layout(ds, user_encoding, existing, shards_kw, shard_bytes)  # type: ignore[arg-type]
+        return (*plain, grids)
     assert shards_kw is not None
     ds = ds.copy(deep=False)
     out = dict(user_encoding)
@@ -102,7 +104,8 @@ def with_dask_layout(
     rest = None
     if not isinstance(shards_kw, str):
         rest = {d: n for d, n in shards_kw.items() if n != DASK} or None
-    return with_layout(ds, out, existing | done, rest, shard_bytes)
+    ds, out = with_layout(ds, out, existing | done, rest, shard_bytes)
+    return ds, out, grids
 
 
 def _own(shards: Mapping[Hashable, Any], dims: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from ..storage.overlay import Overlay, read_only
 from ..storage.store import describe, resolve_store
 from ..write.target import refuse_unknown_chunks
 from .capture import Capture, plan_writes, run_xarray
-from .daskgrid import Grids, apply_grids, check_shards, with_dask_layout
+from .daskgrid import apply_grids, check_shards, with_dask_layout
 from .finished import has_metadata, stored_as, writes_stored
 from .parts import XarrayWrite, open_marker, variable_jobs
 from .prepare import (
@@ -98,15 +98,8 @@ def check_tree(
             stored = stored_dims(base, where) if mode in ("a", "a-", "r+") else None
             if node_append is not None:
                 check_append_dim(stored, where, node_append)
-            grids: Grids = {}  # arrays of one shard per uneven dask chunk: rectilinear
-            ds, enc = with_dask_layout(
-                ds,
-                encodings.get(path, {}),
-                set(stored or ()),
-                _node_shards(shards, ds),
-                shard_bytes,
-                grids,
-            )
+            given = (encodings.get(path, {}), set(stored or ()), _node_shards(shards, ds))
+            ds, enc, grids = with_dask_layout(ds, *given, shard_bytes)
             with _refused_create(zstore, where, node_mode, resume):
                 run_xarray(
                     ds,
