@@ -120,7 +120,8 @@ class Layout:
         if self.shard_sizes is not None:
             raise InvalidValueError(
                 f"this needs a regular shard grid; the array's is rectilinear "
-                f"({_grid_text(self)}): rewrite it with regular shards (shardwise.convert)"
+                f"({_grid_text(self)}): rewrite it with regular shards "
+                "(write_array(open_array(src), dst, shards=...))"
             )
         return self.shard_shape
 
@@ -132,7 +133,7 @@ class Layout:
         raise InvalidValueError(
             f"{what} needs shards of one length along dimension {d}; the array's are "
             f"rectilinear there ({_grid_text(self)}): rewrite it with regular shards "
-            "(shardwise.convert)"
+            "(write_array(open_array(src), dst, shards=...))"
         )
 
     # -- one axis --------------------------------------------------------------------------
