@@ -8,6 +8,7 @@ touches, nothing more; the zarr flag is left as it was.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def sizes_of(shards: list[Any], shape: tuple[int, ...]) -> tuple[tuple[int, ...]
     for s, n in zip(shards, shape, strict=True):
         sizes = [s] * -(-n // s) if isinstance(s, int) else list(s)
         edges = np.minimum(np.cumsum([0, *sizes]), n)
-        out.append(tuple(int(b - a) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a))
+        out.append(tuple(int(b - a) for a, b in itertools.pairwise(edges) if b > a))
     return tuple(out)
 
 
