@@ -83,8 +83,9 @@ def _nearest_edge(layout: Layout, d: int, pos: int) -> int:
 
 def _grid_words(layout: Layout) -> str:
     if layout.is_regular:
-        return str(layout.shard_shape)
-    return str(tuple(list(layout.axis_sizes(d)) for d in range(layout.ndim)))
+        return f"multiples of the shard shape {layout.shard_shape}"
+    sizes = tuple(list(layout.axis_sizes(d)) for d in range(layout.ndim))
+    return f"shard boundaries (shards of {sizes})"
 
 
 def _shard_box(layout: Layout, region: Region) -> Box:
@@ -100,7 +101,7 @@ def check_parts(layout: Layout, regions: Sequence[RegionArg]) -> list[Region]:
         if not is_aligned(r, layout):
             raise PlanError(
                 f"part {i} region {fmt(r)} would share shards with another part: edges must fall "
-                f"on shard boundaries (shards of {_grid_words(layout)}) or the array end "
+                f"on {_grid_words(layout)} or the array end "
                 f"{layout.shape}; nearest aligned split: {fmt(nearest_aligned(layout, r))}"
             )
     boxes = [_shard_box(layout, r) for r in out]
