@@ -344,7 +344,7 @@ def open_array(
     )
     lay = reader.info.layout
     if chunks is None:
-        chunks = lay.shard_shape
+        chunks = lay.dask_chunks()
     chunks = _read_chunks(chunks, lay.shape, reader.dtype)
     from .engine.lazy import ShardView, view_array
 

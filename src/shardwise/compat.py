@@ -378,3 +378,43 @@ def classic_dataset(ds: Any) -> Any:
     coords = {n: v for n, v in swapped.items() if n in ds.coords}
     data = {n: v for n, v in swapped.items() if n not in ds.coords}
     return ds.assign_coords(coords).assign(data)
+
+
+# zarr-python's rectilinear chunk grids are experimental, refused unless a config flag is set
+# (zarr >= 3.2, ``array.rectilinear_chunks``); shardwise sets it only while it parses or stores
+# metadata, never for the process, counted so that threads nest (the first in sets it, the last
+# out restores what was there)
+_flag_lock = threading.Lock()
+_flag_users = 0
+_flag_setting: Any = None
+
+
+@contextlib.contextmanager
+def rectilinear_grids() -> Any:
+    """zarr's ``array.rectilinear_chunks`` flag on while the block runs (then as it was)."""
+    global _flag_users, _flag_setting
+    import zarr
+
+    with _flag_lock:
+        _flag_users += 1
+        if _flag_users == 1 and not zarr.config.get("array.rectilinear_chunks", False):
+            _flag_setting = zarr.config.set({"array.rectilinear_chunks": True})
+    try:
+        yield
+    finally:
+        with _flag_lock:
+            _flag_users -= 1
+            if _flag_users == 0 and _flag_setting is not None:
+                _flag_setting.__exit__(None, None, None)
+                _flag_setting = None
+
+
+def with_rectilinear_grids[**P, R](fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run inside :func:`rectilinear_grids` (it parses or stores zarr metadata)."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with rectilinear_grids():
+            return fn(*args, **kwargs)
+
+    return run

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import args
-from ..core.layout import Layout, Region, RegionArg, ceildiv, is_aligned, normalize_region
+from ..core.layout import Layout, Region, RegionArg, is_aligned, normalize_region
 from ..errors import InvalidTypeError, InvalidValueError, PlanError
 
 Box = list[tuple[int, int]]  # shard-index ranges per dimension
@@ -24,10 +24,7 @@ def fmt(region: Sequence[slice]) -> str:
 
 
 def _box_region(layout: Layout, box: Box) -> Region:
-    return tuple(
-        slice(lo * s, min(hi * s, n))
-        for (lo, hi), s, n in zip(box, layout.shard_shape, layout.shape, strict=True)
-    )
+    return layout.box_region(box)
 
 
 def _split(box: Box, n: int, axis: int) -> list[Box]:
@@ -64,21 +61,35 @@ def split_parts(layout: Layout, n: int) -> list[Region]:
 def nearest_aligned(layout: Layout, region: Region) -> Region:
     """``region`` with every edge moved to the nearest shard boundary (or the array end)."""
     out = []
-    for sl, s, n in zip(region, layout.shard_shape, layout.shape, strict=True):
-        lo = min(int(np.floor(sl.start / s + 0.5)) * s, n)
-        hi = sl.stop if sl.stop == n else min(int(np.floor(sl.stop / s + 0.5)) * s, n)
+    for d, (sl, n) in enumerate(zip(region, layout.shape, strict=True)):
+        lo = _nearest_edge(layout, d, sl.start)
+        hi = sl.stop if sl.stop == n else _nearest_edge(layout, d, sl.stop)
         if hi <= lo:
-            hi = min(lo + s, n)
-            lo = min(lo, max(hi - s, 0))
+            k = layout.axis_index(d, min(lo, n - 1))
+            lo, hi = layout.axis_bound(d, k), min(layout.axis_bound(d, k + 1), n)
         out.append(slice(lo, hi))
     return tuple(out)
 
 
+def _nearest_edge(layout: Layout, d: int, pos: int) -> int:
+    """The shard boundary along axis ``d`` nearest ``pos`` (the array end included)."""
+    n = layout.shape[d]
+    if pos >= n:
+        return n
+    k = layout.axis_index(d, pos)
+    lo, hi = layout.axis_bound(d, k), min(layout.axis_bound(d, k + 1), n)
+    return lo if pos - lo < hi - pos else hi
+
+
+def _grid_words(layout: Layout) -> str:
+    if layout.is_regular:
+        return f"multiples of the shard shape {layout.shard_shape}"
+    sizes = tuple(list(layout.axis_sizes(d)) for d in range(layout.ndim))
+    return f"shard boundaries (shards of {sizes})"
+
+
 def _shard_box(layout: Layout, region: Region) -> Box:
-    return [
-        (sl.start // s, ceildiv(sl.stop, s))
-        for sl, s in zip(region, layout.shard_shape, strict=True)
-    ]
+    return layout.shard_box(region)
 
 
 def check_parts(layout: Layout, regions: Sequence[RegionArg]) -> list[Region]:
@@ -90,7 +101,7 @@ def check_parts(layout: Layout, regions: Sequence[RegionArg]) -> list[Region]:
         if not is_aligned(r, layout):
             raise PlanError(
                 f"part {i} region {fmt(r)} would share shards with another part: edges must fall "
-                f"on multiples of the shard shape {layout.shard_shape} or the array end "
+                f"on {_grid_words(layout)} or the array end "
                 f"{layout.shape}; nearest aligned split: {fmt(nearest_aligned(layout, r))}"
             )
     boxes = [_shard_box(layout, r) for r in out]

@@ -89,6 +89,10 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
         "fill_value": meta.get("fill_value"),
         "dimension_names": meta.get("dimension_names"),
         "shard_shape": list(lay.shard_shape),
+        # a rectilinear grid: the shard extents along each axis (None where an axis is regular)
+        "shard_sizes": None
+        if lay.is_regular
+        else [None if a is None else list(a) for a in lay.shard_sizes or ()],
         "chunk_shape": list(lay.chunk_shape),
         "shard_grid": list(lay.shard_grid),
         "shards_total": lay.nshards,
@@ -113,7 +117,14 @@ def _costs(lay: Layout, itemsize: int, dims: Any) -> list[str]:
     from ..core.geometry import ShardGeometry
 
     names = tuple(dims) if dims and len(dims) == len(lay.shape) else None
-    g = ShardGeometry(lay.shape, itemsize, lay.shard_shape, lay.chunk_shape, dims=names)
+    g = ShardGeometry(
+        lay.shape,
+        itemsize,
+        lay.shard_shape,
+        lay.chunk_shape,
+        dims=names,
+        shard_edges=lay.shard_sizes,
+    )
     return g.cost_lines()[3:] if lay.shape else []
 
 
@@ -149,10 +160,22 @@ def shard_map(
     stored, missing = shard_states(ShardStore(zstore, path or ""), lay)
     where = store_name(zstore) + (f" path {path!r}" if path else "")
     caption = [
-        f"{where}: array {lay.shape}, shards {lay.shard_shape}",
+        f"{where}: array {lay.shape}, {lay.grid_text()}",
         f"{len(stored)} of {lay.nshards} shards stored, {len(missing)} missing",
     ]
     return Drawing(stored_picture(lay, stored, missing, caption))
+
+
+def _shards_text(d: dict[str, Any]) -> str:
+    """The shard shape, or a rectilinear grid's extents per axis (long lists cut)."""
+    sizes = d.get("shard_sizes")
+    if not sizes:
+        return str(tuple(d["shard_shape"]))
+    axes = [
+        str(s) if a is None else str(a) if len(a) <= 6 else f"[{a[0]}, {a[1]}, ... {len(a)}]"
+        for s, a in zip(d["shard_shape"], sizes, strict=True)
+    ]
+    return f"rectilinear ({', '.join(axes)})"
 
 
 def print_inspect(d: dict[str, Any]) -> None:
@@ -169,7 +192,7 @@ def print_inspect(d: dict[str, Any]) -> None:
                 print(f"{head}, not sharded: chunks {tuple(m['chunk_shape'])}")
                 continue
             print(
-                f"{head}, shards {tuple(m['shard_shape'])} of inner chunks "
+                f"{head}, shards {_shards_text(m)} of inner chunks "
                 f"{tuple(m['chunk_shape'])}; {m['shards_stored']} of {m['shards_total']} shards "
                 f"stored, {m['bytes_stored'] / 1e6:.2f} MB"
             )
@@ -196,7 +219,7 @@ def print_inspect(d: dict[str, Any]) -> None:
         f"{d['store']}" + (f" path {d['path']!r}" if d["path"] else ""),
         f"  array    {tuple(d['shape'])} {d['dtype']}, fill {d['fill_value']}"
         + (f", dims {tuple(d['dimension_names'])}" if d["dimension_names"] else ""),
-        f"  shards   {tuple(d['shard_shape'])}: grid {tuple(d['shard_grid'])} = "
+        f"  shards   {_shards_text(d)}: grid {tuple(d['shard_grid'])} = "
         f"{d['shards_total']} shards of {d['chunks_per_shard']} inner chunks "
         f"{tuple(d['chunk_shape'])}",
         f"  codecs   {chain}; {index}",

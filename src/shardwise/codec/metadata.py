@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,19 @@ class ArrayInfo:
     @property
     def fill_value(self) -> Any:
         return self.codec.inner.fill_value
+
+    def shard_codec(self, coord: Sequence[int]) -> ShardCodec:
+        """The codec of shard ``coord``: its index has one entry per inner chunk of that
+        shard's extent (every shard alike on a regular grid; a rectilinear one's differ)."""
+        lay = self.layout
+        if lay.is_regular:
+            return self.codec
+        extent = lay.shard_extent(coord)
+        return (
+            self.codec
+            if extent == self.codec.shard_shape
+            else replace(self.codec, shard_shape=extent)
+        )
 
 
 def _compose(order: tuple[int, ...] | None, nxt: tuple[int, ...]) -> tuple[int, ...]:
@@ -136,14 +150,15 @@ def info_from_metadata(meta: Any) -> ArrayInfo:
             f"the array's codecs are {names}: shardwise needs exactly one sharding_indexed codec "
             "at the top level (create the array with shards=...)"
         )
-    shard_shape = tuple(int(x) for x in meta.chunk_grid.chunk_shape)
+    sizes = _shard_sizes(meta.chunk_grid)
+    shard_shape = tuple(s if isinstance(s, int) else max(s) for s in sizes)
     codec = shard_codec_from_zarr(codecs[0], shard_shape, meta.data_type, meta.fill_value)
     enc = meta.chunk_key_encoding
     key_encoding: Any = "v2" if type(enc).__name__.startswith("V2") else "default"
-    layout = Layout(
-        shape=tuple(int(x) for x in meta.shape),
-        shard_shape=shard_shape,
-        chunk_shape=codec.chunk_shape,
+    layout = Layout.rectilinear(
+        tuple(int(x) for x in meta.shape),
+        sizes,
+        codec.chunk_shape,
         separator=enc.separator,
         key_encoding=key_encoding,
     )
@@ -165,6 +180,15 @@ def unsharded_info(meta: Any) -> ArrayInfo | None:
     if any(isinstance(c, ShardingCodec) for c in codecs[:1]):
         return None
     return _plain_info(meta, codecs)
+
+
+def _shard_sizes(grid: Any) -> tuple[int | tuple[int, ...], ...]:
+    """Per axis, the shard length of a regular grid (or a rectilinear grid's regular axis), else
+    the shard extents along it (zarr's rectilinear ``chunk_shapes``, expanded)."""
+    shapes = getattr(grid, "chunk_shapes", None)
+    if shapes is None:
+        return tuple(int(x) for x in grid.chunk_shape)
+    return tuple(s if isinstance(s, int) else tuple(int(x) for x in s) for s in shapes)
 
 
 def _plain_info(meta: Any, codecs: tuple[Any, ...]) -> ArrayInfo:

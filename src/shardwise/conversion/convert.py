@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..compat import with_rectilinear_grids
 from ..core import args
 from ..core.shardspec import ShardSpec, check_chunks, check_names, check_shards
 from ..engine.report import WriteReport
@@ -348,6 +349,7 @@ def _plan_all(
     return root, groups, plans
 
 
+@with_rectilinear_grids
 def _write_groups(zdst: Any, dst_path: str, groups: list[tuple[str, Any]]) -> None:
     """The source's groups (relative path, group) as v3 groups with their attributes."""
     import zarr

@@ -120,12 +120,13 @@ class ShardCopier:
     def chunk_list(self, shard: Coord) -> tuple[list[int], list[Coord]]:
         """Flat positions in the target shard and array chunk coordinates of its chunks that
         hold array elements, in C order (the order they are stored in)."""
-        lay, grid = self.info.layout, self.info.codec.grid
+        lay, grid = self.info.layout, self.info.shard_codec(shard).grid
         used = lay.chunks_in_array(shard)
+        first = [o // c for o, c in zip(lay.shard_origin(shard), lay.chunk_shape, strict=True)]
         flats, coords = [], []
         for p in itertools.product(*(range(u) for u in used)):
             flats.append(int(np.ravel_multi_index(p, grid)) if grid else 0)
-            coords.append(tuple(s * g + i for s, g, i in zip(shard, grid, p, strict=True)))
+            coords.append(tuple(f + i for f, i in zip(first, p, strict=True)))
         return flats, coords
 
     def task(self, shard: Coord) -> WriteReport:
@@ -139,7 +140,7 @@ class ShardCopier:
         from ..engine.stream import commit_shard
 
         started = time.perf_counter()
-        lay, codec = self.info.layout, self.info.codec
+        lay, codec = self.info.layout, self.info.shard_codec(shard)
         key = lay.shard_key(shard)
         flats, coords = self.chunk_list(shard)
         rep = WriteReport(
@@ -193,7 +194,7 @@ class ShardCopier:
     def compare(self, shard: Coord) -> list[str]:
         """Inner chunks of ``shard`` whose stored bytes differ from the source's encoded chunk
         (byte equality of copied chunks: a sound check that decodes nothing)."""
-        lay, codec = self.info.layout, self.info.codec
+        lay, codec = self.info.layout, self.info.shard_codec(shard)
         key = lay.shard_key(shard)
         flats, coords = self.chunk_list(shard)
         target = ChunkReader(self.store, SourceChunks(codec.chunk_shape, "", "", codec))

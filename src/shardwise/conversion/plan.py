@@ -20,7 +20,7 @@ import numpy as np
 
 from ..codec.shard import ShardCodec
 from ..core.layout import ceildiv
-from ..core.shardspec import ShardSpec, shards_for
+from ..core.shardspec import ShardSpec, by_source_chunks, shards_for
 from ..errors import InvalidValueError, PlanError
 
 Method = Literal["copy", "reencode"]
@@ -210,9 +210,10 @@ def plan_array(
             "numbers and strings only (convert the other arrays one by one with path=)"
         )
     dim_names = None if src.dims is None else tuple(src.dims)
+    spec = by_source_chunks(shards, src.chunks.chunk_shape, dim_names)  # "dask": its chunks
     shard_shape = (
         shards_for(
-            shards, shape, inner, src.dtype.itemsize, dim_names, shard_bytes, name=src_path or "/"
+            spec, shape, inner, src.dtype.itemsize, dim_names, shard_bytes, name=src_path or "/"
         )
         if sharded
         else inner

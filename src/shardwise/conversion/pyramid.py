@@ -14,6 +14,7 @@ from typing import Any
 
 import zarr
 
+from ..compat import with_rectilinear_grids
 from ..core.shardspec import ShardSpec
 from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.nodes import walk
@@ -146,6 +147,7 @@ def verify_pyramid(
     report.problems += problems[:MAX_PROBLEMS]
 
 
+@with_rectilinear_grids
 def _multiscale(zdst: Any, path: str) -> dict[str, Any]:
     """The multiscales entry of the pyramid written at ``path``."""
     attrs: dict[str, Any] = zarr.open_group(zdst, path=path, mode="r").attrs.asdict()

@@ -10,10 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from ..compat import with_rectilinear_grids
 from ..errors import CorruptShardError
 from .plan import ArrayPlan, SourceChunks
 
 
+@with_rectilinear_grids
 def source_array(plan: ArrayPlan, zsrc: Any) -> Any:
     """The source array of ``plan`` as a dask array (a sharded v3 one read by shardwise). A
     source chunk that does not decode raises :class:`CorruptShardError` naming its store key."""

@@ -58,11 +58,12 @@ def inner_aligned(
         return tuple(out)
     # numpy: blocks of whole inner chunks inside each shard
     per = shrink_to_fit(lay.chunks_per_shard, math.prod(lay.chunk_shape) * itemsize, target_bytes)
-    for sl, s, c, p in zip(region, lay.shard_shape, lay.chunk_shape, per, strict=True):
+    for d, (sl, c, p) in enumerate(zip(region, lay.chunk_shape, per, strict=True)):
         step = c * p
         cuts = {sl.start, sl.stop}
-        for shard0 in range(sl.start // s * s, sl.stop, s):
-            cuts.update(e for e in range(shard0, shard0 + s, step) if sl.start < e < sl.stop)
+        for k in lay.axis_span(d, sl.start, sl.stop):
+            shard0, shard1 = lay.axis_bound(d, k), lay.axis_bound(d, k + 1)
+            cuts.update(e for e in range(shard0, shard1, step) if sl.start < e < sl.stop)
         edges = sorted(cuts)
         out.append(tuple(b - a for a, b in itertools.pairwise(edges) if b > a))
     return tuple(out)
@@ -85,7 +86,9 @@ def staged_pieces(plan: ShardPlan, blocks: Chunks) -> int:
     """Staged pieces: one per block and shard it touches (per axis, the intervals between
     the union of block and shard edges)."""
     total = 1
-    for sl, b, s in zip(plan.region, blocks, plan.layout.shard_shape, strict=True):
-        edges = set(edges_of(b, sl.start)) | set(range((sl.start // s + 1) * s, sl.stop, s))
+    lay = plan.layout
+    for d, (sl, b) in enumerate(zip(plan.region, blocks, strict=True)):
+        inside = lay.axis_span(d, sl.start, sl.stop)[1:]
+        edges = set(edges_of(b, sl.start)) | {lay.axis_bound(d, k) for k in inside}
         total *= max(0, len(edges) - 1)
     return total

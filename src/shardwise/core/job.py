@@ -198,7 +198,7 @@ class WritePlan:
                 "use strategy='staged' (memory bounded by one dask block, whatever the shard "
                 "size), smaller shards, or a larger memory_limit"
             )
-            what = f"a shard task of shape {lay.shard_shape}" + (
+            what = f"a shard task of shape up to {lay.shard_shape}" + (
                 " (with the dask blocks its rechunk joins)" if self.bytes_rechunked else ""
             )
         else:
@@ -220,7 +220,7 @@ class WritePlan:
             + (f", chosen by {self.requested!r}" if self.requested == "auto" else "")
             + ")",
             f"  reason: {self.reason}",
-            f"  array {lay.shape}, shards {lay.shard_shape}, inner chunks {lay.chunk_shape}",
+            f"  array {lay.shape}, {lay.grid_text()}, inner chunks {lay.chunk_shape}",
             *([] if self.layout is None else self.layout.reason_lines()),
             f"  region {[(s.start, s.stop) for s in self.plan.region]}, "
             f"{_size(self.raw_bytes)} raw",
@@ -253,7 +253,9 @@ class WritePlan:
         if self.layout is not None:
             return self.layout
         lay = self.plan.layout
-        return ShardGeometry(lay.shape, self.itemsize, lay.shard_shape, lay.chunk_shape)
+        return ShardGeometry(
+            lay.shape, self.itemsize, lay.shard_shape, lay.chunk_shape, shard_edges=lay.shard_sizes
+        )
 
     def _repr_html_(self) -> str:
         """The picture in a notebook: the shard grid, the dask blocks over it, the task that owns

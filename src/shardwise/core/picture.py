@@ -14,9 +14,9 @@ Big grids stay small: one picture holds at most :data:`MAX_CELLS` rectangles (ab
 :data:`MAX_PANELS` panels. When an axis has more shards than fit, each drawn cell stands for a
 block of shards (the caption says how many) and takes their common state; a cell of shards in
 different states takes the most telling one (a missing or merged shard shows; stored beside empty
-is ``mixed``), and its tooltip counts them. Owner labels (``T<n>``: the shard task that writes
-the shard, numbered in C order over the tasks) are drawn on single-shard cells large enough to
-hold one. Block edges are drawn up to :data:`MAX_LINES` per axis, evenly chosen beyond that.
+is ``mixed``), and its tooltip counts them. Owner labels (``T<n>``: the shard task that writes the
+shard, numbered in C order over the tasks) are drawn on single-shard cells large enough to hold
+one. Block edges are drawn up to :data:`MAX_LINES` per axis, evenly chosen beyond that.
 
 >>> from shardwise.core.layout import Layout
 >>> from shardwise.core.plan import ShardPlan
@@ -28,6 +28,7 @@ hold one. Block edges are drawn up to :data:`MAX_LINES` per axis, evenly chosen 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -124,9 +125,7 @@ def legend_x(legend: Sequence[str]) -> list[float]:
 
 def ratio_response(x: float) -> float:
     """How a ratio of sizes is drawn: exact up to e, then logarithmic, capped (dask's rule)."""
-    if x < math.e:
-        return x
-    return math.log(min(x, 100.0) + 12.4)
+    return x if x < math.e else math.log(min(x, 100.0) + 12.4)
 
 
 def draw_sizes(shape: Sequence[int], side: float) -> tuple[float, ...]:
@@ -137,16 +136,24 @@ def draw_sizes(shape: Sequence[int], side: float) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class _Axis:
-    """One drawn axis: ``size`` elements in shards of ``shard``, cells of ``group`` shards."""
+    """One drawn axis: ``size`` elements in shards of ``shard`` (a rectilinear axis: shards
+    from ``edges``, where each starts and the last ends), cells of ``group`` shards."""
 
     size: int
     shard: int
     group: int
     pixels: float
+    edges: tuple[int, ...] | None = None
 
     @property
     def nshards(self) -> int:
-        return max(1, -(-self.size // self.shard))
+        e = self.edges
+        n = -(-self.size // self.shard) if e is None else bisect.bisect_left(e, self.size)
+        return max(1, n)
+
+    def bound(self, i: int) -> int:
+        """Where shard ``i`` starts (unclipped)."""
+        return i * self.shard if self.edges is None else self.edges[min(i, len(self.edges) - 1)]
 
     @property
     def ncells(self) -> int:
@@ -161,8 +168,8 @@ class _Axis:
 
     def span(self, cells: range) -> tuple[float, float]:
         """(offset, length) in pixels of a range of shards."""
-        lo = self.px(cells.start * self.shard)
-        return lo, self.px(min(cells.stop * self.shard, self.size)) - lo
+        lo = self.px(self.bound(cells.start))
+        return lo, self.px(min(self.bound(cells.stop), self.size)) - lo
 
 
 def _group(n: int, cap: int) -> int:
@@ -185,19 +192,22 @@ def _lead_groups(grid: Sequence[int]) -> list[int]:
 def _axes(layout: Layout) -> tuple[list[_Axis], list[_Axis], int]:
     """(leading axes, [y axis, x axis], panel side) of a layout of any number of dimensions."""
     shape, shard = list(layout.shape), list(layout.shard_shape)
+    edges: list[tuple[int, ...] | None] = [layout.axis_edges(d) for d in range(layout.ndim)]
     while len(shape) < 2:  # 0-d: one shard; 1-D: one row of shards
         shape.insert(0, 1)
         shard.insert(0, 1)
-    lead = [-(-n // s) if n else 1 for n, s in zip(shape[:-2], shard[:-2], strict=True)]
+        edges.insert(0, None)
+    axes = list(zip(shape, shard, edges, strict=True))
+    lead = [_Axis(n, s, 1, 0.0, e).nshards for n, s, e in axes[:-2]]
     lgroups = _lead_groups(lead)
     panels = math.prod(-(-n // g) for n, g in zip(lead, lgroups, strict=True))
     side = SIDE if panels == 1 else 160
     cap = max(2, math.isqrt(MAX_CELLS // panels))
     sizes = draw_sizes(shape[-2:], side) if layout.ndim >= 2 else (THIN, side)
     drawn = []
-    for n, s, px in zip(shape[-2:], shard[-2:], sizes, strict=True):
-        drawn.append(_Axis(n, s, _group(max(1, -(-n // s)), cap), px))
-    leading = [_Axis(n, s, g, 0.0) for n, s, g in zip(shape[:-2], shard[:-2], lgroups, strict=True)]
+    for (n, s, e), px in zip(axes[-2:], sizes, strict=True):
+        drawn.append(_Axis(n, s, _group(_Axis(n, s, 1, 0.0, e).nshards, cap), px, e))
+    leading = [_Axis(n, s, g, 0.0, e) for (n, s, e), g in zip(axes[:-2], lgroups, strict=True)]
     return leading, drawn, side
 
 
@@ -319,7 +329,7 @@ def draw(
 def _meets(frame: _Frame, leading: list[_Axis], region: Region) -> bool:
     """True when the panel's leading shards meet the region."""
     for r, a, sl in zip(frame.lead, leading, region, strict=False):
-        if r.stop * a.shard <= sl.start or r.start * a.shard >= sl.stop:
+        if a.bound(r.stop) <= sl.start or a.bound(r.start) >= sl.stop:
             return False
     return True
 
@@ -357,18 +367,18 @@ def _region_marks(
 # -- the two pictures -----------------------------------------------------------------------------
 
 
-def _counts(cells: range, sl: slice, shard: int, size: int) -> tuple[int, int]:
-    """(shards the region covers whole, shards it meets) among ``cells`` along one axis."""
+def _counts(cells: range, sl: slice, lay: Layout, d: int) -> tuple[int, int]:
+    """(shards the region covers whole, shards it meets) among ``cells`` along axis ``d``."""
     whole = meet = 0
     # only the two shards at the region's edges can be met in part: count the rest at once
-    lo = max(cells.start, sl.start // shard)
-    hi = min(cells.stop, -(-sl.stop // shard))
+    span = lay.axis_span(d, sl.start, sl.stop)
+    lo, hi = max(cells.start, span.start), min(cells.stop, span.stop)
     if hi <= lo:
         return 0, 0
     meet = hi - lo
     whole = meet
     for i in {lo, hi - 1}:
-        a, b = i * shard, min((i + 1) * shard, size)
+        a, b = lay.axis_bound(d, i), min(lay.axis_bound(d, i + 1), lay.shape[d])
         if not (sl.start <= a and b <= sl.stop):
             whole -= 1
     return whole, meet
@@ -384,10 +394,7 @@ def plan_picture(
     first = plan.first_shard
 
     def state_of(ranges: Ranges) -> tuple[str, str]:
-        per = [
-            _counts(r, sl, s, n)
-            for r, sl, s, n in zip(ranges, region, lay.shard_shape, lay.shape, strict=True)
-        ]
+        per = [_counts(r, sl, lay, d) for d, (r, sl) in enumerate(zip(ranges, region, strict=True))]
         total = math.prod(map(len, ranges))
         whole, meet = math.prod(p[0] for p in per), math.prod(p[1] for p in per)
         state = "outside" if meet == 0 else strategy if meet == whole else f"{strategy}-merge"
@@ -407,10 +414,7 @@ def plan_picture(
 
 
 def _c_order(index: Sequence[int], grid: Sequence[int]) -> int:
-    n = 0
-    for i, g in zip(index, grid, strict=True):
-        n = n * g + i
-    return n
+    return sum(i * math.prod(grid[k + 1 :]) for k, i in enumerate(index))
 
 
 def stored_picture(

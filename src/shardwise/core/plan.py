@@ -25,31 +25,11 @@ import numpy as np
 from ..errors import PlanError
 from .layout import Coord, Layout, Region, is_aligned
 
-
-def _cuts(start: int, stop: int, step: int) -> tuple[int, ...]:
-    """Lengths of the pieces of [start, stop) cut at multiples of ``step`` (by arithmetic: a
-    million shards along an axis are cut in milliseconds).
-
-    >>> _cuts(2, 10, 4), _cuts(0, 8, 4), _cuts(5, 6, 4), _cuts(3, 3, 4)
-    ((2, 4, 2), (4, 4), (1,), ())
-    """
-    if stop <= start:
-        return ()
-    first = min((start // step + 1) * step, stop)
-    full, rest = divmod(stop - first, step)
-    return (first - start,) + (step,) * full + ((rest,) if rest else ())
-
-
 # the most shard tasks one write may plan: every shard of a write has its own task, key and
 # record, listed in memory by the client before anything runs (and a dask graph of millions of
 # tasks is already beyond what a scheduler handles well); a larger write is refused with the
 # count instead of failing with MemoryError while listing them
 MAX_TASKS = 2**22
-
-
-def _pieces(start: int, stop: int, step: int) -> int:
-    """How many pieces :func:`_cuts` makes, without making them."""
-    return 0 if stop <= start else (stop - 1) // step - start // step + 1
 
 
 # per piece along one axis: (source chunk index, slice of that chunk, offset in the piece)
@@ -89,10 +69,8 @@ class ShardPlan:
     region: Region
 
     def __post_init__(self) -> None:
-        counts = [
-            _pieces(sl.start, sl.stop, s)
-            for sl, s in zip(self.region, self.layout.shard_shape, strict=True)
-        ]
+        lay = self.layout
+        counts = [len(lay.axis_span(d, sl.start, sl.stop)) for d, sl in enumerate(self.region)]
         n = math.prod(counts)
         if n > MAX_TASKS:
             raise PlanError(
@@ -105,10 +83,8 @@ class ShardPlan:
     @property
     def task_chunks(self) -> tuple[tuple[int, ...], ...]:
         """Chunks of the source after cutting it at shard boundaries (one chunk per task)."""
-        return tuple(
-            _cuts(sl.start, sl.stop, s)
-            for sl, s in zip(self.region, self.layout.shard_shape, strict=True)
-        )
+        lay = self.layout
+        return tuple(lay.axis_cuts(d, sl.start, sl.stop) for d, sl in enumerate(self.region))
 
     @property
     def ntasks(self) -> int:
@@ -116,9 +92,7 @@ class ShardPlan:
 
     @property
     def first_shard(self) -> Coord:
-        return tuple(
-            sl.start // s for sl, s in zip(self.region, self.layout.shard_shape, strict=True)
-        )
+        return tuple(self.layout.axis_index(d, sl.start) for d, sl in enumerate(self.region))
 
     def shard_of_task(self, task: Sequence[int]) -> Coord:
         return tuple(f + i for f, i in zip(self.first_shard, task, strict=True))
@@ -135,9 +109,11 @@ class ShardPlan:
     def piece_in_shard(self, shard: Sequence[int]) -> Region:
         """The part of ``shard`` this write covers, relative to the shard's origin."""
         out = []
-        for i, sl, s in zip(shard, self.region, self.layout.shard_shape, strict=True):
-            lo, hi = max(sl.start, i * s), min(sl.stop, (i + 1) * s)
-            out.append(slice(lo - i * s, hi - i * s))
+        lay = self.layout
+        for d, (i, sl) in enumerate(zip(shard, self.region, strict=True)):
+            a = lay.axis_bound(d, i)
+            lo, hi = max(sl.start, a), min(sl.stop, lay.axis_bound(d, i + 1))
+            out.append(slice(lo - a, hi - a))
         return tuple(out)
 
     def covers(self, shard: Sequence[int]) -> bool:
@@ -166,13 +142,11 @@ class ShardPlan:
         """Tasks whose shard is covered only in part (these merge with the stored shard)."""
         # a shard is covered when it is covered along every axis: count per axis, O(shards
         # per axis) rather than O(tasks) (a plan of 10^5 shards prints at once)
-        whole = 1
-        for d, (sl, s, n) in enumerate(
-            zip(self.region, self.layout.shard_shape, self.layout.shape, strict=True)
-        ):
+        whole, lay = 1, self.layout
+        for d, (sl, n) in enumerate(zip(self.region, lay.shape, strict=True)):
             first = self.first_shard[d]
             whole *= sum(
-                sl.start <= k * s and sl.stop >= min((k + 1) * s, n)
+                sl.start <= lay.axis_bound(d, k) and sl.stop >= min(lay.axis_bound(d, k + 1), n)
                 for k in range(first, first + len(self.task_chunks[d]))
             )
         return self.ntasks - whole
@@ -181,16 +155,17 @@ class ShardPlan:
     def touched_elements(self) -> int:
         """Elements of the shards the region touches, each clipped to the array: what the
         write stores (a shard covered in part is stored whole)."""
-        total = 1
-        for d, (s, n) in enumerate(zip(self.layout.shard_shape, self.layout.shape, strict=True)):
+        total, lay = 1, self.layout
+        for d, n in enumerate(lay.shape):
             first = self.first_shard[d]
-            total *= min((first + len(self.task_chunks[d])) * s, n) - first * s
+            last = lay.axis_bound(d, first + len(self.task_chunks[d]))
+            total *= min(last, n) - lay.axis_bound(d, first)
         return total
 
     def __str__(self) -> str:
         lay = self.layout
         return (
-            f"ShardPlan: array {lay.shape}, shards {lay.shard_shape}, inner chunks "
+            f"ShardPlan: array {lay.shape}, {lay.grid_text()}, inner chunks "
             f"{lay.chunk_shape}; region {[(s.start, s.stop) for s in self.region]}; "
             f"{self.ntasks} shard tasks ({self.npartial} merge with stored data)"
         )

@@ -20,12 +20,23 @@ from typing import Any
 from ..errors import InvalidTypeError, InvalidValueError
 from .layout import ceildiv
 from .planner import plan_shards
-from .sizing import DEFAULT_SHARD_BYTES, default_shards, shrink_to_fit, whole_chunks
+from .sizing import DEFAULT_SHARD_BYTES, default_shards, divisors, shrink_to_fit, whole_chunks
 from .targets import parse_target
 
-__all__ = ["ShardSpec", "check_chunks", "check_names", "check_shards", "parse_shards", "shards_for"]
+__all__ = [
+    "ShardSpec",
+    "by_source_chunks",
+    "check_chunks",
+    "check_names",
+    "check_shards",
+    "dask_layout",
+    "parse_shards",
+    "shards_for",
+    "wants_dask",
+]
 
 ShardSpec = tuple[int, ...] | dict[str, int] | str | None
+DASK = "dask"  # shards=: one shard per dask chunk (along every axis, or the axes so named)
 ACCEPTED = (
     "a shape of positive sizes (256, 256), sizes per dimension name ({'time': 365}), a byte "
     "size ('2GB') or axis names ('XY', 'one per time step')"
@@ -39,21 +50,23 @@ def parse_shards(text: str) -> tuple[int, ...] | dict[str, int] | str:
 
     >>> parse_shards("time=365, lat=90")
     {'time': 365, 'lat': 90}
-    >>> parse_shards("16x20"), parse_shards("2GB"), parse_shards("XYZ")
-    ((16, 20), '2GB', 'XYZ')
+    >>> parse_shards("16x20"), parse_shards("2GB"), parse_shards("XYZ"), parse_shards("time=dask")
+    ((16, 20), '2GB', 'XYZ', {'time': 'dask'})
     """
+    if text.strip() == DASK:  # one shard per dask chunk
+        return DASK
     parts = [p.strip() for p in text.replace("x", ",").split(",")] if "=" not in text else None
     try:
         if parts is not None:
             if not all(parts):
                 raise ValueError(text)
             return tuple(int(p) for p in parts)
-        out: dict[str, int] = {}
+        out: dict[str, Any] = {}
         for part in text.split(","):
             name, sep, size = (s.strip() for s in part.partition("="))
             if not (sep and name) or name in out:
                 raise ValueError(part)
-            out[name] = int(size)
+            out[name] = DASK if size == DASK else int(size)
         return out
     except ValueError:
         if "=" not in text:
@@ -77,14 +90,14 @@ def check_shards(value: object) -> ShardSpec:
     if value is None:
         return None
     if isinstance(value, str):  # a planner target: "2GB", "XY", "one per time step"
-        return parse_target(value).text
+        return DASK if value == DASK else parse_target(value).text
     if isinstance(value, Mapping):
         if not all(isinstance(k, str) for k in value):
             raise InvalidTypeError(f"shards must be {ACCEPTED}: names are strings, got {value!r}")
-        sizes = {k: _size(v) for k, v in value.items()}
+        sizes = {k: DASK if v == DASK else _size(v) for k, v in value.items()}
         if any(v is None for v in sizes.values()):
             raise InvalidValueError(f"shards must be {ACCEPTED}, got {dict(value)!r}")
-        return {k: v for k, v in sizes.items() if v is not None}
+        return {k: v for k, v in sizes.items() if v is not None}  # type: ignore[misc]
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise InvalidTypeError(f"shards must be {ACCEPTED}, got {value!r}")
     shape = [_size(v) for v in value]
@@ -189,3 +202,113 @@ def target_shape(shards: Any, shape: Sequence[int], dtype: Any, chunks: Any) -> 
     if not isinstance(shards, str):
         return shards
     return plan_shards(shape, dtype, target=shards, chunks=chunks).shards
+
+
+MAX_LISTED = 100_000  # shards along a regular axis a rectilinear grid lists one by one
+
+
+def wants_dask(spec: object) -> bool:
+    """True when ``shards=`` asks for one shard per dask chunk (``"dask"``, or ``"dask"`` for a
+    dimension name)."""
+    if isinstance(spec, str):
+        return spec == DASK
+    return isinstance(spec, Mapping) and any(v == DASK for v in spec.values())
+
+
+def dask_layout(
+    spec: Any,
+    shape: tuple[int, ...],
+    source: Sequence[Sequence[int]] | None,
+    itemsize: int,
+    chunks: tuple[int, ...] | None,
+    dims: Sequence[str | None] | None,
+    shard_bytes: int | None = None,
+) -> tuple[tuple[int, ...], list[Any]]:
+    """(inner chunks, shards as zarr takes them) for one shard per dask chunk of ``source``
+    along the axes ``spec`` names (``"dask"``: all): where the chunks along an axis are uniform
+    (all equal, the last possibly shorter) the axis stays regular, else its shards are the
+    chunks (a rectilinear grid). Inner chunks divide every shard extent: the planner's, cut to
+    a divisor; given ones that do not are refused with the sizes that would.
+
+    >>> dask_layout("dask", (90, 8), ((31, 28, 31), (4, 4)), 4, None, None)
+    ((1, 4), [[31, 28, 31], [4, 4]])
+    >>> dask_layout({"t": "dask"}, (25, 8), ((10, 10, 5), (8,)), 4, None, ("t", "x"))
+    ((10, 8), [10, 8])
+    """
+    nd = len(shape)
+    names = list(dims or ())
+    if isinstance(spec, str):
+        axes, rest = set(range(nd)), {}
+    else:
+        check_names({k: 1 for k in spec}, [("the data", names or None)], "the data")
+        axes = {i for i, n in enumerate(names) if n is not None and spec.get(n) == DASK}
+        rest = {k: v for k, v in spec.items() if v != DASK}
+    if source is None:
+        raise InvalidValueError(
+            f"shards={spec!r} makes a shard of each dask chunk, but the data has no dask "
+            "chunks: chunk it (dask.array, .chunk()) or give shard sizes"
+        )
+    uniform: dict[int, int] = {}
+    edges: dict[int | str, Sequence[int]] = {}
+    for i in axes:
+        sizes = tuple(int(s) for s in source[i]) or (1,)
+        head = sizes[0]
+        if all(s == head for s in sizes[:-1]) and sizes[-1] <= head:
+            uniform[i] = max(1, head)
+        else:
+            edges[i] = sizes
+    nominal = {i: uniform[i] if i in uniform else max(edges[i]) for i in axes}
+    if isinstance(spec, str):
+        target: Any = tuple(nominal[i] for i in range(nd))
+    else:
+        target = {**rest, **{names[i]: n for i, n in nominal.items()}}
+    g = plan_shards(
+        shape,
+        f"V{max(1, itemsize)}",
+        target=target,
+        chunks=chunks,
+        dims=dims,
+        shard_bytes=shard_bytes,
+        rectilinear=edges or None,
+    )
+    inner = list(g.chunks)
+    for i, s in uniform.items():
+        if chunks is not None and s % inner[i]:
+            raise InvalidValueError(
+                f"inner chunks of {inner[i]} along axis {i} do not divide the dask chunks of "
+                f"{s} that become its shards: sizes that would: {divisors(s)}"
+            )
+        inner[i] = max(d for d in divisors(s) if d <= inner[i])
+    out: list[Any] = [
+        list(edges[i]) if i in edges else uniform[i] if i in uniform else g.shards[i]
+        for i in range(nd)
+    ]
+    for i, s in enumerate(out):
+        # a rectilinear grid lists the axes its shards tile exactly: icechunk (2.3) reads only
+        # grids listed whole; an axis whose last shard overhangs stays a step (zarr's shorthand)
+        if edges and isinstance(s, int) and shape[i] % s == 0 and 0 < shape[i] // s <= MAX_LISTED:
+            out[i] = [s] * (shape[i] // s)
+    return tuple(inner), out
+
+
+def by_source_chunks(
+    spec: ShardSpec, chunks: Sequence[int], dims: Sequence[str | None] | None
+) -> ShardSpec:
+    """``spec`` with ``"dask"`` read as the source's own (regular) chunks: a zarr array's dask
+    chunks are its chunks, so its shards are those (``convert``).
+
+    >>> by_source_chunks("dask", (10, 20), None)
+    (10, 20)
+    >>> by_source_chunks({"t": "dask"}, (5, 8), ("t", "x"))
+    {'t': 5}
+    """
+    if not wants_dask(spec):
+        return spec
+    if isinstance(spec, str):
+        return tuple(int(c) for c in chunks)
+    assert isinstance(spec, Mapping)
+    names = list(dims or ())
+    given: Mapping[str, Any] = spec
+    return {
+        k: int(chunks[names.index(k)]) if v == DASK and k in names else v for k, v in given.items()
+    }

@@ -285,8 +285,9 @@ def holds_values(store: ShardStore, axis: int, rows: tuple[int, int]) -> bool | 
 
     info = open_info(store.store, store.path)
     lay = info.layout
-    step = lay.shard_shape[axis] if axis < len(lay.shape) else 1
-    start = -(-rows[0] // step) * step
+    start = rows[0]
+    if axis < len(lay.shape) and start < lay.shape[axis] and not lay.on_edge(axis, start):
+        start = lay.axis_bound(axis, lay.axis_index(axis, start) + 1)
     if start >= rows[1]:
         return None
     region = tuple(

@@ -173,7 +173,8 @@ def check_shard(
             f"what the writer recorded ({record.size} bytes, crc32c {record.crc32c:#010x}): "
             "rewritten by another tool, or damaged where no checksum covers it",
         )
-    codec = info.codec
+    coord = info.layout.parse_shard_key(name)
+    codec = info.codec if coord is None else info.shard_codec(coord)
     mv = memoryview(data)
     try:
         index = ShardIndex.of_shard(codec, mv, key)

@@ -182,8 +182,10 @@ def mark_ended(token: str) -> None:
 
 def ended_here(info: LeaseInfo) -> bool:
     """Whether ``info`` is a holder of this very process whose call has ended."""
-    return info.pid == os.getpid() and info.token in _ENDED and info.started == (
-        process_start(info.pid) if info.started >= 0 else -1
+    return (
+        info.pid == os.getpid()
+        and info.token in _ENDED
+        and info.started == (process_start(info.pid) if info.started >= 0 else -1)
     )
 
 

@@ -43,6 +43,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import math
 import os
 import shutil
 import uuid
@@ -56,7 +57,7 @@ from zarr.core.sync import sync
 
 from ..codec.codecs import crc32c
 from ..core.cost import RUN_FLUSH
-from ..core.layout import Region
+from ..core.layout import Layout, Region
 from ..storage.conditional import UNCHECKED, commit_beside
 from ..storage.store import JOURNAL, TEMP, ShardStore
 
@@ -137,6 +138,16 @@ class Journal:
     write_id: str
     index_nbytes: int
     index_at_end: bool
+    # a rectilinear grid: each shard's index has its own size (None: every shard's is alike)
+    layout: Layout | None = None
+
+    def index_size(self, key: str) -> int:
+        """The index size of shard ``key`` (16 bytes per inner chunk, plus the crc32c's 4)."""
+        lay = self.layout
+        coord = None if lay is None or lay.is_regular else lay.parse_shard_key(key)
+        if coord is None or lay is None:
+            return self.index_nbytes
+        return 16 * math.prod(lay.chunks_per_shard_at(coord)) + self.index_nbytes % 16
 
     def record(self, key: str, parts: Sequence[Any] | None, generation: Any = UNCHECKED) -> None:
         """Record the shard stored as ``parts`` (None: forget a removed or empty shard).
@@ -147,7 +158,7 @@ class Journal:
         """
         data = None
         if parts is not None:
-            rec = Record.of(self.write_id, parts, self.index_nbytes, self.index_at_end)
+            rec = Record.of(self.write_id, parts, self.index_size(key), self.index_at_end)
             data = rec.to_bytes()
         commit_beside(self.store, RECORDS + key, data, owner=key, generation=generation)
 
@@ -204,7 +215,7 @@ class RunRecords:
                 return
         else:
             j = self.journal
-            rec = Record.of(j.write_id, parts, j.index_nbytes, j.index_at_end)
+            rec = Record.of(j.write_id, parts, j.index_size(key), j.index_at_end)
             self.records[key] = [rec.size, rec.crc32c, rec.index_crc32c]
         self.unflushed += 1
         if self.unflushed >= RUN_FLUSH:

@@ -115,7 +115,9 @@ def _standing(
     for key, rec in recs.items():
         coord = layout.parse_shard_key(key)
         if coord is not None:
-            box = [(i * s, (i + 1) * s) for i, s in zip(coord, layout.shard_shape, strict=True)]
+            box = [
+                (layout.axis_bound(d, i), layout.axis_bound(d, i + 1)) for d, i in enumerate(coord)
+            ]
             if any(m.id != rec.write and _meets(m.region, box) for m in after):
                 continue
         out[key] = rec

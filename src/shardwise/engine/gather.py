@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.layout import Layout
 from ..errors import SelectionError
 from .read import ShardReader
 
@@ -33,14 +34,12 @@ def _positions(key: Any, size: int) -> np.ndarray:
     return pos
 
 
-def _by_shard(chunks: np.ndarray, per_shard: int) -> list[tuple[int, int, np.ndarray]]:
-    """Group sorted chunk indices of one dimension by shard: (shard, first position, local ids)."""
-    shards = chunks // per_shard
+def _by_shard(chunks: np.ndarray, lay: Layout, d: int) -> list[tuple[int, int, np.ndarray]]:
+    """Group sorted chunk indices of dimension ``d`` by shard: (shard, first position, local
+    ids)."""
+    shards, local = lay.chunk_shards(d, chunks)
     cuts = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(chunks)]
-    return [
-        (int(shards[a]), a, chunks[a:b] - shards[a] * per_shard)
-        for a, b in itertools.pairwise(cuts)
-    ]
+    return [(int(shards[a]), a, local[a:b]) for a, b in itertools.pairwise(cuts)]
 
 
 def read_outer(reader: ShardReader, key: tuple[Any, ...]) -> np.ndarray:
@@ -70,7 +69,7 @@ def gather_outer(reader: ShardReader, pos: Sequence[np.ndarray]) -> np.ndarray:
         return np.empty(tuple(p.size for p in pos), dtype=reader.dtype)
     needed = [np.unique(p // c) for p, c in zip(pos, cs, strict=True)]
     compact = np.empty(tuple(len(u) * c for u, c in zip(needed, cs, strict=True)), reader.dtype)
-    groups = [_by_shard(u, k) for u, k in zip(needed, lay.chunks_per_shard, strict=True)]
+    groups = [_by_shard(u, lay, d) for d, u in enumerate(needed)]
     for combo in itertools.product(*groups):
         shard = tuple(g[0] for g in combo)
         lists = [g[2] for g in combo]
@@ -117,14 +116,15 @@ def gather_points(reader: ShardReader, pos: Sequence[np.ndarray]) -> np.ndarray:
         return np.empty(0, dtype=reader.dtype)
     points = np.stack(pos, -1) if pos else np.zeros((1, 0), dtype=np.int64)
     chunks, inverse = np.unique(points // cs, axis=0, return_inverse=True)
-    per = np.asarray(lay.chunks_per_shard, dtype=np.int64)
-    shards = chunks // per
+    split = [lay.chunk_shards(d, chunks[:, d]) for d in range(lay.ndim)]
+    shards = np.stack([s for s, _ in split], -1) if split else np.zeros_like(chunks)
+    within = np.stack([w for _, w in split], -1) if split else np.zeros_like(chunks)
     compact = np.empty((len(chunks), *lay.chunk_shape), dtype=reader.dtype)
     # np.unique sorted the chunk rows lexicographically, so each shard's chunks are contiguous
     cuts = np.flatnonzero((np.diff(shards, axis=0) != 0).any(axis=1)) + 1
     for a, b in itertools.pairwise([0, *cuts.tolist(), len(chunks)]):
         shard = tuple(int(x) for x in shards[a])
-        stack = reader.decode_chunks(shard, chunks[a:b] - shards[a] * per)
+        stack = reader.decode_chunks(shard, within[a:b])
         grid = (b - a,) + (1,) * (lay.ndim - 1) if lay.ndim else ()
         compact[a:b] = inner.unstack(stack, grid).reshape(b - a, *lay.chunk_shape)
     local = points % cs

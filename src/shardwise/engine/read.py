@@ -23,7 +23,7 @@ import numpy as np
 
 from ..codec.decode import Fetch, decode_chunks, decode_into, each_chunk
 from ..codec.metadata import ArrayInfo
-from ..codec.shard import ShardIndex
+from ..codec.shard import ShardCodec, ShardIndex
 from ..core import args
 from ..core.layout import Coord, Region, intersect, shift
 from ..runtime import pool as _pool
@@ -158,7 +158,7 @@ class ShardReader:
         threads: int | None,
     ) -> None:
         """The part of ``out`` that lies in ``shard``, group by group on the pool."""
-        lay, codec = self.info.layout, self.info.codec
+        lay, codec = self.info.layout, self.info.shard_codec(shard)
         sreg = lay.shard_region(shard)
         part = intersect(sreg, region)
         if part is None:
@@ -179,7 +179,7 @@ class ShardReader:
         fetch_bytes = GROUP_BYTES if small_fetch else REMOTE_FETCH_BYTES
         groups = split_box(box, raw, fetch_bytes)
         key = lay.shard_key(shard)
-        with self._shard(key) as got:
+        with self._shard(key, codec) as got:
             if got is None:
                 out[_dest(part, region, steps)] = self.info.fill_value
                 return
@@ -195,7 +195,9 @@ class ShardReader:
                 for fbox in batch:
                     once = fetch if small_fetch else prefetch(codec, index, fbox, fetch)
                     for gbox in split_box(fbox, raw, GROUP_BYTES):
-                        self._fill_group(gbox, origin, local, region, steps, out, index, once)
+                        self._fill_group(
+                            gbox, origin, local, region, steps, out, index, once, codec
+                        )
                 return [None] * len(batch)
 
             _pool.map_batches(run, groups, threads)
@@ -210,10 +212,10 @@ class ShardReader:
         out: np.ndarray,
         index: ShardIndex,
         fetch: Fetch,
+        codec: ShardCodec,
     ) -> None:
         """Decode the inner chunks of ``gbox`` (a box of chunk coordinates of one shard) and
         place the selected part of them into ``out``."""
-        codec = self.info.codec
         cs = codec.chunk_shape
         glocal = tuple(
             slice(max(sl.start, r.start * c), min(sl.stop, r.stop * c))
@@ -256,23 +258,26 @@ class ShardReader:
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
 
-    def _parse(self, key: str, raw: bytes, size: int) -> ShardIndex:
-        n = self.info.codec.index_nbytes
+    def _parse(self, key: str, raw: bytes, size: int, codec: ShardCodec) -> ShardIndex:
+        n = codec.index_nbytes
         return ShardIndex.from_bytes(
-            self.info.codec, raw[-n:] if len(raw) > n else raw, size, self.store.key(key)
+            codec, raw[-n:] if len(raw) > n else raw, size, self.store.key(key)
         )
 
     @contextlib.contextmanager
-    def _shard(self, key: str) -> Iterator[tuple[ShardIndex, Fetch] | None]:
+    def _shard(
+        self, key: str, codec: ShardCodec | None = None
+    ) -> Iterator[tuple[ShardIndex, Fetch] | None]:
         """The validated index of shard ``key`` and a fetch over the same version of it.
 
         Local files: the index cache is checked against the open file's identity (inode, size,
         mtime), so a shard rewritten since is read afresh, never with stale offsets; ranges are
         read into the calling thread's reused buffer. Other stores: the index is fetched with the
         data unless ``cache_indexes`` is set (then the array must not be rewritten while this
-        reader is open).
+        reader is open). ``codec``: the shard's (:meth:`ArrayInfo.shard_codec`), else the
+        array's.
         """
-        codec = self.info.codec
+        codec = codec or self.info.codec
         n = codec.index_nbytes
         full_key = self.store.key(key)
         handle = self.store.open_local(key) if self.store.local_root is not None else None
@@ -281,7 +286,8 @@ class ShardReader:
                 index = self._cached(key, handle.version)
                 if index is False:
                     start = max(0, handle.size - n) if codec.index_location == "end" else 0
-                    index = self._parse(key, handle.read(start, min(n, handle.size)), handle.size)
+                    raw = handle.read(start, min(n, handle.size))
+                    index = self._parse(key, raw, handle.size, codec)
                     self._remember(key, handle.version, index)
                 assert isinstance(index, ShardIndex)
                 yield index, local_fetch(handle, full_key)
@@ -298,7 +304,7 @@ class ShardReader:
                 got = self.store.get_suffix(key, n)
             else:
                 got = self.store.get_prefix(key, n)
-            index = None if got is None else self._parse(key, *got)
+            index = None if got is None else self._parse(key, *got, codec)
             if self.cache_indexes:
                 self._remember(key, None, index)
         if index is None:
@@ -313,10 +319,10 @@ class ShardReader:
         Reads the shard index, then only the listed chunks as coalesced byte ranges; missing
         shards and chunks hold the fill value.
         """
-        codec = self.info.codec
+        codec = self.info.shard_codec(shard)
         inner = codec.inner
         name = self.info.layout.shard_key(shard)
-        with self._shard(name) as got:
+        with self._shard(name, codec) as got:
             if got is None or not len(coords):
                 stack = np.empty((len(coords), *inner.stored_shape), dtype=inner.stored_dtype)
                 stack[...] = inner.fill_value

@@ -93,7 +93,7 @@ class StagedWriter(ShardAssembly):
         self, shard: Coord, loc: Sequence[int], block: np.ndarray, region: Region
     ) -> Piece:
         started = time.perf_counter()
-        lay, codec = self.layout, self.info.codec
+        lay, codec = self.layout, self.info.shard_codec(shard)
         cs = lay.chunk_shape
         shard_box = lay.shard_region(shard)
         part = intersect(region, shard_box)
@@ -156,11 +156,11 @@ class StagedWriter(ShardAssembly):
     ) -> np.ndarray:
         """``data`` (the array's ``part``) grown to whole chunks ``box``, outside ``part`` the
         stored chunks' values (the region's edge cuts these chunks)."""
-        lay, codec = self.layout, self.info.codec
+        lay, codec = self.layout, self.info.shard_codec(shard)
         inner, cs = codec.inner, lay.chunk_shape
         buf = np.full([b.stop - b.start for b in box], inner.fill_value, dtype=inner.dtype)
         key = lay.shard_key(shard)
-        old = None if self.plan.covers(shard) else self._old_index(key)
+        old = None if self.plan.covers(shard) else self._old_index(key, shard)
         if old is not None:
             index, _ = old
             origin = [s.start for s in lay.shard_region(shard)]

@@ -52,8 +52,8 @@ class ShardAssembly:
     def layout(self) -> Layout:
         return self.info.layout
 
-    def _old_index(self, key: str) -> tuple[ShardIndex, int] | None:
-        return read_index(self.store, self.info.codec, key)
+    def _old_index(self, key: str, shard: Coord) -> tuple[ShardIndex, int] | None:
+        return read_index(self.store, self.info.shard_codec(shard), key)
 
     # -- phase 2 --------------------------------------------------------------------------------
 
@@ -70,7 +70,7 @@ class ShardAssembly:
 
     def _assemble(self, shard: Coord, receipts: Sequence[Any]) -> WriteReport:
         started = time.perf_counter()
-        lay, codec = self.layout, self.info.codec
+        lay, codec = self.layout, self.info.shard_codec(shard)
         key = lay.shard_key(shard)
         pieces = [
             p
@@ -142,7 +142,7 @@ class ShardAssembly:
             )
         old_size = None
         if not self.plan.covers(shard):
-            old = self._old_index(key)
+            old = self._old_index(key, shard)
             if old is not None:
                 index, old_size = old
                 touched = self._touched(shard)
@@ -202,7 +202,7 @@ class ShardAssembly:
 
     def _touched(self, shard: Coord) -> np.ndarray:
         """Mask over the shard's chunk grid: chunks the write region touches (rewritten)."""
-        lay, codec = self.layout, self.info.codec
+        lay, codec = self.layout, self.info.shard_codec(shard)
         mask = np.zeros(codec.grid, dtype=bool)
         box = tuple(slice(a, b) for a, b in _chunk_span(lay, shard, self.plan.region))
         mask[box] = True
@@ -231,8 +231,9 @@ class ShardAssembly:
 
 def _chunk_span(lay: Layout, shard: Coord, region: Region) -> list[tuple[int, int]]:
     out = []
-    for i, sl, s, c in zip(shard, region, lay.shard_shape, lay.chunk_shape, strict=True):
-        lo = max(sl.start - i * s, 0)
-        hi = min(sl.stop - i * s, s)
+    origin, extent = lay.shard_origin(shard), lay.shard_extent(shard)
+    for o, sl, s, c in zip(origin, region, extent, lay.chunk_shape, strict=True):
+        lo = max(sl.start - o, 0)
+        hi = min(sl.stop - o, s)
         out.append((lo // c, ceildiv(hi, c)) if hi > lo else (0, 0))
     return out

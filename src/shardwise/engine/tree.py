@@ -113,7 +113,7 @@ def _children(
 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """The shards of ``lay`` whose reduced blocks make ``shard`` of the next level, ``up``."""
     assert step is not None  # a level below another in the tree reduces into it
-    return child_shards(shard, lay.shape, lay.shard_shape, up.shard_shape, step)
+    return child_shards(shard, lay.shape, lay.regular_shards, up.regular_shards, step)
 
 
 def tree_graph(levels: Sequence[TreeLevel]) -> Any:

@@ -21,7 +21,7 @@ import numpy as np
 from ..codec.frames import borrowed as borrowed_frames
 from ..codec.metadata import ArrayInfo
 from ..codec.mosaic import Mosaic, fits
-from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
+from ..codec.shard import EncodedShard, ShardCodec, empty_shard, encode_shard, merge_shard
 from ..core.keys import ShardKeys
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
@@ -74,7 +74,7 @@ class ShardWriter:
         may be shared with other writers: it is read, merged and committed only if unchanged
         since the read (:func:`~shardwise.storage.conditional.read_merge_commit`).
         """
-        lay, codec = self.layout, self.info.codec
+        lay, codec = self.layout, self.info.shard_codec(shard)
         key = lay.shard_key(shard)
         valid = tuple(s.stop - s.start for s in lay.shard_region(shard))
         opts = self.options
@@ -102,7 +102,8 @@ class ShardWriter:
             deleted = exists and stored is None
         else:
             assert isinstance(block, np.ndarray)
-            enc, deleted = self._merge(key, valid, [(self.plan.piece_in_shard(shard), block)], rep)
+            piece = (self.plan.piece_in_shard(shard), block)
+            enc, deleted = self._merge(key, valid, [piece], rep, codec)
         return self._counted(key, valid, enc, deleted, rep)
 
     def write_updates(
@@ -114,7 +115,7 @@ class ShardWriter:
         lay = self.layout
         key, valid = lay.shard_key(shard), tuple(s.stop - s.start for s in lay.shard_region(shard))
         rep = WriteReport(raw_bytes=sum(v.nbytes for _, v in updates))
-        enc, deleted = self._merge(key, valid, updates, rep)
+        enc, deleted = self._merge(key, valid, updates, rep, self.info.shard_codec(shard))
         return self._counted(key, valid, enc, deleted, rep)
 
     def _merge(
@@ -123,11 +124,12 @@ class ShardWriter:
         valid: tuple[int, ...],
         updates: Sequence[tuple[tuple[slice, ...], np.ndarray]],
         rep: WriteReport,
+        codec: ShardCodec,
     ) -> tuple[EncodedShard | None, bool]:
         """The stored shard read, ``updates`` merged in order and committed only if it is
         unchanged since the read (:func:`~shardwise.storage.conditional.read_merge_commit`);
         recorded. Returns the shard stored (None: all fill) and whether one was deleted."""
-        codec, opts = self.info.codec, self.options
+        opts = self.options
 
         def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
             enc: EncodedShard | None = None

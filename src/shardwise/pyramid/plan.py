@@ -109,7 +109,10 @@ def _linked(levels: list[LevelPlan], method: str) -> list[LevelPlan]:
         if first < len(levels):
             up = levels[first]
             step = _step(lv.geometry, up.geometry)
-            if not nests(shape, lv.info.layout.shard_shape, up.info.layout.shard_shape, step):
+            low, high = lv.info.layout, up.info.layout
+            if not (low.is_regular and high.is_regular) or not nests(
+                shape, low.shard_shape, high.shard_shape, step
+            ):
                 break
         first -= 1
     if len(levels) - first < 2:  # a tree of one level is the level written alone

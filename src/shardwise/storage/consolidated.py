@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..compat import consolidated_metadata
+from ..compat import consolidated_metadata, with_rectilinear_grids
 from ..errors import ArrayNotFoundError
 from .conditional import update_json
 from .overlay import read_only
@@ -61,6 +61,7 @@ def refresh(nodes: Nodes) -> list[str]:
     return []
 
 
+@with_rectilinear_grids
 def refresh_group(zstore: Any, group: str, *, create: bool = False) -> bool:
     """Re-consolidate ``group`` if its ``zarr.json`` carries consolidated metadata (or
     ``create``); whether it changed."""

@@ -17,6 +17,7 @@ import zarr
 from zarr.abc.store import Store
 
 from ..codec.metadata import ArrayInfo, info_from_metadata
+from ..compat import with_rectilinear_grids
 from ..errors import (
     ArrayNotFoundError,
     NotAGroupError,
@@ -48,6 +49,7 @@ def open_info(store: Any, path: str | None = None) -> ArrayInfo:
         raise UnsupportedCodecError(f"{describe(store, path)}: {e}") from None
 
 
+@with_rectilinear_grids
 def open_zarr_array(store: Any, path: str | None = None) -> Any:
     """zarr-python's array at ``path`` (Zarr v3), or a shardwise error saying what is there
     instead: :class:`NotAnArrayError` for a group (listing its arrays),
@@ -62,6 +64,7 @@ def open_zarr_array(store: Any, path: str | None = None) -> Any:
     raise UnsupportedCodecError(_v2_message(store, path, kind))
 
 
+@with_rectilinear_grids
 def open_node(store: Any, path: str | None = None) -> Any:
     """zarr-python's array or group at ``path`` (Zarr v2 or v3); nothing there is an
     :class:`ArrayNotFoundError` naming the store and path, not zarr's own error."""
@@ -119,6 +122,7 @@ def _not_an_array(store: Any, path: str | None) -> NotAnArrayError:
     )
 
 
+@with_rectilinear_grids
 def _array_above(store: Any, path: str | None) -> str | None:
     """The path of an array (Zarr v2 or v3) that ``path`` would lie inside, else None."""
     parts = (path or "").strip("/").split("/")[:-1]
@@ -179,6 +183,7 @@ def array_exists(store: Any, path: str | None) -> bool:
     return True
 
 
+@with_rectilinear_grids
 def group_arrays(zstore: Any, path: str | None) -> list[str] | None:
     """Paths of the arrays below the group at ``path`` (None when it is not a group)."""
     try:
@@ -220,6 +225,7 @@ def walk_groups(group: Any, path: str = "/") -> Iterator[tuple[str, Any]]:
         yield from walk_groups(sub, f"{path.rstrip('/')}/{name}")
 
 
+@with_rectilinear_grids
 def node_exists(zstore: Any, path: str) -> bool:
     """True when any zarr node (array or group, Zarr v2 or v3) is at ``path``."""
     try:
@@ -229,6 +235,7 @@ def node_exists(zstore: Any, path: str) -> bool:
     return True
 
 
+@with_rectilinear_grids
 def open_group(store: Any, group: str | None) -> Any:
     """zarr-python's group at ``group`` (v2 or v3, consolidated metadata not used), None when
     nothing is there; an array there is a :class:`NotAGroupError`."""
@@ -250,6 +257,7 @@ def same_metadata(probe: Any, zstore: Any, path: str | None) -> bool:
     return not metadata_differences(probe, zstore, path)
 
 
+@with_rectilinear_grids
 def metadata_differences(probe: Any, zstore: Any, path: str | None) -> list[str]:
     """What differs between the stored array's metadata and the one ``probe`` (the array this
     write would create, in memory) has, by the keyword that sets it (``dtype``, ``chunks``,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..codec.metadata import ArrayInfo
+from ..compat import with_rectilinear_grids
 from ..core.layout import Region, ceildiv
 from ..storage.store import ShardStore
 
@@ -42,10 +43,11 @@ class AppendedArray:
     def step(self) -> int:
         """The shard (or chunk, without sharding) length along the axis."""
         if self.info is not None:
-            return int(self.info.layout.shard_shape[self.axis])
+            return self.info.layout.axis_step(self.axis, "an append")
         return int(self.meta["chunk_grid"]["configuration"]["chunk_shape"][self.axis])
 
 
+@with_rectilinear_grids
 def moved(a: AppendedArray, start: int, end: int, pad: bool) -> AppendedArray:
     """``a`` written to rows ``start:end``, in an array padded to whole shards along the axis
     (its last shard merged, never clipped: see the module's step 3)."""

@@ -12,6 +12,7 @@ import zarr
 from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors
+from ..compat import with_rectilinear_grids
 from ..core.geometry import ShardGeometry
 from ..core.planner import layout_geometry
 from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
@@ -50,6 +51,7 @@ _BLAMED = (
 )
 
 
+@with_rectilinear_grids
 def create_in_memory(kwargs: dict[str, Any]) -> Any:
     """``zarr.create_array(MemoryStore(), **kwargs)``: the metadata built and checked without a
     byte written anywhere. What zarr refuses becomes an :class:`InvalidTypeError` /

@@ -104,8 +104,12 @@ def check_write(w: ArrayWrite) -> None:
     problems = []
     if w.job is not None and w.job.plan != w.plan:
         problems.append("the plan is not its job's")
-    if (lay.shard_shape, lay.chunk_shape) != (grid.shard_shape, grid.chunk_shape):
-        problems.append(f"shards/chunks {lay.shard_shape}/{lay.chunk_shape} are not the array's")
+    if (lay.shard_shape, lay.shard_sizes, lay.chunk_shape) != (
+        grid.shard_shape,
+        grid.shard_sizes,
+        grid.chunk_shape,
+    ):
+        problems.append(f"{lay.grid_text()}, inner chunks {lay.chunk_shape} are not the array's")
     if any(not 0 <= r.start <= r.stop <= n for r, n in zip(w.plan.region, lay.shape, strict=True)):
         problems.append(f"region {w.plan.region} is outside the array {lay.shape}")
     want = tuple(r.stop - r.start for r in w.plan.region)
@@ -358,7 +362,7 @@ def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
             ]
         )
     assert len(writes) == 1, "writes that are not linked are parts of their own"
-    journal = session.journal(write.info.codec)
+    journal = session.journal(write.info.codec, write.info.layout)
     done, plan = session.done, write.plan
     if write.strategy == "copy":
         # one Delayed per shard task; the copier counts itself as a running task of the write
@@ -422,7 +426,7 @@ def direct_writer(write: ArrayWrite, session: WriteSession) -> ShardWriter:
         store=session.store,  # tagged with this write's id
         plan=write.plan,
         options=write.options,
-        journal=session.journal(write.info.codec),
+        journal=session.journal(write.info.codec, write.info.layout),
         shared=write.shared,
     )
 

@@ -226,11 +226,10 @@ class WriteSession:
             extra.add(LEASE)
         return {*keys, *(RECORDS + k for k in keys), *extra}
 
-    def journal(self, codec: ShardCodec) -> Journal:
+    def journal(self, codec: ShardCodec, layout: Layout | None = None) -> Journal:
         assert self.marker is not None
-        return Journal(
-            self.store, self.marker.id, codec.index_nbytes, codec.index_location == "end"
-        )
+        end = codec.index_location == "end"
+        return Journal(self.store, self.marker.id, codec.index_nbytes, end, layout)
 
     @property
     def skipped(self) -> int:
@@ -244,7 +243,7 @@ class WriteSession:
         if not self.resumed:
             self.done = frozenset()
             return self.done
-        done, fill = stored_before(self.journal(codec), plan, fill=self.finished)
+        done, fill = stored_before(self.journal(codec, plan.layout), plan, fill=self.finished)
         self.done, self.fill = frozenset(done), frozenset(fill)
         if self.finished and len(self.done) + len(self.fill) < plan.ntasks:
             assert self.marker is not None
@@ -337,7 +336,8 @@ def finished_write(store: ShardStore, plan: ShardPlan, codec: ShardCodec) -> tup
     found = read_marker(store, plan.region)
     if found is None or found.status != "done" or list(found.shape) != list(plan.layout.shape):
         return None
-    journal = Journal(store, found.id, codec.index_nbytes, codec.index_location == "end")
+    end = codec.index_location == "end"
+    journal = Journal(store, found.id, codec.index_nbytes, end, plan.layout)
     done, fill = stored_before(journal, plan)
     return (len(done), len(fill)) if len(done) + len(fill) == plan.ntasks else None
 

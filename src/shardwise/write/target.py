@@ -19,6 +19,7 @@ from ..compat import classic_dask
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Region, RegionArg, normalize_region
 from ..core.plan import ShardPlan
+from ..core.shardspec import dask_layout, wants_dask
 from ..engine.write import Mode
 from ..errors import ArrayNotFoundError, InvalidValueError, PlanError
 from ..storage.conditional import versions
@@ -67,6 +68,11 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
+    if wants_dask(shards):  # one shard per dask chunk: regular, or rectilinear where uneven
+        kind = np.dtype(data.dtype if dtype is None else dtype)
+        given_chunks = None if chunks is None or _is_auto(chunks) else tuple(chunks)
+        source = data.chunks if _is_dask(data) else None
+        chunks, shards = dask_layout(shards, shape, source, kind.itemsize, given_chunks, names)
     zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
     # 3. what is at the path (refusals of "w-" and "r+"), the array's metadata: a new one
     # built and checked in memory, else the stored one

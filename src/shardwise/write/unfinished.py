@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..compat import with_rectilinear_grids
 from ..durability.appending import Survey, holder_may_run
 from ..durability.journal import WriteMarker, appends_of, region_list
 from ..errors import LeaseHeldError
@@ -87,6 +88,7 @@ def _rows_of(m: WriteMarker, a: AppendedArray) -> tuple[int, int] | None:
     return (lo, hi) if same and hi - lo == want[axis][1] - want[axis][0] else None
 
 
+@with_rectilinear_grids
 def _holds(a: AppendedArray, rows: tuple[int, int]) -> bool:
     """Whether the stored array of ``a`` holds ``a``'s values at ``rows`` along its axis."""
     import numpy as np

@@ -31,7 +31,7 @@ from xarray.backends.zarr import ZarrStore
 from xarray.core import indexing
 
 from ..codec.metadata import info_from_metadata
-from ..compat import datatree_from_groups, normalize_path
+from ..compat import datatree_from_groups, normalize_path, with_rectilinear_grids
 from ..core import args
 from ..engine.gather import read_outer, read_vectorized
 from ..engine.load import read_selection
@@ -136,12 +136,14 @@ class ShardwiseDataStore(AbstractDataStore):
         self.cache_indexes = cache_indexes
 
     @classmethod
+    @with_rectilinear_grids
     def open(cls, store: Any, *, group: str | None = None, **kwargs: Any) -> ShardwiseDataStore:
         """Open the group ``group`` of ``store`` (a path, URL, zarr Store or icechunk Session):
         metadata only. Takes the keywords of :meth:`open_tree` but ``subgroups``."""
         return cls.open_tree(store, group=group, subgroups=False, **kwargs)["/"]
 
     @classmethod
+    @with_rectilinear_grids
     def open_tree(
         cls,
         store: Any,
@@ -211,7 +213,8 @@ class ShardwiseDataStore(AbstractDataStore):
             return var  # e.g. variable-length strings xarray maps to object: zarr reads them
         data = indexing.LazilyIndexedArray(ShardwiseBackendArray(reader, dtype))
         encoding = dict(var.encoding)
-        shards = reader.info.layout.shard_shape
+        lay = reader.info.layout
+        shards: Any = lay.shard_shape if lay.is_regular else lay.dask_chunks()
         encoding["preferred_chunks"] = dict(zip(var.dims, shards, strict=True))
         return Variable(var.dims, data, var.attrs, encoding)
 
@@ -260,6 +263,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         # never by extension: ".zarr" paths belong to xarray's own zarr engine
         return isinstance(filename_or_obj, ShardwiseDataStore)
 
+    @with_rectilinear_grids
     def open_dataset(  # type: ignore[override]
         self,
         filename_or_obj: Any,
@@ -305,12 +309,14 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         }
         return _decode(store, decoders)
 
+    @with_rectilinear_grids
     def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Every group at and below ``group`` (default: the root) as one ``DataTree``, each
         with the lazy arrays of :meth:`open_dataset`; coordinates are inherited as xarray
         inherits them. Takes the keywords of :meth:`open_groups_as_dict`."""
         return datatree_from_groups(self.open_groups_as_dict(filename_or_obj, **kwargs))
 
+    @with_rectilinear_grids
     def open_groups_as_dict(  # type: ignore[override]
         self,
         filename_or_obj: Any,

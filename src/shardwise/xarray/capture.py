@@ -16,7 +16,7 @@ from zarr.abc.store import Store
 
 from ..codec.metadata import ArrayInfo, info_from_metadata
 from ..compat import validate_region_and_encoding, zarr_store_writers
-from ..core.layout import Region, ceildiv, normalize_region
+from ..core.layout import Layout, Region, ceildiv, normalize_region
 from ..errors import PlanError, UnsupportedCodecError
 from ..storage.conditional import versions
 from ..storage.store import ShardStore
@@ -147,8 +147,10 @@ def plan_writes(
             strict = info is None or versions(ShardStore(zstore, arr.path)) is None
         if has_region and strict:
             unit = "shards" if info is not None else "chunks"
-            for sl, s, n, d in zip(target, grid, shape, dims, strict=True):
-                if d != append_dim and not _on_grid(sl, s, n):
+            lay = info.layout if info is not None else None
+            for k, (sl, s, n, d) in enumerate(zip(target, grid, shape, dims, strict=True)):
+                on = _on_grid(sl, s, n) if lay is None else _on_layout(lay, k, sl)
+                if d != append_dim and not on:
                     splits.append((name, d, sl, s, unit))
         out.append(
             VariableWrite(
@@ -163,6 +165,10 @@ def plan_writes(
 def _on_grid(sl: slice, step: int, n: int) -> bool:
     start, stop = int(sl.start), int(sl.stop)
     return start % step == 0 and (stop % step == 0 or stop == n)
+
+
+def _on_layout(lay: Layout, d: int, sl: slice) -> bool:
+    return lay.on_edge(d, int(sl.start), end=False) and lay.on_edge(d, int(sl.stop))
 
 
 def _split_message(

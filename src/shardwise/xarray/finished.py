@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from ..compat import with_rectilinear_grids
 from ..storage.overlay import Overlay
 from ..storage.store import ShardStore
 from .capture import VariableWrite
@@ -91,6 +92,7 @@ def finished_shards(xw: XarrayWrite) -> tuple[int, int] | None:
     return stored, fill
 
 
+@with_rectilinear_grids
 def _stored_values(zstore: Store, w: VariableWrite) -> bool:
     """Whether the unsharded array of ``w`` (written through zarr-python) holds its data."""
     import zarr

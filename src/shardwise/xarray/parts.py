@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import Store
 
+from ..compat import with_rectilinear_grids
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Layout, Region
 from ..core.plan import ShardPlan
@@ -193,6 +194,7 @@ def dask_parts(
     return parts
 
 
+@with_rectilinear_grids
 def _write_plain(
     zstore: Store, path: str, meta: dict[str, Any], region: Region, block: Any
 ) -> WriteReport:

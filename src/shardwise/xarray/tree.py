@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from ..compat import classic_dataset
+from ..compat import classic_dataset, with_rectilinear_grids
 from ..core import args
 from ..core.job import Strategy
 from ..errors import ArrayExistsError, ArrayNotFoundError, InvalidTypeError, InvalidValueError
@@ -27,6 +27,7 @@ from ..storage.overlay import Overlay, read_only
 from ..storage.store import describe, resolve_store
 from ..write.target import refuse_unknown_chunks
 from .capture import Capture, plan_writes, run_xarray
+from .daskgrid import apply_grids, check_shards, with_dask_layout
 from .finished import has_metadata, stored_as, writes_stored
 from .parts import XarrayWrite, open_marker, variable_jobs
 from .prepare import (
@@ -36,10 +37,8 @@ from .prepare import (
     check_append_dim,
     check_group_names,
     check_names,
-    check_shards_kw,
     choose_mode,
     stored_dims,
-    with_layout,
 )
 from .steady import steady_lengths
 
@@ -84,6 +83,7 @@ def check_tree(
     _refuse_nothing_there(zstore, base, group, mode)
     root_mode = _resumed_mode(base, group, mode, nodes) if resume else mode
 
+    @with_rectilinear_grids  # a rectilinear array's metadata parsed, written or consolidated
     def xarray_pass(root_mode: WriteMode) -> tuple[Overlay, Capture]:
         overlay, capture = Overlay(steady_lengths(base, append_dim)), Capture()
         for i, (path, ds) in enumerate(nodes.items()):
@@ -98,13 +98,8 @@ def check_tree(
             stored = stored_dims(base, where) if mode in ("a", "a-", "r+") else None
             if node_append is not None:
                 check_append_dim(stored, where, node_append)
-            ds, enc = with_layout(
-                ds,
-                encodings.get(path, {}),
-                set(stored or ()),
-                _node_shards(shards, ds),
-                shard_bytes,
-            )
+            given = (encodings.get(path, {}), set(stored or ()), _node_shards(shards, ds))
+            ds, enc, grids = with_dask_layout(ds, *given, shard_bytes)
             with _refused_create(zstore, where, node_mode, resume):
                 run_xarray(
                     ds,
@@ -117,6 +112,7 @@ def check_tree(
                     region=node_region,
                     encoding=enc,
                 )
+            apply_grids(overlay, capture.items, where, grids)
         if tree and consolidated is not False:  # None too: as DataTree.to_zarr by default
             _consolidate(overlay, group, asked=consolidated is True)
         return overlay, capture
@@ -182,7 +178,7 @@ def _nodes(
             f"{sorted(map(str, ds.dims))}: region names dimensions of the data to write"
         )
     if shards is not None:
-        check_shards_kw(ds, shards)
+        check_shards(ds, shards)
     if append_dim is not None and append_dim not in ds.dims:
         raise InvalidValueError(  # with xarray's wording, which callers match on
             f"append_dim={append_dim!r} is not a dimension of the data to write: it "
@@ -253,8 +249,10 @@ def _refuse_unknown_dims(
                 f"{keyword} names dimension {dim!r}, which no group of the tree has "
                 f"(dimensions: {sorted(dims)})"
             )
-        if keyword == "shards" and n is not None and not _positive(n):
-            raise InvalidValueError(f"shards[{dim!r}] must be a positive int or None, got {n!r}")
+        if keyword == "shards" and n is not None and n != "dask" and not _positive(n):
+            raise InvalidValueError(
+                f"shards[{dim!r}] must be a positive int, None or 'dask', got {n!r}"
+            )
 
 
 def _positive(n: Any) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal
 
 from ..core.job import Strategy
+from ..core.shardspec import wants_dask
 from ..core.sizing import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_SHARD_BYTES,
@@ -251,7 +252,7 @@ def to_zarr(
         obj,
         target.store,
         write_inherited_coords=write_inherited_coords,
-        shards=shards_by_dimension(shards, obj),  # a shape: sizes per dimension name
+        shards=shards if wants_dask(shards) else shards_by_dimension(shards, obj),  # type: ignore[arg-type]
         encoding=encoding,
         mode=mode,
         append_dim=append_dim,
