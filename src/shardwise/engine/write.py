@@ -22,6 +22,7 @@ from ..codec.frames import borrowed as borrowed_frames
 from ..codec.metadata import ArrayInfo
 from ..codec.mosaic import Mosaic, fits
 from ..codec.shard import EncodedShard, empty_shard, encode_shard, merge_shard
+from ..codec.splice import Splice
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
 from ..runtime.units import SMALL_CHUNK
@@ -32,6 +33,7 @@ from ..storage.store import ShardStore
 from .pieces import PieceSpec, pieces_graph
 from .recorder import ShardRecorder
 from .report import WriteReport
+from .splice import splice_merge
 from .tasks import shard_task
 
 Mode = Literal["w", "w-", "a", "r+"]
@@ -101,7 +103,10 @@ class ShardWriter:
             deleted = exists and stored is None
         else:
             assert isinstance(block, np.ndarray)
-            enc, deleted = self._merge(key, valid, [(self.plan.piece_in_shard(shard), block)], rep)
+            merged, deleted = self._merge(
+                key, valid, [(self.plan.piece_in_shard(shard), block)], rep
+            )
+            return self._counted(key, valid, merged, deleted, rep)
         return self._counted(key, valid, enc, deleted, rep)
 
     def write_updates(
@@ -122,11 +127,27 @@ class ShardWriter:
         valid: tuple[int, ...],
         updates: Sequence[tuple[tuple[slice, ...], np.ndarray]],
         rep: WriteReport,
-    ) -> tuple[EncodedShard | None, bool]:
+    ) -> tuple[EncodedShard | Splice | None, bool]:
         """The stored shard read, ``updates`` merged in order and committed only if it is
         unchanged since the read (:func:`~shardwise.storage.conditional.read_merge_commit`);
-        recorded. Returns the shard stored (None: all fill) and whether one was deleted."""
+        recorded. Returns the shard stored (None: all fill) and whether one was deleted.
+
+        Where the store copies byte ranges itself (local files, S3), only the index and the
+        chunks merged are read and only the changed chunks and the index written
+        (:func:`.splice.splice_merge`); ``rep.merges`` says which way the shard went."""
         codec, opts = self.info.codec, self.options
+        spliced = splice_merge(
+            self.store, key, codec, valid, updates,
+            write_empty_chunks=opts.write_empty_chunks, threads=opts.threads,
+        )  # fmt: skip
+        if spliced is not None:
+            rep.conflicts_retried, rep.merges = spliced.conflicts, [spliced.kind]
+            if self.journal is not None:
+                # no whole-object checksum without reading the copied ranges: the previous
+                # commit's record is dropped (verify checks the index and every chunk)
+                self.journal.record(key, None, spliced.generation)
+            return spliced.shard, False
+        rep.merges = ["whole"]
 
         def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
             enc: EncodedShard | None = None
@@ -155,7 +176,7 @@ class ShardWriter:
         self,
         key: str,
         valid: tuple[int, ...],
-        enc: EncodedShard | None,
+        enc: EncodedShard | Splice | None,
         deleted: bool,
         rep: WriteReport,
     ) -> WriteReport:
