@@ -142,8 +142,8 @@ def test_a_merge_moves_at_most_1_1x_the_touched_chunks_and_the_index(
     kind: str, s3: MotoS3, tmp_path: Path
 ) -> None:
     """A 10-byte update of chunk 1: the report's bytes read are at most 1.1x (chunk 1 as it
-    was + the index) and its bytes written at most 1.1x (chunk 1 as it is + the index); the
-    other three chunks are copied by the store, not moved."""
+    was + the index) and its bytes written at most 1.1x (chunk 1 as it is + the index), the
+    write's markers and records included; the other three chunks are copied by the store."""
     store, values, n = big(kind, s3, tmp_path)
     before, index_nbytes = chunk_sizes(store)
     rep = shardwise.write_array(np.zeros(10, "u1") + 7, store, path="a", mode="r+",
@@ -155,6 +155,9 @@ def test_a_merge_moves_at_most_1_1x_the_touched_chunks_and_the_index(
     assert rep.bytes_written <= 1.1 * (after[1] + index_nbytes)
     assert rep.bytes_copied == before[0] + before[2] + before[3]
     np.testing.assert_array_equal(shardwise.read_array(store, path="a"), values)
+    # the shard's record is dropped (no whole-object checksum without reading the copies):
+    # verify checks it for integrity, and even strict finds nothing to hold against it
+    assert shardwise.verify(store, path="a", strict=True).ok
 
 
 def test_a_memory_store_merges_whole_shards_and_says_so() -> None:

@@ -103,7 +103,7 @@ def open_s3(store: ShardStore, name: str, step: Callable[[str], None]) -> S3Sour
     if int(head["ContentLength"]) < 2 * MIN_PART:  # no range worth a copy: merged whole
         return None
     src = S3Source(call, bucket, key, int(head["ContentLength"]), head["ETag"],
-                   head.get("VersionId"))  # fmt: skip
+                   _version(head))  # fmt: skip
     src.step = step
     return src
 
@@ -165,7 +165,7 @@ class S3Source:
             ):
                 return CONFLICT  # fmt: skip
             raise
-        return (got["ETag"], got.get("VersionId"))
+        return (got["ETag"], _version(got))
 
     def _part(self, number: int, part: Part, upload: str) -> dict[str, Any]:
         self.step("part")
@@ -185,6 +185,13 @@ class S3Source:
         got = self.call("upload_part", **where, Body=body)
         count("put", len(body))
         return {"PartNumber": number, "ETag": got["ETag"]}
+
+
+def _version(answer: dict[str, Any]) -> Any:
+    """An answer's version as obstore gives it (None for an unversioned object, which
+    botocore may give as "null")."""
+    v = answer.get("VersionId")
+    return None if v in (None, "null") else v
 
 
 def _code(e: BaseException) -> str:
