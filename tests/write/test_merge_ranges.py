@@ -302,3 +302,24 @@ def test_moto_checks_multipart_conditions_and_ranges_as_s3(s3: MotoS3) -> None:
             attempt(body, when, **copy)
         codes.append(e.value.response["Error"]["Code"])
     assert codes == ["PreconditionFailed", "PreconditionFailed", "InvalidRange", "EntityTooSmall"]
+
+
+@pytest.mark.parametrize("where", ["start", "end"])
+def test_a_shard_zarr_python_wrote_is_merged_by_ranges_and_reads_back_in_zarr(
+    where: str, tmp_path: Path
+) -> None:
+    """Shards written by zarr-python, their index at the start or the end, uncompressed: a
+    region across two shards is merged by ranges, and zarr-python reads what numpy has."""
+    root = tmp_path / "z.zarr"
+    arr = zarr.create_array(
+        zarr.storage.LocalStore(root), name="a", shape=(64, 64), dtype="i4", chunks=(32, 32),
+        serializer=zarr.codecs.ShardingCodec(chunk_shape=(8, 8), index_location=where),
+        compressors=None,
+    )  # fmt: skip
+    values = np.arange(64 * 64, dtype="i4").reshape(64, 64)
+    arr[...] = values
+    rep = shardwise.write_array(np.full((3, 3), -1, "i4"), root, path="a", mode="r+",
+                                region=(slice(5, 8), slice(30, 33)))  # fmt: skip
+    values[5:8, 30:33] = -1
+    assert rep.merges == ["local ranges"] * 2 and rep.bytes_copied > 0
+    np.testing.assert_array_equal(zarr.open_array(root, path="a")[...], values)
