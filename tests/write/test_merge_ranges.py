@@ -323,3 +323,19 @@ def test_a_shard_zarr_python_wrote_is_merged_by_ranges_and_reads_back_in_zarr(
     values[5:8, 30:33] = -1
     assert rep.merges == ["local ranges"] * 2 and rep.bytes_copied > 0
     np.testing.assert_array_equal(zarr.open_array(root, path="a")[...], values)
+
+
+def test_where_the_kernel_cannot_copy_the_ranges_go_through_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``copy_file_range`` (another system, another filesystem): the same shard, its
+    ranges read and written by the process, and counted so."""
+    store, values, _ = big("local", None, tmp_path)
+    before, _ = chunk_sizes(store)
+    monkeypatch.delattr(os, "copy_file_range")
+    rep = shardwise.write_array(np.full(4, 3, "u1"), store, path="a", mode="r+",
+                                region=(slice(5, 9),))  # fmt: skip
+    values[5:9] = 3
+    assert rep.merges == ["local ranges"] and rep.bytes_copied == 0
+    assert rep.bytes_read >= sum(before)  # chunk 0 to merge, chunks 1-3 to copy
+    np.testing.assert_array_equal(shardwise.read_array(store, path="a"), values)

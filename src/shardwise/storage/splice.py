@@ -158,10 +158,11 @@ class LocalSource:
 def _copy_range(src: int, dst: int, offset: int, n: int, at: int) -> int:
     """Copy ``n`` bytes at ``offset`` of ``src`` to ``at`` of ``dst`` in the kernel; the bytes
     copied (fewer when the kernel cannot copy between these files)."""
+    copy = getattr(os, "copy_file_range", None)  # Linux only
     done = 0
-    while done < n:
+    while done < n and copy is not None:
         try:
-            got = os.copy_file_range(src, dst, n - done, offset + done, at + done)
+            got = copy(src, dst, n - done, offset + done, at + done)
         except OSError as e:
             if e.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
                 return done
