@@ -107,11 +107,14 @@ def test_random_update_sequences_equal_numpys(
                     want[region] = value
                     merges += rep.merges
             np.testing.assert_array_equal(shardwise.read_array(store, path="a"), want)
-            assert set(merges) <= {EXPECTED[kind], "whole"}  # whole: a shard emptied
-            assert EXPECTED[kind] in merges or all(v == 0 for _, v in ups)
+            # whole: a shard emptied, or on S3 one without a range worth a copy part
+            assert set(merges) <= {EXPECTED[kind], "whole"}
+            seen.update(merges)
             assert shardwise.verify(store, path="a").ok
 
+    seen: set[str] = set()
     run()
+    assert EXPECTED[kind] in seen
 
 
 # -- bytes moved -------------------------------------------------------------------------------
