@@ -342,3 +342,20 @@ def test_where_the_kernel_cannot_copy_the_ranges_go_through_the_process(
     assert rep.merges == ["local ranges"] and rep.bytes_copied == 0
     assert rep.bytes_read >= sum(before)  # chunk 0 to merge, chunks 1-3 to copy
     np.testing.assert_array_equal(shardwise.read_array(store, path="a"), values)
+
+
+def test_on_s3_a_merge_changing_every_chunk_reads_the_shard_once(
+    s3: MotoS3, tmp_path: Path
+) -> None:
+    """Every inner chunk changed: nothing to copy, so after its index the shard is read and
+    written whole, once (no chunk read twice)."""
+    store, values, n = big("s3", s3, tmp_path)
+    size = sum(chunk_sizes(store)[0]) + chunk_sizes(store)[1]
+    ups = [(slice(k * n, k * n + 2),) for k in range(4)]
+    with shardwise.RegionWriter(store, path="a") as w:
+        for reg in ups:
+            w.write(reg, 1)
+            values[reg] = 1
+    assert w.report is not None and w.report.merges == ["whole"]
+    assert w.report.bytes_read <= 1.01 * size + 8192  # the index, the shard, the journal
+    np.testing.assert_array_equal(shardwise.read_array(store, path="a"), values)

@@ -35,7 +35,7 @@ from ..errors import CorruptShardError
 from .index import ShardIndex
 from .shard import ShardCodec, encode_chunks
 
-__all__ = ["Splice", "needed", "splice_shard"]
+__all__ = ["Splice", "needed", "splice_shard", "untouched"]
 
 Update = tuple[tuple[slice, ...], np.ndarray]
 Range = tuple[int, int]  # (offset, nbytes) of the stored shard
@@ -105,6 +105,26 @@ def needed(
         f = int(grid.flat[k])
         if not index.is_empty(f):
             o, n = (int(x) for x in index.entries[f])
+            out.append((o, n))
+    return out
+
+
+def untouched(
+    codec: ShardCodec, index: ShardIndex, valid: Sequence[int], updates: Sequence[Update]
+) -> list[Range]:
+    """The stored ranges of the chunks no update touches (neighbours joined): what a splice
+    can copy."""
+    grid = _Grid.of(codec, valid)
+    touched, _ = grid.touched(updates)
+    out: list[Range] = []
+    for k in np.flatnonzero(~touched).tolist():
+        f = int(grid.flat[k])
+        if index.is_empty(f):
+            continue
+        o, n = (int(x) for x in index.entries[f])
+        if out and out[-1][0] + out[-1][1] == o:
+            out[-1] = (out[-1][0], out[-1][1] + n)
+        else:
             out.append((o, n))
     return out
 

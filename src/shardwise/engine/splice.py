@@ -20,7 +20,7 @@ import numpy as np
 
 from ..codec.index import ShardIndex, index_slice
 from ..codec.shard import ShardCodec
-from ..codec.splice import Splice, needed, splice_shard
+from ..codec.splice import Splice, needed, splice_shard, untouched
 from ..errors import ShardConflictError
 from ..storage import conditional
 from ..storage.retry import RetryPolicy
@@ -69,6 +69,8 @@ def splice_merge(
             short = src.size < codec.index_nbytes  # from_bytes says what is wrong
             (raw,) = [b""] if short else src.read([(where.start, where.stop - where.start)])
             index = ShardIndex.from_bytes(codec, raw, src.size, key)
+            if not src.worth_copying(untouched(codec, index, valid, updates)):
+                return None  # e.g. every chunk changes: nothing to copy (S3: no 5 MiB range)
             ranges = needed(codec, index, valid, updates)
             stored = dict(zip(ranges, src.read(ranges), strict=True))
             shard = splice_shard(

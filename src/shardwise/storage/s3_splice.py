@@ -137,6 +137,10 @@ class S3Source:
     def close(self) -> None:
         pass
 
+    def worth_copying(self, ranges: Sequence[tuple[int, int]]) -> bool:
+        """Some untouched range fills a part (else one whole put does better)."""
+        return any(n >= MIN_PART for _, n in ranges)
+
     def worth(self, segments: Sequence[Any]) -> bool:
         """Whether a splice copies anything (else one whole put does better)."""
         return any(kind == "copy" for kind, _ in plan_parts(segments))

@@ -66,6 +66,11 @@ class Source(Protocol):
         """Whether a splice of ``segments`` moves less than a whole put would."""
         ...
 
+    def worth_copying(self, ranges: Sequence[tuple[int, int]]) -> bool:
+        """Whether the untouched ``ranges`` may make a splice worth it (asked before the
+        chunks are read)."""
+        ...
+
 
 def splice_kind(store: ShardStore) -> str | None:
     """How ``store`` builds an object from ranges of another: "local ranges", "s3 ranges", or
@@ -104,6 +109,9 @@ class LocalSource:
 
     def worth(self, segments: Sequence[Any]) -> bool:
         return True
+
+    def worth_copying(self, ranges: Sequence[tuple[int, int]]) -> bool:
+        return True  # even with nothing to copy, only the chunks merged in part are read
 
     def commit(self, segments: Sequence[Any]) -> Any:
         root = self.store.local_root
