@@ -207,15 +207,17 @@ def test_create_metadata_counts_its_own_create_whose_answer_was_lost(tmp_path: P
     assert (z.shape, z.chunks, z.shards, z.dtype) == ((8, 8), (2, 2), (4, 4), np.int16)
 
 
-@pytest.mark.parametrize("where", ["threads", "processes", "local cluster"])
+# a LocalCluster on threads (processes=False) starts no process: a fast test (0.3 s), its id
+# without the slow word "cluster" (slowmarks.py: "localcluster" is one word)
+@pytest.mark.parametrize("where", ["threads", "processes", "LocalCluster-on-threads"])
 def test_the_job_asks_the_scheduler_the_write_runs_on(tmp_path: Path, where: str) -> None:
     """A misaligned dask source is rechunked in memory (direct) on this process's threads and on
     a LocalCluster made here, and staged on other schedulers: the job of every front end asks
     dask's default scheduler once (job_for)."""
     # kills job_for_12 (the dask chunks not read: a misaligned source taken for numpy) and
-    # job_for_42 (a LocalCluster taken for a remote cluster)
+    # job_for_38 and _42 (a LocalCluster taken for a remote cluster)
     source = da.zeros((16, 16), dtype="uint16", chunks=(6, 6))
-    if where == "local cluster":
+    if where == "LocalCluster-on-threads":
         from distributed import Client
 
         with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None):
@@ -399,3 +401,27 @@ def test_each_refusal_of_the_policy_names_the_array_and_what_to_do(tmp_path: Pat
         f"array 'theirs' in {url}/z was created by another writer while this write started "
         "(use mode='w' to replace it, 'a' or 'r+' to write into it)"
     )
+
+
+def test_a_resumed_w_over_a_finished_write_replaces_every_shard(tmp_path: Path) -> None:
+    """Mode "w" asks to replace the array: resumed over a finished write of the same metadata,
+    it adopts none of that write's shards, so new values replace every one of them."""
+    # kills decide's adopt_done for mode "w" (the finished write's shards kept: old values)
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    report = shardwise.write_array(data() + 7, tmp_path / "a", mode="w", resume=True, **LAYOUT)
+    assert (report.shards_written, report.shards_skipped) == (4, 0)
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[:], data() + 7)
+
+
+def test_the_plan_of_a_region_that_splits_shards_says_they_are_shared(tmp_path: Path) -> None:
+    """A region of an existing array that splits its shards runs beside other writers: its plan
+    says so, whatever its source would choose alone."""
+    # kills job_for's shared flag dropped on its way to the job (job_for_28)
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    region = (slice(0, 2), slice(None))
+    for source in (data()[:2], da.from_array(data()[:2], chunks=1)):
+        plan = shardwise.plan_write(source, tmp_path / "a", mode="r+", region=region)
+        assert plan.strategy == "direct"
+        assert plan.reason == (
+            "direct: shards shared with other writers are merged and committed conditionally"
+        )
