@@ -14,7 +14,8 @@ zarr-python (and xarray's zarr engine) from the committed snapshot:
   forks then 1 for 64 shard tasks, three levels for 65, one merge for a single shard task;
 * ``convert`` of a group holding an empty array (a copy with no shard task) into a session;
 * each refusal of a write into a session in full: what does not apply, why, and what to do;
-  a commit that conflicts on two shards names both.
+  a commit that conflicts on two shards names both; ``to_icechunk``'s region splitting shards
+  written by default, refused (nothing changed) when ``safe_shards=True`` asks it to be.
 """
 
 from __future__ import annotations
@@ -328,3 +329,19 @@ def test_a_commit_conflicting_on_two_shards_names_both(repo: Any) -> None:
     )
     assert second.has_uncommitted_changes
     np.testing.assert_array_equal(committed(repo, "v"), [1.0] * 20 + [0.0] * 20)
+
+
+def test_a_region_splitting_shards_is_refused_in_a_session_only_when_asked(repo: Any) -> None:
+    """In a session a region that splits shards is written (its one task merges each split
+    shard, and another session's write of it conflicts at commit); ``safe_shards=True`` asks
+    for the refusal all the same: a PlanError naming the aligned region, the session unchanged."""
+    ds = xr.Dataset({"v": (("t",), np.arange(40.0))})
+    encoding = {"v": {"chunks": (5,), "shards": (10,)}}
+    shardwise.to_icechunk(ds, repo.writable_session("main"), encoding=encoding, commit="0")
+    session = repo.writable_session("main")
+    part = xr.Dataset({"v": (("t",), np.ones(5))})
+    with pytest.raises(shardwise.PlanError, match=r"\{'t': slice\(0, 10, None\)\}"):
+        shardwise.to_icechunk(part, session, region={"t": slice(0, 5)}, safe_shards=True)
+    assert not session.has_uncommitted_changes
+    shardwise.to_icechunk(part, session, region={"t": slice(0, 5)}, commit="split")
+    np.testing.assert_array_equal(committed(repo, "v"), [1.0] * 5 + list(range(5, 40)))
