@@ -331,7 +331,7 @@ def test_the_plan_of_a_write_into_a_session_is_direct_and_says_why(tmp_path: Pat
     have no place in the session): its plan says so, and a numpy source of many shards is run in
     runs of neighbouring shards there too."""
     # kills job_for's forks branch (its strategy, reason, what was asked, the runs: job_for_58,
-    # _61, _64, _81)
+    # _61, _64, _65, _81)
     import icechunk
 
     from shardwise.core.job import shards_per_task
@@ -347,6 +347,12 @@ def test_the_plan_of_a_write_into_a_session_is_direct_and_says_why(tmp_path: Pat
         "into an icechunk session: each shard task writes its whole shards into its fork"
     )
     assert plan.per_task == shards_per_task(4096, default_threads(True)) > 1
+    # a dask source's blocks are its graph's: one task per shard there too
+    with dask.config.set(scheduler="threads"):
+        lazy = shardwise.plan_write(
+            da.from_array(x, chunks=512), session, path="a", chunks=32, shards=32
+        )
+    assert (lazy.strategy, lazy.requested, lazy.per_task) == ("direct", "auto", 1)
     assert not session.has_uncommitted_changes  # a plan writes nothing
 
 
