@@ -15,7 +15,9 @@ zarr-python (and xarray's zarr engine) from the committed snapshot:
 * ``convert`` of a group holding an empty array (a copy with no shard task) into a session;
 * each refusal of a write into a session in full: what does not apply, why, and what to do;
   a commit that conflicts on two shards names both; ``to_icechunk``'s region splitting shards
-  written by default, refused (nothing changed) when ``safe_shards=True`` asks it to be.
+  written by default, refused (nothing changed) when ``safe_shards=True`` asks it to be;
+* a shard object holding only its index (every chunk empty, as another writer may store it)
+  read from a session as fill values, as zarr-python reads it.
 """
 
 from __future__ import annotations
@@ -345,3 +347,21 @@ def test_a_region_splitting_shards_is_refused_in_a_session_only_when_asked(repo:
     assert not session.has_uncommitted_changes
     shardwise.to_icechunk(part, session, region={"t": slice(0, 5)}, commit="split")
     np.testing.assert_array_equal(committed(repo, "v"), [1.0] * 5 + list(range(5, 40)))
+
+
+def test_a_shard_of_only_its_index_reads_as_fill_from_a_session(repo: Any) -> None:
+    """A shard whose index marks every chunk empty, stored alone (the object is its index): read
+    from the session it is in, its chunks are the fill value, as zarr-python reads them."""
+    import crc32c
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    session = repo.writable_session("main")
+    x = np.arange(64.0).reshape(8, 8)
+    shardwise.write_array(x, session, path="a", chunks=4, shards=8)
+    entries = b"\xff" * 16 * 4  # 4 chunks, each (offset, nbytes) empty
+    index = entries + crc32c.crc32c(entries).to_bytes(4, "little")
+    sync(session.store.set("a/c/0/0", default_buffer_prototype().buffer.from_bytes(index)))
+    got = shardwise.read_array(session, path="a")
+    np.testing.assert_array_equal(got, np.zeros((8, 8)))
+    np.testing.assert_array_equal(got, zarr.open_array(session.store, path="a", mode="r")[:])
