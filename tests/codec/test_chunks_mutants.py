@@ -325,6 +325,8 @@ def _blosc_claiming(chunk: bytes, nbytes: int) -> bytes:
 CORRUPT = {
     "crc32c-too-short": ("zstd-crc32c", lambda b: b[:2], "2 bytes is too short to hold a crc32c"),
     "blosc-no-header": ("blosc-lz4-shuffle", lambda b: b[:6], "blosc frame of 6 bytes is shorter"),
+    # cut to its header: 16 bytes hold the header, so the diagnosis is the bytes its header claims
+    "blosc-header-only": ("blosc-lz4-shuffle", lambda b: b[:16], "compressed bytes, got 16"),
     "blosc-claims-more": (
         "blosc-lz4-shuffle",
         lambda b: _blosc_claiming(b, 4 * 2048),
@@ -342,6 +344,8 @@ CORRUPT = {
         "zstd: ",
     ),
     "gzip-without-trailer": ("gzip-1", lambda b: b[:-8], "gzip stream is truncated"),
+    # not a gzip stream at all: zlib's own words
+    "gzip-not-a-stream": ("gzip-1", lambda b: b"\0" * len(b), "gzip: Error -3"),
 }
 
 

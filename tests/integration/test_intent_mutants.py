@@ -9,8 +9,10 @@ with ``compute=False`` finishes the interrupted write when computed; another wri
 lost counts as done; a region write where no array is refused with its advice; to_zarr writes
 each of its variables once (`mutation/run.py write/pipeline`); a resumed "r+" over nothing
 creates nothing, a resumed "a" over an array without a journal writes it, and over a finished
-write rewrites no shard. Each test names the mutants it
-kills. Real stores: local files (and zarr's own arrays)."""
+write rewrites no shard; the plan of a numpy source of many shards runs them in runs (a dask
+source and a staged write one per task), and the plan of a write into an icechunk session is
+direct and says why. Each test names the mutants it kills. Real stores: local files (and zarr's
+own arrays, an icechunk repository on local files)."""
 
 from __future__ import annotations
 
@@ -205,15 +207,17 @@ def test_create_metadata_counts_its_own_create_whose_answer_was_lost(tmp_path: P
     assert (z.shape, z.chunks, z.shards, z.dtype) == ((8, 8), (2, 2), (4, 4), np.int16)
 
 
-@pytest.mark.parametrize("where", ["threads", "processes", "local cluster"])
+# a LocalCluster on threads (processes=False) starts no process: a fast test (0.3 s), its id
+# without the slow word "cluster" (slowmarks.py: "localcluster" is one word)
+@pytest.mark.parametrize("where", ["threads", "processes", "LocalCluster-on-threads"])
 def test_the_job_asks_the_scheduler_the_write_runs_on(tmp_path: Path, where: str) -> None:
     """A misaligned dask source is rechunked in memory (direct) on this process's threads and on
     a LocalCluster made here, and staged on other schedulers: the job of every front end asks
     dask's default scheduler once (job_for)."""
     # kills job_for_12 (the dask chunks not read: a misaligned source taken for numpy) and
-    # job_for_42 (a LocalCluster taken for a remote cluster)
+    # job_for_38 and _42 (a LocalCluster taken for a remote cluster)
     source = da.zeros((16, 16), dtype="uint16", chunks=(6, 6))
-    if where == "local cluster":
+    if where == "LocalCluster-on-threads":
         from distributed import Client
 
         with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None):
@@ -296,3 +300,134 @@ def test_a_resumed_a_over_a_finished_write_rewrites_no_shard(tmp_path: Path) -> 
     assert report.shards_written == 0
     assert _stats(root) == before, "a shard object was written again"
     np.testing.assert_array_equal(zarr.open_array(root, mode="r")[:], data())
+
+
+def test_the_plan_of_many_shards_from_numpy_runs_them_in_runs(tmp_path: Path) -> None:
+    """A numpy source of more shards than a write runs tasks for (``MIN_RUNS``) is written by
+    tasks of several neighbouring shards each, as many as the threads want; a dask source keeps
+    one task per shard, its blocks the graph's, and so does a staged write."""
+    # kills job_for's runs dropped for arrays (job_for_104, _114, the role's default) and
+    # _runs' choice of direct numpy sources (_runs_2, _5, _12)
+    from shardwise.core.job import shards_per_task
+    from shardwise.runtime.probes import default_threads
+
+    x = np.zeros((2048, 2048), dtype="i1")  # 4096 shards of 32 x 32
+    per = shards_per_task(4096, default_threads(True))
+    assert per > 1
+    with dask.config.set(scheduler="threads"):
+        plan = shardwise.plan_write(x, tmp_path / "a", chunks=32, shards=32)
+        assert (plan.strategy, plan.per_task) == ("direct", per), plan.reason
+        assert plan.source_chunks is None
+        staged = shardwise.plan_write(x, tmp_path / "a", chunks=32, shards=32, strategy="staged")
+        assert (staged.strategy, staged.per_task) == ("staged", 1)
+        lazy = da.from_array(x, chunks=512)
+        plan = shardwise.plan_write(lazy, tmp_path / "a", chunks=32, shards=32)
+        assert (plan.strategy, plan.per_task) == ("direct", 1), plan.reason
+        assert plan.source_chunks == ((512,) * 4, (512,) * 4)
+
+
+def test_the_plan_of_a_write_into_a_session_is_direct_and_says_why(tmp_path: Path) -> None:
+    """A write into an icechunk session runs direct when asked "auto" (a staged write's pieces
+    have no place in the session): its plan says so, and a numpy source of many shards is run in
+    runs of neighbouring shards there too."""
+    # kills job_for's forks branch (its strategy, reason, what was asked, the runs: job_for_58,
+    # _61, _64, _65, _81)
+    import icechunk
+
+    from shardwise.core.job import shards_per_task
+    from shardwise.runtime.probes import default_threads
+
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
+    session = repo.writable_session("main")
+    x = np.zeros((2048, 2048), dtype="i1")
+    with dask.config.set(scheduler="threads"):
+        plan = shardwise.plan_write(x, session, path="a", chunks=32, shards=32)
+    assert (plan.strategy, plan.requested) == ("direct", "auto")
+    assert plan.reason == (
+        "into an icechunk session: each shard task writes its whole shards into its fork"
+    )
+    assert plan.per_task == shards_per_task(4096, default_threads(True)) > 1
+    # a dask source's blocks are its graph's: one task per shard there too
+    with dask.config.set(scheduler="threads"):
+        lazy = shardwise.plan_write(
+            da.from_array(x, chunks=512), session, path="a", chunks=32, shards=32
+        )
+    assert (lazy.strategy, lazy.requested, lazy.per_task) == ("direct", "auto", 1)
+    assert not session.has_uncommitted_changes  # a plan writes nothing
+
+
+def test_each_refusal_of_the_policy_names_the_array_and_what_to_do(tmp_path: Path) -> None:
+    """The policy's refusals in full: which array (the store's root, or the path in it), what is
+    wrong, and the mode that does what was meant."""
+    # kills resolve's messages (the array's name, the path's, the advice: resolve_3, _6, _40,
+    # _43, _89) and create_metadata's (_23, _26)
+    url = f"file://{tmp_path}"
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    shardwise.write_array(data(), tmp_path / "s", path="g/a", **LAYOUT)
+    refusals = [
+        (
+            lambda: shardwise.write_array(data(), tmp_path / "a", **LAYOUT),
+            f"the root array of {url}/a already exists (use mode='w' to replace it)",
+        ),
+        (
+            lambda: shardwise.write_array(data(), tmp_path / "s", path="g/a", **LAYOUT),
+            f"array 'g/a' in {url}/s already exists (use mode='w' to replace it)",
+        ),
+        (
+            lambda: shardwise.write_array(data(), tmp_path / "b", mode="r+"),
+            "mode='r+' writes into an existing array, and there is none at the root path of "
+            f"{url}/b (use mode='a' or 'w-' to create it)",
+        ),
+        (
+            lambda: shardwise.write_array(data(), tmp_path / "s", path="g/b", mode="r+"),
+            "mode='r+' writes into an existing array, and there is none at path 'g/b' in "
+            f"{url}/s (use mode='a' or 'w-' to create it)",
+        ),
+        (
+            lambda: shardwise.write_array(
+                data(), tmp_path / "a", mode="w-", resume=True, chunks=(4, 4), shards=(8, 8)
+            ),
+            f"the root array of {url}/a exists with other metadata (chunks: stored [2,2], "
+            "asked [4,4]; shards: stored [4,4], asked [8,8]): nothing to resume (use mode='w' "
+            "to replace it)",
+        ),
+    ]
+    for call, says in refusals:
+        before = snapshot(tmp_path)
+        with pytest.raises((ArrayExistsError, shardwise.ArrayNotFoundError)) as info:
+            call()
+        assert str(info.value) == says
+        assert snapshot(tmp_path) == before
+    kwargs = dict(shape=(8, 8), dtype="int16", **LAYOUT)
+    zstore = LocalStore(tmp_path / "z")
+    zarr.create_array(zstore, name="theirs", **kwargs)
+    with pytest.raises(ArrayExistsError) as info:
+        create_metadata(zstore, "theirs", kwargs, zarr.create_array(MemoryStore(), **kwargs))
+    assert str(info.value) == (
+        f"array 'theirs' in {url}/z was created by another writer while this write started "
+        "(use mode='w' to replace it, 'a' or 'r+' to write into it)"
+    )
+
+
+def test_a_resumed_w_over_a_finished_write_replaces_every_shard(tmp_path: Path) -> None:
+    """Mode "w" asks to replace the array: resumed over a finished write of the same metadata,
+    it adopts none of that write's shards, so new values replace every one of them."""
+    # kills decide's adopt_done for mode "w" (the finished write's shards kept: old values)
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    report = shardwise.write_array(data() + 7, tmp_path / "a", mode="w", resume=True, **LAYOUT)
+    assert (report.shards_written, report.shards_skipped) == (4, 0)
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a", mode="r")[:], data() + 7)
+
+
+def test_the_plan_of_a_region_that_splits_shards_says_they_are_shared(tmp_path: Path) -> None:
+    """A region of an existing array that splits its shards runs beside other writers: its plan
+    says so, whatever its source would choose alone."""
+    # kills job_for's shared flag dropped on its way to the job (job_for_28)
+    shardwise.write_array(data(), tmp_path / "a", **LAYOUT)
+    region = (slice(0, 2), slice(None))
+    for source in (data()[:2], da.from_array(data()[:2], chunks=1)):
+        plan = shardwise.plan_write(source, tmp_path / "a", mode="r+", region=region)
+        assert plan.strategy == "direct"
+        assert plan.reason == (
+            "direct: shards shared with other writers are merged and committed conditionally"
+        )

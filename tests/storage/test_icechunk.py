@@ -967,8 +967,14 @@ def test_commit_of_a_write_that_changed_nothing_says_so(repo: Any) -> None:
     shardwise.write_array(np.zeros((8, 8)), repo.writable_session("main"), path="a", commit="1")
     head = repo.lookup_branch("main")
     session = repo.writable_session("main")
-    with pytest.raises(TransactionError, match=r"changed nothing.*allow_empty=True"):
+    with pytest.raises(TransactionError, match=r"changed nothing.*allow_empty=True") as info:
         shardwise.write_array(np.zeros((8, 8)), session, path="a", mode="r+", commit="again")
+    assert str(info.value) == (
+        "commit='again': the write changed nothing in the session of branch 'main' (what it "
+        "wrote was stored already), and icechunk makes no empty commit; nothing was committed. "
+        "Write without commit=, or commit the session yourself (session.commit(message, "
+        "allow_empty=True))"
+    )
     assert repo.lookup_branch("main") == head and not session.read_only
     session.commit("empty on purpose", allow_empty=True)  # what the message says works
     assert repo.lookup_branch("main") != head
@@ -1030,6 +1036,14 @@ class Running:
 
 
 ONE_WRITE = "another shardwise write into this icechunk session"
+# the whole refusal: why two writes in one session at once are refused, and what to do instead
+ONE_WRITE_IN_FULL = (
+    "another shardwise write into this icechunk session (branch 'main') is running, in another "
+    "thread: two writes in one session at once would lose one's changes (each merges forks made "
+    "before the other's rows and shards); nothing of this one was written. Run them one after "
+    "the other, or each in a session of its own (repo.writable_session(branch)), committed one "
+    "by one (commits that share shards conflict instead of losing data)"
+)
 
 
 def test_a_second_write_into_a_session_while_one_runs_is_refused(repo: Any, tmp_path: Path) -> None:
@@ -1106,8 +1120,9 @@ def test_a_second_append_into_a_session_while_one_runs_is_refused(repo: Any) -> 
 
     running = Running(lambda: append(part), held)
     running.wait_inside()
-    with pytest.raises(TransactionError, match=ONE_WRITE):
+    with pytest.raises(TransactionError, match=ONE_WRITE) as refused:
         Running(lambda: append(ds.isel(t=slice(40, None)))).result()
+    assert str(refused.value) == ONE_WRITE_IN_FULL
     assert running.thread.is_alive()
     held.release()
     running.result()

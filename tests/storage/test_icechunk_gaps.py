@@ -9,15 +9,21 @@ zarr-python (and xarray's zarr engine) from the committed snapshot:
 * the last check of the forks before they are merged into the session (:meth:`SessionWrite.
   finish`; with ``progress=True`` the forks of the shard tasks reach it unmerged, so it is the
   only check): two forks that wrote one shard are refused, nothing merged; and with a bar on
-  threads every shard task's fork is merged;
+  threads every shard task's fork is merged, the bar counting forks, then showing the commit;
 * the forks merged as a tree of tasks on threads too (seen by a dask callback): 8 merges of 8
   forks then 1 for 64 shard tasks, three levels for 65, one merge for a single shard task;
-* ``convert`` of a group holding an empty array (a copy with no shard task) into a session.
+* ``convert`` of a group holding an empty array (a copy with no shard task) into a session;
+* each refusal of a write into a session in full: what does not apply, why, and what to do;
+  a commit that conflicts on two shards names both; ``to_icechunk``'s region splitting shards
+  written by default, refused (nothing changed) when ``safe_shards=True`` asks it to be;
+* a shard object holding only its index (every chunk empty, as another writer may store it)
+  read from a session as fill values, as zarr-python reads it.
 """
 
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +179,10 @@ def test_progress_on_threads_merges_every_shard_tasks_fork(
     err = capsys.readouterr().err.replace("\r", "\n")
     merged = [ln for ln in err.splitlines() if "merge into the session" in ln]
     assert merged and "16/16" in merged[-1]
+    # counted in forks, then the commit shown as it runs and the snapshot it made
+    assert all("fork/s" in ln for ln in merged)
+    assert any(ln.endswith("fork/s, committing 'with a bar on threads']") for ln in merged)
+    assert re.search(r"fork/s, committed snapshot [0-9A-Z]{20}\]$", merged[-1]), merged[-1]
     np.testing.assert_array_equal(committed(repo, "a"), x)
 
 
@@ -228,3 +238,130 @@ class _Keys:
 
     def __exit__(self, *exc: object) -> None:
         self.callback.__exit__(*exc)
+
+
+# each refusal of a write into a session, and its whole message
+REFUSALS = {
+    "read-only-view": (
+        lambda r, s, tmp: shardwise.write_array(
+            np.zeros(4), s.store.with_read_only(True), path="b"
+        ),
+        "the icechunk store is read-only (the store of a read-only session, or a read-only "
+        "view): write into repo.writable_session(branch) or its .store; nothing was written",
+    ),
+    "read-only-session": (
+        lambda r, s, tmp: shardwise.write_array(np.zeros(4), r.readonly_session("main"), path="b"),
+        "the icechunk session is read-only: write into repo.writable_session(branch)",
+    ),
+    "fork-session": (
+        lambda r, s, tmp: shardwise.write_array(np.zeros(4), s.fork(), path="b"),
+        "write into the Session a fork came from, not into a ForkSession: shardwise forks the "
+        "session itself, one fork per shard task",
+    ),
+    "commit-without-a-session": (
+        lambda r, s, tmp: shardwise.write_array(np.zeros(4), str(tmp / "x"), commit="m"),
+        "commit= applies to writes into an icechunk Session, not to str",
+    ),
+    "commit-not-a-str": (
+        lambda r, s, tmp: shardwise.write_array(np.zeros(4), s, path="b", commit=3),
+        "commit must be a str (the commit message), got 3",
+    ),
+    "lease": (
+        lambda r, s, tmp: shardwise.write_array(np.zeros(4), s, path="b", lease=True),
+        "lease=True does not apply to an icechunk session: the session's transaction keeps "
+        "other writers out",
+    ),
+    "resume": (
+        lambda r, s, tmp: shardwise.write_array(np.zeros(4), s, path="b", resume=True),
+        "resume=True does not apply to an icechunk session: an interrupted write leaves the "
+        "session uncommitted: rerun it",
+    ),
+    "compute-false": (
+        lambda r, s, tmp: shardwise.write_array(np.zeros(4), s, path="b", compute=False),
+        "compute=False does not apply to an icechunk session: the forks of the shard tasks are "
+        "merged into it when the write runs",
+    ),
+    "staged": (
+        lambda r, s, tmp: shardwise.write_array(np.zeros(4), s, path="b", strategy="staged"),
+        "strategy='staged' does not apply to an icechunk session: each shard task writes its "
+        "whole shard into its fork (strategy='direct')",
+    ),
+    "consolidated": (
+        lambda r, s, tmp: shardwise.to_icechunk(
+            xr.Dataset({"v": (("y",), np.arange(4.0))}), s, consolidated=True
+        ),
+        "consolidated=True does not apply to an icechunk session: its store keeps no "
+        "consolidated metadata (it lists a group's members itself)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_each_refusal_of_a_session_says_in_full_what_to_do(
+    repo: Any, tmp_path: Path, case: str
+) -> None:
+    """A write a session cannot take is refused before any change with its whole message: what
+    does not apply (or is read-only), why, and what to write into instead."""
+    call, says = REFUSALS[case]
+    shardwise.write_array(np.ones((8, 8)), repo.writable_session("main"), path="a", commit="1")
+    session = repo.writable_session("main")
+    with pytest.raises((InvalidValueError, shardwise.InvalidTypeError)) as info:
+        call(repo, session, tmp_path)
+    assert str(info.value) == says
+    assert not session.has_uncommitted_changes
+
+
+def test_a_commit_conflicting_on_two_shards_names_both(repo: Any) -> None:
+    """Two sessions that wrote the same two shards: the second commit's TransactionError names
+    the array, both shards and the kind of conflict, and what to do; nothing of it committed."""
+    shardwise.write_array(
+        np.zeros(40), repo.writable_session("main"), path="v", chunks=5, shards=10, commit="0"
+    )
+    first, second = repo.writable_session("main"), repo.writable_session("main")
+    region = (slice(0, 20),)
+    shardwise.write_array(np.ones(20), first, path="v", region=region, mode="r+", commit="a")
+    with pytest.raises(TransactionError) as info:
+        shardwise.write_array(
+            np.full(20, 2.0), second, path="v", region=region, mode="r+", commit="b"
+        )
+    assert str(info.value) == (
+        "the commit of branch 'main' conflicts with another commit: array '/v' shards [0], [1] "
+        "(Chunk double update); the session keeps this write uncommitted (nothing of either "
+        "write is lost: rerun this one in a new session)"
+    )
+    assert second.has_uncommitted_changes
+    np.testing.assert_array_equal(committed(repo, "v"), [1.0] * 20 + [0.0] * 20)
+
+
+def test_a_region_splitting_shards_is_refused_in_a_session_only_when_asked(repo: Any) -> None:
+    """In a session a region that splits shards is written (its one task merges each split
+    shard, and another session's write of it conflicts at commit); ``safe_shards=True`` asks
+    for the refusal all the same: a PlanError naming the aligned region, the session unchanged."""
+    ds = xr.Dataset({"v": (("t",), np.arange(40.0))})
+    encoding = {"v": {"chunks": (5,), "shards": (10,)}}
+    shardwise.to_icechunk(ds, repo.writable_session("main"), encoding=encoding, commit="0")
+    session = repo.writable_session("main")
+    part = xr.Dataset({"v": (("t",), np.ones(5))})
+    with pytest.raises(shardwise.PlanError, match=r"\{'t': slice\(0, 10, None\)\}"):
+        shardwise.to_icechunk(part, session, region={"t": slice(0, 5)}, safe_shards=True)
+    assert not session.has_uncommitted_changes
+    shardwise.to_icechunk(part, session, region={"t": slice(0, 5)}, commit="split")
+    np.testing.assert_array_equal(committed(repo, "v"), [1.0] * 5 + list(range(5, 40)))
+
+
+def test_a_shard_of_only_its_index_reads_as_fill_from_a_session(repo: Any) -> None:
+    """A shard whose index marks every chunk empty, stored alone (the object is its index): read
+    from the session it is in, its chunks are the fill value, as zarr-python reads them."""
+    import crc32c
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    session = repo.writable_session("main")
+    x = np.arange(64.0).reshape(8, 8)
+    shardwise.write_array(x, session, path="a", chunks=4, shards=8)
+    entries = b"\xff" * 16 * 4  # 4 chunks, each (offset, nbytes) empty
+    index = entries + crc32c.crc32c(entries).to_bytes(4, "little")
+    sync(session.store.set("a/c/0/0", default_buffer_prototype().buffer.from_bytes(index)))
+    got = shardwise.read_array(session, path="a")
+    np.testing.assert_array_equal(got, np.zeros((8, 8)))
+    np.testing.assert_array_equal(got, zarr.open_array(session.store, path="a", mode="r")[:])

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..compat import default_cluster_is_local, default_scheduler_is_local, with_rectilinear_grids
+from ..compat import default_cluster_is_local, default_scheduler_is_local
 from ..core.job import Strategy, WritePlan, make_job, shards_per_task
 from ..core.plan import ShardPlan
 from ..engine.tree import TreeLink
@@ -268,7 +268,6 @@ def array_write(
     )
 
 
-@with_rectilinear_grids
 def create_metadata(zstore: Any, path: str | None, kwargs: dict[str, Any], probe: Any) -> None:
     """Store the new array's metadata (``kwargs`` of ``zarr.create_array``; ``probe`` the array
     they build in memory), again after a transient store failure; a try whose answer was lost

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..codec.metadata import ArrayInfo, default_compressors
-from ..compat import classic_dask
+from ..compat import classic_dask, with_rectilinear_grids
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Region, RegionArg, normalize_region
 from ..core.plan import ShardPlan
@@ -259,7 +259,9 @@ def _target_metadata(
     info = open_info(made.store)
     if not intent.create:
         return _Target(info, intent, None)  # a resumed create: the array is there already
-    return _Target(info, intent, lambda: create_metadata(zstore, path, kwargs, made))
+    # zarr's rectilinear flag on while the metadata is stored (a grid of shards="dask")
+    store_it = with_rectilinear_grids(create_metadata)
+    return _Target(info, intent, lambda: store_it(zstore, path, kwargs, made))
 
 
 def _placed(
