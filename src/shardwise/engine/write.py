@@ -22,7 +22,6 @@ from ..codec.frames import borrowed as borrowed_frames
 from ..codec.metadata import ArrayInfo
 from ..codec.mosaic import Mosaic, fits
 from ..codec.shard import EncodedShard, ShardCodec, empty_shard, encode_shard, merge_shard
-from ..codec.splice import Splice
 from ..core.keys import ShardKeys
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
@@ -34,7 +33,6 @@ from ..storage.store import ShardStore
 from .pieces import PieceSpec, pieces_graph
 from .recorder import ShardRecorder
 from .report import WriteReport
-from .splice import splice_merge
 from .tasks import shard_task
 
 Mode = Literal["w", "w-", "a", "r+"]
@@ -105,8 +103,7 @@ class ShardWriter:
         else:
             assert isinstance(block, np.ndarray)
             piece = (self.plan.piece_in_shard(shard), block)
-            merged, deleted = self._merge(key, valid, [piece], rep, codec)
-            return self._counted(key, valid, merged, deleted, rep)
+            enc, deleted = self._merge(key, valid, [piece], rep, codec)
         return self._counted(key, valid, enc, deleted, rep)
 
     def write_updates(
@@ -128,27 +125,11 @@ class ShardWriter:
         updates: Sequence[tuple[tuple[slice, ...], np.ndarray]],
         rep: WriteReport,
         codec: ShardCodec,
-    ) -> tuple[EncodedShard | Splice | None, bool]:
+    ) -> tuple[EncodedShard | None, bool]:
         """The stored shard read, ``updates`` merged in order and committed only if it is
         unchanged since the read (:func:`~shardwise.storage.conditional.read_merge_commit`);
-        recorded. Returns the shard stored (None: all fill) and whether one was deleted.
-
-        Where the store copies byte ranges itself (local files, S3), only the index and the
-        chunks merged are read and only the changed chunks and the index written
-        (:func:`.splice.splice_merge`); ``rep.merges`` says which way the shard went."""
+        recorded. Returns the shard stored (None: all fill) and whether one was deleted."""
         opts = self.options
-        spliced = splice_merge(
-            self.store, key, codec, valid, updates,
-            write_empty_chunks=opts.write_empty_chunks, threads=opts.threads,
-        )  # fmt: skip
-        if spliced is not None:
-            rep.conflicts_retried, rep.merges = spliced.conflicts, [spliced.kind]
-            if self.journal is not None:
-                # no whole-object checksum without reading the copied ranges: the previous
-                # commit's record is dropped (verify checks the index and every chunk)
-                self.journal.record(key, None, spliced.generation)
-            return spliced.shard, False
-        rep.merges = ["whole"]
 
         def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
             enc: EncodedShard | None = None
@@ -177,7 +158,7 @@ class ShardWriter:
         self,
         key: str,
         valid: tuple[int, ...],
-        enc: EncodedShard | Splice | None,
+        enc: EncodedShard | None,
         deleted: bool,
         rep: WriteReport,
     ) -> WriteReport:
