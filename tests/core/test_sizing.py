@@ -215,7 +215,7 @@ def test_shardspec_doctests() -> None:
     import shardwise.core.shardspec
 
     result = doctest.testmod(shardwise.core.shardspec)
-    assert result.attempted == 4 and result.failed == 0
+    assert result.attempted >= 4 and result.failed == 0
 
 
 def _halvings(n: int) -> set[int]:

@@ -221,8 +221,9 @@ class Layout:
         return math.prod(self.chunks_per_shard)
 
     def dask_chunks(self) -> tuple[tuple[int, ...], ...]:
-        """One dask chunk per shard: the shard extents per axis, clipped to the array."""
-        return tuple(self.axis_sizes(d) for d in range(self.ndim))
+        """One dask chunk per shard: the shard extents per axis, clipped to the array (a
+        zero-length axis: one chunk of 0, as dask spells it)."""
+        return tuple(self.axis_sizes(d) or (0,) for d in range(self.ndim))
 
     def shards(self) -> Iterator[Coord]:
         """All shard coordinates in C order."""
