@@ -69,9 +69,7 @@ def frame_layout(
     return _layout(nominal, dtype, chunks, shards)
 
 
-def open_stream(
-    store: Any, shape: tuple[int | None, ...], axis: int, o: WriteOptions
-) -> Opened:
+def open_stream(store: Any, shape: tuple[int | None, ...], axis: int, o: WriteOptions) -> Opened:
     """The stream's write entered (lease held, marker open, metadata stored): a new array at
     length 0, or (``o.resume``) the array there, its stream's open write adopted."""
     target, o = Target.open(store, None, o)
@@ -93,9 +91,15 @@ def open_stream(
     intent = resolve(zstore, o.path, o.mode, False, lambda: made)
     plan = ShardPlan(probe_info.layout, _rows(empty, axis, 0, 0))
     write = array_write(
-        sstore, probe_info, intent, None, plan=plan, strategy="direct", create=lambda: create_metadata(zstore, o.path, kwargs, made),
+        sstore,
+        probe_info,
+        intent,
+        None,
+        plan=plan,
+        strategy="direct",
+        create=lambda: create_metadata(zstore, o.path, kwargs, made),
         options=o.settings,
-    )  # fmt: skip
+    )
     write = replace(write, append=_named(axis), adopt_done=False)
     ex = _enter(target, write, o, zstore)
     return Opened(ex, write, _metadata(sstore), axis, 0, None, False)
