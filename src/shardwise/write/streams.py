@@ -21,7 +21,7 @@ waits for a buffer (backpressure); nothing grows without bound.
 
 A process killed at any moment loses at most the frames not sealed (or flushed): shards are
 atomic puts and the shape grows after them. ``stream(..., resume=True)`` reopens the array,
-tells the frames stored (:attr:`Stream.resumed_from`) and continues there
+tells the frames stored (``Stream.resumed_from``) and continues there
 (``write/stream_open.py``).
 """
 
@@ -98,13 +98,19 @@ def stream(
         "w-" refuses an array at the path, "w" replaces it.
     resume : bool
         Continue the stream at the path: its stored frames are kept (see
-        :attr:`Stream.resumed_from`), the next frame appended after them. A new array when
+        ``Stream.resumed_from``), the next frame appended after them. A new array when
         there is none.
     pending : int
         Sealed shard-rows written in the background while the next one fills; ``append``
         waits when more would be.
-    fill_value, compressors, dimension_names, attributes
-        As ``zarr.create_array`` takes them (``compressors="auto"``: zstd).
+    fill_value : scalar, optional
+        The fill value, as ``zarr.create_array`` takes it.
+    compressors : "auto", codec, list of codecs or None
+        As ``zarr.create_array`` takes them ("auto": zstd).
+    dimension_names : tuple of str, optional
+        The array's dimension names (xarray reads them as its dimensions).
+    attributes : dict, optional
+        The array's attributes.
     lease : bool, optional
         Hold the array's exclusive lease while the stream is open (default: where the store
         can delete).
@@ -123,6 +129,19 @@ def stream(
     -------
     Stream
         The open stream: ``append``, ``extend``, ``flush``, ``close`` (or a ``with`` block).
+
+    Raises
+    ------
+    InvalidTypeError, InvalidValueError
+        A keyword of the wrong type or value (named in the message), before the store is
+        touched.
+    ArrayExistsError
+        ``mode="w-"`` (without ``resume``) and an array is already at the path.
+    LeaseHeldError
+        Another writer holds the array (a stream still open, or a write running); with
+        ``resume=True`` a stream whose process is gone is taken over.
+    PlanError
+        ``resume=True`` over an array of other frames, dtype, chunks or shards.
 
     Examples
     --------
@@ -166,7 +185,21 @@ def stream(
 
 
 class Stream:
-    """An open stream of frames into a sharded array (made by :func:`stream`).
+    """An open stream of frames into a sharded array (made by :func:`stream`, never built
+    directly).
+
+    Attributes
+    ----------
+    frames : int
+        Frames appended (those stored before a resume included).
+    stored : int
+        Frames stored: the array's length as readers see it.
+    resumed_from : int
+        Frames the array held when the stream opened (``resume=True``; 0 for a new array).
+    length : int or None
+        The final number of frames, or None (unbounded).
+    report : WriteReport or None
+        What the stream wrote, once closed.
 
     Frames are copied into the open shard-row's buffer; a full shard-row is sealed (written
     in the background, its shards put whole, then the shape grown). As a context manager it
