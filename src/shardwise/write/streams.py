@@ -49,6 +49,7 @@ __all__ = ["Stream", "stream"]
 # called as after_store(end) once the shards of a shard-row up to frame ``end`` are stored and
 # recorded, before the shape grows (tests stop a stream there)
 after_store: Callable[[int], None] | None = None
+PENDING_BYTES = 8 << 20  # the sealed shard-rows a stream holds by default (at least one)
 
 
 def stream(
@@ -62,7 +63,7 @@ def stream(
     path: str | None = None,
     mode: str = "w-",
     resume: bool = False,
-    pending: int = 1,
+    pending: int | None = None,
     fill_value: Any = None,
     compressors: Any = "auto",
     dimension_names: Any = None,
@@ -100,9 +101,10 @@ def stream(
         Continue the stream at the path: its stored frames are kept (see
         ``Stream.resumed_from``), the next frame appended after them. A new array when
         there is none.
-    pending : int
+    pending : int, optional
         Sealed shard-rows written in the background while the next one fills; ``append``
-        waits when more would be.
+        waits when more would be (default: as many as fit 8 MiB, at least one; those
+        waiting are written together, in one flush).
     fill_value : scalar, optional
         The fill value, as ``zarr.create_array`` takes it.
     compressors : "auto", codec, list of codecs or None
@@ -167,7 +169,9 @@ def stream(
             raise InvalidValueError(
                 f"shape={tuple(shape)!r}: sizes are whole numbers (None only at the append axis)"
             )
-    if isinstance(pending, bool) or not isinstance(pending, int) or pending < 1:
+    if pending is not None and (
+        isinstance(pending, bool) or not isinstance(pending, int) or pending < 1
+    ):
         raise InvalidValueError(f"pending must be a positive int, got {pending!r}")
     if mode not in ("w-", "w"):
         raise InvalidValueError(f"mode must be 'w-' or 'w', got {mode!r}")
@@ -206,7 +210,7 @@ class Stream:
     closes on a clean exit; when the block raises, the sealed frames stay and the stream is
     left for ``resume=True`` (its lease released)."""
 
-    def __init__(self, opened: Opened, length: int | None, pending: int) -> None:
+    def __init__(self, opened: Opened, length: int | None, pending: int | None) -> None:
         self._o = opened
         self.axis = opened.axis
         info = opened.write.info
@@ -217,9 +221,10 @@ class Stream:
         row = list(info.layout.shape)
         row[self.axis] = self.step
         self._row_shape = tuple(row)
-        self.pending = pending
+        row_bytes = int(np.prod(self._row_shape)) * self.dtype.itemsize
+        self.pending = pending or max(1, min(64, PENDING_BYTES // max(row_bytes, 1)))
         self._free: queue.Queue[np.ndarray] = queue.Queue()
-        for _ in range(pending):
+        for _ in range(self.pending):
             self._free.put(np.empty(self._row_shape, self.dtype))
         self._buf = np.empty(self._row_shape, self.dtype)
         self.resumed_from = opened.length  # frames stored when it opened
@@ -320,7 +325,7 @@ class Stream:
         self._check_open()
         self._drain()
         if self._fill > self._flushed:
-            self._write(self._row, self._buf, self._fill)
+            self._write([(self._row, self._buf, self._fill)])
             self._flushed = self._fill
 
     def close(self) -> WriteReport:
@@ -376,28 +381,45 @@ class Stream:
         self._check_open()
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            row, buf, n = job
+        """The background writer: every shard-row sealed since its last write, in one flush
+        (shard-rows smaller than the lifecycle's per-flush requests are written together
+        when the appender runs ahead)."""
+        stop = False
+        while not stop:
+            jobs = [self._jobs.get()]
+            while jobs[-1] is not None:
+                try:
+                    jobs.append(self._jobs.get_nowait())
+                except queue.Empty:
+                    break
+            stop = jobs[-1] is None
+            rows = [j for j in jobs if j is not None]
             try:
-                if self._error is None:
-                    self._write(row, buf, n)
+                if self._error is None and rows:
+                    self._write(rows)
             except BaseException as e:
                 self._error = e
             finally:
-                self._free.put(buf)
-                self._jobs.task_done()
-        self._jobs.task_done()
+                for _, buf, _ in rows:
+                    self._free.put(buf)
+                for _ in jobs:
+                    self._jobs.task_done()
 
-    def _write(self, row: int, buf: np.ndarray, n: int) -> None:
-        """Store shard-row ``row`` (its first ``n`` frames from ``buf``): the marker grown to
-        it, its shards put and recorded, then the shape grown."""
-        end = row * self.step + n
+    def _write(self, rows: list[tuple[int, np.ndarray, int]]) -> None:
+        """Store the shard-rows ``rows`` (each: its index, its buffer and its frames): the
+        marker grown to the last, their shards put and recorded, then the shape grown."""
+        last, _, n = rows[-1]
+        end = last * self.step + n
         whole = self._whole(end)
         ex = self._o.ex
         ex.resize(whole)
         lay = whole.info.layout
-        plan = ShardPlan(lay, _rows(lay.shape, self.axis, row * self.step, end))
-        ex.flush(ex.parts([replace(whole, plan=plan, source=buf[self._at(0, n)])]))
+        writes = []
+        for row, buf, k in rows:
+            start = row * self.step
+            plan = ShardPlan(lay, _rows(lay.shape, self.axis, start, start + k))
+            writes.append(replace(whole, plan=plan, source=buf[self._at(0, k)]))
+        ex.flush(ex.parts(writes))
         if after_store is not None:
             after_store(end)
         meta = self._o.meta
