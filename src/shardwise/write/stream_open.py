@@ -27,7 +27,14 @@ import numpy as np
 from ..codec.metadata import ArrayInfo
 from ..core.layout import Region
 from ..core.plan import ShardPlan
-from ..durability.journal import RECORDS, WriteMarker, marker_name, read_markers
+from ..durability.journal import (
+    RECORDS,
+    WRITES,
+    WriteMarker,
+    marker_name,
+    read_markers,
+    temp_target,
+)
 from ..errors import InvalidTypeError, PlanError
 from ..storage.nodes import open_info
 from ..storage.retry import retry_transient
@@ -144,6 +151,7 @@ def _resume(
         session = ex.pipe.sessions[0]
         assert session.marker is not None
         _drop_duplicates(sstore, session.marker.id, marker_name(region))
+        _drop_marker_temps(sstore)
         _drop_past(sstore, info, axis, length)
         tail = None
         if length > first:
@@ -206,6 +214,14 @@ def _open_marker(sstore: ShardStore, axis: int) -> WriteMarker | None:
 def _drop_duplicates(sstore: ShardStore, write_id: str, kept: str) -> None:
     for name, m in read_markers(sstore).items():
         if m is not None and m.id == write_id and name != kept:
+            sstore.delete(name)
+
+
+def _drop_marker_temps(sstore: ShardStore) -> None:
+    """Temp files of marker puts a kill interrupted (a resize's new marker): under the
+    exclusive lease no other write puts markers here."""
+    for name in sstore.list(WRITES):
+        if temp_target(name) is not None:
             sstore.delete(name)
 
 
