@@ -35,7 +35,7 @@ from ..durability.journal import (
     read_markers,
     temp_target,
 )
-from ..errors import InvalidTypeError, PlanError
+from ..errors import InvalidTypeError, InvalidValueError, PlanError
 from ..storage.nodes import open_info
 from ..storage.retry import retry_transient
 from ..storage.store import JOURNAL, ShardStore, describe, resolve_store
@@ -62,6 +62,33 @@ class Opened:
     length: int
     tail: np.ndarray | None
     resumed: bool
+
+
+def stream_axis(shape: Any, append_axis: Any, pending: Any, mode: Any, resume: bool) -> int:
+    """:func:`~shardwise.write.streams.stream`'s own keywords checked (before the store is
+    touched); the append axis, non-negative."""
+    if not isinstance(shape, tuple | list) or not shape:
+        raise InvalidTypeError(f"shape must be a tuple of sizes (None: unbounded), got {shape!r}")
+    ndim = len(shape)
+    if isinstance(append_axis, bool) or not isinstance(append_axis, int):
+        raise InvalidTypeError(f"append_axis must be an int, got {append_axis!r}")
+    if not -ndim <= append_axis < ndim:
+        raise InvalidValueError(f"append_axis={append_axis} is not an axis of shape {shape}")
+    axis = append_axis % ndim
+    for i, n in enumerate(shape):
+        if not (n is None and i == axis) and (not isinstance(n, int) or n < 0):
+            raise InvalidValueError(
+                f"shape={tuple(shape)!r}: sizes are whole numbers (None only at the append axis)"
+            )
+    if pending is not None and (
+        isinstance(pending, bool) or not isinstance(pending, int) or pending < 1
+    ):
+        raise InvalidValueError(f"pending must be a positive int, got {pending!r}")
+    if mode not in ("w-", "w"):
+        raise InvalidValueError(f"mode must be 'w-' or 'w', got {mode!r}")
+    if resume and mode == "w":
+        raise InvalidValueError("resume=True continues the stream there; mode='w' replaces it")
+    return axis
 
 
 def frame_layout(

@@ -40,9 +40,9 @@ import numpy as np
 
 from ..core.plan import ShardPlan
 from ..engine.report import WriteReport
-from ..errors import InvalidTypeError, InvalidValueError, PlanError
+from ..errors import InvalidValueError, PlanError
 from .options import WriteOptions
-from .stream_open import Opened, _rows, _sized, open_stream
+from .stream_open import Opened, _rows, _sized, open_stream, stream_axis
 
 __all__ = ["Stream", "stream"]
 
@@ -156,27 +156,7 @@ def stream(
     >>> zarr.open_array(store, mode="r").shape
     (20, 4, 4)
     """
-    if not isinstance(shape, tuple | list) or not shape:
-        raise InvalidTypeError(f"shape must be a tuple of sizes (None: unbounded), got {shape!r}")
-    ndim = len(shape)
-    if isinstance(append_axis, bool) or not isinstance(append_axis, int):
-        raise InvalidTypeError(f"append_axis must be an int, got {append_axis!r}")
-    if not -ndim <= append_axis < ndim:
-        raise InvalidValueError(f"append_axis={append_axis} is not an axis of shape {shape}")
-    axis = append_axis % ndim
-    for i, n in enumerate(shape):
-        if not (n is None and i == axis) and (not isinstance(n, int) or n < 0):
-            raise InvalidValueError(
-                f"shape={tuple(shape)!r}: sizes are whole numbers (None only at the append axis)"
-            )
-    if pending is not None and (
-        isinstance(pending, bool) or not isinstance(pending, int) or pending < 1
-    ):
-        raise InvalidValueError(f"pending must be a positive int, got {pending!r}")
-    if mode not in ("w-", "w"):
-        raise InvalidValueError(f"mode must be 'w-' or 'w', got {mode!r}")
-    if resume and mode == "w":
-        raise InvalidValueError("resume=True continues the stream there; mode='w' replaces it")
+    axis = stream_axis(shape, append_axis, pending, mode, resume)
     o = WriteOptions.checked(
         verb="stream", modes=("w-", "w"), path=path, mode=mode, resume=resume, lease=lease,
         break_lease=break_lease, threads=threads, fsync=fsync,
