@@ -16,7 +16,16 @@ and a later run only tests the mutants without a result yet.
 After each run a module's verdicts are summed up in ``mutation/verdicts/<module>.json`` (kept in
 the repository: counts, the survivors' names, a hash of the source file they were measured on);
 ``--report`` reads them where ``build/mutate`` holds no run of the module (a fresh clone) and says
-when the source has changed since.
+when the source has changed since, and when fewer than 30% of a module's mutants are tested
+(no figure yet: ``--sample`` adds to them).
+
+A verdict measured on a source that has changed since is *stale*: its score is no figure of the
+code as it is, and ``tests/project/test_mutation_lane.py`` fails (in CI) while a kept verdict
+is stale and still claims its score. Run the module again (``--rerun`` or ``--sample``: mutmut
+tests anew the mutants of every function whose source changed), or, where it cannot be run now,
+withdraw the claim; the report then prints the old counts marked as withdrawn, with no score:
+
+    python mutation/run.py --withdraw durability/lease   # the source changed, no run yet
 
 Mutants reach the processes tests start: mutmut activates a mutant through the environment
 variable ``MUTANT_UNDER_TEST``, which children inherit, and ``PYTHONPATH`` names the mutated
@@ -24,6 +33,12 @@ source tree (``mutants/src``), so a forkserver child, a worker process or a CLI 
 the mutated code too. mutmut maps tests to functions by the calls it sees in the test process
 only, so the mutants of a function only children run come out "without a covering test": each
 such mutant is then tested again with every test of its module.
+
+A module's ``mutmut`` table in ``modules.toml`` adds keys of its own to ``[tool.mutmut]``: the
+icechunk modules start the fork server without importing their tests (``forkserver_warmup =
+"none"``), as importing icechunk starts its runtime's threads, which a forked child lacks: every
+mutant would hang until the time limit and count as killed. The report counts the mutants killed
+by the time limit apart, so a lane where they all are shows.
 
 Survivors that are not listed in ``equivalents.md`` (with the reason each cannot be killed) are
 printed by name; the exit status is 1 while any module has such survivors.
@@ -50,8 +65,10 @@ EQUIVALENTS = HERE / "equivalents.md"
 VERDICTS = HERE / "verdicts"
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code), grouped for the report
 KILLED = {1, 3, 24, -24, 36, 152, 255}  # a test failed, or the mutant ran into the time limit
+TIMED_OUT = {24, -24, 36, 152, 255}  # of those: the time limit (mutmut.stats.status_by_exit_code)
 SURVIVED = {0}
 NO_TESTS = {5, 33}
+FIGURE = 0.3  # the least share of a module's mutants tested for its score to be a figure
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,8 @@ class Module:
     name: str
     source: str
     tests: list[str]
+    # the module's own [tool.mutmut] keys (modules.toml's ``mutmut`` table of the module)
+    options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def work(self) -> Path:
@@ -74,7 +93,10 @@ class Module:
 
 def modules() -> dict[str, Module]:
     table = tomllib.loads((HERE / "modules.toml").read_text())["modules"]
-    return {n: Module(n, m["source"], list(m["tests"])) for n, m in table.items()}
+    return {
+        n: Module(n, m["source"], list(m["tests"]), tuple(m.get("mutmut", {}).items()))
+        for n, m in table.items()
+    }
 
 
 def _toml_value(v: object) -> str:
@@ -99,6 +121,7 @@ def pyproject_for(module: Module) -> str:
     common = tomllib.loads(text)["tool"]["mutmut"]
     table = {
         **common,
+        **dict(module.options),
         "only_mutate": [module.source],
         "pytest_add_cli_args_test_selection": module.tests,
     }
@@ -119,6 +142,11 @@ def prepare(module: Module) -> None:
     (module.work / "pyproject.toml").write_text(pyproject_for(module))
     # there before mutmut starts: a PYTHONPATH entry missing at start is never looked in again
     (module.work / "mutants" / "src").mkdir(parents=True, exist_ok=True)
+
+
+def measured(module: Module) -> Path:
+    """Where a run in ``build/mutate`` notes the hash of the source it mutated."""
+    return module.work / "source_sha256"
 
 
 def results(module: Module) -> dict[str, int | None]:
@@ -156,6 +184,7 @@ def sample(module: Module, fraction: float) -> list[str]:
 
 def run(module: Module, names: list[str]) -> None:
     prepare(module)
+    measured(module).write_text(module.source_hash() + "\n")  # mutmut copies the source now
     # one child process: the machine is shared; mutmut runs the selected mutants (all when none)
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names]
     print(f"mutate: {module.name}: {' '.join(cmd[1:])}  (in {module.work})", flush=True)
@@ -232,13 +261,16 @@ def verdicts(module: Module) -> dict[str, Any]:
     codes = results(module)
     if not codes:
         return {}
+    noted = measured(module)
     return {
         "module": module.name,
         "source": module.source,
-        "source_sha256": module.source_hash(),
+        # the source the mutants were made of (a run before this note: the source as it is)
+        "source_sha256": noted.read_text().strip() if noted.exists() else module.source_hash(),
         "mutants": len(codes),
         "untested": sum(c is None for c in codes.values()),  # outside a --sample so far
         "killed": sum(c in KILLED for c in codes.values()),
+        "timed_out": sum(c in TIMED_OUT for c in codes.values()),  # of the killed
         "survived": sorted(k for k, c in codes.items() if c in SURVIVED),
         "no_tests": sorted(k for k, c in codes.items() if c in NO_TESTS),
     }
@@ -252,6 +284,23 @@ def keep_summary(module: Module) -> None:
         module.summary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
+def stale(module: Module, data: dict[str, Any]) -> bool:
+    """True when ``data`` (verdicts) were measured on another source than the module's now."""
+    return bool(data["source_sha256"] != module.source_hash())
+
+
+def withdraw(module: Module) -> None:
+    """Mark the kept verdicts of a module whose source changed as no longer claiming a score."""
+    if not module.summary.exists():
+        raise SystemExit(f"{module.name}: no verdicts kept in mutation/verdicts/ to withdraw")
+    data = json.loads(module.summary.read_text())
+    if not stale(module, data):
+        raise SystemExit(f"{module.name}: its kept verdicts are of {module.source} as it is")
+    data["withdrawn"] = f"{module.source} changed since (now {module.source_hash()})"
+    module.summary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    print(f"{module.name}: kept verdicts withdrawn ({data['withdrawn']})")
+
+
 def report(module: Module, equivalent: dict[str, str]) -> bool:
     """Print the module's numbers (of ``build/mutate``, else of its summary in the repository);
     True when every survivor is listed as equivalent."""
@@ -259,26 +308,39 @@ def report(module: Module, equivalent: dict[str, str]) -> bool:
     if not data and module.summary.exists():
         data = json.loads(module.summary.read_text())
         kept = f"    (kept in mutation/verdicts/{module.summary.name}"
-        if data["source_sha256"] == module.source_hash():
-            kept += f", measured on {module.source} as it is)"
-        else:
-            kept += f"; stale: {module.source} has changed since it was measured)"
     if not data:
         print(f"{module.name}: not run yet")
         return False
+    if not stale(module, data):
+        kept += f", measured on {module.source} as it is)" if kept else ""
+    elif "withdrawn" in data:
+        kept += f"; withdrawn, no score claimed: {data['withdrawn']})"
+    else:
+        kept = (kept or "    (in build/mutate") + (
+            f"; stale: {module.source} has changed since it was measured)"
+        )
     survived, no_tests = data["survived"], data["no_tests"]
     killed, total = data["killed"], data["mutants"] - data["untested"]  # the score: of the tested
     other = total - killed - len(survived) - len(no_tests)
     unkilled = survived + no_tests
     listed = [k for k in unkilled if k in equivalent]
-    print(
-        f"{module.name}: {data['mutants']} mutants, {data['untested']} not tested yet; of the "
-        f"{total} tested: {killed} killed, {len(survived)} survived, "
-        f"{len(no_tests)} without a covering test, {other} other; "
-        f"score {100 * killed / max(1, total):.1f}% "
+    score = (
+        "no score (withdrawn)"
+        if "withdrawn" in data
+        else f"score {100 * killed / max(1, total):.1f}% "
         f"({100 * killed / max(1, total - len(listed)):.1f}% without the "
         f"{len(listed)} equivalent)"
     )
+    print(
+        f"{module.name}: {data['mutants']} mutants, {data['untested']} not tested yet; of the "
+        f"{total} tested: {killed} killed, {len(survived)} survived, "
+        f"{len(no_tests)} without a covering test, {other} other; {score}"
+    )
+    if total < FIGURE * data["mutants"]:
+        share = 100 * total / data["mutants"]
+        print(f"    a {share:.0f}% sample: below the {FIGURE:.0%} of a figure")
+    if data.get("timed_out"):
+        print(f"    {data['timed_out']} of the killed by the time limit (no test failed)")
     if kept:
         print(kept)
     open_ = sorted(set(unkilled) - set(listed))
@@ -294,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rerun", action="store_true", help="test the survivors again")
     p.add_argument("--report", action="store_true", help="only print the numbers so far")
     p.add_argument(
+        "--withdraw",
+        action="store_true",
+        help="mark the named modules' stale kept verdicts as claiming no score (nothing run)",
+    )
+    p.add_argument(
         "--sample",
         type=float,
         metavar="FRACTION",
@@ -307,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown module {unknown[0]!r}; the lane's modules: {', '.join(mods)}")
     chosen = [mods[n] for n in args.module] if args.module else list(mods.values())
+    if args.withdraw:
+        if not args.module:
+            p.error("--withdraw takes the modules whose kept verdicts to withdraw")
+        for module in chosen:
+            withdraw(module)
+        return 0
     equivalent = equivalents()
     ok = True
     for module in chosen:

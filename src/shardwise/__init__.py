@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from .api import open_array, plan_write, write_array
     from .conversion.convert import convert
     from .conversion.report import ArrayReport, ConvertReport
+    from .core.geometry import ShardGeometry
     from .core.job import WritePlan
+    from .core.planner import plan_shards
     from .durability.verify import VerifyReport, verify
     from .engine.load import read_array
     from .engine.report import WriteReport
@@ -71,6 +73,7 @@ __all__ = [
     "SelectionError",
     "Stream",
     "ShardConflictError",
+    "ShardGeometry",
     "ShardwiseError",
     "TransactionError",
     "UnsupportedCodecError",
@@ -83,6 +86,7 @@ __all__ = [
     "open_array",
     "open_dataset",
     "open_datatree",
+    "plan_shards",
     "plan_write",
     "read_array",
     "stop_on_signals",
@@ -101,6 +105,7 @@ _LAZY = {
     "ConvertReport": ".conversion.report",
     "Interrupted": ".runtime.signals",
     "RegionWriter": ".write.regions",
+    "ShardGeometry": ".core.geometry",
     "VerifyReport": ".durability.verify",
     "WritePlan": ".core.job",
     "WriteReport": ".engine.report",
@@ -108,6 +113,7 @@ _LAZY = {
     "open_array": ".api",
     "open_dataset": ".xarray.opening",
     "open_datatree": ".xarray.opening",
+    "plan_shards": ".core.planner",
     "plan_write": ".api",
     "read_array": ".engine.load",
     "stop_on_signals": ".runtime.signals",

@@ -87,7 +87,8 @@ def write_array(
         The shard shape, as in ``zarr.create_array``. Left out, the rule of
         :func:`shardwise.to_zarr`: shards of up to 64 MiB. Given with ``chunks``, it is rounded
         up to whole chunks (``chunks=(32, 32), shards=(100, 64)`` stores shards of
-        ``(128, 64)``).
+        ``(128, 64)``). Or a target of :func:`shardwise.plan_shards`: a byte size
+        (``"2GB"``) or axis names (``"XY"``, ``"one per time step"``).
     dtype : numpy.dtype or str, optional
         The array's data type, as in ``zarr.create_array`` (default: that of ``data``).
     fill_value : scalar, optional

@@ -223,6 +223,8 @@ def runs_locally(collection: Any, scheduler: Any = None) -> bool:
         # the default is local (no client; no scheduler or a local one configured): the same
         # answer get_scheduler gives, without importing distributed (0.2 s) to look for a client
         return collection.__dask_scheduler__ in (dask.threaded.get, dask.local.get_sync)
+    if scheduler is not None and _local_without_client(scheduler):
+        return True
     get = get_scheduler(scheduler=scheduler, collections=[collection])
     return get in (dask.threaded.get, dask.local.get_sync)
 
@@ -278,12 +280,34 @@ def default_scheduler_is_local() -> bool:
     import dask.threaded
     from dask.base import get_scheduler
 
-    if "distributed" not in sys.modules and not dask.config.get("scheduler", None):
+    configured = dask.config.get("scheduler", None)
+    if not configured and "distributed" not in sys.modules:
         # no client can exist: dask would import distributed to look for one (a fraction of a
         # second a write would spend between its checks and its first byte)
         return True
+    if configured and _local_without_client(configured):
+        return True  # dask's get_scheduler would import distributed (0.2 s) before answering
     get = get_scheduler()
     return get is None or get in (dask.threaded.get, dask.local.get_sync)
+
+
+# dask's names of its threaded and synchronous schedulers (``scheduler=`` and its setting)
+LOCAL_SCHEDULERS = frozenset({"threads", "threading", "sync", "synchronous", "single-threaded"})
+
+
+def _local_without_client(scheduler: Any) -> bool:
+    """True when ``scheduler`` (a ``scheduler=`` value or setting) is dask's threaded or
+    synchronous scheduler, by name or as its function, and distributed is not imported: then no
+    client exists that could take the name over, and what dask's ``get_scheduler`` answers is
+    known without letting it import distributed to look for one."""
+    import dask.local
+    import dask.threaded
+
+    if "distributed" in sys.modules:
+        return False
+    if isinstance(scheduler, str):
+        return scheduler.lower() in LOCAL_SCHEDULERS
+    return scheduler is dask.threaded.get or scheduler is dask.local.get_sync
 
 
 def dask_task_spec() -> Any:

@@ -4,7 +4,9 @@ reads back as a record, and a record whose axis the lead array does not have nam
 (rather than failing the survey that verify and a resume run); a record's row count along its
 own axis, exact and old-format blocks, a killed append of one shape on another block as a rival,
 a block ending on a shard boundary, malformed records, records without a holder and a reused
-process id. Each test names the mutants it kills. Real stores: zarr's MemoryStore.
+process id; when a killed append started (verify's report), a resumed append along another axis,
+a killed append of one row, a running append whose rows end where a killed one's begin. Each
+test names the mutants it kills. Real stores: zarr's MemoryStore, or arrays in a temp directory.
 """
 
 from __future__ import annotations
@@ -493,3 +495,108 @@ def test_a_reused_process_id_is_not_the_appends_writer() -> None:
     assert holder_may_run(store, asdict(far)) is True
     other = replace(far, started=far.started + 1)  # that pid, another process there
     assert holder_may_run(store, asdict(other)) is False
+
+
+def test_verify_says_when_a_killed_append_started(tmp_path: Any) -> None:
+    # kills new_7 (a record put without its start time: verify's report says "started None")
+    import datetime
+
+    import numpy as np
+
+    import shardwise
+
+    lead = _lead_array(tmp_path, np.zeros((8, 4), "i2"), 0, (4, 2))
+    before = datetime.datetime.now(datetime.UTC)
+    rec = AppendRecord.new("k" * 32, "t", 0, [[8, 12], [0, 4]], 8, _gone_holder())
+    after = datetime.datetime.now(datetime.UTC)
+    lead.put(rec.name(), rec.to_bytes())
+    (problem,) = shardwise.verify(f"{tmp_path}/lead.zarr").problems
+    assert problem.kind == "incomplete" and problem.key == lead.key(rec.name())
+    said = problem.message.split(" started ", 1)[1].split(" did not finish")[0]
+    started = datetime.datetime.fromisoformat(said)
+    assert before - datetime.timedelta(seconds=1) <= started <= after
+
+
+def test_a_resumed_append_along_one_axis_leaves_a_killed_append_along_another(
+    tmp_path: Any,
+) -> None:
+    """An append along axis 1 was killed before its commit (its record says it, nothing of it
+    is stored). An append along axis 0 with resume=True is not that append: its rows land at the
+    end of axis 0, and verify still reports the killed one with the call that finishes it."""
+    # kills fits_2 (a record of another dimension taken for this call's shape: the resumed
+    # append along axis 0 would stand for the killed one along axis 1 and remove its record)
+    import numpy as np
+
+    import shardwise
+
+    root = f"{tmp_path}/lead.zarr"
+    lead = _lead_array(tmp_path, np.ones((8, 4), "i2"), 0, (4, 2))
+    rec = AppendRecord.new("k" * 32, "axis 1", 1, [[0, 8], [4, 6]], 4, _gone_holder())
+    rec = replace(rec, call="write_array")
+    lead.put(rec.name(), rec.to_bytes())
+    shardwise.write_array(np.full((2, 4), 3, "i2"), root, append_dim=0, resume=True)
+    got = shardwise.read_array(root)
+    assert got.shape == (10, 4) and (got[8:] == 3).all() and (got[:8] == 1).all()
+    (problem,) = shardwise.verify(root).problems
+    assert problem.kind == "incomplete" and problem.key == lead.key(rec.name())
+    assert "append_dim=1, resume=True" in problem.message
+    assert "stopped before it reserved them" in problem.message
+
+
+def test_a_killed_append_of_one_row_is_judged_by_its_row(tmp_path: Any) -> None:
+    """K appended one row at 12 (a shard boundary) and was killed before its markers; another
+    tool then appended rows 13:16 (no marker). K's row is the first of its shard: it can be read,
+    and decides. Fill there: K reserved it (verify says so, the resume finishes it there); a
+    value there: another tool's row, K reserved nothing."""
+    # kills judge_18 (a block of one row never read: unsure either way)
+    import numpy as np
+
+    import shardwise
+
+    x = np.ones((16, 2), "i4")
+    x[12], x[13:] = 0, 7
+    lead = _lead_array(tmp_path, x, 0, (4, 2))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+    k = AppendRecord.new("k" * 32, "t", 0, [[12, 13], [0, 2]], 12, _gone_holder())
+    lead.put(k.name(), k.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.killed_rows(k) == (12, 13)
+    (problem,) = shardwise.verify(f"{tmp_path}/lead.zarr").problems
+    assert "an append of rows 12:13 along 't' (reserved, never written" in problem.message
+    other = x.copy()
+    other[12] = 5  # another tool's row where K's block would be
+    lead = _lead_array(tmp_path / "o", other, 0, (4, 2))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+    lead.put(k.name(), k.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.judge(k) == "nothing" and found.killed_rows(k) is None
+
+
+def test_a_running_append_just_before_a_killed_ones_block_does_not_claim_it(
+    tmp_path: Any,
+) -> None:
+    """K grew the lead from 12 to 15 and was killed before its markers; an append still running
+    reserves rows 10:12, which end where K's begin. It claims no row of K's block: K's rows are
+    reserved (the resume finishes them now), not "reserving" (a resume refused until the other
+    append is done)."""
+    # kills judge_32 (a block ending at the start of K's taken as overlapping it)
+    import numpy as np
+
+    import shardwise
+
+    x = np.zeros((15, 2), "i4")
+    x[:10] = 1
+    lead = _lead_array(tmp_path, x, 0, (4, 2))
+    for name in lead.list(".shardwise/writes/"):
+        lead.delete(name)
+    k = AppendRecord.new("k" * 32, "t", 0, [[12, 15], [0, 2]], 12, _gone_holder())
+    running = _record([[10, 12], [0, 2]], seen=10)  # this process: alive
+    for rec in (k, running):
+        lead.put(rec.name(), rec.to_bytes())
+    found = survey(lead)
+    assert found is not None and found.running == [running]
+    assert found.judge(k) == "reserved" and found.killed_rows(k) == (12, 15)
+    (problem,) = shardwise.verify(f"{tmp_path}/lead.zarr").problems
+    assert "an append of rows 12:15 along 't' (reserved, never written" in problem.message

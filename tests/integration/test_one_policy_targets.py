@@ -10,6 +10,7 @@ targets; a session's writes are committed, and what is read back is the branch's
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,8 +119,11 @@ def test_every_target_gives_a_front_end_and_mode_one_outcome(s3: MotoS3, data: A
     mode = data.draw(st.sampled_from(MODES[name]), label="mode")
     over = data.draw(st.booleans(), label="over an array")
     targets = Targets(s3)
-    with dask.config.set(scheduler="threads"):
-        seen = {kind: outcome(targets, kind, name, mode, over) for kind in ("local", "s3", "ice")}
+    try:
+        with dask.config.set(scheduler="threads"):
+            seen = {k: outcome(targets, k, name, mode, over) for k in ("local", "s3", "ice")}
+    finally:
+        shutil.rmtree(targets.tmp, ignore_errors=True)
     assert seen["s3"] == seen["local"], (name, mode, over)
     assert seen["ice"] == seen["local"], (name, mode, over)
     first, second = seen["local"]

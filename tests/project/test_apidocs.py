@@ -35,6 +35,7 @@ VERB_PAGES = {
     for name in (
         "write_array",
         "plan_write",
+        "plan_shards",
         "open_array",
         "read_array",
         "to_zarr",
@@ -51,6 +52,7 @@ BATCH_VERBS = ("init", "write_part", "finalize", "open_batch")
 REPORTS: dict[str, type[Any]] = {
     "shardwise.WriteReport": shardwise.WriteReport,
     "shardwise.WritePlan": shardwise.WritePlan,
+    "shardwise.ShardGeometry": shardwise.ShardGeometry,
     "shardwise.VerifyReport": shardwise.VerifyReport,
     "shardwise.ConvertReport": shardwise.ConvertReport,
     "shardwise.ArrayReport": shardwise.ArrayReport,

@@ -83,22 +83,36 @@ def test_read_array_in_a_fresh_process_reads_without_writers_dask_or_xarray(
     assert loaded(got["modules"], "dask", "xarray", "pandas", *FRONT_ENDS, *WRITERS) == []
 
 
+# how a user picks dask's local schedulers: not at all, by setting, by keyword (name or function)
+LOCAL_CHOICES = {
+    "default": ("", ""),
+    "setting threads": ("dask.config.set(scheduler='threads')", ""),
+    "setting sync": ("dask.config.set(scheduler='synchronous')", ""),
+    "keyword threads": ("", "scheduler='threads'"),
+    "keyword function": ("", "scheduler=dask.threaded.get"),
+}
+
+
+@pytest.mark.parametrize("choice", sorted(LOCAL_CHOICES))
 def test_open_array_compute_in_a_fresh_process_loads_no_writer_nor_distributed(
-    tmp_path: Path,
+    tmp_path: Path, choice: str
 ) -> None:
     """open_array needs dask.array (which loads xarray itself, when it is installed), but not
-    the writers or the front ends; its compute() on dask's default local scheduler does not
-    import distributed to look for a client that cannot exist."""
+    the writers or the front ends; its compute() on dask's local schedulers, however chosen,
+    does not import distributed to look for a client that cannot exist (dask's own scheduler
+    lookup would: 0.2 s of a fresh process's read)."""
     data = np.arange(30 * 20, dtype="float32").reshape(30, 20)
     shardwise.write_array(data, tmp_path / "a", chunks=(5, 10), shards=(10, 20))
+    setting, keyword = LOCAL_CHOICES[choice]
     got = fresh(
-        """
+        f"""
         import json, sys
         import shardwise
-        import dask.array
-        out = shardwise.open_array(sys.argv[1]).compute()
-        print(json.dumps({"modules": sorted(sys.modules), "values": out.tolist(),
-                          "type": type(out).__name__}))
+        import dask, dask.array, dask.threaded
+        {setting}
+        out = shardwise.open_array(sys.argv[1]).compute({keyword})
+        print(json.dumps({{"modules": sorted(sys.modules), "values": out.tolist(),
+                          "type": type(out).__name__}}))
         """,
         str(tmp_path / "a"),
     )

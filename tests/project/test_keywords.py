@@ -211,7 +211,7 @@ CASES: list[tuple[str, str, Any, type, list[str]]] = [
     ("write_array layout", "chunks", (2, 2, 2), V, ["chunks=(2, 2, 2)", "2 dimension(s)"]),
     ("write_array layout", "shards", (0, 8), V, ["shards=(0, 8)", "positive"]),
     ("to_zarr", "shards", 10, T, ["shards", "a shape (10, 10)", "(int)"]),
-    ("to_zarr", "shards", "10", T, ["shards", "a shape (10, 10)", "(str)"]),
+    ("to_zarr", "shards", "10", V, ["shards", "a byte size ('2GB')", "'10'"]),
     ("to_zarr", "shards", (4,), V, ["shards=(4,)", "'v' has 2 dimension(s)", "{'t': 4}"]),
     ("to_zarr", "shards", [0, 4], V, ["shards", "positive sizes"]),
     ("to_zarr", "group", "g/zarr.json", V, ["group='g/zarr.json'", "'zarr.json'"]),

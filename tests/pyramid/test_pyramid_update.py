@@ -27,9 +27,10 @@ def levels(root: Any) -> list[np.ndarray]:
 
 
 def fresh(values: np.ndarray, method: str) -> list[np.ndarray]:
-    root = Path(tempfile.mkdtemp(prefix="fresh-")) / "p.zarr"
-    shardwise.write_pyramid(values, root, method=method, **KW)
-    return levels(root)
+    with tempfile.TemporaryDirectory(prefix="fresh-") as tmp:
+        root = Path(tmp) / "p.zarr"
+        shardwise.write_pyramid(values, root, method=method, **KW)
+        return levels(root)
 
 
 def region_of(draw: Any) -> tuple[slice, slice]:
@@ -43,9 +44,14 @@ def region_of(draw: Any) -> tuple[slice, slice]:
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(method=st.sampled_from(["mean", "nearest", "mode"]), data=st.data())
 def test_every_level_equals_a_fresh_pyramid_of_the_updated_level_0(method: str, data: Any) -> None:
+    with tempfile.TemporaryDirectory(prefix="pyr-") as tmp:
+        updated(Path(tmp) / "p.zarr", method, data)
+
+
+def updated(root: Path, method: str, data: Any) -> None:
+    """A pyramid written, updated by drawn regions, compared with a fresh one."""
     rng = np.random.default_rng(data.draw(st.integers(0, 99), label="seed"))
     values = rng.integers(0, 5, SHAPE).astype("u2")
-    root = Path(tempfile.mkdtemp(prefix="pyr-")) / "p.zarr"
     shardwise.write_pyramid(values, root, method=method, **KW)
     for _ in range(data.draw(st.integers(1, 3), label="updates")):
         region = region_of(data.draw)

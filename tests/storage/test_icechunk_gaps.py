@@ -9,7 +9,10 @@ zarr-python (and xarray's zarr engine) from the committed snapshot:
 * the last check of the forks before they are merged into the session (:meth:`SessionWrite.
   finish`; with ``progress=True`` the forks of the shard tasks reach it unmerged, so it is the
   only check): two forks that wrote one shard are refused, nothing merged; and with a bar on
-  threads every shard task's fork is merged.
+  threads every shard task's fork is merged;
+* the forks merged as a tree of tasks on threads too (seen by a dask callback): 8 merges of 8
+  forks then 1 for 64 shard tasks, three levels for 65, one merge for a single shard task;
+* ``convert`` of a group holding an empty array (a copy with no shard task) into a session.
 """
 
 from __future__ import annotations
@@ -171,3 +174,57 @@ def test_progress_on_threads_merges_every_shard_tasks_fork(
     merged = [ln for ln in err.splitlines() if "merge into the session" in ln]
     assert merged and "16/16" in merged[-1]
     np.testing.assert_array_equal(committed(repo, "a"), x)
+
+
+@pytest.mark.parametrize(
+    ("tasks", "depths"), [(65, "0" * 9 + "112"), (64, "0" * 8 + "1"), (9, "001"), (1, "0")]
+)
+def test_forks_merged_as_a_tree_on_threads(repo: Any, tasks: int, depths: str) -> None:
+    """The shard tasks' forks are merged by a tree of tasks (``FAN_IN`` = 8 forks a merge) on
+    dask's threads as on worker processes: the merge tasks dask runs, by their depth in the
+    tree (each level's tasks named apart: 65 forks need three levels); every value read back."""
+    x = np.arange(tasks * 100, dtype="f8").reshape(tasks * 10, 10)
+    with dask.config.set(scheduler="threads"), _Keys() as ran:
+        report = shardwise.write_array(
+            da.from_array(x, chunks=(10, 10)),
+            repo.writable_session("main"),
+            path="a",
+            chunks=5,
+            shards=10,
+            commit="tree",
+        )
+    assert report.shards_written == tasks and report.forks == []
+    merges = [k for k in ran if "shardwise-merge-forks" in k]
+    assert "".join(sorted(k.rsplit("-", 2)[-2] for k in merges)) == depths
+    np.testing.assert_array_equal(committed(repo, "a"), x)
+
+
+def test_convert_of_a_group_with_an_empty_array_into_a_session(tmp_path: Path, repo: Any) -> None:
+    """An empty array is copied with no shard task: its part of the write has nothing to merge,
+    and the arrays beside it are copied as well, their copy tasks' forks merged by a task."""
+    import numcodecs
+
+    src = zarr.open_group(str(tmp_path / "src"), mode="w", zarr_format=2)
+    src.create_array("a", shape=(0, 4), chunks=(2, 4), dtype="f8", compressor=numcodecs.Zstd())
+    b = src.create_array("b", shape=(8, 4), chunks=(2, 4), dtype="f8", compressor=numcodecs.Zstd())
+    b[...] = np.arange(32.0).reshape(8, 4)
+    with dask.config.set(scheduler="threads"), _Keys() as ran:
+        shardwise.convert(str(tmp_path / "src"), repo.writable_session("main"), commit="convert")
+    assert any("shardwise-merge-forks" in k for k in ran), ran
+    assert committed(repo, "a").shape == (0, 4)
+    np.testing.assert_array_equal(committed(repo, "b"), np.arange(32.0).reshape(8, 4))
+
+
+class _Keys:
+    """The keys of the tasks dask's local schedulers run inside the ``with`` (a dask callback)."""
+
+    def __enter__(self) -> list[str]:
+        from dask.callbacks import Callback
+
+        ran: list[str] = []
+        self.callback = Callback(pretask=lambda key, dsk, state: ran.append(str(key)))
+        self.callback.__enter__()
+        return ran
+
+    def __exit__(self, *exc: object) -> None:
+        self.callback.__exit__(*exc)

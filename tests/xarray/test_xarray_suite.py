@@ -48,7 +48,8 @@ from zarr.storage import MemoryStore
 
 import shardwise
 from faultkit import snapshot
-from shardwise.core.sizing import DEFAULT_CHUNK_BYTES, default_layout
+from shardwise.core.planner import default_layout
+from shardwise.core.sizing import DEFAULT_CHUNK_BYTES
 from shardwise.errors import InvalidValueError
 from skips import XARRAY_KNOWN_FAILURES, XARRAY_SKIPPED, XARRAY_SKIPPED_SMALL_SHARDS
 

@@ -746,4 +746,4 @@ def test_sizing_doctests() -> None:
     import shardwise.core.sizing
 
     result = doctest.testmod(shardwise.core.sizing)
-    assert result.attempted == 9 and result.failed == 0
+    assert result.attempted == 10 and result.failed == 0

@@ -37,6 +37,7 @@ import zarr
 from ..codec.metadata import default_compressors, info_from_metadata
 from ..core import args
 from ..core.layout import RegionArg
+from ..core.shardspec import target_shape
 from ..durability.holder import lease_expiry as check_expiry
 from ..durability.journal import BATCH, PARTS, clear_array, now
 from ..durability.lease import (
@@ -89,8 +90,9 @@ def init(
         The array's data type, as in ``zarr.create_array``.
     chunks : tuple of int
         The inner chunk shape, as in ``zarr.create_array``.
-    shards : tuple of int
-        The shard shape, as in ``zarr.create_array``.
+    shards : tuple of int or str
+        The shard shape, as in ``zarr.create_array``, or a target of
+        :func:`shardwise.plan_shards` around ``chunks`` (``"2GB"``, ``"XY"``).
     parts : int or sequence of tuple of slice
         A count (slabs along the first axes) or a list of regions (slices, or one ``Ellipsis``
         for the dimensions not given, as ``region=`` of :func:`shardwise.write_array`;
@@ -145,6 +147,7 @@ def init(
     check_shape_and_parts(shape, parts)
     sstore = _open(store, path, storage_options)
     leased = Target(sstore.store).lease(lease, True, sstore.store)  # every front end's rule
+    shards = target_shape(shards, shape, dtype, chunks)  # "2GB", "XY": the planner's
     kwargs = _create_kwargs(
         dict(shape=tuple(shape), dtype=dtype, chunks=chunks, shards=shards), create
     )

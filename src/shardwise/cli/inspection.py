@@ -96,7 +96,18 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
         "writes_done": sum(m.status == "done" for m in markers),
         "lease": None if lease is None else lease.describe(),
         "batch": None if batch is None else json.loads(batch),
+        "costs": _costs(lay, info.dtype.itemsize, meta.get("dimension_names")),
     }
+
+
+def _costs(lay: Layout, itemsize: int, dims: Any) -> list[str]:
+    """What the layout costs the common reads, appends and region writes (the planner's
+    report, :func:`shardwise.plan_shards`)."""
+    from ..core.geometry import ShardGeometry
+
+    names = tuple(dims) if dims and len(dims) == len(lay.shape) else None
+    g = ShardGeometry(lay.shape, itemsize, lay.shard_shape, lay.chunk_shape, dims=names)
+    return g.cost_lines()[3:] if lay.shape else []
 
 
 def shard_states(sstore: ShardStore, lay: Layout) -> tuple[list[Coord], list[Coord]]:
@@ -188,4 +199,5 @@ def print_inspect(d: dict[str, Any]) -> None:
     ]
     if batch:
         rows.append(f"  batch    open: {batch['nparts']} parts (shardwise batch status)")
+    rows += [f"  {line}" for line in d.get("costs", [])]
     print("\n".join(rows))

@@ -26,7 +26,8 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def _shards_arg(text: str) -> Any:
-    """``256,256,64`` (a shape) or ``time=365,lat=90`` (sizes per dimension name), parsed as
+    """``256,256,64`` (a shape), ``time=365,lat=90`` (sizes per dimension name) or a target
+    (``2GB``, ``XY``), parsed as
     :func:`shardwise.convert` then checks and rounds it (core/shardspec.py)."""
     from ..core.shardspec import check_shards, parse_shards
 
@@ -278,7 +279,8 @@ def _add_convert_reshard(sub: Any) -> None:
         "--shards",
         type=_shards_arg,
         default=None,
-        help="shard shape (256,256,256) or sizes per dimension name (time=365)",
+        help="shard shape (256,256,256), sizes per dimension name (time=365), a byte size (2GB) "
+        'or axis names (XY, "one per time step")',
     )
     q.add_argument(
         "--shard-bytes",

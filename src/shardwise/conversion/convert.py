@@ -111,7 +111,8 @@ def convert(
         The shard shape: a shape, for every array (each must have that many dimensions), or
         ``{dimension name: size}``; rounded up to whole chunks. A size below 1, a shape of
         another number of dimensions than an array's, a name no array has, or names for an
-        array without dimension names are refused.
+        array without dimension names are refused. Or a target of
+        :func:`shardwise.plan_shards` (``"2GB"``, ``"XY"``), around each array's inner chunks.
     shard_bytes : int or str, optional
         Without ``shards``, shards are sized to this (bytes or a string like ``"64MiB"``;
         default 64 MiB).

@@ -50,6 +50,7 @@ from .args import choice, optional_byte_size
 from .blocks import Chunks, edges_of, inner_aligned, staged_pieces
 from .cost import RUN_FLUSH, Requests, graph_memory, requests_of
 from .cost import size_text as _size
+from .geometry import DIRECT_FACTOR, ShardGeometry
 from .plan import ShardPlan
 
 Strategy = Literal["auto", "direct", "staged"]
@@ -57,9 +58,6 @@ STRATEGIES = ("auto", "direct", "staged")
 
 STREAM_BUFFER = 8 * 2**20  # bytes a shard task holds while it streams staged pieces
 PART_BYTES = 8 * 2**20  # multipart upload parts (object stores want >= 5 MiB but the last)
-# a direct shard task holds at most about this many times the shard's raw bytes: the block, its
-# encoded chunks and, for small chunks, the joined shard (incompressible data)
-DIRECT_FACTOR = 3
 STAGED_FACTOR = 2  # a staged block task: the block plus its encoded chunks
 # a direct write of a source without a dask graph runs its shards in runs of neighbours, one
 # task a run: about RUNS_PER_THREAD tasks per thread of the cluster, never fewer than MIN_RUNS
@@ -238,7 +236,16 @@ class WritePlan:
             f"{_size(self.bytes_rechunked)}, staged <= {_size(self.bytes_staged)})",
             "  " + self.requests.describe(),
         ]
+        # what the layout costs the common reads, appends and regions (plan_shards explains it)
+        lines += [f"  {line}" for line in self.geometry.cost_lines()[3:]]
         return "\n".join(lines)
+
+    @property
+    def geometry(self) -> ShardGeometry:
+        """The array's shards and inner chunks with their costs (:func:`shardwise.plan_shards`
+        chooses and explains them)."""
+        lay = self.plan.layout
+        return ShardGeometry(lay.shape, self.itemsize, lay.shard_shape, lay.chunk_shape)
 
     def _repr_html_(self) -> str:
         """The picture in a notebook: the shard grid, the dask blocks over it, the task that owns

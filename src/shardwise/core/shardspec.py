@@ -1,5 +1,6 @@
-"""``shards=`` given as a shape or as sizes per dimension name: parsed (command-line text),
-checked, and resolved to one array's shard shape.
+"""``shards=`` given as a shape, as sizes per dimension name or as a planner target (a byte size
+``"2GB"``, axis names ``"XY"``, ``"one per time step"``: :mod:`shardwise.core.planner`): parsed
+(command-line text), checked, and resolved to one array's shard shape.
 
 A setting is applied or refused, never dropped: sizes must be positive integers, a shape must have
 the array's number of dimensions, a name must be a dimension of the data, and sizes by name need
@@ -10,28 +11,36 @@ Pure: no store, dask or zarr.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import InvalidTypeError, InvalidValueError
 from .layout import ceildiv
+from .planner import plan_shards
 from .sizing import DEFAULT_SHARD_BYTES, default_shards, shrink_to_fit, whole_chunks
+from .targets import parse_target
 
 __all__ = ["ShardSpec", "check_names", "check_shards", "parse_shards", "shards_for"]
 
-ShardSpec = tuple[int, ...] | dict[str, int] | None
-ACCEPTED = "a shape of positive sizes (256, 256) or sizes per dimension name ({'time': 365})"
+ShardSpec = tuple[int, ...] | dict[str, int] | str | None
+ACCEPTED = (
+    "a shape of positive sizes (256, 256), sizes per dimension name ({'time': 365}), a byte "
+    "size ('2GB') or axis names ('XY', 'one per time step')"
+)
 
 
-def parse_shards(text: str) -> tuple[int, ...] | dict[str, int]:
+def parse_shards(text: str) -> tuple[int, ...] | dict[str, int] | str:
     """Command-line text: ``256,256,64`` (or ``256x256x64``) a shape, ``time=365,lat=90`` sizes
-    per dimension name. Only the syntax is checked here; :func:`check_shards` checks the sizes.
+    per dimension name, else a planner target (``2GB``, ``XY``, ``"one per time step"``). Only
+    the syntax is checked here; :func:`check_shards` checks the sizes.
 
     >>> parse_shards("time=365, lat=90")
     {'time': 365, 'lat': 90}
-    >>> parse_shards("16x20")
-    (16, 20)
+    >>> parse_shards("16x20"), parse_shards("2GB"), parse_shards("XYZ")
+    ((16, 20), '2GB', 'XYZ')
     """
     parts = [p.strip() for p in text.replace("x", ",").split(",")] if "=" not in text else None
     try:
@@ -47,9 +56,12 @@ def parse_shards(text: str) -> tuple[int, ...] | dict[str, int]:
             out[name] = int(size)
         return out
     except ValueError:
+        if "=" not in text:
+            with contextlib.suppress(InvalidValueError):
+                return parse_target(text).text  # a target
         raise InvalidValueError(
-            f"shards must be sizes like 256,256,64 or name=size pairs like time=365,lat=90, "
-            f"got {text!r}"
+            f"shards must be sizes like 256,256,64, name=size pairs like time=365,lat=90, a "
+            f"byte size like 2GB or axis names like XY, got {text!r}"
         ) from None
 
 
@@ -64,6 +76,8 @@ def check_shards(value: object) -> ShardSpec:
     dimension names to sizes, every size an integer >= 1."""
     if value is None:
         return None
+    if isinstance(value, str):  # a planner target: "2GB", "XY", "one per time step"
+        return parse_target(value).text
     if isinstance(value, Mapping):
         if not all(isinstance(k, str) for k in value):
             raise InvalidTypeError(f"shards must be {ACCEPTED}: names are strings, got {value!r}")
@@ -120,6 +134,10 @@ def shards_for(
     (30, 40)
     """
     target = shard_bytes or DEFAULT_SHARD_BYTES
+    if isinstance(spec, str):  # the planner's, around the inner chunks
+        return plan_shards(
+            shape, f"V{max(1, itemsize)}", target=spec, chunks=chunks, dims=dims, shard_bytes=target
+        ).shards
     if spec is None:
         return default_shards(shape, chunks, itemsize, target)
     if not isinstance(spec, Mapping):
@@ -145,3 +163,11 @@ def shards_for(
     # halve the free dimension with most chunks until the shard fits the byte target
     k = shrink_to_fit(k, math.prod(chunks) * itemsize, target, axes=free)
     return tuple(c * n for c, n in zip(chunks, k, strict=True))
+
+
+def target_shape(shards: Any, shape: Sequence[int], dtype: Any, chunks: Any) -> Any:
+    """``shards=`` of a verb that takes a shape: a planner target (``"2GB"``, ``"XY"``)
+    resolved around ``chunks`` to a shape, anything else as given (for the verb to check)."""
+    if not isinstance(shards, str):
+        return shards
+    return plan_shards(shape, dtype, target=shards, chunks=chunks).shards

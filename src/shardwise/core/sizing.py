@@ -10,10 +10,12 @@ from .layout import ceildiv
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
+    "compact_chunks",
+    "contiguous_shards",
     "DEFAULT_SHARD_BYTES",
     "default_chunks",
-    "default_layout",
     "default_shards",
+    "divisors",
     "dividing_chunks",
     "shrink_to_fit",
     "whole_chunks",
@@ -81,39 +83,6 @@ def default_shards(
     return tuple(c * n for c, n in zip(chunks, k, strict=True))
 
 
-def default_layout(
-    shape: tuple[int, ...],
-    itemsize: int,
-    chunks: tuple[int, ...] | None = None,
-    shards: tuple[int, ...] | None = None,
-    shard_bytes: int = DEFAULT_SHARD_BYTES,
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``(inner chunks, shards)`` completed from what is given: the one default rule of
-    ``write_array`` and ``to_zarr``.
-
-    Neither given: inner chunks of about 1 MiB (:func:`default_chunks`) in shards of whole
-    chunks up to ``shard_bytes`` (:func:`default_shards`). Chunks only: shards of whole chunks
-    around them. Shards only: inner chunks that divide them (:func:`dividing_chunks`). Both: the
-    shards rounded up to whole chunks (:func:`whole_chunks`). Defaulted inner chunks always
-    divide the shards.
-
-    >>> default_layout((2920, 361, 720), 4)
-    ((46, 46, 90), (184, 184, 360))
-    >>> default_layout((1000, 1000), 4, shards=(300, 300))
-    ((300, 300), (300, 300))
-    >>> default_layout((1000, 1000), 4, chunks=(32, 32), shards=(100, 64))
-    ((32, 32), (128, 64))
-    """
-    itemsize = max(1, itemsize)
-    inner_bytes = min(DEFAULT_CHUNK_BYTES, shard_bytes)
-    if shards is None:
-        chunks = chunks or default_chunks(shape, itemsize, inner_bytes)
-        return chunks, default_shards(shape, chunks, itemsize, shard_bytes)
-    if chunks is None:
-        return dividing_chunks(shards, itemsize, inner_bytes), shards
-    return chunks, whole_chunks(shards, chunks)
-
-
 def whole_chunks(shards: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
     """The one rule for a shard shape given together with its inner chunks: every size rounded
     up to whole chunks (``write_array``, ``to_zarr``'s sizes by dimension name, ``convert`` and
@@ -139,11 +108,95 @@ def dividing_chunks(
     """
 
     def next_divisor(i: int, n: int) -> int:
-        return max(d for d in _divisors(shards[i]) if d <= n // 2)
+        return max(d for d in divisors(shards[i]) if d <= n // 2)
 
     return tuple(shrink_to_fit(shards, itemsize, target, step=next_divisor))
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, in order.
+
+    >>> divisors(30)
+    [1, 2, 3, 5, 6, 10, 15, 30]
+    """
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted({*small, *(n // d for d in small)})
+
+
+def compact_chunks(
+    shards: Sequence[int],
+    itemsize: int,
+    target: int = DEFAULT_CHUNK_BYTES,
+    free: Sequence[int] = (),
+) -> tuple[int, ...]:
+    """Inner chunks for shards given without them: one step along the leading axes, whole
+    planes of the last two axes up to ``target`` bytes (a larger plane cut, its longest side
+    first: to a divisor of the shard, or evenly along ``free`` axes, whose shard may then be
+    rounded up to whole chunks), then as many steps of the leading axes as fit.
+
+    >>> compact_chunks((30, 181, 360), 4), compact_chunks((30, 721, 1440), 4, free=(1, 2))
+    ((3, 181, 360), (1, 361, 720))
+    >>> compact_chunks((1024, 1024), 4)
+    (512, 512)
+    """
+    s = [max(1, n) for n in shards]
+    nd = len(s)
+    lead = range(max(0, nd - 2))
+    c = [1 if i in lead else n for i, n in enumerate(s)]
+
+    def fit(i: int, k: int) -> int:  # the largest size <= k a chunk along axis i may take
+        if i in free:
+            return ceildiv(s[i], ceildiv(s[i], max(1, k)))
+        return max(d for d in divisors(s[i]) if d <= max(1, k))
+
+    c = shrink_to_fit(
+        c,
+        itemsize,
+        target,
+        axes=range(len(lead), nd),
+        step=lambda i, n: fit(i, ceildiv(n, 2) if i in free else n // 2),
+    )
+    for i in reversed(lead):
+        room = target // (math.prod(c) * itemsize)
+        c[i] = fit(i, min(s[i], room))
+        if c[i] < s[i]:
+            break
+    return tuple(c)
+
+
+def contiguous_shards(
+    shape: Sequence[int], chunks: Sequence[int], itemsize: int, target: int, keep: Sequence[int]
+) -> tuple[tuple[int, ...], str]:
+    """The largest shard of whole ``chunks`` under ``target`` bytes, innermost axes first: each
+    whole while it fits, then as many chunks of the next as fit, one chunk along the axes before
+    and along ``keep``. When one row of chunks along the last axis alone is too large, the
+    balanced rule instead (the whole array halved along the axis with most chunks).
+
+    >>> contiguous_shards((10, 6, 86, 1664, 1193), (1, 1, 16, 256, 256), 2, 2 * 10**9, [1])[0]
+    (4, 1, 96, 1792, 1280)
+    """
+    k = [
+        1 if i in keep else ceildiv(max(1, n), c)
+        for i, (n, c) in enumerate(zip(shape, chunks, strict=True))
+    ]
+    unit = math.prod(chunks) * itemsize
+    out, inner, partial = [1] * len(k), unit, None
+    for i in reversed(range(len(k))):
+        if i in keep or k[i] == 1:
+            continue
+        if inner * k[i] <= target:
+            out[i], inner = k[i], inner * k[i]
+            continue
+        if inner == unit:  # not even one row of chunks fits: balanced
+            free = [j for j in range(len(k)) if j not in keep]
+            out = shrink_to_fit(k, unit, target, axes=free)
+            partial = "the balanced rule (one row of chunks exceeds it)"
+        else:
+            out[i], partial = (
+                max(1, target // inner),
+                f"{max(1, target // inner)} chunks along axis {i}",
+            )
+        break
+    shards = tuple(c * n for c, n in zip(chunks, out, strict=True))
+    how = "the whole array fits" if partial is None else f"innermost axes whole, then {partial}"
+    return shards, how

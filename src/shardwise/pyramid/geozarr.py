@@ -31,8 +31,8 @@ from ..codec.metadata import ArrayInfo, default_compressors
 from ..core import args
 from ..core.job import WritePlan
 from ..core.plan import ShardPlan
+from ..core.planner import default_layout
 from ..core.pyramid import Level
-from ..core.sizing import default_layout
 from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.nodes import open_info
 from ..storage.store import ShardStore

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..core import args
 from ..core.pyramid import MAX_LEVELS, check_axes, default_axes, spatial
+from ..core.targets import parse_target
 from ..errors import InvalidTypeError, InvalidValueError
 from .reduce import METHODS
 
@@ -159,6 +160,8 @@ def shape_of(name: str, value: Any, ndim: int) -> tuple[int, ...] | None:
         if len(value) != ndim:
             raise InvalidValueError(f"{name} must be {accepted} ({ndim} axes), got {value!r}")
         return tuple(args.positive_int(name, v) for v in value)
+    if isinstance(value, str) and name == "shards":  # a target: "2GB", "XY" (the planner's)
+        return parse_target(value).text  # type: ignore[return-value]
     if isinstance(value, str):
         raise InvalidValueError(f"{name} must be {accepted}, got {value!r}")
     return (args.positive_int(name, value),) * ndim

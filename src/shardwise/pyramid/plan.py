@@ -16,8 +16,8 @@ from ..codec.metadata import ArrayInfo, default_compressors
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
+from ..core.planner import default_layout
 from ..core.pyramid import Level, auto_levels, level_layout, nests, pyramid_levels
-from ..core.sizing import default_layout
 from ..engine.tree import TreeLink
 from ..engine.write import as_dask
 from ..errors import PlanError

@@ -124,8 +124,9 @@ def write_pyramid(
         Level 0's inner chunks, as in :func:`write_array`; smaller levels clip them to their
         shape.
     shards : int or tuple of int, optional
-        Level 0's shards, as in :func:`write_array` (default: up to 64 MiB); smaller levels
-        clip them to their shape (in whole chunks).
+        Level 0's shards, as in :func:`write_array` (default: up to 64 MiB; a target such
+        as ``"2GB"`` or ``"XY"`` too); smaller levels clip them to their shape (in whole
+        chunks).
     compressors : zarr codec, list of codecs, "auto" or None, default "auto"
         As in :func:`write_array`, for every level.
     fill_value : scalar, optional

@@ -12,14 +12,14 @@ import zarr
 from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors
-from ..core.sizing import default_layout
+from ..core.planner import default_layout
 from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
 
 
 def _create_kwargs(
     shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    chunks, shards = _layout(shape, dtype, chunks, shards)
+    chunks, shards = _layout(shape, dtype, chunks, shards, kwargs.get("dimension_names"))
     out = dict(shape=shape, dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
     # None means "no codecs" for compressors/filters (as in zarr), "default" for the rest
     keep_none = ("compressors", "filters")
@@ -90,7 +90,9 @@ def create_in_memory(kwargs: dict[str, Any]) -> Any:
     ) from None
 
 
-def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tuple[Any, Any]:
+def _layout(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, dims: Any = None
+) -> tuple[Any, Any]:
     """Inner chunks and shards for a new array: a missing shard shape or ``chunks="auto"`` is
     completed by the same rule as :func:`shardwise.to_zarr` (inner chunks always divide the
     shards); anything else goes to zarr as given."""
@@ -112,14 +114,15 @@ def _layout(shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any) -> tup
         if given is not None and min(given, default=1) < 1:
             raise InvalidValueError(f"{name}={value!r}: sizes must be positive integers")
     if (chunks not in ("auto", None) and given_chunks is None) or (
-        shards is not None and given_shards is None
+        shards is not None and given_shards is None and not isinstance(shards, str)
     ):
         return chunks, shards  # other forms: zarr validates them
     try:
         itemsize = np.dtype(dtype).itemsize
     except TypeError:  # a zarr data type object: its numpy form
         itemsize = getattr(dtype, "to_native_dtype", lambda: np.dtype("V8"))().itemsize
-    return default_layout(shape, itemsize, given_chunks, given_shards)
+    target = shards if given_shards is None else given_shards  # a shape, or "2GB", "XY", ...
+    return default_layout(shape, itemsize, given_chunks, target, dims=dims)
 
 
 def _shape_or_none(value: Any, ndim: int) -> tuple[int, ...] | None:

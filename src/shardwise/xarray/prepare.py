@@ -15,13 +15,9 @@ from zarr.abc.store import Store
 
 from ..codec.metadata import default_compressors
 from ..core import args
-from ..core.sizing import (
-    DEFAULT_CHUNK_BYTES,
-    default_layout,
-    default_shards,
-    dividing_chunks,
-    whole_chunks,
-)
+from ..core.planner import default_layout
+from ..core.sizing import DEFAULT_CHUNK_BYTES, default_shards, dividing_chunks, whole_chunks
+from ..core.targets import parse_target
 from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.nodes import open_group
 from ..storage.store import JOURNAL
@@ -167,12 +163,15 @@ def check_group_names(tree: Any) -> None:
             )
 
 
-def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] | None:
+def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] | str | None:
     """``shards=`` as sizes per dimension name: a mapping as given; a shape (a tuple or list of
     positive ints, as :func:`shardwise.write_array` takes it) gives its sizes, by position, to
     the dimensions of every data variable of that many dimensions (all of them must have that
     many, and agree); anything else is refused naming ``shards``."""
     if shards is None or isinstance(shards, Mapping):
+        return shards
+    if isinstance(shards, str):  # a target: "2GB", "XY", "one per time step" (checked here)
+        parse_target(shards)
         return shards
     accepted = (
         "sizes per dimension name ({'time': 365}) or a shape (10, 10) with a size per "
@@ -215,7 +214,13 @@ def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] 
     return out
 
 
-def check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None]) -> None:
+def check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None] | str) -> None:
+    if isinstance(shards, str):  # a target: every data variable must take it
+        for var in ds.data_vars.values():
+            if var.ndim:
+                shape, itemsize = tuple(map(int, var.shape)), var.dtype.itemsize
+                default_layout(shape, itemsize, None, shards, dims=tuple(map(str, var.dims)))
+        return
     for dim, n in shards.items():
         if dim not in ds.dims:
             raise InvalidValueError(
@@ -323,7 +328,7 @@ def _layout_for(
     var: Any,
     enc: Mapping[str, Any],
     explicit: bool,
-    shards_kw: Mapping[Hashable, int | None] | None,
+    shards_kw: Mapping[Hashable, int | None] | str | None,
     shard_bytes: int,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(inner chunks, shards) of a new variable; see :func:`to_zarr` for the order of rules.
@@ -344,6 +349,12 @@ def _layout_for(
                 f"encoding[{name!r}]['shards'] must be {ndim} positive ints, got {enc['shards']!r}"
             )
         replace_chunks = False
+    elif isinstance(shards_kw, str):  # a target ("2GB", "XY"): the planner's, per variable
+        chunks = chunks if explicit else None
+        try:
+            return default_layout(shape, itemsize, chunks, shards_kw, shard_bytes, dims=var.dims)
+        except InvalidValueError:  # a coordinate without the axes named: the default rule
+            return default_layout(shape, itemsize, chunks, None, shard_bytes)
     elif shards_kw:
         shard = tuple(
             _named_shard(shards_kw.get(d), n) for d, n in zip(var.dims, shape, strict=True)
@@ -357,7 +368,8 @@ def _layout_for(
         chunks = chunks or _small_dask_chunks(var, itemsize, inner_bytes, shard_bytes)
         return default_layout(shape, itemsize, chunks, None, shard_bytes)
     if chunks is None or (replace_chunks and not _divides(chunks, shard)):
-        return default_layout(shape, itemsize, None, shard, shard_bytes)
+        named = _by_name(shards_kw, var.dims) if not (explicit and enc.get("shards")) else None
+        return default_layout(shape, itemsize, None, named or shard, shard_bytes, dims=var.dims)
     if not explicit and not _divides(chunks, shard) and "preferred_chunks" in enc:
         # read from a store, then given other chunks (overwrite_encoded_chunks=True): the
         # stored shards no longer fit; new shards are built around the chunks asked for
@@ -372,6 +384,16 @@ def _layout_for(
             f"{shard} (e.g. chunks={dividing_chunks(shard, itemsize, inner_bytes)})"
         )
     return chunks, shard
+
+
+def _by_name(shards_kw: Any, dims: Any) -> dict[str, int] | None:
+    """``shards=`` sizes of the dimensions ``dims`` names (None: whole), as the planner's sizes
+    by name: the dimensions not named are whole, their inner chunks cut evenly (a shard then
+    rounded up to whole chunks)."""
+    if not shards_kw or isinstance(shards_kw, str):
+        return None
+    sizes = {str(d): int(n) for d, n in shards_kw.items() if d in dims and n is not None}
+    return sizes or None
 
 
 def _small_dask_chunks(
@@ -399,7 +421,7 @@ def with_layout(
     ds: Any,
     user_encoding: dict[Hashable, dict[str, Any]],
     existing: set[str],
-    shards_kw: Mapping[Hashable, int | None] | None,
+    shards_kw: Mapping[Hashable, int | None] | str | None,
     shard_bytes: int,
 ) -> tuple[Any, dict[Hashable, dict[str, Any]]]:
     """Give every variable this call creates its inner chunks and shards (in its encoding)."""

@@ -54,7 +54,7 @@ def check_tree(
     obj: Any,
     store: Any,
     *,
-    shards: Mapping[Hashable, int | None] | None,
+    shards: Mapping[Hashable, int | None] | str | None,
     encoding: Mapping[Hashable, Any] | None,
     mode: WriteMode | None,
     append_dim: Hashable | None,
@@ -140,7 +140,7 @@ def check_tree(
 
 def _nodes(
     obj: Any,
-    shards: Mapping[Hashable, int | None] | None,
+    shards: Mapping[Hashable, int | None] | str | None,
     encoding: Mapping[Hashable, Any] | None,
     region: Any,
     append_dim: Hashable | None,
@@ -155,7 +155,7 @@ def _nodes(
         nodes = _node_datasets(obj, inherited)
         encodings = _group_encodings(encoding, nodes)
         dims = {str(d) for ds in nodes.values() for d in ds.dims}
-        _refuse_unknown_dims("shards", shards, dims)
+        _refuse_unknown_dims("shards", None if isinstance(shards, str) else shards, dims)
         _refuse_unknown_dims("region", region if isinstance(region, Mapping) else None, dims)
         if append_dim is not None and append_dim not in dims:
             raise InvalidValueError(
@@ -261,11 +261,11 @@ def _positive(n: Any) -> bool:
 
 
 def _node_shards(
-    shards: Mapping[Hashable, int | None] | None, ds: Any
-) -> Mapping[Hashable, int | None] | None:
+    shards: Mapping[Hashable, int | None] | str | None, ds: Any
+) -> Mapping[Hashable, int | None] | str | None:
     """``shards=`` for one group: the sizes of the dimensions it has."""
-    if shards is None:
-        return None
+    if shards is None or isinstance(shards, str):  # a target: each variable's own
+        return shards
     return {d: n for d, n in shards.items() if d in ds.dims}
 
 

@@ -139,7 +139,9 @@ def to_zarr(
         Shard length per dimension name for every variable (``{"time": 365}``; ``None`` means
         the whole dimension); a name the data does not have is refused. A shape (``(10, 10)``,
         as :func:`shardwise.write_array` takes it) gives its sizes, by position, to the
-        dimensions of the data variables, which must all have that many dimensions.
+        dimensions of the data variables, which must all have that many dimensions. A string
+        is a target of :func:`shardwise.plan_shards` for each variable (``"2GB"``, ``"XY"``,
+        ``"one per time step"``).
     encoding : dict, optional
         Per-variable encoding, as in ``Dataset.to_zarr`` (``chunks`` = inner chunks, ``shards``
         = shard shape, ``compressors``, CF keys); chunks that do not divide the shards are
