@@ -9,6 +9,7 @@ with ``resume=True``, nothing stored lost, compared with numpy and verified clea
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -20,6 +21,8 @@ import pytest
 import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from zarr.abc.store import Store
+from zarr.storage import WrapperStore
 
 import shardwise
 from faultkit import forkserver, wait_until
@@ -192,6 +195,61 @@ def test_readers_see_the_stored_frames_between_appends(tmp_path: Path) -> None:
     np.testing.assert_array_equal(xr.open_dataset(root, engine="shardwise")["v"].values, x)
 
 
+class ThenReplaced(WrapperStore[Store]):
+    """A store whose first read of ``key`` runs ``then()`` before it returns: a reader that
+    reads the shard's index, then its chunks in another request, finds the shard replaced in
+    between (the interleaving a seal running beside a reader can take)."""
+
+    def __init__(self, store: Store, key: str, then: Any, fired: list[str] | None = None) -> None:
+        super().__init__(store)
+        self.key, self.then = key, then
+        self.fired = [] if fired is None else fired  # shared with the copies zarr makes
+
+    def _with_store(self, store: Store) -> ThenReplaced:
+        return ThenReplaced(store, self.key, self.then, self.fired)
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        got = await self._store.get(key, prototype, byte_range)
+        if key.endswith(self.key) and not self.fired:
+            self.fired.append(key)
+            await asyncio.to_thread(self.then)  # zarr's loop stays free for the seal's puts
+        return got
+
+
+@pytest.mark.parametrize("reader", ["zarr-python, local files", "shardwise, a memory store"])
+def test_a_read_of_a_flushed_shard_spanning_its_seal_gets_the_stored_frames(
+    tmp_path: Path, reader: str
+) -> None:
+    """A flush shows frame 4 (shard-row 1 partial); a reader of the array at 5 frames reads
+    that shard's index, then the seal of shard-row 1 replaces the shard, then the reader reads
+    the chunk the index names: it gets frame 4 (the replaced shard keeps the flushed chunks in
+    place), not bytes of the new shard (a zstd error, or other values)."""
+    x = frames(8)
+    local = reader.startswith("zarr")
+    root: Any = tmp_path / "a.zarr" if local else zarr.storage.MemoryStore()
+    s = shardwise.stream(root, dtype="u2", **layout(0))
+    s.append(x[:5])
+    s.flush()
+
+    def seal() -> None:
+        s.append(x[5:8])
+        s.flush()  # the seal stored and the shape grown (no partial shard-row left)
+        assert s.stored == 8
+
+    inner = zarr.storage.LocalStore(root, read_only=True) if local else root
+    store = ThenReplaced(inner, "c/1/0/0", seal)
+    if local:
+        got = np.asarray(zarr.open_array(store, mode="r")[:5])
+    else:
+        got = np.asarray(shardwise.open_array(store)[:5])
+    assert store.fired  # the reader's first request of the shard, then the seal
+    np.testing.assert_array_equal(got, x[:5])
+    s.close()
+    np.testing.assert_array_equal(stored(root), x)
+    report = shardwise.verify(root)
+    assert report.ok and report.shards_stored == 2
+
+
 def read_elsewhere(root: str, out: Any) -> None:
     """Another process: what zarr-python, tensorstore and xarray read of the array now."""
     import tensorstore as ts
@@ -329,6 +387,14 @@ def test_memory_is_bounded_by_the_shard_row_buffers(tmp_path: Path) -> None:
 TOTAL = 40
 
 
+def stop_here() -> None:
+    """Stop this process, the calling thread first: a SIGSTOP sent to the process
+    (``os.kill``) is taken by its main thread, and a writer thread calling it runs on (its
+    seal grows the shape) until the main thread has stopped the others; one sent to the
+    thread stops it before the call returns."""
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+
 def killed_stream(root: str, stop_at: int | None, said: Any) -> None:
     """A child streaming TOTAL frames, one at a time, telling ``said`` (frames, stored) after
     each; with ``stop_at`` it stops itself inside the seal that stores frames up to it, after
@@ -346,7 +412,7 @@ def killed_stream(root: str, stop_at: int | None, said: Any) -> None:
         def hold(end: int) -> None:
             if end >= stop_at:  # the seal reaching it (rows waiting are written together)
                 tell("held", end, s.stored)
-                os.kill(os.getpid(), signal.SIGSTOP)
+                stop_here()
 
         child.after_store = hold
     x = frames(TOTAL, seed=7)
@@ -357,7 +423,7 @@ def killed_stream(root: str, stop_at: int | None, said: Any) -> None:
     if stop_at is not None:
         s.flush()  # the seals reach the hook (the appender may be done before them)
     tell("end", s.stored)
-    os.kill(os.getpid(), signal.SIGSTOP)  # the killed stream never closes
+    stop_here()  # the killed stream never closes
 
 
 def kill_after(root: str, messages: int, stop_at: int | None = None) -> tuple[int, int]:

@@ -7,7 +7,8 @@ it: its shards are encoded (inner chunks in parallel on the shared pool) and put
 recorded in the journal, and only then does the array's shape grow to include them, so a
 reader (``open_array``, the xarray engine, zarr-python, tensorstore) sees sealed frames only.
 ``flush()`` also writes the partial last shard-row and grows the shape to it; its frames stay
-buffered, and the shard is written whole again when it seals.
+buffered, and the shard is written whole again when it seals, the flushed chunks' bytes kept in
+place (``codec/supersede.py``): a reader part-way through reading the flushed shard decodes it.
 
 A stream is a front end of the one write call (``write/execute.py``), not a lifecycle of its
 own: it holds one :class:`~shardwise.write.execute.Execution` open for its lifetime (the
@@ -398,7 +399,10 @@ class Stream:
         for row, buf, k in rows:
             start = row * self.step
             plan = ShardPlan(lay, _rows(lay.shape, self.axis, start, start + k))
-            writes.append(replace(whole, plan=plan, source=buf[self._at(0, k)]))
+            # a shard-row readers see in part (flushed, or the tail of a resume) is replaced
+            # with the stored chunks kept in place: a read spanning the put still decodes
+            shown = replace(whole.options, supersede=start < self.stored)
+            writes.append(replace(whole, plan=plan, source=buf[self._at(0, k)], options=shown))
         ex.flush(ex.parts(writes))
         if after_store is not None:
             after_store(end)
