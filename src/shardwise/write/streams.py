@@ -301,8 +301,9 @@ class Stream:
 
     def flush(self) -> None:
         """Write every sealed shard-row and the partial last one now (its frames stay
-        buffered: its shards are written whole again when it seals), then grow the shape to
-        every frame appended."""
+        buffered: its shards are written whole again when it seals, their flushed chunks kept
+        in place for readers part-way through them), then grow the shape to every frame
+        appended."""
         self._check_open()
         self._drain()
         if self._fill > self._flushed:
