@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .pyramid.write import write_pyramid
     from .runtime.signals import Interrupted, stop_on_signals
     from .write.regions import RegionWriter
+    from .write.streams import Stream, stream
     from .xarray.icechunk import to_icechunk
     from .xarray.opening import open_dataset, open_datatree
     from .xarray.writer import to_zarr
@@ -70,6 +71,7 @@ __all__ = [
     "ReadOnlyError",
     "RegionWriter",
     "SelectionError",
+    "Stream",
     "ShardConflictError",
     "ShardGeometry",
     "ShardwiseError",
@@ -88,6 +90,7 @@ __all__ = [
     "plan_write",
     "read_array",
     "stop_on_signals",
+    "stream",
     "to_icechunk",
     "to_zarr",
     "update_pyramid",
@@ -114,6 +117,8 @@ _LAZY = {
     "plan_write": ".api",
     "read_array": ".engine.load",
     "stop_on_signals": ".runtime.signals",
+    "Stream": ".write.streams",
+    "stream": ".write.streams",
     "to_icechunk": ".xarray.icechunk",
     "to_zarr": ".xarray.writer",
     "update_pyramid": ".pyramid.update",

@@ -45,6 +45,7 @@ VERB_PAGES = {
         "convert",
         "verify",
         "write_pyramid",
+        "stream",
     )
 }
 BATCH_VERBS = ("init", "write_part", "finalize", "open_batch")

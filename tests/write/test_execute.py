@@ -181,3 +181,36 @@ def test_the_job_decides_how_a_sessions_tasks_write(tmp_path: Path) -> None:
     plain = shardwise.plan_write(source, tmp_path / "s.zarr", **kw)
     assert "icechunk" not in plain.reason
     assert not repo.writable_session("main").has_uncommitted_changes
+
+
+def test_resize_grows_an_open_write_and_moves_its_marker(tmp_path: Path) -> None:
+    """``Execution.resize``: the write of rows 0:16 of a 16-row array grown, flush by flush,
+    to the 64 rows (a stream's shard-rows); its one open marker follows its region (the old
+    one removed), flushes past the old region are accepted, the finish marks the last done."""
+    data = frames(4)
+    store = zarr.storage.LocalStore(tmp_path / "s.zarr")
+    target, call, write = opened(store, data[: 2 * SHARD])
+    array = ShardStore(store, "a")
+    with Execution(target, call) as ex:
+        for end in range(2 * SHARD, ROWS + 1, 2 * SHARD):
+            region = (slice(0, end), slice(0, COLS))
+            info = replace(write.info, layout=replace(write.info.layout, shape=(end, COLS)))
+            grown = replace(write, info=info, plan=ShardPlan(info.layout, region), job=None,
+                            source=None)  # fmt: skip
+            ex.resize(grown)
+            markers = [m for m in read_markers(array).values() if m is not None]
+            assert [(m.status, m.region, m.shape) for m in markers] == [
+                ("open", [[0, end], [0, COLS]], [end, COLS])
+            ]
+            part = replace(grown, plan=ShardPlan(info.layout, (slice(end - 2 * SHARD, end),
+                           slice(0, COLS))), source=data[end - 2 * SHARD : end])  # fmt: skip
+            ex.flush(ex.parts([part]))
+        with pytest.raises(PlanError, match="not an array of this write"):
+            ex.resize(replace(grown, store=ShardStore(store, "b")))
+        report = ex.run([])
+    assert report.shards_written == ROWS // SHARD
+    assert [(m.status, m.region) for m in read_markers(array).values() if m is not None] == [
+        ("done", [[0, ROWS], [0, COLS]])
+    ]
+    zarr.open_array(store, path="a", mode="r+").resize((ROWS, COLS))
+    np.testing.assert_array_equal(zarr.open_array(store, path="a", mode="r")[:], data)

@@ -201,6 +201,11 @@ def _advice(marker: WriteMarker) -> str:
     """The call that finishes an unfinished write."""
     if not marker.append:
         return "rerun it with resume=True"
+    if marker.append.get("call") == "stream":
+        return (
+            "a stream that stopped before close(): reopen it with shardwise.stream(<the same "
+            "store, path and layout>, resume=True), which keeps every stored frame"
+        )
     dim, axis = marker.append.get("dim"), int(marker.append.get("axis", 0))
     a, b = marker.region[axis]
     call = append_call(str(marker.append.get("call", "to_zarr")), str(dim), axis)

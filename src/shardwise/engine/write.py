@@ -22,6 +22,7 @@ from ..codec.frames import borrowed as borrowed_frames
 from ..codec.metadata import ArrayInfo
 from ..codec.mosaic import Mosaic, fits
 from ..codec.shard import EncodedShard, ShardCodec, empty_shard, encode_shard, merge_shard
+from ..codec.supersede import superseding
 from ..core.keys import ShardKeys
 from ..core.layout import Layout
 from ..core.plan import ShardPlan
@@ -41,12 +42,15 @@ Mode = Literal["w", "w-", "a", "r+"]
 @dataclass(frozen=True)
 class WriteSettings:
     """What travels to the workers with every shard task (configuration only, a few bytes
-    pickled): whether inner chunks equal to the fill value are stored, and the threads that
-    encode them. ``fsync`` travels in the task's ``ShardStore``; what the call decided on the
+    pickled): whether inner chunks equal to the fill value are stored, the threads that
+    encode them, and whether a shard replaced keeps the stored one's chunk bytes in place
+    (``supersede``: readers may be part-way through reading it, see codec/supersede.py).
+    ``fsync`` travels in the task's ``ShardStore``; what the call decided on the
     client (mode, lease, resume, ...) is :class:`~shardwise.write.options.WriteOptions`."""
 
     write_empty_chunks: bool = False
     threads: int | None = None
+    supersede: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,9 @@ class ShardWriter:
             rep.conflicts_retried = whole.conflicts
             return whole.stored, whole.existed, whole.generation
         if stored is not None:
+            if self.options.supersede:
+                old = self.store.get(key)
+                stored = superseding(self.info.codec, old, stored, self.store.key(key))
             self.store.put(key, stored)
             return stored, False, UNCHECKED
         if self.store.size(key) is not None:

@@ -36,11 +36,13 @@ from typing import Any, TypeVar
 
 from ..durability.lease import store_lease
 from ..engine.report import WriteReport
+from ..errors import PlanError
 from ..storage.consolidated import Nodes
 from ..storage.icechunk import SessionWrite, into_session
 from ..storage.meter import IOMeter, metered
+from ..storage.store import describe
 from .compute import Part
-from .pipeline import ArrayWrite, Pipeline
+from .pipeline import ArrayWrite, Pipeline, check_write
 from .session import PartLease
 
 __all__ = ["Execution", "Target", "WriteCall", "execute"]
@@ -197,6 +199,22 @@ class Execution:
         report = self.pipe.compute(parts, self.call.progress, self.call.desc)
         self.flushed = report if self.flushed is None else self.flushed + report
         return report
+
+    def resize(self, write: ArrayWrite) -> None:
+        """The call's write of ``write``'s array becomes ``write``: a region of the array
+        grown (or cut back) to ``write.info``'s shape, checked as every write is. Its open
+        marker is put under the new region (``WriteSession.resize``); later flushes write
+        inside it. A stream grows its write by each shard-row it seals."""
+        check_write(write)
+        pipe = self.pipe
+        for i, (w, s) in enumerate(zip(pipe.writes, pipe.sessions, strict=True)):
+            if w.store.store is write.store.store and w.store.path == write.store.path:
+                s.resize(write.plan.region, write.info.layout.shape, write.plan)
+                pipe.writes[i] = write
+                return
+        raise PlanError(
+            f"{describe(write.store.store, write.store.path)} is not an array of this write"
+        )
 
     def run(self, parts: list[Part], *, compute: bool | None = None) -> Any:
         """Write ``parts`` and finish the write once (tidy, ``then``, consolidated groups,

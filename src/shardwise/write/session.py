@@ -213,6 +213,20 @@ class WriteSession:
         if not self.finished:  # a finished write's marker stays done until a shard is missing
             self.store.put(marker_name(self.region), self.marker.to_bytes())
 
+    def resize(self, region: Region, shape: tuple[int, ...], plan: ShardPlan) -> None:
+        """The open write now covers ``region`` of the array at ``shape`` (a stream's write
+        grown by a shard-row, or cut back to what was written): its marker, open, put under
+        the new region before the old one goes (a kill between leaves both, the same write);
+        the shards found done before are not skipped from here on (the caller writes them)."""
+        assert self.marker is not None and not self.finished
+        old = marker_name(self.region)
+        self.region, self.shape, self.plan = region, tuple(shape), plan
+        self.marker = replace(self.marker, region=region_list(region), shape=list(self.shape))
+        self.done = frozenset()
+        self.store.put(marker_name(region), self.marker.to_bytes())
+        if marker_name(region) != old:
+            self.store.delete(old)
+
     def _remove_temp_files(self) -> list[str]:
         return remove_temp_files(
             self.store, self._targets(), tag=self.store.tag if self.shared else ""
