@@ -422,7 +422,7 @@ def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
 def test_only_the_worker_settings_travel_with_the_shard_tasks(tmp_path: Path) -> None:
     """write_array's keywords are one WriteOptions, checked once at the API edge; what the
     pipeline hands the shard tasks is the small WriteSettings inside it (write_empty_chunks,
-    threads): what the caller decided (mode, lease, resume, ...) stays on the client."""
+    threads, and supersede, which only a stream sets): what the caller decided (mode, lease, resume, ...) stays on the client."""
     import pickle
     from dataclasses import fields
 
@@ -437,7 +437,7 @@ def test_only_the_worker_settings_travel_with_the_shard_tasks(tmp_path: Path) ->
     assert options.memory_limit == 64 * 2**20  # checked into bytes, once
     sent = prepare_write(DATA, str(tmp_path / "s.zarr"), options).write.options
     assert sent is options.settings == WriteSettings(write_empty_chunks=True, threads=2)
-    assert {f.name for f in fields(sent)} == {"write_empty_chunks", "threads"}
+    assert {f.name for f in fields(sent)} == {"write_empty_chunks", "threads", "supersede"}
     assert len(pickle.dumps(sent)) < 200
 
 
