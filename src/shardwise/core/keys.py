@@ -56,12 +56,13 @@ class ShardKeys(Sequence[str]):
     """Shard keys as spans of shard indices per array, plus keys given as strings; read as
     a sorted sequence of strings (what ``WriteReport.keys`` was: a sorted list)."""
 
-    __slots__ = ("_cache", "_loose", "_spans")
+    __slots__ = ("_cache", "_grids", "_loose", "_spans")
 
     def __init__(self, keys: Iterable[str] = ()) -> None:
         self._spans: list[tuple[KeyGrid, int, int]] = []
         self._loose: list[str] = list(keys)
         self._cache: list[str] | None = None
+        self._grids: dict[KeyGrid, KeyGrid] = {}
 
     @classmethod
     def of_shard(cls, layout: Layout, coord: Sequence[int], prefix: str = "") -> ShardKeys:
@@ -93,6 +94,7 @@ class ShardKeys(Sequence[str]):
             self._loose.extend(other)
             return
         for kg, start, stop in other._spans:
+            kg = self._grids.setdefault(kg, kg)  # one object per grid: pickled once
             if self._spans and self._spans[-1][0] == kg and self._spans[-1][2] == start:
                 self._spans[-1] = (kg, self._spans[-1][1], stop)
             else:
@@ -105,8 +107,11 @@ class ShardKeys(Sequence[str]):
             return self
         out = ShardKeys(f"{prefix}/{k}" for k in self._loose)
         for kg, start, stop in self._spans:
-            joined = f"{prefix}/{kg.prefix}" if kg.prefix else prefix
-            out._spans.append((KeyGrid(joined, kg.grid, kg.separator, kg.encoding), start, stop))
+            if kg not in out._grids:
+                joined = f"{prefix}/{kg.prefix}" if kg.prefix else prefix
+                out._grids[kg] = KeyGrid(joined, kg.grid, kg.separator, kg.encoding)
+            out._spans.append((out._grids[kg], start, stop))
+        out._grids = {kg: kg for kg in out._grids.values()}
         return out
 
     def sort(self) -> None:
@@ -154,3 +159,4 @@ class ShardKeys(Sequence[str]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._spans, self._loose, self._cache = state["spans"], state["loose"], None
+        self._grids = {kg: kg for kg, _, _ in self._spans}
