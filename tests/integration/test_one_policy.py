@@ -422,7 +422,8 @@ def test_the_one_create_refuses_another_writers_array(tmp_path: Path) -> None:
 def test_only_the_worker_settings_travel_with_the_shard_tasks(tmp_path: Path) -> None:
     """write_array's keywords are one WriteOptions, checked once at the API edge; what the
     pipeline hands the shard tasks is the small WriteSettings inside it (write_empty_chunks,
-    threads, and supersede, which only a stream sets): what the caller decided (mode, lease, resume, ...) stays on the client."""
+    threads, and supersede, which only a stream sets): what the caller decided (mode, lease,
+    resume, ...) stays on the client."""
     import pickle
     from dataclasses import fields
 
