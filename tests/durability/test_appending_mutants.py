@@ -108,6 +108,18 @@ def test_holds_values_reads_the_rows_from_the_first_shard_boundary_along_their_a
     assert holds_values(st, 0, (2, 12))
 
 
+def test_holds_values_reads_every_shard_along_the_other_axes(tmp_path: Any) -> None:
+    # kills holds_values_45 (the other axes read from index 1: a column of shards one wide
+    # at index 0 never read, its appended values taken for none)
+    import numpy as np
+
+    x = np.zeros((8, 2), "i4")
+    x[4:8, 0] = 7  # values only in the first column, a shard one column wide
+    st = _lead_array(tmp_path, x, 0, (4, 1))
+    assert holds_values(st, 0, (4, 8))
+    assert holds_values(st, 0, (0, 4)) is False
+
+
 def test_holds_values_counts_nan_fill_as_no_value(tmp_path: Any) -> None:
     # kills holds_values_50 (NaN read as a value where the fill value is NaN)
     import numpy as np
