@@ -52,6 +52,17 @@ def test_zarr_3602_a_100000_element_array_is_not_cut_into_tiny_chunks() -> None:
     for dtype in ("int8", "float32", "float64"):
         g = plan_shards((100_000,), dtype)
         assert g.chunks[0] >= 100_000 // 8 and g.nshards == 1
+        assert g.shards_reason == "the whole array in one shard: it fits in 64.0 MiB"
+
+
+def test_the_default_reason_names_the_axes_grown_around_the_write_axes() -> None:
+    dims = ("T", "C", "Z", "Y", "X")
+    shape, chunks = (1068, 6, 86, 1664, 1193), (1, 1, 16, 256, 256)
+    g = plan_shards(shape, "uint16", chunks=chunks, write_axes=(0, 1), dims=dims)
+    assert g.shards[:2] == (1, 1)
+    assert g.shards_reason == "whole chunks up to 64.0 MiB, grown along Z, Y, X only"
+    g = plan_shards((4000, 4000), "float32", chunks=(100, 100), write_axes=(0,))
+    assert g.shards_reason == "whole chunks up to 64.0 MiB, grown along axis 1 only"
 
 
 def test_one_per_time_step_and_axis_names_by_dimension_name() -> None:

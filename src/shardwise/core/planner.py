@@ -233,6 +233,12 @@ COMPACT = (
 )
 
 
+def _axes(axes: list[int], dims: tuple[str | None, ...] | None) -> str:
+    """Axes by name where they have one, else by number."""
+    names = [str(dims[i]) if dims and dims[i] is not None else f"axis {i}" for i in axes]
+    return ", ".join(names) if names else "no axis"
+
+
 def _choose(
     t: Target,
     shape: tuple[int, ...],
@@ -267,9 +273,12 @@ def _choose(
             grown = [i for i in range(nd) if i not in keep]
             fitted = shrink_to_fit(k, math.prod(inner) * itemsize, cap, axes=grown)
             shards = tuple(c * n for c, n in zip(inner, fitted, strict=True))
+            why = f"whole chunks up to {human(cap)}, grown along {_axes(grown, dims)} only"
         else:
             shards = default_shards(shape, inner, itemsize, cap)
-        why = f"whole chunks up to {human(cap)}: the array halved along its axis of most chunks"
+            why = f"whole chunks up to {human(cap)}: the array halved along its axis of most chunks"
+        if all(s >= max(1, n) for s, n in zip(shards, shape, strict=True)):
+            why = f"the whole array in one shard: it fits in {human(cap)}"
         return shards, inner, why, why_c
     elems, free, why_s = _extents(t, shape, keep, dims)
     if given is None:
