@@ -148,9 +148,9 @@ class ShardWriter:
         if spliced is not None:
             rep.conflicts_retried, rep.merges = spliced.conflicts, [spliced.kind]
             if self.journal is not None:
-                # no whole-object checksum without reading the copied ranges: the previous
-                # commit's record is dropped (verify checks the index and every chunk)
-                self.journal.record(key, None, spliced.generation)
+                # no whole-object checksum without reading the copied ranges: a record of the
+                # ranges written (durability/shardrecord.py)
+                self.journal.record_spliced(key, spliced.shard.segments, spliced.generation)
             return spliced.shard, False
         rep.merges = ["whole"]
 
