@@ -158,8 +158,8 @@ def test_a_merge_moves_at_most_1_1x_the_touched_chunks_and_the_index(
     assert rep.bytes_written <= 1.1 * (after[1] + index_nbytes)
     assert rep.bytes_copied == before[0] + before[2] + before[3]
     np.testing.assert_array_equal(shardwise.read_array(store, path="a"), values)
-    # the shard's record is dropped (no whole-object checksum without reading the copies):
-    # verify checks it for integrity, and even strict finds nothing to hold against it
+    # the shard's record is a spliced one (the ranges written and their crc32c, no
+    # whole-object checksum without reading the copies): strict verify matches it
     assert shardwise.verify(store, path="a", strict=True).ok
 
 
@@ -214,34 +214,47 @@ KILLED = """
 import os, signal, sys
 import numpy as np
 import shardwise, shardwise.storage.splice as splice
+from faultkit import MotoS3
 def stop(name):
-    if name == sys.argv[2]:
+    if name == sys.argv[3]:
         os.kill(os.getpid(), signal.SIGKILL)
 splice.step_hook = stop
-shardwise.write_array(np.full(4, 9, "u1"), sys.argv[1], path="a", region=(slice(0, 4),), mode="r+")
+where = sys.argv[1] if sys.argv[2] == "local" else MotoS3(sys.argv[2], None).obstore(sys.argv[1])
+shardwise.write_array(np.full(4, 9, "u1"), where, path="a", region=(slice(0, 4),), mode="r+")
 """
 
 
-@pytest.mark.parametrize("at", STEPS["local"])
-def test_a_merge_killed_at_any_step_leaves_the_previous_shard(at: str, tmp_path: Path) -> None:
-    """SIGKILL mid-merge: the previous shard reads back whole; verify finds no shard problem,
-    only the write that did not finish and its temp file; its resume lands the update and
-    removes the temp file the kill left beside the shard (which no reader sees)."""
-    store, values, _ = big("local", None, tmp_path)
+@pytest.mark.parametrize(
+    ("kind", "at"), [(k, s) for k, ss in STEPS.items() for s in [*ss, "committed"]]
+)
+def test_a_merge_killed_at_any_step_leaves_the_previous_shard(
+    kind: str, at: str, s3: MotoS3, tmp_path: Path
+) -> None:
+    """SIGKILL mid-merge, at each step: before the commit the previous shard reads back
+    whole, after it (its record not written yet) the new one; verify finds no shard problem,
+    only the write that did not finish and the temp file a local kill left beside the shard
+    (which no reader sees); its resume lands the update and removes what the kill left (the
+    temp file; on S3 the unfinished multipart upload)."""
+    store, values, _ = big(kind, s3, tmp_path)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([sys.executable, "-c", KILLED, str(store), at], env=env, check=False)
+    where = [str(store), "local"] if kind == "local" else [str(store.store.prefix), s3.endpoint]
+    proc = subprocess.run([sys.executable, "-c", KILLED, *where, at], env=env, check=False)
     assert proc.returncode == -signal.SIGKILL
-    np.testing.assert_array_equal(shardwise.read_array(store, path="a"), values)
+    landed = values.copy()
+    landed[:4] = 9
+    want = landed if at == "committed" else values
+    np.testing.assert_array_equal(shardwise.read_array(store, path="a"), want)
     report = shardwise.verify(store, path="a")
-    found = sorted("did not finish" in p.message for p in report.problems)
-    assert found == [False, True] and any("temp file" in p.message for p in report.problems)
-    assert len(leftovers("local", store, None)) == 1  # type: ignore[arg-type]
+    kinds = sorted(p.kind for p in report.problems)
+    left = ["temp"] if kind == "local" and at != "committed" else []
+    assert kinds == sorted(["incomplete", *left]), report.problems
+    assert all(p.kind != "corrupt" for p in report.changes)
+    assert len(leftovers(kind, store, s3)) == (0 if at == "committed" else 1)
     shardwise.write_array(np.full(4, 9, "u1"), store, path="a", region=(slice(0, 4),),
                           mode="r+", resume=True)  # fmt: skip
-    values[:4] = 9
-    np.testing.assert_array_equal(shardwise.read_array(store, path="a"), values)
-    assert shardwise.verify(store, path="a").ok
-    assert leftovers("local", store, None) == []  # type: ignore[arg-type]
+    np.testing.assert_array_equal(shardwise.read_array(store, path="a"), landed)
+    assert shardwise.verify(store, path="a", strict=True).ok
+    assert leftovers(kind, store, s3) == []
 
 
 def test_another_writers_commit_between_read_and_commit_is_merged_again(

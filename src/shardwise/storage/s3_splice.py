@@ -169,6 +169,7 @@ class S3Source:
             ):
                 return CONFLICT  # fmt: skip
             raise
+        self.step("committed")  # the new shard stored, its record not yet
         return (got["ETag"], _version(got))
 
     def _part(self, number: int, part: Part, upload: str) -> dict[str, Any]:

@@ -37,7 +37,8 @@ from .store import LocalObject, ShardStore, fsync_dirs, write_temp
 
 __all__ = ["LocalSource", "Source", "open_source", "splice_kind"]
 
-# tests: called with each step's name ("temp", "copied", "commit") to stop a merge there
+# tests: called with each step's name to stop a merge there (local files: "temp", "copied",
+# "commit", "committed"; S3: "part", "complete", "committed")
 step_hook: Callable[[str], None] | None = None
 
 
@@ -139,6 +140,7 @@ class LocalSource:
             tmp.unlink(missing_ok=True)  # gone after the rename
         if fsync:
             fsync_dirs(path, created)
+        step("committed")  # the new shard stored, its record not yet
         return new
 
     def _fill(self, fd: int, segments: Sequence[Any]) -> None:
