@@ -180,6 +180,7 @@ class RunRecords:
         else:
             j = self.journal
             rec = Record.of(j.write_id, parts, j.index_size(key), j.index_at_end)
+            assert rec.crc32c is not None  # a whole object's record
             self.records[key] = [rec.size, rec.crc32c, rec.index_crc32c]
         self.unflushed += 1
         if self.unflushed >= RUN_FLUSH:
