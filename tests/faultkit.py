@@ -147,13 +147,62 @@ def atomic_conditional_writes() -> None:
         setattr(S3Response, name, locked)
 
 
+def conditional_multipart() -> None:
+    """Make moto check what S3 checks of a multipart upload built from copies: moto 5.2 ignores
+    ``If-Match`` on ``CompleteMultipartUpload`` (S3 honours it since 2024-11) and, on
+    ``UploadPartCopy``, ``x-amz-copy-source-if-match`` and a ``x-amz-copy-source-range`` past
+    the source's end (S3: 412, 412, InvalidRange). Checked under the lock the writes take
+    (:func:`atomic_conditional_writes`); ``write/test_merge_ranges.py`` tests each one."""
+    from moto.s3.exceptions import InvalidRange, PreconditionFailed
+    from moto.s3.responses import S3Response
+
+    post, copy = S3Response._key_response_post, S3Response.upload_part_copy
+    if getattr(post, "if_match", False):
+        return
+
+    def etag_of(self: Any, bucket: str, key: str) -> str | None:
+        obj = self.backend.get_object(bucket, key)
+        return None if obj is None else str(obj.etag).strip('"')
+
+    def checked_post(self: Any, request: Any, body: bytes, bucket_name: str, query: Any,
+                     key_name: str) -> Any:  # fmt: skip
+        with _S3_WRITES:
+            want = self.headers.get("If-Match")
+            stale = want is not None and etag_of(self, bucket_name, key_name) != want.strip('"')
+            if query.get("uploadId") and stale:
+                raise PreconditionFailed("If-Match")
+            return post(self, request, body, bucket_name, query, key_name)
+
+    def checked_copy(self: Any) -> Any:
+        with _S3_WRITES:
+            from urllib.parse import unquote, urlparse
+
+            source = self.headers.get("x-amz-copy-source")
+            source = source.decode() if isinstance(source, bytes) else source
+            bucket, key = unquote(urlparse(source).path).lstrip("/").split("/", 1)
+            obj = self.backend.get_object(bucket, key)
+            want = self.headers.get("x-amz-copy-source-if-match")
+            if want is not None and (obj is None or str(obj.etag).strip('"') != want.strip('"')):
+                raise PreconditionFailed("x-amz-copy-source-If-Match")
+            rng = self.headers.get("x-amz-copy-source-range")
+            if rng and obj is not None and int(rng.split("-")[-1]) >= obj.size:
+                raise InvalidRange(rng, str(obj.size))
+            return copy(self)
+
+    checked_post.if_match = True  # type: ignore[attr-defined]
+    S3Response._key_response_post = checked_post  # type: ignore[method-assign]
+    S3Response.upload_part_copy = checked_copy  # type: ignore[method-assign]
+
+
 @contextmanager
 def moto_s3(bucket: str = BUCKET) -> Iterator[MotoS3]:
     """A moto S3 server on a free port of 127.0.0.1 with ``bucket`` created, enforcing
-    conditional writes atomically (:func:`atomic_conditional_writes`)."""
+    conditional writes atomically (:func:`atomic_conditional_writes`) and multipart uploads'
+    conditions as S3 does (:func:`conditional_multipart`)."""
     from moto.server import ThreadedMotoServer
 
     atomic_conditional_writes()
+    conditional_multipart()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     # port 0: the system picks a free port as the server binds it (a port found free first can
     # be taken by another process before the bind, and moto's start then waits forever)

@@ -1,10 +1,11 @@
 """What a write moves, reported by every write and predicted by its plan: requests, bytes read
 and bytes written through the store layer, against the bytes the data changed.
 
-A small region of a big shard reads the stored shard and writes it whole (the merge keeps the
-untouched chunks' encoded bytes, but the shard is one object); the report says so, and the
-counts are those of the objects really read and stored (their sizes on disk or on the S3
-server), not estimates.
+A small region of a big shard on local files reads the shard's index and the inner chunks it
+merges, and writes those and a new index (the kernel copies the rest: a range merge); a store
+that cannot copy ranges (or an S3 shard with no 5 MiB range to copy) reads and writes the shard
+whole. The report says so, and the counts are those of the objects really read and stored
+(their sizes on disk or on the S3 server), not estimates.
 """
 
 from __future__ import annotations
@@ -50,24 +51,42 @@ def test_a_create_reports_the_bytes_it_stored(tmp_path: Path) -> None:
     assert f"in {report.requests} requests" in str(report)
 
 
-def test_a_small_region_of_a_big_shard_moves_the_whole_shard(tmp_path: Path) -> None:
-    """An 8 x 8 region of a 256 x 256 shard: the shard is read once and written once, about
-    (old + new shard) / 256 bytes changed; the plan says the same before the write."""
+def chunk_nbytes(shard: Path, chunk: tuple[int, int]) -> int:
+    """The stored size of inner ``chunk`` of a shard whose index (little-endian, crc32c) is
+    at its end."""
+    n = (SHARDS[0] // CHUNKS[0]) * (SHARDS[1] // CHUNKS[1])
+    raw = shard.read_bytes()[-(16 * n + 4) : -4]
+    entries = np.frombuffer(raw, "<u8").reshape(SHARDS[0] // CHUNKS[0], -1, 2)
+    return int(entries[chunk][1])
+
+
+def test_a_small_region_of_a_big_shard_moves_its_chunk_and_the_index(tmp_path: Path) -> None:
+    """An 8 x 8 region of a 256 x 256 shard on local files: a range merge reads the shard's
+    index and the one inner chunk the region covers in part, writes that chunk and a new
+    index, and the kernel copies the other 255 chunks (``bytes_copied``); the plan, which
+    cannot know the stored chunks' sizes, gives the whole shard read and written as its upper
+    bound before the write."""
     root = tmp_path / "a.zarr"
     shardwise.write_array(source(), root, path="a", chunks=CHUNKS, shards=SHARDS)
-    old = (root / "a" / "c" / "0" / "0").stat().st_size
+    shard = root / "a" / "c" / "0" / "0"
+    index = 16 * (SHARDS[0] // CHUNKS[0]) * (SHARDS[1] // CHUNKS[1]) + 4
+    old_chunk = chunk_nbytes(shard, (1, 2))  # REGION lies inside inner chunk (1, 2)
     values = np.ones((8, 8), "f4")
     plan = shardwise.plan_write(values, root, path="a", region=REGION, mode="r+")
     assert plan.requests.bytes_read == plan.requests.bytes_written == SHAPE[0] ** 2 * 4
     assert plan.requests.amplification == 2 * SHAPE[0] ** 2 * 4 / 256
     assert "moves: 256.0 KiB read, 256.0 KiB written" in str(plan)
     report = shardwise.write_array(values, root, path="a", region=REGION, mode="r+")
-    new = (root / "a" / "c" / "0" / "0").stat().st_size
-    assert report.raw_bytes == 256
-    assert old <= report.bytes_read <= old + 2048  # the shard, and the journal's small objects
-    assert new <= report.bytes_written <= new + 2048
-    assert report.amplification > (old + new) / 256 > 1000
+    new, new_chunk = shard.stat().st_size, chunk_nbytes(shard, (1, 2))
+    assert report.raw_bytes == 256 and report.merges == ["local ranges"]
+    # the index and the chunk merged, and the journal's small objects
+    assert index + old_chunk <= report.bytes_read <= index + old_chunk + 2048
+    assert index + new_chunk <= report.bytes_written <= index + new_chunk + 2048
+    assert report.bytes_copied == new - index - new_chunk
+    moved = report.bytes_read + report.bytes_written
+    assert report.amplification == moved / 256 < plan.requests.amplification / 30  # 2048x
     np.testing.assert_array_equal(zarr.open_array(root, path="a")[REGION], values)
+    assert shardwise.verify(root, path="a").ok
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from ..codec.metadata import ArrayInfo, unsharded_info
 from ..codec.shard import MISSING, ShardIndex
 from ..core.keys import ShardKeys
 from ..core.layout import Coord
-from ..durability.journal import RECORDS, Journal, Record
+from ..durability.journal import RECORDS, Journal
+from ..durability.shardrecord import Record
 from ..engine.fetch import read_index
 from ..engine.report import WriteReport
 from ..engine.tasks import shard_task

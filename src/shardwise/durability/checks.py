@@ -18,8 +18,9 @@ from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..storage.store import TEMP, ShardStore
 from .appending import APPENDING, AppendRecord, Survey, survey
-from .journal import BATCH, PARTS, Record, WriteMarker, read_markers
+from .journal import BATCH, PARTS, WriteMarker, read_markers
 from .lease import read_lease
+from .shardrecord import Record
 
 MAX_PER_SHARD = 8
 
@@ -165,12 +166,12 @@ def check_shard(
         return [Problem("missing", key, "listed but gone when read")], None, 0, 0
     out: list[Problem] = []
     change = None
-    if record is not None and (record.size != len(data) or record.crc32c != crc32c(data)):
+    if record is not None and not record.holds(data):
         change = Problem(
             "mismatch",
             key,
             f"stored object ({len(data)} bytes, crc32c {crc32c(data):#010x}) differs from "
-            f"what the writer recorded ({record.size} bytes, crc32c {record.crc32c:#010x}): "
+            f"what the writer recorded ({record.describe()}): "
             "rewritten by another tool, or damaged where no checksum covers it",
         )
     coord = info.layout.parse_shard_key(name)

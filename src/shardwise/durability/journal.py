@@ -5,7 +5,9 @@ that are not metadata or chunk keys):
 
 ``.shardwise/shards/<shard key>``
     one record per stored shard, written by the task that stored it, right after the shard:
-    the id of the write, the object size, the crc32c of the whole object and of its index.
+    the id of the write, the object size, the crc32c of the whole object and of its index (a
+    shard a range merge built: the ranges the merge wrote and their crc32c instead of the
+    whole object's, see :mod:`shardwise.durability.shardrecord`).
     A task that finds its shard empty removes the record. The records are the expected shard
     set that :func:`shardwise.verify` checks (a deleted shard is reported, not read as fill).
 ``.shardwise/runs/<write id>-<token>.json``
@@ -52,14 +54,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import crc32c as _crc32c
 from zarr.core.sync import sync
 
-from ..codec.codecs import crc32c
 from ..core.cost import RUN_FLUSH
 from ..core.layout import Layout, Region
 from ..storage.conditional import UNCHECKED, commit_beside
 from ..storage.store import JOURNAL, TEMP, ShardStore
+from .shardrecord import Record, stored_matches
+from .shardrecord import object_crc32c as object_crc32c  # its callers' name for it
 
 RECORDS = f"{JOURNAL}/shards/"
 RUNS = f"{JOURNAL}/runs/"
@@ -79,54 +81,6 @@ def _json(obj: Any) -> bytes:
 
 
 # -- per-shard records ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Record:
-    """What the writer stored for one shard."""
-
-    write: str
-    size: int
-    crc32c: int
-    index_crc32c: int
-
-    @classmethod
-    def of(cls, write: str, parts: Sequence[Any], index_nbytes: int, index_at_end: bool) -> Record:
-        """The record of an object stored as ``parts`` (bytes-like, in order)."""
-        views = [memoryview(p).cast("B") for p in parts]
-        n = sum(len(v) for v in views)
-        crc = 0
-        for v in views:
-            crc = _crc32c.crc32c(v, crc)
-        return cls(
-            write,
-            n,
-            int(crc),
-            crc32c(_span(views, n - index_nbytes if index_at_end else 0, index_nbytes)),
-        )
-
-    def to_bytes(self) -> bytes:
-        return _json(asdict(self))
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Record | None:
-        try:
-            d = json.loads(data)
-            return cls(str(d["write"]), int(d["size"]), int(d["crc32c"]), int(d["index_crc32c"]))
-        except (ValueError, KeyError, TypeError):
-            return None
-
-
-def _span(views: Sequence[memoryview], start: int, n: int) -> bytes:
-    """Bytes ``[start, start + n)`` of the concatenation of ``views``."""
-    out = bytearray()
-    pos = 0
-    for v in views:
-        lo, hi = max(start - pos, 0), min(start + n - pos, len(v))
-        if lo < hi:
-            out += v[lo:hi]
-        pos += len(v)
-    return bytes(out)
 
 
 @dataclass(frozen=True)
@@ -162,6 +116,14 @@ class Journal:
             data = rec.to_bytes()
         commit_beside(self.store, RECORDS + key, data, owner=key, generation=generation)
 
+    def record_spliced(self, key: str, segments: Sequence[Any], generation: Any) -> None:
+        """Record the shard a range merge built from ``segments`` (ranges copied from the
+        shard it replaced, and the parts it wrote) and committed as ``generation``: a
+        ``"spliced"`` record (:class:`~.shardrecord.Record`), kept as :meth:`record` keeps
+        one."""
+        rec = Record.spliced_of(self.write_id, segments, self.index_size(key), self.index_at_end)
+        commit_beside(self.store, RECORDS + key, rec.to_bytes(), owner=key, generation=generation)
+
     def record_object(self, key: str, size: int, crc: int, index_crc: int) -> None:
         """Record a shard whose checksums its commit computed while it streamed the object."""
         self.store.put(RECORDS + key, Record(self.write_id, size, crc, index_crc).to_bytes())
@@ -178,15 +140,17 @@ class Journal:
         record, else the one in ``runs``: :func:`~.records.read_run_records` of this write).
 
         Size and crc32c of the whole object: the index alone can coincide between two shards
-        whose inner chunks happen to compress to the same sizes.
+        whose inner chunks happen to compress to the same sizes. A spliced shard's record: size
+        and the crc32c of the ranges its merge wrote, the index among them
+        (:func:`~.shardrecord.stored_matches`).
         """
         raw = self.store.get(RECORDS + key)
         rec = None if raw is None else Record.from_bytes(raw)
         if rec is None and runs is not None:
             rec = runs.get(key)
-        if rec is None or rec.write != self.write_id or self.store.size(key) != rec.size:
+        if rec is None or rec.write != self.write_id:
             return False
-        return object_crc32c(self.store, key) == rec.crc32c
+        return stored_matches(self.store, key, rec)
 
 
 class RunRecords:
@@ -216,10 +180,14 @@ class RunRecords:
         else:
             j = self.journal
             rec = Record.of(j.write_id, parts, j.index_size(key), j.index_at_end)
+            assert rec.crc32c is not None  # a whole object's record
             self.records[key] = [rec.size, rec.crc32c, rec.index_crc32c]
         self.unflushed += 1
         if self.unflushed >= RUN_FLUSH:
             self.flush()
+
+    def record_spliced(self, key: str, segments: Sequence[Any], generation: Any) -> None:
+        self.journal.record_spliced(key, segments, generation)  # conditional: its own record
 
     def record_object(self, key: str, size: int, crc: int, index_crc: int) -> None:
         self.records[key] = [size, crc, index_crc]
@@ -240,22 +208,6 @@ class RunRecords:
         doc = {"write": self.write_id, "at": now(), "records": self.records}
         self.journal.store.put(self.name, _json(doc))
         self.unflushed = 0
-
-
-def object_crc32c(store: ShardStore, name: str, block: int = 16 << 20) -> int | None:
-    """crc32c of a stored object (local files are read in blocks), None when it is missing."""
-    root = store.local_root
-    if root is None:
-        data = store.get(name)
-        return None if data is None else crc32c(data)
-    crc = 0
-    try:
-        with open(root / store.key(name), "rb") as f:
-            while chunk := f.read(block):
-                crc = _crc32c.crc32c(chunk, crc)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return int(crc)
 
 
 # -- write markers --------------------------------------------------------------------------------

@@ -16,14 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..core.layout import Layout
 from ..storage.store import TEMP, ShardStore
-from .journal import (
-    IO_THREADS,
-    RECORDS,
-    RUNS,
-    Record,
-    WriteMarker,
-    read_markers,
-)
+from .journal import IO_THREADS, RECORDS, RUNS, WriteMarker, read_markers
+from .shardrecord import Record
 
 
 def _run_records(data: bytes) -> tuple[str, dict[str, Record]] | None:

@@ -29,8 +29,9 @@ from ..runtime import pool as _pool
 from ..storage.nodes import group_arrays, open_info
 from ..storage.store import JOURNAL, TEMP, ShardStore, describe, store_name
 from .checks import Problem, VerifyReport, _check_journal, check_shard
-from .journal import RECORDS, RUNS, WRITES, Record
+from .journal import RECORDS, RUNS, WRITES
 from .records import read_records
+from .shardrecord import Record
 
 # the checks and their report live in checks.py; verify is the walk over an array or a group
 __all__ = ["Problem", "VerifyReport", "check_shard", "verify", "verify_store"]

@@ -25,6 +25,12 @@ class ShardRecorder(Protocol):
         of a conditional commit keeps the record only while the shard is still that commit's."""
         ...
 
+    def record_spliced(self, key: str, segments: Sequence[Any], generation: Any) -> None:
+        """Record the shard a range merge committed as ``generation``, built from
+        ``segments`` (``(offset, nbytes)`` ranges copied from the shard it replaced, and the
+        bytes-like parts it wrote), without reading the copied ranges."""
+        ...
+
     def record_object(self, key: str, size: int, crc: int, index_crc: int) -> None:
         """Record a shard whose checksums its commit computed while it streamed the object."""
         ...

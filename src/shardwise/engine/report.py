@@ -55,6 +55,14 @@ class WriteReport:
         Bytes those requests read: for a region write, the stored shards it merges with.
     bytes_written : int
         Bytes those requests wrote: shards, staged pieces, journal records.
+    bytes_copied : int
+        Bytes the store copied from the shards merged into their new versions without them
+        passing through the writer (local files: ``copy_file_range``; S3: ``UploadPartCopy``).
+    merges : list of str
+        How each shard merge moved its shard: ``"local ranges"`` or ``"s3 ranges"`` (the index
+        and the chunks merged read, the changed chunks and the new index written, the rest
+        copied by the store), ``"whole"`` (the shard read and written whole: a store that
+        cannot copy ranges, or a shard not stored yet).
     seconds : float
         The wall time of the write when :func:`shardwise.write_array` computes it, and the
         summed time of the shard tasks when a ``compute=False`` Delayed is computed.
@@ -84,6 +92,8 @@ class WriteReport:
     requests: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    bytes_copied: int = field(default=0, repr=False)
+    merges: list[str] = field(default_factory=list, repr=False)
     seconds: float = 0.0
     keys: ShardKeys = field(default_factory=ShardKeys, repr=False)
     notes: list[str] = field(default_factory=list)
@@ -108,6 +118,7 @@ class WriteReport:
         self.requests += meter.requests
         self.bytes_read += meter.bytes_read
         self.bytes_written += meter.bytes_written
+        self.bytes_copied += meter.bytes_copied
 
     @property
     def compression_ratio(self) -> float:

@@ -22,6 +22,7 @@ from ..codec.frames import borrowed as borrowed_frames
 from ..codec.metadata import ArrayInfo
 from ..codec.mosaic import Mosaic, fits
 from ..codec.shard import EncodedShard, ShardCodec, empty_shard, encode_shard, merge_shard
+from ..codec.splice import Splice
 from ..codec.supersede import superseding
 from ..core.keys import ShardKeys
 from ..core.layout import Layout
@@ -34,6 +35,7 @@ from ..storage.store import ShardStore
 from .pieces import PieceSpec, pieces_graph
 from .recorder import ShardRecorder
 from .report import WriteReport
+from .splice import splice_merge
 from .tasks import shard_task
 
 Mode = Literal["w", "w-", "a", "r+"]
@@ -107,7 +109,8 @@ class ShardWriter:
         else:
             assert isinstance(block, np.ndarray)
             piece = (self.plan.piece_in_shard(shard), block)
-            enc, deleted = self._merge(key, valid, [piece], rep, codec)
+            merged, deleted = self._merge(key, valid, [piece], rep, codec)
+            return self._counted(key, valid, merged, deleted, rep)
         return self._counted(key, valid, enc, deleted, rep)
 
     def write_updates(
@@ -129,11 +132,27 @@ class ShardWriter:
         updates: Sequence[tuple[tuple[slice, ...], np.ndarray]],
         rep: WriteReport,
         codec: ShardCodec,
-    ) -> tuple[EncodedShard | None, bool]:
+    ) -> tuple[EncodedShard | Splice | None, bool]:
         """The stored shard read, ``updates`` merged in order and committed only if it is
         unchanged since the read (:func:`~shardwise.storage.conditional.read_merge_commit`);
-        recorded. Returns the shard stored (None: all fill) and whether one was deleted."""
+        recorded. Returns the shard stored (None: all fill) and whether one was deleted.
+
+        Where the store copies byte ranges itself (local files, S3), only the index and the
+        chunks merged are read and only the changed chunks and the index written
+        (:func:`.splice.splice_merge`); ``rep.merges`` says which way the shard went."""
         opts = self.options
+        spliced = splice_merge(
+            self.store, key, codec, valid, updates,
+            write_empty_chunks=opts.write_empty_chunks, threads=opts.threads,
+        )  # fmt: skip
+        if spliced is not None:
+            rep.conflicts_retried, rep.merges = spliced.conflicts, [spliced.kind]
+            if self.journal is not None:
+                # no whole-object checksum without reading the copied ranges: a record of the
+                # ranges written (durability/shardrecord.py)
+                self.journal.record_spliced(key, spliced.shard.segments, spliced.generation)
+            return spliced.shard, False
+        rep.merges = ["whole"]
 
         def merge(old: bytes | None) -> tuple[EncodedShard | None, list[Any] | None]:
             enc: EncodedShard | None = None
@@ -162,7 +181,7 @@ class ShardWriter:
         self,
         key: str,
         valid: tuple[int, ...],
-        enc: EncodedShard | None,
+        enc: EncodedShard | Splice | None,
         deleted: bool,
         rep: WriteReport,
     ) -> WriteReport:

@@ -29,11 +29,14 @@ __all__ = ["IOMeter", "count", "count_put", "metered"]
 
 @dataclass
 class IOMeter:
-    """Requests (gets, ranged gets, sizes, puts, deletes, lists) and the bytes they moved."""
+    """Requests (gets, ranged gets, sizes, puts, deletes, lists, copies) and the bytes they
+    moved; ``bytes_copied``: bytes the store copied from one object into another without them
+    passing through the writer (the kernel's ``copy_file_range``, S3's ``UploadPartCopy``)."""
 
     requests: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    bytes_copied: int = 0
 
 
 _current: contextvars.ContextVar[IOMeter | None] = contextvars.ContextVar(
@@ -42,14 +45,16 @@ _current: contextvars.ContextVar[IOMeter | None] = contextvars.ContextVar(
 
 
 def count(kind: str, nbytes: int = 0) -> None:
-    """One request of ``kind`` moving ``nbytes`` (read for gets, written for puts), on the
-    meter of this context, if any."""
+    """One request of ``kind`` moving ``nbytes`` (read for gets, written for puts, copied in
+    the store for copies), on the meter of this context, if any."""
     m = _current.get()
     if m is None:
         return
     m.requests += 1
     if kind == "put":
         m.bytes_written += nbytes
+    elif kind == "copy":
+        m.bytes_copied += nbytes
     else:
         m.bytes_read += nbytes
 

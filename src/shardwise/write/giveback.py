@@ -9,17 +9,9 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from ..codec.codecs import crc32c
-from ..durability.journal import (
-    RECORDS,
-    Record,
-    marker_name,
-    now,
-    object_crc32c,
-    read_marker,
-    read_markers,
-)
+from ..durability.journal import RECORDS, marker_name, now, read_marker, read_markers
 from ..durability.records import read_records
+from ..durability.shardrecord import Record, stored_matches
 from ..storage.conditional import read_merge_commit, versions
 from ..storage.store import ShardStore
 from .pipeline import ArrayWrite
@@ -48,8 +40,8 @@ def drop_stored(store: ShardStore, axis: int, start: int, token: str) -> None:
             continue  # holds rows from before the append: kept
         store.delete(RECORDS + key)
 
-        def merge(data: bytes | None, size: int = rec.size, crc: int = rec.crc32c) -> Any:
-            if data is None or len(data) != size or crc32c(data) != crc:
+        def merge(data: bytes | None, rec: Record = rec) -> Any:
+            if data is None or not rec.holds(data):
                 raise NotOurs
             return None, None
 
@@ -79,7 +71,7 @@ def whole_object(store: ShardStore, key: str) -> bool:
     rec = None if raw is None else Record.from_bytes(raw)
     if rec is None:
         return raw is None and store.size(key) is None
-    return store.size(key) == rec.size and object_crc32c(store, key) == rec.crc32c
+    return stored_matches(store, key, rec)
 
 
 def close_open(store: ShardStore, token: str) -> None:
