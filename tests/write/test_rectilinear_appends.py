@@ -197,3 +197,20 @@ def test_two_dataset_appenders_at_once_both_land(tmp_path: Path, hook: list[Any]
     want_grid = [31, 29, [31, 3], 29, [31, 2], 30, 31, 30, 31]  # 31, 29, 31 | 31, 31, 29 | B's
     assert extents(path / "tas") == extents(path / "pr") == want_grid
     assert shardwise.verify(path).ok
+
+
+def test_inspect_and_the_plan_give_the_smallest_and_largest_shard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardwise.cli import main
+
+    x, path = year(), tmp_path / "a.zarr"
+    plan = shardwise.plan_shards(
+        (366, 3), "float32", target=(31, 3), chunks=(1, 3), rectilinear={0: MONTHS}
+    )
+    assert "shards   (31, 3) (largest; smallest (29, 3)): 12 of 348 B to 372 B" in str(plan)
+    assert "(29 to 31 inner chunks, index up to 500 B)" in str(plan)
+    assert "aligned to the shard edges write whole shards" in str(plan)
+    shardwise.write_array(months(x, 0, 12), path, shards="dask")
+    assert main(["inspect", str(path)]) == 0
+    assert "= 12 shards of 29 to 31 inner chunks (1, 3)" in capsys.readouterr().out
