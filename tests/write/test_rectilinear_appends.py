@@ -214,3 +214,21 @@ def test_inspect_and_the_plan_give_the_smallest_and_largest_shard(
     shardwise.write_array(months(x, 0, 12), path, shards="dask")
     assert main(["inspect", str(path)]) == 0
     assert "= 12 shards of 29 to 31 inner chunks (1, 3)" in capsys.readouterr().out
+
+
+def test_zarrs_reads_the_appended_rectilinear_array(tmp_path: Path) -> None:
+    """zarrs (the Rust codec pipeline of zarr-python, strict: no fallback to zarr-python's
+    own) reads a rectilinear array shardwise wrote and appended to, equal to numpy."""
+    x, path = year(), tmp_path / "a.zarr"
+    shardwise.write_array(months(x, 0, 6), path, shards="dask")
+    shardwise.write_array(months(x, 6, 12), path, append_dim=0)
+    rust = {
+        "codec_pipeline.path": "zarrs.ZarrsCodecPipeline",
+        "codec_pipeline.strict": True,
+        "array.rectilinear_chunks": True,
+    }
+    with zarr.config.set(rust):
+        arr = zarr.open_array(path, mode="r")
+        assert type(arr.async_array.codec_pipeline).__name__ == "ZarrsCodecPipeline"
+        np.testing.assert_array_equal(arr[...], x)
+        np.testing.assert_array_equal(arr[40:200, 1], x[40:200, 1])
