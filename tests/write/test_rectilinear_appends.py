@@ -232,3 +232,18 @@ def test_zarrs_reads_the_appended_rectilinear_array(tmp_path: Path) -> None:
         assert type(arr.async_array.codec_pipeline).__name__ == "ZarrsCodecPipeline"
         np.testing.assert_array_equal(arr[...], x)
         np.testing.assert_array_equal(arr[40:200, 1], x[40:200, 1])
+
+
+def test_an_append_along_a_listed_axis_of_a_grid_rectilinear_on_another(tmp_path: Path) -> None:
+    """Uneven chunks along x make the grid rectilinear; time's uniform shards are listed (the
+    form icechunk reads), and an append along time lists its new ones."""
+    v = np.arange(40 * 6, dtype="f4").reshape(40, 6)
+    ds = xr.Dataset({"v": (("time", "x"), v)}, coords={"time": np.arange(40)})
+    path = tmp_path / "d.zarr"
+    shardwise.to_zarr(ds.isel(time=slice(0, 20)).chunk(time=10, x=(2, 4)), path, shards="dask")
+    more = ds.isel(time=slice(20, 40)).chunk(time=10, x=(2, 4))
+    shardwise.to_zarr(more, path, append_dim="time")
+    doc = json.loads((path / "v" / "zarr.json").read_text())
+    assert doc["chunk_grid"]["configuration"]["chunk_shapes"] == [[[10, 4]], [2, 4]]
+    xr.testing.assert_identical(xr.open_dataset(path, engine="shardwise").compute(), ds)
+    np.testing.assert_array_equal(zarr_reads(path / "v"), v)

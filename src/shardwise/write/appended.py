@@ -141,14 +141,14 @@ def moved(
     meta = {**a.meta}
     if grid is None and extents(a.meta.get("chunk_grid") or {}, a.axis) is not None:
         grid = cover(a, copy.deepcopy(a.meta), start, end)
+    if grid is not None:  # the stored grid (xarray's pass saw a regular stand-in of it)
+        meta["chunk_grid"] = grid = copy.deepcopy(grid)
     sizes = None if grid is None else extents(grid, a.axis)
     if grid is not None and sizes is not None:
         edges = list(itertools.accumulate(sizes, initial=0))
         upto = bisect.bisect_left(edges, end)  # the shards that reach the rows' end
         shape[a.axis] = edges[upto] if pad else end
-        grid = copy.deepcopy(grid)
         grid["configuration"]["chunk_shapes"][a.axis] = sizes[:upto]
-        meta["chunk_grid"] = grid
     else:
         step = _step(a)
         shape[a.axis] = ceildiv(end, step) * step if pad else end
