@@ -70,6 +70,8 @@ def assert_reads(path: Path, want: np.ndarray) -> None:
 def test_monthly_appends_add_one_shard_per_month(tmp_path: Path) -> None:
     x, path = year(), tmp_path / "a.zarr"
     shardwise.write_array(months(x, 0, 3), path, shards="dask")
+    job = shardwise.plan_write(months(x, 3, 6), path, append_dim=0)  # nothing written
+    assert (job.tasks, job.bytes_rechunked) == (3, 0) and extents(path) == [31, 29, 31]
     delayed = shardwise.write_array(months(x, 3, 6), path, append_dim=0, compute=False)
     assert write_tasks(delayed) == (3, 0)  # one task per new shard, nothing rechunked
     delayed.compute()
