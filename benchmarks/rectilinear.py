@@ -18,8 +18,8 @@ Each case reports its wall time in process (the write alone, ``compute=True``) a
 process (``--whole``: interpreter start, imports and loading the source from a .npy file
 included, the same for every case), and the task counts of its graph (``compute=False``: write
 tasks, rechunk tasks, all tasks). Every store is read back and compared with the source once.
-Prints one JSON line per rep and a table of medians, spreads (min-max) and ratios to
-``sw-month``.
+Prints one JSON line per rep and a table of medians, spreads (min-max) and ratios to the
+rectilinear case of the same data (``sw-month``, ``sw-files``).
 
 Usage::
 
@@ -174,11 +174,12 @@ def main() -> None:
     for case, c in counts.items():
         print(f"{case:>17}: {c}")
     for name, xs in runs.items():
-        base = runs["sw-month (whole)" if "whole" in name else "sw-month"]
-        ratio = statistics.median(xs) / statistics.median(base)
+        pair = "sw-files" if name.startswith("sw-files") else "sw-month"  # its rectilinear case
+        pair += " (whole)" if "whole" in name else ""
+        ratio = statistics.median(xs) / statistics.median(runs[pair])
         print(
             f"{name:>24}: median {statistics.median(xs):.2f} s ({min(xs):.2f}-{max(xs):.2f}), "
-            f"{ratio:.2f}x sw-month"
+            f"{ratio:.2f}x {pair}"
         )
 
 
