@@ -142,17 +142,6 @@ def test_to_zarr_datatree_and_every_dimension(tmp_path: Path) -> None:
     assert grid_of(every / "v")[0]["configuration"]["chunk_shapes"] == [[[7, 2], 46]]
 
 
-def test_appends_to_a_rectilinear_axis_are_refused(tmp_path: Path) -> None:
-    path = tmp_path / "a.zarr"
-    src = da.from_array(np.arange(50.0), chunks=((20, 30),))
-    shardwise.write_array(src, path, shards="dask")
-    before = sorted(p.name for p in path.iterdir())
-    with pytest.raises(InvalidValueError, match="rectilinear"):
-        shardwise.write_array(np.arange(5.0), path, append_dim=0)
-    assert sorted(p.name for p in path.iterdir()) == before
-    np.testing.assert_array_equal(shardwise.read_array(path), np.arange(50.0))
-
-
 def test_convert_takes_dask_as_the_sources_chunks(tmp_path: Path) -> None:
     """A zarr array's dask chunks are its chunks: ``convert(..., shards="dask")`` (and the
     command line's ``--shards time=dask``) makes a shard of each, copied without a re-encode."""

@@ -96,7 +96,11 @@ def _inspect_one(zstore: Any, path: str | None, arr: Any) -> dict[str, Any]:
         "chunk_shape": list(lay.chunk_shape),
         "shard_grid": list(lay.shard_grid),
         "shards_total": lay.nshards,
-        "chunks_per_shard": lay.nchunks_per_shard,
+        "chunks_per_shard": lay.nchunks_per_shard,  # the largest shard's (rectilinear grids)
+        "chunks_per_shard_smallest": math.prod(
+            min(lay.axis_sizes(d) or (lay.shard_shape[d],)) // c if lay.axis_edges(d) else n // c
+            for d, (n, c) in enumerate(zip(lay.shard_shape, lay.chunk_shape, strict=True))
+        ),
         "codecs": meta["codecs"],
         "shards_stored": len(stored),
         "objects": sum(not n.startswith(".shardwise/") for n in names),
@@ -220,7 +224,7 @@ def print_inspect(d: dict[str, Any]) -> None:
         f"  array    {tuple(d['shape'])} {d['dtype']}, fill {d['fill_value']}"
         + (f", dims {tuple(d['dimension_names'])}" if d["dimension_names"] else ""),
         f"  shards   {_shards_text(d)}: grid {tuple(d['shard_grid'])} = "
-        f"{d['shards_total']} shards of {d['chunks_per_shard']} inner chunks "
+        f"{d['shards_total']} shards of {_per_shard(d)} inner chunks "
         f"{tuple(d['chunk_shape'])}",
         f"  codecs   {chain}; {index}",
         f"  stored   {d['shards_stored']} shards ({d['objects']} objects with the metadata), "
@@ -253,3 +257,9 @@ def _unsharded_rows(d: dict[str, Any]) -> list[str]:
         f"  shard it shardwise convert {src}{path} DST --shards SHARDS (the encoded chunks "
         "copied into shards, not decoded); shardwise verify checks its chunks",
     ]
+
+
+def _per_shard(d: dict[str, Any]) -> str:
+    """Inner chunks per shard; a rectilinear grid's from its smallest shard to its largest."""
+    few, many = d.get("chunks_per_shard_smallest", d["chunks_per_shard"]), d["chunks_per_shard"]
+    return str(many) if few == many else f"{few} to {many}"

@@ -9,7 +9,7 @@ metadata, copy or re-encode), refuses before writing anything, then writes array
   one multipart upload, or one put): memory is a window of chunks, whatever the shard size.
   Missing source chunks stay empty; a shard with no chunk is not written.
 * **reencode**: the source read as a dask array and written by :func:`shardwise.write_array`
-  (its strategy keeps the memory bounded).
+  (a rectilinear source a shard per dask chunk: ``shards="dask"`` keeps its grid).
 
 Both run inside the write session of ``write_array`` (lease, marker, per-shard records), so an
 interrupted conversion resumes with ``resume=True`` and skips the shards already committed.
@@ -424,7 +424,7 @@ def _convert_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> 
 def _reencode_array(plan: ArrayPlan, zsrc: Any, zdst: Any, how: WriteOptions) -> WriteReport:
     from ..api import write_array
 
-    c = dict(plan.create)
+    c = {**plan.create, **({} if plan.keep is None else {"shards": plan.keep})}  # grid kept
     for k in ("shape", "zarr_format"):
         c.pop(k)
     report: WriteReport = write_array(

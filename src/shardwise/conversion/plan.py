@@ -20,7 +20,7 @@ import numpy as np
 
 from ..codec.shard import ShardCodec
 from ..core.layout import ceildiv
-from ..core.shardspec import ShardSpec, by_source_chunks, shards_for
+from ..core.shardspec import ShardSpec, by_source_chunks, shards_for, wants_dask
 from ..errors import InvalidValueError, PlanError
 
 Method = Literal["copy", "reencode"]
@@ -38,6 +38,8 @@ class SourceChunks:
     separator: str
     prefix: str  # "c" for the v3 default key encoding, "" for v2 keys
     shard_codec: ShardCodec | None = None
+    # a rectilinear grid (its objects of their own extents): read whole and re-encoded
+    rectilinear: bool = False
 
     def key(self, coords: Sequence[int]) -> str:
         """The store key (relative to the array) of chunk (or shard) ``coords``."""
@@ -73,6 +75,9 @@ class ArrayPlan:
     # False: written unsharded (``convert(shards=None)``), one object per chunk (``shards``
     # is then the chunk shape: the grid of the stored objects)
     sharded: bool = True
+    # ``shards="dask"`` of a rectilinear source: its shards kept (write_array's one shard per
+    # dask chunk, the source read a shard per chunk); ``shards`` is then the largest one
+    keep: Any = field(default=None, compare=False)
 
     @property
     def nshards(self) -> int:
@@ -177,6 +182,7 @@ class _Source:
     attrs: dict[str, Any]
     chunks: SourceChunks
     chain: Chain  # the codec chain the target can declare, or why the chunks are re-encoded
+    outer: tuple[Any, ...] = ()  # v3: its stored objects per axis (a size, or the extents)
 
 
 def plan_array(
@@ -210,6 +216,12 @@ def plan_array(
             "numbers and strings only (convert the other arrays one by one with path=)"
         )
     dim_names = None if src.dims is None else tuple(src.dims)
+    # "dask" by any name: the whole grid kept (the source's dask chunks are its shards)
+    keep = "dask" if src.chunks.rectilinear and sharded and wants_dask(shards) else None
+    if src.chunks.rectilinear:
+        method, reason = "reencode", "a rectilinear source: its shards read and re-encoded"
+        if keep is not None:  # its grid kept: the largest shard stands in for the checks
+            shards = tuple(max(s) if isinstance(s, tuple) else s for s in src.outer)
     spec = by_source_chunks(shards, src.chunks.chunk_shape, dim_names)  # "dask": its chunks
     shard_shape = (
         shards_for(
@@ -232,6 +244,7 @@ def plan_array(
             src, shape, inner, shard_shape if sharded else None, dim_names, compressors
         ),
         sharded=sharded,
+        keep=keep,
     )
 
 
@@ -280,24 +293,29 @@ def _read_v3(meta: Any, attrs: dict[str, Any], src_path: str) -> _Source:
     sep, prefix = enc.separator, "" if v2_keys else "c"
     codecs = tuple(meta.codecs)
     grid = getattr(meta.chunk_grid, "chunk_shape", None)
-    if grid is None:
+    shapes = getattr(meta.chunk_grid, "chunk_shapes", None)  # rectilinear: extents per axis
+    if grid is None and shapes is None:
         raise PlanError(
             f"array {src_path or '/'!r} has a {type(meta.chunk_grid).__name__} chunk grid: "
-            "shardwise converts regular chunk grids only"
+            "shardwise converts regular and rectilinear chunk grids"
         )
-    outer = tuple(int(x) for x in grid)
+    rect = grid is None
+    sizes: Any = shapes if rect else grid
+    outer = tuple(int(x) if isinstance(x, int) else tuple(int(v) for v in x) for x in sizes)
+    stand_in = tuple(x if isinstance(x, int) else max(x) for x in outer)
     if not (len(codecs) == 1 and isinstance(codecs[0], ShardingCodec)):
-        chunks = SourceChunks(outer, sep, prefix)
-        return _Source(dtype, meta.dimension_names, fill, attrs, chunks, _v3_chain(codecs))
+        chunks = SourceChunks(stand_in, sep, prefix, rectilinear=rect)
+        return _Source(dtype, meta.dimension_names, fill, attrs, chunks, _v3_chain(codecs), outer)
     sc = codecs[0]
     chain = _v3_chain(sc.codecs)
     try:
-        scodec = shard_codec_from_zarr(sc, outer, meta.data_type, fill)
+        scodec = shard_codec_from_zarr(sc, stand_in, meta.data_type, fill)
     except Exception as e:  # an index the copy cannot read: decode instead
         chain = f"source shard index: {e}"
         scodec = None
-    chunks = SourceChunks(tuple(int(x) for x in sc.chunk_shape), sep, prefix, scodec)
-    return _Source(dtype, meta.dimension_names, fill, attrs, chunks, chain)
+    inner = tuple(int(x) for x in sc.chunk_shape)
+    chunks = SourceChunks(inner, sep, prefix, scodec, rectilinear=rect)
+    return _Source(dtype, meta.dimension_names, fill, attrs, chunks, chain, outer)
 
 
 def _method(src: _Source, inner: tuple[int, ...], compressors: Any) -> tuple[Method, str]:

@@ -27,9 +27,12 @@ def source_array(plan: ArrayPlan, zsrc: Any) -> Any:
     if plan.source.shard_codec is not None:
         from ..api import open_array
 
-        return open_array(zsrc, path=plan.src_path)
-    objects = getattr(arr, "shards", None) or arr.chunks  # the grid of its stored objects
-    chunks = tuple(int(c) for c in arr.chunks)
+        return open_array(zsrc, path=plan.src_path)  # a dask chunk per shard
+    if plan.source.rectilinear:  # zarr-python's rectilinear chunks, read its largest at a time
+        objects = chunks = plan.source.chunk_shape
+    else:
+        objects = getattr(arr, "shards", None) or arr.chunks  # the grid of its stored objects
+        chunks = tuple(int(c) for c in arr.chunks)
     reader = _Chunks(arr, plan.src_path, plan.source, tuple(int(c) for c in objects))
     return da.from_array(
         reader, chunks=chunks, name=f"source-{tokenize(arr, plan.src_path, chunks)}"

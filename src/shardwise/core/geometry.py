@@ -199,7 +199,10 @@ class ShardGeometry:
         n, s, name = self.shape[0], self.shards[0], self._name(0)
         edges = self.shard_edges[0] if self.shard_edges else None
         if edges is not None:  # rectilinear: the extents sum to the length
-            return f"along {name}: an append adds shards of its own extents (the last is whole)"
+            return (
+                f"along {name}: an append adds a shard per appended chunk (rows inside a last "
+                "shard declared longer merge into it)"
+            )
         head = (
             f"along {name}: appends of a multiple of {s} write new shards only"
             if n % s == 0
@@ -212,9 +215,16 @@ class ShardGeometry:
             else ""
         )
 
+    @property
+    def smallest(self) -> tuple[int, ...]:
+        """The smallest shard's extent per axis (a rectilinear grid's; else ``shards``)."""
+        edges = self.shard_edges or (None,) * len(self.shards)
+        return tuple(s if e is None else min(e) for s, e in zip(self.shards, edges, strict=True))
+
     def region_risk(self) -> str:
+        where = "shard edges" if self.shard_edges else f"shards (multiples of {self.shards})"
         return (
-            f"aligned to the shards (multiples of {self.shards}) write whole shards; others "
+            f"aligned to the {where} write whole shards; others "
             f"read, merge and rewrite every shard they cover in part (up to "
             f"{human(self.shard_bytes)} each)"
         )
@@ -230,10 +240,18 @@ class ShardGeometry:
     def cost_lines(self) -> list[str]:
         """The costs, one line each (what ``inspect`` and ``WritePlan`` print)."""
         index = self.chunks_per_shard * INDEX_ENTRY + 4
+        small = self.smallest
+        few = math.prod(ceildiv(s, c) for s, c in zip(small, self.chunks, strict=True))
+        span = (  # a rectilinear grid: from its smallest shard to its largest
+            ("", "")
+            if small == self.shards
+            else (f" (largest; smallest {small})", f"{human(math.prod(small) * self.itemsize)} to ")
+        )
+        many = self.chunks_per_shard
         lines = [
-            f"shards   {self.shards}: {self.nshards} of {human(self.shard_bytes)} "
-            f"({self.chunks_per_shard} inner chunk{'s' * (self.chunks_per_shard != 1)}, "
-            f"index {human(index)})",
+            f"shards   {self.shards}{span[0]}: {self.nshards} of {span[1]}"
+            f"{human(self.shard_bytes)} ({f'{few} to ' if span[0] else ''}{many} inner "
+            f"chunk{'s' * (many != 1)}, index {'up to ' * bool(span[0])}{human(index)})",
             f"chunks   {self.chunks}: {human(self.chunk_bytes)} each",
             f"objects  {self.nshards} shard{'s' * (self.nshards != 1)} + metadata; "
             f"memory per write task ~{human(self.task_memory)}"

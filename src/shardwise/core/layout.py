@@ -121,7 +121,7 @@ class Layout:
             raise InvalidValueError(
                 f"this needs a regular shard grid; the array's is rectilinear "
                 f"({_grid_text(self)}): rewrite it with regular shards "
-                "(write_array(open_array(src), dst, shards=...))"
+                "(shardwise.convert(src, dst, shards=...))"
             )
         return self.shard_shape
 
@@ -133,7 +133,7 @@ class Layout:
         raise InvalidValueError(
             f"{what} needs shards of one length along dimension {d}; the array's are "
             f"rectilinear there ({_grid_text(self)}): rewrite it with regular shards "
-            "(write_array(open_array(src), dst, shards=...))"
+            "(shardwise.convert(src, dst, shards=...))"
         )
 
     # -- one axis --------------------------------------------------------------------------

@@ -45,7 +45,8 @@ def append_array(prepared: PreparedWrite, o: WriteOptions, target: Target, lease
         held.committed = True  # nothing is given back from here on
 
     try:
-        moved = append_write(planned, o, start=held.start)
+        grid = held.moved[0].meta.get("chunk_grid")  # as the reservation committed it
+        moved = append_write(planned, o, start=held.start, grid=grid)
         call = WriteCall(
             [tagged(held, {0: moved.write})[0]],
             lease=leased,

@@ -51,7 +51,7 @@ from ..durability.holder import LeaseInfo, mark_ended
 from ..durability.journal import WriteMarker, marker_name, now, region_list
 from ..storage.conditional import update_json
 from ..storage.store import ShardStore
-from .appended import AppendedArray, moved
+from .appended import AppendedArray, cover, moved
 from .giveback import close_finished, close_open, drop_stored
 from .pipeline import ArrayWrite
 from .unfinished import not_reserved, unfinished
@@ -85,6 +85,7 @@ class Reservation:
     drop: list[str] = field(default_factory=list)  # lead records to remove once named
     call: str = "to_zarr"  # the call that finishes it (verify's advice)
     moved: list[AppendedArray] = field(default_factory=list)
+    grids: dict[str, Any] = field(default_factory=dict)  # the lead's grid as its commit left it
 
     def note(self) -> str:
         if self.resumed:
@@ -171,6 +172,13 @@ class Reservation:
         """The change (for :func:`update_json`) that makes a group's document ``ours``, each
         reserved array's consolidated length the larger of ``end`` and the stored one."""
 
+        grids = {}  # a rectilinear array's extents as stored (they only grow: they cover
+        for path in self.paths:  # every length a reservation committed)
+            raw = ShardStore(self.zstore, path).get(META)
+            grid = None if raw is None else json.loads(raw).get("chunk_grid")
+            if grid is not None and grid.get("name") == "rectilinear":
+                grids[path] = grid
+
         def change(doc: dict[str, Any]) -> tuple[None, bool]:
             mine = (ours.get("consolidated_metadata") or {}).get("metadata") or {}
             theirs = (doc.get("consolidated_metadata") or {}).get("metadata") or {}
@@ -179,6 +187,8 @@ class Reservation:
                 if rel in mine:
                     stored = theirs.get(rel, {}).get("shape") or [0] * (axis + 1)
                     mine[rel]["shape"][axis] = max(self.end, int(stored[axis]))
+                    if path in grids:
+                        mine[rel]["chunk_grid"] = grids[path]
             doc.clear()
             doc.update(json.loads(json.dumps(ours)))
             return None, True
@@ -207,6 +217,8 @@ def reserve(
     if there is one; ``lead_names_rows``: the lead's values tell which rows an append wrote (a
     dimension coordinate), so a finished append of these values is found. ``call``: the call
     that finishes this append, named by verify's advice."""
+    for x in arrays:
+        x.check()  # chunks that cannot be shards of a rectilinear axis: refused before any I/O
     lead = arrays[0]
     found = survey(lead.store) if resume else None
     done = None if found is None else unfinished(arrays, dim, found, lead_names_rows)
@@ -223,14 +235,18 @@ def reserve(
     res.drop += drop + ([] if found is None else found.settled)
     unnamed = done is None or done[2] == "orphan"  # rows no marker names yet
     try:
-        res.moved = [moved(x, res.start, res.end, pad) for x in arrays]
+        res.moved = [moved(x, res.start, res.end, pad, res.grids.get(x.path)) for x in arrays]
         # where the rows go, before anything else (a kill now is resumable); then the records
         # of appends this call stands for, and its own, are removed
         if unnamed:
             res.record(res.moved)
         res.settle()
-        for x in grow:
-            update_json(x.store, META, partial(_at_least, x.axis, res.end))
+        later = {id(x) for x in grow}
+        for i, x in enumerate(arrays):
+            if id(x) in later:
+                grid, _ = update_json(x.store, META, partial(_at_least, x, res.start, res.end))
+                # the write planned on the extents as committed (appended.py)
+                res.moved[i] = moved(x, res.start, res.end, pad, grid)
     except BaseException:
         res.release()
         raise
@@ -254,8 +270,10 @@ def _claim(arrays: Sequence[AppendedArray], dim: str, call: str) -> Reservation:
         if (at := int(doc["shape"][axis])) != said[0].seen:
             said[0] = replace(said[0], seen=at)
             store.put(said[0].name(), said[0].to_bytes())
+        grids[lead.path] = cover(lead, doc, at, at + n)  # a rectilinear axis: its extents
         return _grow_by(doc, axis, n)
 
+    grids: dict[str, Any] = {}
     try:
         start, lost = update_json(store, META, grow)
     except BaseException:
@@ -266,7 +284,7 @@ def _claim(arrays: Sequence[AppendedArray], dim: str, call: str) -> Reservation:
     found = lead.region[axis].start
     paths, axes = tuple(x.path for x in arrays), tuple(x.axis for x in arrays)
     res = Reservation(store.store, dim, paths, axes, found, start, start + n, lost, token=token)
-    res.holder, res.drop, res.call = holder, [said[0].name()], call
+    res.holder, res.drop, res.call, res.grids = holder, [said[0].name()], call, grids
     return res
 
 
@@ -282,11 +300,14 @@ def _grow_by(doc: dict[str, Any], axis: int, n: int) -> tuple[int, bool]:
     return at, True
 
 
-def _at_least(axis: int, end: int, doc: dict[str, Any]) -> tuple[None, bool]:
-    if int(doc["shape"][axis]) >= end:
-        return None, False
-    doc["shape"][axis] = end
-    return None, True
+def _at_least(
+    a: AppendedArray, start: int, end: int, doc: dict[str, Any]
+) -> tuple[dict[str, Any], bool]:
+    """``a``'s array at least ``end`` long (its rectilinear extents reaching there); its grid."""
+    if int(doc["shape"][a.axis]) >= end:
+        return doc.get("chunk_grid") or {}, False
+    doc["shape"][a.axis] = end
+    return cover(a, doc, start, end), True
 
 
 def _shrink(store: ShardStore, axis: int, end: int, start: int) -> bool:

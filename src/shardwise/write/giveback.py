@@ -5,7 +5,6 @@ dropped while they are still its own, its markers removed or closed."""
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +12,7 @@ from ..durability.journal import RECORDS, marker_name, now, read_marker, read_ma
 from ..durability.records import read_records
 from ..durability.shardrecord import Record, stored_matches
 from ..storage.conditional import read_merge_commit, versions
+from ..storage.nodes import open_info
 from ..storage.store import ShardStore
 from .pipeline import ArrayWrite
 from .session import plan_keys
@@ -31,12 +31,12 @@ def drop_stored(store: ShardStore, axis: int, start: int, token: str) -> None:
     raw = store.get(META)
     if not ids or raw is None:
         return
-    rows = int(json.loads(raw)["chunk_grid"]["configuration"]["chunk_shape"][axis])
+    lay = open_info(store.store, store.path).layout  # a regular or rectilinear grid
     for key, rec in read_records(store).items():
         coord = key.split("/")[1:]
         if rec is None or rec.write not in ids or len(coord) <= axis:
             continue
-        if int(coord[axis]) * rows < start:
+        if lay.axis_bound(axis, int(coord[axis])) < start:
             continue  # holds rows from before the append: kept
         store.delete(RECORDS + key)
 

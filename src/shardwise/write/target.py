@@ -141,15 +141,19 @@ def _append(
     )
     data = _cast_source(data, info.dtype)
     planned = AppendedArray(sstore, axis, region, meta, info, data)
+    planned.check()  # chunks that cannot be shards of a rectilinear axis
     return append_write(planned, o, start=have[axis])
 
 
-def append_write(planned: AppendedArray, o: WriteOptions, *, start: int) -> PreparedWrite:
+def append_write(
+    planned: AppendedArray, o: WriteOptions, *, start: int, grid: dict[str, Any] | None = None
+) -> PreparedWrite:
     """The write of an append's ``planned`` array moved to rows ``start`` on (padded to whole
-    shards along the axis: its last shard merged), its job validated; the policy's intent of
-    a write into an existing array in mode "a"."""
+    shards along the axis: its last shard merged; ``grid``: the grid its reservation
+    committed), its job validated; the policy's intent of a write into an existing array in
+    mode "a"."""
     intent = decide("a", o.resume, True, True)
-    at = moved(planned, start, start + planned.rows, pad=o.strategy != "staged")
+    at = moved(planned, start, start + planned.rows, pad=o.strategy != "staged", grid=grid)
     assert at.info is not None
     job, shared = _validated_job(
         planned.store,

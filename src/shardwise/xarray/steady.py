@@ -7,6 +7,8 @@ an append killed between them, the stored lengths do disagree. xarray's pass of 
 therefore reads the store through :func:`steady_lengths`: every array of a group that has the
 append dimension shows the longest length along it (the lead's), taken once per group. The rows
 the call writes are moved to its own reservation afterwards, whatever length the pass saw.
+xarray also refuses to append to a rectilinear array: the pass sees its grid as a regular one
+of its largest shards, and the append's reservation extends the real extents.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class _SteadyLengths(WrapperStore[Store]):
             self.lengths[group] = await self._longest(group, prototype)
         axis = doc["dimension_names"].index(self.dim)
         doc["shape"][axis] = self.lengths[group]
+        _regular_stand_in(doc)
         return prototype.buffer.from_bytes(json.dumps(doc).encode())
 
     async def _longest(self, group: str, prototype: BufferPrototype) -> int:
@@ -79,3 +82,17 @@ def _appended_doc(raw: bytes, dim: str) -> dict[str, Any] | None:
         return None
     names = doc.get("dimension_names")
     return doc if isinstance(names, list) and dim in names else None
+
+
+def _regular_stand_in(doc: dict[str, Any]) -> None:
+    """A rectilinear grid shown as a regular one of its largest shards: xarray refuses to
+    append to rectilinear arrays, and the append's commit extends the real extents
+    (:func:`shardwise.write.appended.cover`)."""
+    grid = doc.get("chunk_grid") or {}
+    if grid.get("name") != "rectilinear":
+        return
+    step = [
+        s if isinstance(s, int) else max(x[0] if isinstance(x, list) else x for x in s)
+        for s in grid["configuration"]["chunk_shapes"]
+    ]
+    doc["chunk_grid"] = {"name": "regular", "configuration": {"chunk_shape": step}}
