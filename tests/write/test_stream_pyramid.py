@@ -114,8 +114,8 @@ def test_levels_are_block_reductions_equal_to_a_fresh_write_pyramid(
 def test_the_group_validates_and_readers_see_consistent_levels_mid_stream(
     tmp_path: Path,
 ) -> None:
-    """After every batch (whatever its seals have stored yet) and every other one flushed: the group is an
-    OME-Zarr 0.5 image, and each level read by zarr-python and ``open_array`` up to its stored
+    """After every batch (whatever its seals stored yet), every other one flushed: the group is
+    an OME-Zarr 0.5 image, and each level read by zarr-python and ``open_array`` up to its stored
     length is the reduction of level 0's first frames."""
     root = str(tmp_path / "img.zarr")
     n, f = 40, (2, 2, 2)

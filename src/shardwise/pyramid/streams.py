@@ -26,6 +26,7 @@ them and hands them on: the upper levels' lost tails are made again from stored 
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -74,7 +75,15 @@ def stream_pyramid(
     name: str | None = None,
     mode: str = "w-",
     resume: bool = False,
-    **stream_options: Any,
+    pending: int | None = None,
+    fill_value: Any = None,
+    compressors: Any = "auto",
+    lease: bool | None = None,
+    break_lease: bool = False,
+    threads: int | None = None,
+    fsync: bool = False,
+    write_empty_chunks: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> StreamPyramid:
     """Open a stream of frames into a new multiscale pyramid (OME-Zarr 0.5), every level
     growing as frames arrive (or, ``resume=True``, the pyramid stream stopped there).
@@ -87,26 +96,59 @@ def stream_pyramid(
         Level 0's shape; at ``append_axis`` the final number of frames or None (unbounded).
     dtype : str or numpy.dtype
         The levels' data type.
-    levels, factors, method, dims, scale, translation, units, name
-        As :func:`shardwise.write_pyramid` takes them. ``levels="auto"`` counts the axes other
-        than an unbounded append axis. A space append axis (``z``) is reduced too: an
-        unbounded one by ``factors`` at every level.
+    levels : int or "auto", default "auto"
+        The number of levels, level 0 included, as :func:`shardwise.write_pyramid` takes it;
+        ``"auto"`` counts the axes other than an unbounded append axis.
+    factors : int, sequence of int or dict, default 2
+        The factor of each reduction, as ``write_pyramid`` takes it. A space append axis
+        (``z``) is reduced too (a group of frames at a time); an unbounded one by its factor
+        at every level.
+    method : {"mean", "nearest", "mode"}, default "mean"
+        The reduction, as ``write_pyramid``'s.
+    dims : sequence of str, optional
+        The axis names, among ``t``, ``c``, ``z``, ``y``, ``x`` in that order (default: the
+        last ``ndim`` of them); they are the levels' dimension names.
     append_axis : int
         The axis frames are appended along.
-    chunks, shards : tuple of int
-        Level 0's inner chunks and shards, as :func:`shardwise.stream` takes them; smaller
-        levels clip them to their shape, as ``write_pyramid`` does.
     path : str, optional
         The pyramid group's path (levels at ``"<path>/0"``, ``"<path>/1"``, ...).
+    chunks : tuple of int or "auto"
+        Level 0's inner chunks, as :func:`shardwise.stream` takes them; smaller levels clip
+        them to their shape, as ``write_pyramid`` does.
+    shards : tuple of int, optional
+        Level 0's shards, as :func:`shardwise.stream` takes them (clipped as ``chunks``).
+    scale : dict, optional
+        Level 0's physical size of one sample per axis, as ``write_pyramid``'s.
+    translation : dict, optional
+        Level 0's position of its first sample per axis, as ``write_pyramid``'s.
+    units : dict, optional
+        The unit of each axis, as OME-Zarr names them.
+    name : str, optional
+        The ``name`` of the multiscales entry.
     mode : {"w-", "w"}
         "w-" refuses level arrays already there, "w" replaces them.
     resume : bool
         Continue the pyramid stream at ``path``: every level keeps what it stored, the
         frames each level above had not taken are reduced again from the level below.
-    **stream_options
-        Every other keyword of :func:`shardwise.stream` (``pending``, ``compressors``,
-        ``fill_value``, ``lease``, ``break_lease``, ``threads``, ``fsync``,
-        ``write_empty_chunks``, ``storage_options``), for each level.
+    pending : int, optional
+        Each level's sealed shard-rows written in the background, as :func:`shardwise.stream`.
+    fill_value : scalar, optional
+        Every level's fill value.
+    compressors : "auto", codec, list of codecs or None
+        Every level's compressors, as :func:`shardwise.stream` takes them.
+    lease : bool, optional
+        Hold every level's exclusive lease while the stream is open (default: where the store
+        can delete).
+    break_lease : bool
+        Break stale leases of a writer that is gone.
+    threads : int, optional
+        Threads encoding a shard's inner chunks.
+    fsync : bool
+        ``fsync`` each shard of a local store.
+    write_empty_chunks : bool
+        Store inner chunks equal to the fill value.
+    storage_options : dict, optional
+        For a URL ``store``, as fsspec takes them.
 
     Returns
     -------
@@ -125,7 +167,7 @@ def stream_pyramid(
     >>> zarr.open_array(store, path="1", mode="r").shape
     (10, 4, 4)
     """
-    axis = stream_axis(shape, append_axis, stream_options.get("pending"), mode, resume)
+    axis = stream_axis(shape, append_axis, pending, mode, resume)
     axes = check_axes(dims) if dims is not None else default_axes(len(shape))
     if len(axes) != len(shape):
         raise InvalidValueError(f"dims must name each of the {len(shape)} axes, got {dims!r}")
@@ -139,7 +181,12 @@ def stream_pyramid(
     known = shape[axis]
     plan_shape = tuple(int(UNBOUNDED if n is None else n) for n in shape)
     prefix = f"{path.strip('/')}/" if path else ""
-    common = dict(dtype=dt, append_axis=axis, mode=mode, resume=resume, **stream_options)
+    common = dict(
+        dtype=dt, append_axis=axis, mode=mode, resume=resume, pending=pending,
+        fill_value=fill_value, compressors=compressors, lease=lease, break_lease=break_lease,
+        threads=threads, fsync=fsync, write_empty_chunks=write_empty_chunks,
+        storage_options=storage_options,
+    )  # fmt: skip
     opened: list[Stream] = []
     try:
         first = stream(store, shape=tuple(shape), chunks=chunks, shards=shards,
@@ -153,13 +200,14 @@ def stream_pyramid(
                                   scale=s0, translation=t0)  # fmt: skip
         for k, lv in enumerate(geometry[1:], start=1):
             ck, sk = level_layout(lv.shape, lay.chunk_shape, lay.shard_shape)
-            sized = tuple(None if known is None and i == axis else n for i, n in enumerate(lv.shape))
+            sized = tuple(
+                None if known is None and i == axis else n for i, n in enumerate(lv.shape)
+            )
             opened.append(stream(store, shape=sized, chunks=ck, shards=sk, path=f"{prefix}{k}",
                                  dimension_names=axes, **common))  # fmt: skip
-        zstore = resolve_store(store, mode="w",
-                               storage_options=stream_options.get("storage_options"))  # fmt: skip
-        attrs = ome_attributes(axes, geometry, how, name=name,
-                               units={a: u for a, u in zip(axes, named, strict=True) if u})  # fmt: skip
+        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        given_units = {a: u for a, u in zip(axes, named, strict=True) if u}
+        attrs = ome_attributes(axes, geometry, how, name=name, units=given_units)
         put_group(ShardStore(zstore, prefix.rstrip("/")), "zarr.json", attrs)
         return StreamPyramid(opened, geometry, how, zstore, prefix)
     except BaseException as e:
@@ -172,7 +220,7 @@ def _steps(geometry: Sequence[Level]) -> list[tuple[int, ...]]:
     """The factors reducing each level into the next."""
     return [
         tuple(b // a for a, b in zip(lo.factors, up.factors, strict=True))
-        for lo, up in zip(geometry, geometry[1:], strict=False)
+        for lo, up in itertools.pairwise(geometry)
     ]
 
 
@@ -235,7 +283,13 @@ class StreamPyramid:
 
     def append(self, frames: Any) -> None:
         """Append one frame or a batch of them (stacked along the append axis) to level 0;
-        the levels above grow from them. A batch is taken a shard-row at a time."""
+        the levels above grow from them. A batch is taken a shard-row at a time.
+
+        Parameters
+        ----------
+        frames : array_like
+            One frame, or frames stacked along the append axis.
+        """
         s0 = self.levels[0]
         a = np.asarray(frames)
         if a.ndim == len(s0.shape) - 1:
@@ -249,7 +303,13 @@ class StreamPyramid:
 
     def extend(self, array: Any) -> None:
         """Append every frame of ``array`` (numpy, dask or any array that slices), a
-        shard-row of level 0 at a time."""
+        shard-row of level 0 at a time.
+
+        Parameters
+        ----------
+        array : array_like or dask.array.Array
+            Frames stacked along the append axis.
+        """
         step = self.levels[0].step
         n = int(array.shape[self.axis])
         for i in range(0, n, step):
