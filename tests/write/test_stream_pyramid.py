@@ -24,6 +24,7 @@ from ome_zarr_models.v05.image import Image
 
 import shardwise
 from faultkit import forkserver
+from memkit import MiB, peak_rss
 
 FRAME = (12, 10)
 CHUNKS, SHARDS = (2, 4, 4), (4, 8, 8)  # 4 frames a shard-row at level 0
@@ -200,6 +201,80 @@ def test_a_pyramid_stream_killed_resumes_with_every_level_consistent(
     for k in range(3):
         np.testing.assert_array_equal(level(root, k), level(ref, k))
     assert all(shardwise.verify(f"{root}/{k}").ok for k in range(3))
+
+
+def held_in_top_seal(root: str, said: Any) -> None:
+    """A child streaming every frame then flushing, stopped inside the first seal of the top
+    level (its shards put, its shape not grown), after telling what each level stored."""
+    from shardwise.write import streams as child
+
+    x = frames(TOTAL, seed=5)
+    s = shardwise.stream_pyramid(root, pending=1, **KW)
+
+    def hold(end: int) -> None:
+        if threading.current_thread() is s.levels[2]._worker:
+            said.send(("held", end, s.stored))
+            stop_here()
+
+    child.after_store = hold
+    s.extend(x)
+    s.flush()
+    said.send(("end", 0, s.stored))
+
+
+def test_a_pyramid_stream_killed_inside_a_seal_of_its_top_level_resumes(tmp_path: Path) -> None:
+    """The top level's shards stored, its shape not grown: the resume removes them, reduces
+    the frames again from level 1's stored frames and ends equal to ``write_pyramid``."""
+    root = str(tmp_path / "img.zarr")
+    ctx = forkserver()
+    ours, theirs = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=held_in_top_seal, args=(root, theirs))
+    proc.start()
+    assert ours.poll(300)
+    what, end, seen = ours.recv()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    assert what == "held" and end > seen[2] == 0
+    assert zarr.open_array(root, path="2", mode="r").shape[0] == 0
+    x = frames(TOTAL, seed=5)
+    want = oracle(x, (2, 2, 2), 3, "mean")
+    with shardwise.stream_pyramid(root, resume=True, **KW) as s:
+        assert all(a >= b for a, b in zip(s.stored, seen, strict=True))
+        s.extend(x[s.resumed_from :])
+    for k in range(3):
+        np.testing.assert_array_equal(level(root, k), want[k])
+    assert all(shardwise.verify(f"{root}/{k}").ok for k in range(3))
+
+
+def pyramid_case(root: str, rows: int) -> Any:
+    """A 3-level pyramid stream of ``rows`` frames of 256x256 uint16 (time append axis),
+    shard-rows of 16 frames (2 MiB at level 0)."""
+    frame = np.arange(256 * 256, dtype="u2").reshape(256, 256)
+
+    def op() -> None:
+        kw = dict(chunks=(1, 128, 128), shards=(16, 256, 256), threads=1, pending=2)
+        with shardwise.stream_pyramid(root, shape=(None, 256, 256), dtype="u2", levels=3,
+                                      dims=("t", "y", "x"), **kw) as s:  # fmt: skip
+            for t in range(rows):
+                s.append(frame + t)
+
+    return op
+
+
+def test_memory_is_bounded_by_the_levels_buffers(tmp_path: Path) -> None:
+    """512 frames (64 MiB) through a 3-level pyramid: the peak is the buffers stated up front
+    (``memory``: 10.4 MiB, three levels of 3 shard-rows and the reduced frames waiting) and
+    the encoding (measured 26.6 MiB in all), whatever the length."""
+    root = str(tmp_path / "img.zarr")
+    peak = peak_rss(pyramid_case, root=root, rows=512).peak
+    with shardwise.stream_pyramid(
+        str(tmp_path / "other.zarr"), shape=(None, 256, 256), dtype="u2", levels=3,
+        dims=("t", "y", "x"), chunks=(1, 128, 128), shards=(16, 256, 256), pending=2,
+    ) as s:  # fmt: skip
+        stated = s.memory
+    assert stated < 16 * MiB, stated
+    assert zarr.open_array(root, path="2", mode="r").shape == (512, 64, 64)
+    assert peak <= stated + 24 * MiB, (peak, stated)
 
 
 def test_a_closed_stream_whose_levels_end_in_a_partial_group_is_not_continued(
