@@ -289,7 +289,11 @@ def test_a_closed_stream_whose_levels_end_in_a_partial_group_is_not_continued(
     done = dict(KW, shape=(5, *FRAME))
     other = str(tmp_path / "done.zarr")
     with shardwise.stream_pyramid(other, **done) as s:
-        s.append(frames(5))
+        s.append(frames(3))
+        with pytest.raises(shardwise.InvalidValueError, match="past the stream's length"):
+            s.append(frames(9))  # two shard-rows of level 0: refused whole
+        assert s.frames == 3
+        s.append(frames(5)[3:])
     with shardwise.stream_pyramid(other, resume=True, **done) as s:
         assert s.stored == (5, 3, 2)
     np.testing.assert_array_equal(level(other, 2), oracle(frames(5), (2, 2, 2), 3, "mean")[2])

@@ -295,6 +295,11 @@ class StreamPyramid:
         if a.ndim == len(s0.shape) - 1:
             a = np.expand_dims(a, self.axis)
         n = a.shape[self.axis] if a.ndim == len(s0.shape) else 0
+        if self.length is not None and self.frames + n > self.length:  # before any slab
+            raise InvalidValueError(
+                f"{n} more frames would make {self.frames + n}, past the stream's length "
+                f"{self.length}: nothing of them was appended"
+            )
         for i in range(0, max(n, 1), s0.step):
             part = a[self._at(i, min(i + s0.step, n))] if n else a
             s0.append(part)  # checks the frames (shape, dtype, length) before taking them
