@@ -298,3 +298,26 @@ def test_a_closed_stream_whose_levels_end_in_a_partial_group_is_not_continued(
     with shardwise.stream_pyramid(other, resume=True, **done) as s:
         assert s.stored == (5, 3, 2)
     np.testing.assert_array_equal(level(other, 2), oracle(frames(5), (2, 2, 2), 3, "mean")[2])
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "words"),
+    [
+        (dict(levels=0), shardwise.InvalidValueError, "levels"),
+        (dict(levels="many"), shardwise.InvalidValueError, "levels"),
+        (dict(factors={"t": 2}), shardwise.InvalidValueError, "factors"),
+        (dict(method="median"), shardwise.InvalidValueError, "method"),
+        (dict(dims=("x", "y", "z")), shardwise.InvalidValueError, "dims"),
+        (dict(scale={"y": -1.0}), shardwise.InvalidValueError, "scale"),
+        (dict(append_axis=3), shardwise.InvalidValueError, "append_axis"),
+        (dict(resume=True, mode="w"), shardwise.InvalidValueError, "resume"),
+    ],
+)
+def test_bad_keywords_are_refused_before_the_store_is_touched(
+    tmp_path: Path, bad: dict[str, Any], error: type, words: str
+) -> None:
+    root = tmp_path / "img.zarr"
+    kw = {**KW, "dims": ("t", "y", "x"), **bad}
+    with pytest.raises(error, match=words):
+        shardwise.stream_pyramid(str(root), **kw)
+    assert not root.exists()
