@@ -8,9 +8,8 @@ needs ``f`` frames: the frames of an unfinished group wait (at most ``f - 1`` pe
 group is reduced when it is whole; the last, partial one at :meth:`StreamPyramid.close` (the
 ceil rule of ``write_pyramid``). Along the other axes each frame is reduced on its own.
 
-A reduced frame is handed to its level's stream only once the frames it comes from are stored
-in the level below, so every level's stored frames are the reduction of stored frames of the
-one below: a reader sees consistent levels at any moment, and a resume finds each level no
+A reduced frame is handed to its level's stream only once its source frames are stored in the
+level below: a reader sees consistent levels at any moment, a resume finds each level no
 further than its source. The group's ``zarr.json`` (OME-Zarr 0.5 ``multiscales``, as
 ``write_pyramid`` writes it: ``metadata.py``) is put once the level arrays exist; it names no
 shapes, so it stays valid as the levels grow.
@@ -131,7 +130,8 @@ def stream_pyramid(
         Continue the pyramid stream at ``path``: every level keeps what it stored, the
         frames each level above had not taken are reduced again from the level below.
     pending : int, optional
-        Each level's sealed shard-rows written in the background, as :func:`shardwise.stream`.
+        Each level's sealed shard-rows written in the background, as :func:`shardwise.stream`
+        (default: level 0's default; the other levels as many as level 0).
     fill_value : scalar, optional
         Every level's fill value.
     compressors : "auto", codec, list of codecs or None
@@ -193,6 +193,7 @@ def stream_pyramid(
                        path=f"{prefix}0", dimension_names=axes, **common)  # fmt: skip
         opened.append(first)
         lay = first._o.write.info.layout
+        common["pending"] = first.pending  # the smaller levels hold as many shard-rows
         if count is None:  # "auto": over the axes that have a size
             fits = tuple(1 if known is None and i == axis else f for i, f in enumerate(given))
             count = auto_levels(plan_shape, fits, lay.chunk_shape)
