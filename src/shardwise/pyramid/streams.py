@@ -53,6 +53,7 @@ from .reduce import reduce_block
 __all__ = ["StreamPyramid", "stream_pyramid"]
 
 UNBOUNDED = 1 << 40  # the length an unbounded append axis is planned with (never reached)
+GATHER = 256 << 10  # bytes of a level's frames reduced together (one call for small frames)
 
 
 def stream_pyramid(
@@ -116,12 +117,8 @@ def stream_pyramid(
         them to their shape, as ``write_pyramid`` does.
     shards : tuple of int, optional
         Level 0's shards, as :func:`shardwise.stream` takes them (clipped as ``chunks``).
-    scale : dict, optional
-        Level 0's physical size of one sample per axis, as ``write_pyramid``'s.
-    translation : dict, optional
-        Level 0's position of its first sample per axis, as ``write_pyramid``'s.
-    units : dict, optional
-        The unit of each axis, as OME-Zarr names them.
+    scale, translation, units : dict, optional
+        Level 0's size and position of a sample, and the units, per axis (``write_pyramid``'s).
     name : str, optional
         The ``name`` of the multiscales entry.
     mode : {"w-", "w"}
@@ -136,19 +133,8 @@ def stream_pyramid(
         Every level's fill value.
     compressors : "auto", codec, list of codecs or None
         Every level's compressors, as :func:`shardwise.stream` takes them.
-    lease : bool, optional
-        Hold every level's exclusive lease while the stream is open (default: where the store
-        can delete).
-    break_lease : bool
-        Break stale leases of a writer that is gone.
-    threads : int, optional
-        Threads encoding a shard's inner chunks.
-    fsync : bool
-        ``fsync`` each shard of a local store.
-    write_empty_chunks : bool
-        Store inner chunks equal to the fill value.
-    storage_options : dict, optional
-        For a URL ``store``, as fsspec takes them.
+    lease, break_lease, threads, fsync, write_empty_chunks, storage_options : optional
+        As :func:`shardwise.stream` takes them, for every level.
 
     Returns
     -------
@@ -251,7 +237,7 @@ class StreamPyramid:
         self.report: WriteReport | None = None
         n = len(streams)
         # per level k < top: the frames of an unfinished group, and how many were reduced
-        self._pending = [self._empty(k, 0) for k in range(n)]
+        self._pending: list[list[np.ndarray]] = [[] for _ in range(n)]
         self._consumed = [0] * n
         # per level k > 0: reduced frames waiting for their source's seal (source end, frames)
         self._held: list[deque[tuple[int, np.ndarray]]] = [deque() for _ in range(n)]
@@ -269,7 +255,8 @@ class StreamPyramid:
     @property
     def memory(self) -> int:
         """Bytes held at most: every level's shard-row buffers, the reduced frames waiting
-        for the seals below (the unstored frames of a level, reduced) and unfinished groups."""
+        for the seals below (the unstored frames of a level, reduced) and the frames gathered
+        for the next reduction."""
         total = 0
         for k, s in enumerate(self.levels):
             total += s.memory
@@ -278,8 +265,9 @@ class StreamPyramid:
                 below = self.levels[k - 1]
                 waiting = (below.pending + 1) * below.step // f + below.step + 1
                 total += waiting * self._frame_bytes(k)
-            if k + 1 < len(self.levels):
-                total += (self.steps[k][self.axis] - 1) * self._frame_bytes(k)
+            if k + 1 < len(self.levels):  # gathered for the next reduction
+                gathered = self._gather(k) + self.steps[k][self.axis] - 1
+                total += gathered * self._frame_bytes(k)
         return total
 
     def append(self, frames: Any) -> None:
@@ -304,7 +292,7 @@ class StreamPyramid:
         for i in range(0, max(n, 1), s0.step):
             part = a[self._at(i, min(i + s0.step, n))] if n else a
             s0.append(part)  # checks the frames (shape, dtype, length) before taking them
-            self._feed(0, np.asarray(part, dtype=s0.dtype))
+            self._feed(0, np.array(part, dtype=s0.dtype))  # a copy: the caller's may change
             self._release()
 
     def extend(self, array: Any) -> None:
@@ -325,6 +313,7 @@ class StreamPyramid:
         """Store every level's frames (the partial shard-rows too, as ``Stream.flush``),
         level 0 first; the frames of an unfinished group along the append axis are held back
         from the level above until their group is whole (or the stream closes)."""
+        self._feed(0, self._empty(0, 0), now=True)
         for k, s in enumerate(self.levels):
             self._release(k)
             s.flush()
@@ -376,22 +365,29 @@ class StreamPyramid:
 
     # the levels fed from the ones below
 
-    def _feed(self, k: int, x: np.ndarray, last: bool = False) -> None:
-        """Level ``k``'s new frames ``x``: with the unfinished group, the whole groups (every
-        one, ``last``) reduced into level ``k + 1``, held for its stream, and fed on up."""
+    def _feed(self, k: int, x: np.ndarray, last: bool = False, now: bool = False) -> None:
+        """Level ``k``'s new frames ``x`` gathered until ``GATHER`` bytes (or a shard-row) are in
+        (``now``: at once; reduced frames wait for their row's seal anyway), then the whole groups
+        (every one, ``last``) reduced into level ``k + 1`` at once, held for its stream and fed
+        on up."""
         if k + 1 >= len(self.levels):
             return
-        buf = np.concatenate([self._pending[k], x], axis=self.axis)
+        parts = self._pending[k]
+        if x.shape[self.axis]:
+            parts.append(x)
+        have = sum(p.shape[self.axis] for p in parts)
+        if have == 0 or (have < self._gather(k) and not (now or last)):
+            return
+        buf = np.concatenate(parts, axis=self.axis) if len(parts) != 1 else parts[0]
         f = self.steps[k][self.axis]
-        have = buf.shape[self.axis]
         whole = have if last else have // f * f
-        self._pending[k] = buf[self._at(whole, have)].copy()
+        self._pending[k] = [buf[self._at(whole, have)]] if whole < have else []
         if whole == 0:
             return
         r = reduce_block(buf[self._at(0, whole)], self.steps[k], self.method)
         self._consumed[k] += whole
         self._held[k + 1].append((self._consumed[k], r))
-        self._feed(k + 1, r)
+        self._feed(k + 1, r, now=now or last)
 
     def _release(self, upto: int | None = None) -> None:
         """Hand each level (up to ``upto``) the reduced frames whose source frames are
@@ -423,9 +419,9 @@ class StreamPyramid:
             self._consumed[k] = start
             if start < got[k]:
                 arr = zarr.open_array(zstore, path=f"{prefix}{k}", mode="r")
-                self._pending[k] = np.asarray(arr[self._at(start, got[k])])
+                self._pending[k] = [np.asarray(arr[self._at(start, got[k])])]
         for k in range(len(self.levels) - 1):
-            self._feed(k, self._empty(k, 0))
+            self._feed(k, self._empty(k, 0), now=True)
         self._release()
 
     def _abandon(self, error: BaseException) -> None:
@@ -438,6 +434,9 @@ class StreamPyramid:
         shape = list(s.shape)
         shape[self.axis] = n
         return np.empty(shape, s.dtype)
+
+    def _gather(self, k: int) -> int:
+        return max(1, min(self.levels[k].step, GATHER // max(self._frame_bytes(k), 1)))
 
     def _frame_bytes(self, k: int) -> int:
         s = self.levels[k]
