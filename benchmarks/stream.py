@@ -21,6 +21,13 @@ compared with the frames. ``limit`` is the machine's zstd-3 compression of the s
 
 acquire-zarr runs when ``import acquire_zarr`` works (``pip install --target DIR acquire-zarr``
 and ``AQZ_PATH=DIR``).
+
+Pyramids while streaming (``--writers shardwise,shardwise-levels,acquire-zarr-levels``):
+``shardwise-levels`` is ``shardwise.stream_pyramid`` of ``LEVELS`` levels (y and x halved at
+each, mean; time not reduced), ``acquire-zarr-levels`` acquire-zarr's mean downsampling
+(``max_levels=LEVELS``); both with inner chunks of a quarter of y and x (acquire-zarr makes
+levels down to one chunk), the shards as the variant's; level 0 is read back and compared, as
+for every writer.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ import numpy as np
 SPECS = {"A": (500, 256, 256), "B": (200, 128, 128)}
 VARIANTS = ("chunks", "shards", "shards-zstd")
 WRITERS = ("shardwise", "tensorstore", "zarr-python", "acquire-zarr")
+PYRAMID_WRITERS = ("shardwise-levels", "acquire-zarr-levels")
+LEVELS = 3
 SHARD = 50
 LEVEL = 3
 
@@ -82,6 +91,21 @@ def write_shardwise(root: str, x: np.ndarray, variant: str) -> None:
     with shardwise.stream(
         root, shape=(None, h, w), dtype=x.dtype, chunks=(1, h, w),
         shards=layout(variant, h, w), compressors=comp,
+    ) as s:  # fmt: skip
+        for t in range(n):
+            s.append(x[t])
+
+
+def write_shardwise_levels(root: str, x: np.ndarray, variant: str) -> None:
+    from zarr.codecs import ZstdCodec
+
+    import shardwise
+
+    n, h, w = x.shape
+    comp = [ZstdCodec(level=LEVEL)] if variant == "shards-zstd" else None
+    with shardwise.stream_pyramid(
+        root, shape=(None, h, w), dtype=x.dtype, dims=("t", "y", "x"), levels=LEVELS,
+        chunks=(1, h // 4, w // 4), shards=layout(variant, h, w), compressors=comp,
     ) as s:  # fmt: skip
         for t in range(n):
             s.append(x[t])
@@ -132,24 +156,32 @@ def write_zarr(root: str, x: np.ndarray, variant: str) -> None:
         z[t] = x[t]
 
 
-def write_acquire(root: str, x: np.ndarray, variant: str) -> None:
+def write_acquire_levels(root: str, x: np.ndarray, variant: str) -> None:
+    write_acquire(root, x, variant, levels=LEVELS)
+
+
+def write_acquire(root: str, x: np.ndarray, variant: str, levels: int = 1) -> None:
     import acquire_zarr as aqz
 
     n, h, w = x.shape
     per = 1 if variant == "chunks" else SHARD
+    q = 4 if levels > 1 else 1  # levels: chunks of a quarter of y and x (levels down to a chunk)
     dims = [
         aqz.Dimension(name="t", kind=aqz.DimensionType.TIME, array_size_px=0,
                       chunk_size_px=1, shard_size_chunks=per),
         aqz.Dimension(name="y", kind=aqz.DimensionType.SPACE, array_size_px=h,
-                      chunk_size_px=h, shard_size_chunks=1),
+                      chunk_size_px=h // q, shard_size_chunks=q),
         aqz.Dimension(name="x", kind=aqz.DimensionType.SPACE, array_size_px=w,
-                      chunk_size_px=w, shard_size_chunks=1),
+                      chunk_size_px=w // q, shard_size_chunks=q),
     ]  # fmt: skip
     extra: dict[str, Any] = {}
     if variant == "shards-zstd":
         extra["compression"] = aqz.CompressionSettings(
             compressor=aqz.Compressor.ZSTD, codec=aqz.CompressionCodec.ZSTD, level=LEVEL
         )
+    if levels > 1:
+        extra["downsampling_method"] = aqz.DownsamplingMethod.MEAN
+        extra["max_levels"] = levels
     array = aqz.ArraySettings(dimensions=dims, data_type=aqz.DataType.UINT16, **extra)
     stream = aqz.ZarrStream(aqz.StreamSettings(store_path=root, arrays=[array]))
     for t in range(n):
@@ -161,8 +193,8 @@ def read_back(root: str, writer: str) -> np.ndarray:
     import zarr
 
     node = zarr.open(root, mode="r")
-    if isinstance(node, zarr.Group):  # acquire-zarr: an OME-Zarr group, level 0 at "0"
-        node = node[next(iter(node.array_keys()))]
+    if isinstance(node, zarr.Group):  # an OME-Zarr group (acquire-zarr, pyramids): level 0
+        node = node["0"] if "0" in node else node[next(iter(node.array_keys()))]
     return np.asarray(node[...])
 
 
@@ -174,6 +206,8 @@ def case(spec: str, variant: str, writer: str, root: str) -> dict[str, Any]:
         "tensorstore": write_tensorstore,
         "zarr-python": write_zarr,
         "acquire-zarr": write_acquire,
+        "shardwise-levels": write_shardwise_levels,
+        "acquire-zarr-levels": write_acquire_levels,
     }[writer]
     import tensorstore  # noqa: F401
     import zarr  # noqa: F401
@@ -255,9 +289,10 @@ def main() -> None:
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--specs", default="A,B")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--writers", default=",".join(WRITERS), help="also: shardwise-levels, ...")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
-    writers = [w for w in WRITERS if w != "acquire-zarr" or has_acquire()]
+    writers = [w for w in a.writers.split(",") if not w.startswith("acquire") or has_acquire()]
     cases = [(s, v, w) for s in a.specs.split(",") for v in a.variants.split(",") for w in writers]
     results: dict[tuple[str, str, str], list[dict[str, Any]]] = {c: [] for c in cases}
     for rep in range(a.reps):

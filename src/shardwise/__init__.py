@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .durability.verify import VerifyReport, verify
     from .engine.load import read_array
     from .engine.report import WriteReport
+    from .pyramid.streams import StreamPyramid, stream_pyramid
     from .pyramid.update import update_pyramid
     from .pyramid.write import write_pyramid
     from .runtime.signals import Interrupted, stop_on_signals
@@ -72,6 +73,7 @@ __all__ = [
     "RegionWriter",
     "SelectionError",
     "Stream",
+    "StreamPyramid",
     "ShardConflictError",
     "ShardGeometry",
     "ShardwiseError",
@@ -91,6 +93,7 @@ __all__ = [
     "read_array",
     "stop_on_signals",
     "stream",
+    "stream_pyramid",
     "to_icechunk",
     "to_zarr",
     "update_pyramid",
@@ -119,6 +122,8 @@ _LAZY = {
     "stop_on_signals": ".runtime.signals",
     "Stream": ".write.streams",
     "stream": ".write.streams",
+    "StreamPyramid": ".pyramid.streams",
+    "stream_pyramid": ".pyramid.streams",
     "to_icechunk": ".xarray.icechunk",
     "to_zarr": ".xarray.writer",
     "update_pyramid": ".pyramid.update",
