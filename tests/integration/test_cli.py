@@ -474,6 +474,27 @@ def test_every_command_and_option_has_help() -> None:
                 assert all((h or "").strip() for h in listed.values()), (prog, listed)
 
 
+def test_a_reader_gone_is_a_silent_exit_141(sharded: Path) -> None:
+    """``shardwise inspect X | head``: the reader of stdout went away (here: a pipe whose read
+    end is closed before the command starts). Not a store that cannot be opened: nothing on
+    stderr, exit 141 as a tool stopped by SIGPIPE, and the interpreter's exit quiet too."""
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "shardwise.cli", "inspect", str(sharded)],
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(w)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
 def test_help_states_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(["--help"])
