@@ -254,7 +254,7 @@ def test_batch_status_after_finalize(tmp_path: Path, capsys: pytest.CaptureFixtu
         batch.open_batch(root)
 
 
-# -- the CLI keeps its word: exit codes as --help and the README state them, per command --------
+# -- the CLI keeps its word: exit codes as --help and docs/cli.md state them, per command --------
 
 ZARR_NAMES = (
     "StorePath",
@@ -502,9 +502,9 @@ def test_help_states_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None
     text = " ".join(capsys.readouterr().out.split())
     assert "Exit status: 0 success; 1 the array has problems" in text
     assert "2 bad usage" in text and "3 refused or failed" in text
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
-    assert "Exit status: 0 success; 1 the array has problems" in readme
-    assert "2 bad usage" in readme and "3 refused or failed" in readme
+    page = " ".join((Path(__file__).parents[2] / "docs" / "cli.md").read_text().split())
+    assert "Exit status: 0 success; 1 the array has problems" in page
+    assert "2 bad usage" in page and "3 refused or failed" in page
 
 
 # -- zarr's node errors reach Python callers as shardwise errors naming the store and path ------

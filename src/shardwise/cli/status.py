@@ -1,4 +1,4 @@
-"""Exit status of the ``shardwise`` command, as ``--help`` and the README state it."""
+"""Exit status of the ``shardwise`` command, as ``--help`` and docs/cli.md state it."""
 
 from __future__ import annotations
 
