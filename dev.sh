@@ -2,7 +2,7 @@
 # Set-up and entry point for a fresh machine.
 #   bash dev.sh demo   -> create .venv (Python >= 3.12), install shardwise, run the demo
 #   bash dev.sh test   -> the same set-up, then the whole test suite (lint, types, pytest)
-#   bash dev.sh docs   -> the same set-up, then the API reference into docs/_build/html
+#   bash dev.sh docs   -> the same set-up, then the documentation site into docs/_build/html
 #   bash dev.sh mutate [MODULE...] -> the same set-up plus mutmut (the `mutate` extra), then the
 #                         mutation-testing lane (mutation/run.py; not part of CI)
 set -euo pipefail
@@ -70,10 +70,11 @@ case "$cmd" in
         exec "$venv/bin/python" -m pytest -n 2 --dist loadfile --durations=40 "$@" ;;
     docs)
         setup
-        # warnings are errors (numpydoc's validation of the public verbs included); --keep-going
-        # lists them all before failing
-        say "docs: sphinx-build -W --keep-going docs/api docs/_build/html"
-        exec "$venv/bin/python" -m sphinx -W --keep-going -b html docs/api docs/_build/html "$@" ;;
+        # the whole site (pages, guides, API reference, command line); warnings are errors
+        # (numpydoc's validation of the public verbs, a broken link or reference included);
+        # --keep-going lists them all before failing
+        say "docs: sphinx-build -W --keep-going docs docs/_build/html"
+        exec "$venv/bin/python" -m sphinx -W --keep-going -b html docs docs/_build/html "$@" ;;
     mutate)
         setup
         if ! "$venv/bin/python" -c 'import mutmut' >/dev/null 2>&1; then

@@ -147,4 +147,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names, the errors' module and the module's dunders: not the helpers this
+    module imports for itself (``importlib``, ``Any``, ``TYPE_CHECKING``), nor the subpackages
+    that happen to be imported already."""
+    return sorted({*__all__, "errors", *(n for n in globals() if n.startswith("__"))})

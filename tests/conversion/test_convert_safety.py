@@ -243,7 +243,7 @@ def test_verify_reports_a_corrupt_chunk_of_a_sharded_source(tmp_path: Path) -> N
 def test_convert_verify_on_the_command_line_exits_1_for_a_corrupt_source_chunk(
     tmp_path: Path,
 ) -> None:
-    """The exit status the README gives for problems found (1) from ``convert --verify``: the
+    """The exit status docs/cli.md gives for problems found (1) from ``convert --verify``: the
     copy is made, its check decodes the corrupt chunk and says which one."""
     src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
     _flip(_v3(src, ZstdCodec(checksum=True)))

@@ -97,6 +97,19 @@ def test_plan_repr_html_in_a_notebook_shows_the_picture_and_the_printout() -> No
     assert f"tasks: {plan.tasks}" in html and "peak memory per task" in html
 
 
+@pytest.mark.parametrize(
+    ("shards", "said"), [((64, 64), "1 shard task T0;"), ((32, 64), "2 shard tasks T0..T1;")]
+)
+def test_plan_picture_caption_counts_its_tasks_in_words(shards: tuple[int, int], said: str) -> None:
+    """The caption under a plan's picture reads as a sentence: one task is "1 shard task T0"
+    (not "1 shard tasks T0..T0"), one staged block task "1 block task"."""
+    x = da.zeros((64, 64), chunks=(64, 64), dtype="f4")
+    plan = shardwise.plan_write(x, "memory://", chunks=(16, 16), shards=shards, strategy="staged")
+    html = plan._repr_html_()
+    assert f"staged: {said} thick: the region written" in html, html
+    assert "dashed: the 1 block task (staged pieces)" in html and "tasks T0..T0" not in html
+
+
 def test_stored_picture_1d_is_one_row() -> None:
     lay = Layout((1000,), (100,), (10,))
     svg = to_svg(stored_picture(lay, [(0,), (3,)], [(5,)], []))

@@ -72,7 +72,8 @@ def damaged(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     x[:8, :8] = 0  # c/0/0 all fill: not stored, not recorded
     shardwise.write_array(x, root, **KW)
     zarr.open_array(root, mode="r+")[0:8, 0:8] = 5  # c/0/0 written by another tool
-    flip(root / "c/1/2", 3)  # inside the first inner chunk: a crc32c failure
+    zarr.open_array(root, mode="r+")[16:24, 0:8] = 7  # c/2/0 sound, not as the writer recorded
+    flip(root / "c/1/2", 3)  # inside the first inner chunk: a crc32c failure (a problem only)
     gone = json.loads((root / RECORDS / "c/3/0").read_bytes())
     (root / "c/3/0").unlink()
     put(root, RECORDS + "c/1/1", b"{not json")
@@ -144,13 +145,13 @@ def expected_problems(quoted: dict[str, Any], corrupt: str) -> list[tuple[str, s
 def expected_changes(root: Path) -> list[tuple[str, str, str, Any]]:
     """The changes of :func:`damaged`'s array (notes unless strict), as :func:`found` lists
     them."""
-    flipped = (root / "c/1/2").read_bytes()
-    rec = json.loads((root / RECORDS / "c/1/2").read_bytes())
+    new = (root / "c/2/0").read_bytes()
+    rec = json.loads((root / RECORDS / "c/2/0").read_bytes())
     return [
         (
             "mismatch",
-            "c/1/2",
-            f"stored object ({len(flipped)} bytes, crc32c {crc32c(flipped):#010x}) differs from "
+            "c/2/0",
+            f"stored object ({len(new)} bytes, crc32c {crc32c(new):#010x}) differs from "
             f"what the writer recorded ({rec['size']} bytes, crc32c {rec['crc32c']:#010x}): "
             "rewritten by another tool, or damaged where no checksum covers it",
             None,

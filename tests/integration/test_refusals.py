@@ -289,7 +289,7 @@ def test_unknown_chunk_sizes_are_refused_before_anything(tmp_path: Path) -> None
 
 @pytest.fixture
 def dataset_store(tmp_path: Path) -> Path:
-    """The README's xarray quickstart, small: a group of sharded variables."""
+    """docs/guides/xarray.md's first example, small: a group of sharded variables."""
     path = tmp_path / "air.zarr"
     ds = xr.Dataset(
         {"t2m": (("time", "lat"), np.random.default_rng(0).random((40, 6)).astype("float32"))},

@@ -1,4 +1,5 @@
-"""Every ```python and ```bash block of README.md and docs/*.md runs as written.
+"""Every ```python and ```bash block of README.md and of every page of the site (docs/**/*.md)
+runs as written.
 
 A document's blocks run in the order a reader meets them, in one fresh process per document whose
 working directory is a temp directory set up like the repository root (its top-level entries and
@@ -40,7 +41,11 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# the README and every markdown page of the site, its guides included (not a build's copies)
+DOCS = [
+    ROOT / "README.md",
+    *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts),
+]
 RUNNABLE = ("python", "bash")
 
 # reviewed: commands a docs block may show but the test must not run, and why
@@ -55,7 +60,9 @@ MUST_BE_MARKED = {
 }
 
 MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<kind>skip|cluster|file)\b\s*(?P<arg>.*?)\s*-->")
-FENCE = re.compile(r"^```(?P<lang>[\w+-]*)\s*$")
+# a code block (```python) or a MyST directive (```{toctree}, ```{include} FILE): the latter
+# never runs
+FENCE = re.compile(r"^```(?:(?P<lang>[\w+-]*)\s*|(?P<directive>\{[\w:-]+\}).*)$")
 
 
 @dataclass
@@ -94,7 +101,7 @@ def parse(text: str) -> list[Block]:
         if end is None:
             raise ValueError(f"line {i + 1}: unclosed code block")
         code = "\n".join(lines[i + 1 : end]) + "\n"
-        lang = m["lang"]
+        lang = m["lang"] if m["directive"] is None else m["directive"]
         if lang == "text" and after_code and pending is None:
             blocks[-1].expected = code
         else:

@@ -1,5 +1,5 @@
 """The newcomer path: packaging metadata, the notebook extra, what dev.sh says it does and the
-README's set-up."""
+set-up the README and Getting started give."""
 
 from __future__ import annotations
 
@@ -25,8 +25,13 @@ def test_notebook_extra_brings_jupyter_and_widgets() -> None:
     assert {"jupyterlab", "ipywidgets", "ipykernel", "matplotlib"} <= names
 
 
-def test_readme_says_how_to_use_the_venv_and_open_the_notebook() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_getting_started_says_how_to_use_the_venv_and_open_the_notebook() -> None:
+    """The README gives the two commands and sends a newcomer to Getting started, which says
+    how to use the venv and open the notebook."""
+    readme = (ROOT / "README.md").read_text()
+    assert "bash dev.sh demo" in readme and "bash dev.sh test" in readme
+    assert "(docs/getting-started.md)" in readme
+    text = (ROOT / "docs" / "getting-started.md").read_text()
     for s in (
         ".venv/bin/python",
         "source .venv/bin/activate",
@@ -35,6 +40,20 @@ def test_readme_says_how_to_use_the_venv_and_open_the_notebook() -> None:
         ".venv/bin/jupyter lab notebooks/quickstart.ipynb",
     ):
         assert s in text, s
+
+
+def test_readme_is_the_front_page() -> None:
+    """The README is short and sends a reader into the site: under 200 lines, every relative link
+    to a file that is there, every page of the site's top level linked."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 200
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert [link for link in local if not (ROOT / link).is_file()] == []
+    for page in ("getting-started", "concepts", "guides/index", "cli", "design", "changelog"):
+        assert f"docs/{page}.md" in local, page
 
 
 def test_dev_sh_says_what_it_does(tmp_path: Path) -> None:

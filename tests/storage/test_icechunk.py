@@ -776,8 +776,9 @@ def test_a_killed_write_leaves_the_branch_unchanged_and_a_rerun_writes_it(
 ) -> None:
     """SIGKILL of a write into a session while its shard tasks write into their forks (chunk
     objects already in the repository's storage): the branch keeps its last commit, the array
-    as it was; the rerun the README prescribes (the same call in a new session) writes every
-    value, and garbage collection can remove what the killed write left unreferenced."""
+    as it was; the rerun docs/guides/icechunk.md prescribes (the same call in a new session)
+    writes every value, and garbage collection can remove what the killed write left
+    unreferenced."""
     import datetime
 
     from faultkit import KILL_KW, KILL_SHAPE, forkserver, kill_data, wait_until

@@ -30,7 +30,7 @@ from ..runtime.signals import Interrupted, stop_on_signals
 from .commands import compressors, open_source, storage_options
 from .inspection import inspect_array
 from .parser import parser
-from .status import EXIT_FAILED, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UsageError
+from .status import EXIT_FAILED, EXIT_OK, EXIT_PIPE, EXIT_PROBLEMS, EXIT_USAGE, UsageError
 
 __all__ = [
     "EXIT_FAILED",
@@ -67,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.storage_options = storage_options(args)
         with _log_lines(name), stop_on_signals():
             code: int = args.func(args)
+            sys.stdout.flush()  # a reader gone (``| head``) is seen here, not at exit
     except (UsageError, argparse.ArgumentTypeError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -81,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # one line, whatever failed (the store, the input, a bug)
+        if isinstance(e, BrokenPipeError) and _reader_gone():  # ``shardwise inspect X | head``
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # a silent exit
+            return EXIT_PIPE
         if show:
             import traceback
 
@@ -95,6 +99,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: {_one_line(e)}{hint}", file=sys.stderr)
         return EXIT_FAILED
     return code
+
+
+def _reader_gone() -> bool:
+    """Whether the reader of stdout went away (the read end of its pipe closed): not a failure
+    to report, unlike a broken connection to a store."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # no fileno, no poll on this platform
+        return False
 
 
 @contextmanager

@@ -158,3 +158,18 @@ def size_text(n: int) -> str:
         if n >= k:
             return f"{n / k:.1f} {unit}"
     return f"{n} B"
+
+
+def tasks_text(n: int, what: str, labels: bool = False) -> str:
+    """``n`` tasks as a plan's picture names them, singular for one, with their labels if
+    ``labels``.
+
+    >>> tasks_text(1, "shard", labels=True), tasks_text(4, "shard", labels=True)
+    ('1 shard task T0', '4 shard tasks T0..T3')
+    >>> tasks_text(1, "block"), tasks_text(0, "shard", labels=True)
+    ('1 block task', '0 shard tasks')
+    """
+    text = f"{n} {what} task{'' if n == 1 else 's'}"
+    if labels and n:
+        text += " T0" if n == 1 else f" T0..T{n - 1}"
+    return text

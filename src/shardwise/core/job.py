@@ -48,7 +48,7 @@ from ..runtime.probes import default_memory_limit
 from ..runtime.units import UNIT_BYTES
 from .args import choice, optional_byte_size
 from .blocks import Chunks, edges_of, inner_aligned, staged_pieces
-from .cost import RUN_FLUSH, Requests, graph_memory, requests_of
+from .cost import RUN_FLUSH, Requests, graph_memory, requests_of, tasks_text
 from .cost import size_text as _size
 from .geometry import DIRECT_FACTOR, ShardGeometry
 from .plan import ShardPlan
@@ -265,7 +265,8 @@ class WritePlan:
 
         drawn: Chunks | None
         if self.strategy == "staged":
-            drawn, blocks = self.blocks, f"the {self.block_tasks} block tasks (staged pieces)"
+            drawn = self.blocks
+            blocks = f"the {tasks_text(self.block_tasks, 'block')} (staged pieces)"
         else:
             drawn, blocks = (
                 self.source_chunks,
@@ -274,8 +275,7 @@ class WritePlan:
             )
         caption = [
             # the count of merged shards is in the printout below (counting them walks every task)
-            f"{self.strategy}: {self.shards} shard tasks T0..T{max(self.shards - 1, 0)}; "
-            "thick: the region written",
+            f"{self.strategy}: {tasks_text(self.shards, 'shard', True)}; thick: the region written",
             f"dashed: {blocks}" if drawn is not None else "numpy source: read in place",
         ]
         picture = plan_picture(self.plan, self.strategy, drawn, caption)

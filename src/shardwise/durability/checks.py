@@ -159,7 +159,8 @@ def check_shard(
     info: ArrayInfo, store: ShardStore, name: str, record: Record | None
 ) -> tuple[list[Problem], Problem | None, int, int]:
     """Integrity problems of one stored shard, its difference from the writer's record (if
-    any), the inner chunks decoded and the bytes read."""
+    any, and only for a sound shard: a corrupt one is a problem, never also "sound but not as
+    the writer recorded it"), the inner chunks decoded and the bytes read."""
     key = store.key(name)
     data = store.get(name)
     if data is None:
@@ -180,7 +181,7 @@ def check_shard(
     try:
         index = ShardIndex.of_shard(codec, mv, key)
     except CorruptShardError as e:
-        return [Problem("corrupt", key, e.problem, e.chunk)], change, 0, len(data)
+        return [Problem("corrupt", key, e.problem, e.chunk)], None, 0, len(data)
     present = np.flatnonzero(index.stored)
     inner = codec.inner
     decoded = 0
@@ -195,11 +196,19 @@ def check_shard(
                 out.append(Problem("corrupt", key, f"inner chunk does not decode: {e}", chunk))
             continue
         decoded += 1
-    return out, change, decoded, len(data)
+    return out, None if out else change, decoded, len(data)
 
 
-def _advice(marker: WriteMarker) -> str:
-    """The call that finishes an unfinished write."""
+def _advice(marker: WriteMarker, parts: list[list[list[int]]]) -> str:
+    """The call that finishes an unfinished write (``parts``: the regions of an open batch's
+    parts, whose writes are rerun as parts)."""
+    part = next((i for i, r in enumerate(parts) if marker.inside(r)), None)
+    if part is not None and not marker.append:
+        return (
+            f"batch part {part} stopped: rerun it with --resume (shardwise batch part <store> "
+            f"--source <source> --part {part} --resume; in Python, batch.write_part(<source>, "
+            f"<store>, {part}, resume=True)), which skips the shards it stored"
+        )
     if not marker.append:
         return "rerun it with resume=True"
     if marker.append.get("call") == "stream":
@@ -224,7 +233,18 @@ def append_call(call: str, dim: str, axis: int) -> str:
     return f"to_zarr(<the same data>, append_dim={dim!r}, resume=True)"
 
 
+def _batch_parts(raw: bytes | None) -> list[list[list[int]]]:
+    """The regions of an open batch's parts, as its record stores them (none: no batch, or a
+    record that cannot be read, which the batch check reports)."""
+    try:
+        return [[[int(a), int(b)] for a, b in r] for r in json.loads(raw or b"{}")["regions"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
 def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -> None:
+    raw = store.get(BATCH)
+    parts = _batch_parts(raw)
     for name, marker in read_markers(store).items():
         if marker is None:
             report.problems.append(Problem("journal", store.key(name), "unreadable write marker"))
@@ -235,7 +255,7 @@ def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -
                     "incomplete",
                     store.key(name),
                     f"write {marker.id[:8]} of region [{region}] started {marker.started} did not "
-                    f"finish: {_advice(marker)}",
+                    f"finish: {_advice(marker, parts)}",
                 )
             )
     staged: dict[str, int] = {}
@@ -251,7 +271,6 @@ def _check_journal(store: ShardStore, report: VerifyReport, check_batch: bool) -
                 "resume=True to finish it (or delete them)",
             )
         )
-    raw = store.get(BATCH)
     if raw is not None and check_batch:
         try:
             nparts = int(json.loads(raw)["nparts"])

@@ -58,7 +58,7 @@ def reserve(
         for w in appended
     ]
     # a staged write merges without a condition (it is refused where it would merge), so its
-    # last shard stays clipped: strategy="staged" appends are one at a time (README)
+    # last shard stays clipped: strategy="staged" appends are one at a time (docs/guides/appends.md)
     res = rule.reserve(
         arrays,
         dim,

@@ -1,14 +1,16 @@
-"""The API reference (docs/api/, ``bash dev.sh docs``) builds with warnings as errors, and its
-pages document every public name with the parameters of its signature.
+"""The documentation site (docs/, ``bash dev.sh docs``) builds with warnings as errors; its API
+reference (docs/api/) documents every public name with the parameters of its signature, and its
+command line page every command and option of the parser.
 
-The build runs once per session into a temp directory (``sphinx-build -W --keep-going``, as
-``dev.sh docs`` runs it); the tests read the HTML it wrote. Another build, of a page documenting
-a function whose docstring misses a parameter, proves that the configuration's numpydoc
-validation fails the build rather than only warning.
+The build runs once per module into a temp directory (``sphinx-build -W --keep-going``, as
+``dev.sh docs`` runs it); the tests read the HTML it wrote. Other builds, of a page documenting a
+function whose docstring misses a parameter and of pages linking to what is not there, prove that
+the configuration fails the build on them rather than only warning.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import html
 import inspect
@@ -24,10 +26,12 @@ import pytest
 
 import shardwise
 from shardwise import batch
+from shardwise.cli.parser import parser
 from shardwise.durability.verify import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
-API = ROOT / "docs" / "api"
+DOCS = ROOT / "docs"
+CONF = DOCS / "conf.py"
 
 # public name -> the page documenting it (the functions each have their own page)
 VERB_PAGES = {
@@ -73,11 +77,16 @@ def sphinx_build(src: Path, out: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("apidocs") / "html"
-    done = sphinx_build(API, out)
+    out = tmp_path_factory.mktemp("site") / "html"
+    done = sphinx_build(DOCS, out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == "", done.stderr  # -q: only warnings would be printed
-    return out
+    return out / "api"
+
+
+@pytest.fixture(scope="module")
+def site(built: Path) -> Path:
+    return built.parent
 
 
 def entry(page: str, name: str) -> str:
@@ -196,11 +205,7 @@ def test_validation_fails_the_build_on_an_undocumented_parameter(tmp_path: Path)
         'def verb(store, threads=None):\n    """Do it.\n\n    Parameters\n    ----------\n'
         '    store : str\n        Where.\n    """\n    return store\n'
     )
-    conf = API / "conf.py"  # the reference's own configuration, run as if it sat there
-    (src / "conf.py").write_text(
-        f"__file__ = {str(conf)!r}\nexec(open(__file__).read())\n"
-        f"import sys\nsys.path.insert(0, {str(src)!r})\n"
-    )
+    _own_conf(src)
     (src / "index.rst").write_text("Bad\n===\n\n.. autofunction:: badmod.verb\n")
     done = sphinx_build(src, tmp_path / "out")
     assert done.returncode != 0
@@ -215,4 +220,82 @@ def test_docs_extra_is_in_the_test_extra() -> None:
     ]
     assert set(extras["docs"]) <= set(extras["test"])
     names = {re.split(r"[<>=\[]", d)[0] for d in extras["docs"]}
-    assert names == {"sphinx", "numpydoc", "pydata-sphinx-theme"}
+    assert names == {
+        "sphinx",
+        "numpydoc",
+        "pydata-sphinx-theme",
+        "myst-parser",
+        "sphinx-argparse-cli",
+    }
+
+
+def _own_conf(src: Path) -> None:
+    """A ``conf.py`` in ``src`` that runs the site's own configuration as if it sat there."""
+    (src / "conf.py").write_text(
+        f"__file__ = {str(CONF)!r}\nexec(open(__file__).read())\n"
+        f"import sys\nsys.path.insert(0, {str(src)!r})\n"
+    )
+
+
+def _commands(p: argparse.ArgumentParser, words: tuple[str, ...] = ("shardwise",)) -> Any:
+    """Each command of the parser (``shardwise``, ``shardwise batch init`` ...) with its parser."""
+    yield words, p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _commands(child, (*words, name))
+
+
+def test_every_command_and_option_has_an_entry(site: Path) -> None:
+    """The command line page is generated from the parser: every command, every option string
+    and every positional argument of ``shardwise`` has its entry (an anchor) there, and the
+    page says what ``--help`` says of each option."""
+    page = (site / "cli.html").read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    missing = []
+    for words, p in _commands(parser()):
+        prefix = "-".join(words)
+        if len(words) > 1 and f'id="{prefix}"' not in page:  # the page is the top level's
+            missing.append(" ".join(words))
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            names = action.option_strings or [action.dest]
+            missing += [f"{' '.join(words)} {n}" for n in names if f'id="{prefix}-{n}"' not in page]
+            if action.help and action.help != argparse.SUPPRESS and "%" not in action.help:
+                assert " ".join(action.help.split()) in " ".join(text.split()), (words, names)
+    assert missing == [], f"no entry on the command line page for {missing}"
+
+
+def test_every_public_name_is_exported_and_listed() -> None:
+    """The lazy exports are the public names: nothing importable from ``shardwise`` by name is
+    left out of ``__all__`` (so out of the reference, which the test above checks), and
+    ``dir(shardwise)`` lists the public names, the errors' module and the version only."""
+    lazy = set(shardwise._LAZY) | set(shardwise._MODULES)  # type: ignore[attr-defined]
+    assert lazy <= set(shardwise.__all__)
+    public = {n for n in dir(shardwise) if not n.startswith("_")}
+    assert public == {*shardwise.__all__, "errors"}, public ^ {*shardwise.__all__, "errors"}
+    assert "__version__" in dir(shardwise)
+
+
+def test_a_broken_link_or_reference_fails_the_build(tmp_path: Path) -> None:
+    """The site's configuration makes a link to a page or a heading that is not there, and a
+    reference to a document or a name that is not there, an error of the ``-W`` build."""
+    src = tmp_path / "src"
+    src.mkdir()
+    _own_conf(src)
+    (src / "index.md").write_text(
+        "# Home\n\n```{toctree}\nother\n```\n\n## A heading\n\n"
+        "[fine](#a-heading), [fine too](other.md#there).\n"
+    )
+    (src / "other.md").write_text("# Other\n\n## There\n\nBack [home](index.md#a-heading).\n")
+    assert sphinx_build(src, tmp_path / "ok").returncode == 0
+    (src / "other.md").write_text(
+        "# Other\n\n## There\n\n[a page](nowhere.md), [a heading](index.md#no-such-heading), "
+        "{doc}`api/nothing` and {func}`shardwise.no_such_verb`.\n"
+    )
+    done = sphinx_build(src, tmp_path / "bad")
+    assert done.returncode != 0
+    said = done.stdout + done.stderr
+    for what in ("nowhere.md", "no-such-heading", "api/nothing", "shardwise.no_such_verb"):
+        assert what in said, (what, said)

@@ -1,8 +1,11 @@
-"""Sphinx configuration of the API reference (``bash dev.sh docs`` -> ``docs/_build/html``).
+"""Sphinx configuration of the documentation site (``bash dev.sh docs`` -> ``docs/_build/html``).
 
-The pages are built from the numpydoc docstrings of the public verbs; the build runs with
-``-W --keep-going`` (every warning fails it, numpydoc's validation included), in CI through
-``tests/project/test_apidocs.py``.
+The pages are MyST markdown (``docs/*.md``, ``docs/guides/*.md``), the API reference
+(``docs/api/*.rst``) is built from the numpydoc docstrings of the public verbs, and the command
+line page from the CLI's own argparse parser (``shardwise.cli.parser.parser``). The build runs with
+``-W --keep-going``: every warning fails it (numpydoc's validation, a broken link between pages, a
+reference to a heading that is not there), in CI through ``tests/project/test_site.py``. Nothing is
+fetched at build time: links to numpy, dask, xarray, zarr and icechunk are plain links.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 
 # the checkout this file sits in, before any installed shardwise: the reference documents the
 # source next to it (a worktree, a CI checkout), not whatever the venv happens to import
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import shardwise
 
@@ -21,10 +24,21 @@ version = release = shardwise.__version__
 copyright = "the shardwise authors"
 
 extensions = [
+    "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "numpydoc",
+    # the command line page, generated from the parser so that it cannot drift from it
+    "sphinx_argparse_cli",
 ]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+# headings up to ### get anchors, so [text](page.md#a-heading) links resolve (and fail the build
+# when the heading is not there)
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence"]
+# option names and quoted messages print as typed: no curly quotes, no "--" turned into a dash
+smartquotes = False
 
 # the signature shows names and defaults; the types are in each Parameters section, written for
 # readers (``int or str``), where the annotations would print the internal aliases
