@@ -39,15 +39,18 @@ def cells(k: int, shard: int) -> slice:
 
 
 def _updater(root: str, k: int, meet: Any, out: Any) -> None:
-    """Writer ``k``: its cells of both shards in one RegionWriter commit, held after each
-    first merge until every writer has merged (their commits collide)."""
+    """Writer ``k``: its cells of both shards in one RegionWriter commit, held after its
+    first merge of each shard until every writer has merged that shard (``meet``: a barrier
+    per shard), so their commits of it collide."""
     from shardwise.storage import conditional as cond
 
     redone = []
 
     def hold(name: str, attempt: int) -> None:
+        if not name.startswith("c/"):
+            return  # a journal object's commit
         if attempt == 0:
-            meet.wait(timeout=300)
+            meet[int(name.rpartition("/")[2])].wait(timeout=300)
         else:
             redone.append(name)
 
@@ -66,7 +69,7 @@ def test_eight_processes_merging_the_same_shards_by_ranges_lose_nothing(tmp_path
     root = tmp_path / "a.zarr"
     want = created(root, 2)
     ctx = forkserver()
-    meet, out = ctx.Barrier(WRITERS), ctx.Queue()
+    meet, out = [ctx.Barrier(WRITERS) for _ in (0, 1)], ctx.Queue()
     jobs = [ctx.Process(target=_updater, args=(str(root), k, meet, out)) for k in range(WRITERS)]
     for j in jobs:
         j.start()
