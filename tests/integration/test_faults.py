@@ -716,6 +716,11 @@ def test_worker_deaths_during_writes(
 
 
 @pytest.mark.slow
+async def _remove_worker(address: str, dask_scheduler: Any = None) -> None:
+    """Run on the scheduler: remove a worker as its worker-ttl check does."""
+    await dask_scheduler.remove_worker(address, stimulus_id="test-paused-worker")
+
+
 def test_a_paused_worker_finishing_late_changes_nothing(tmp_path: Path) -> None:
     from distributed import Client, LocalCluster
 
@@ -724,9 +729,13 @@ def test_a_paused_worker_finishing_late_changes_nothing(tmp_path: Path) -> None:
     shardwise.write_array(x, ref, **CLUSTER_KW)
     root, flag = tmp_path / "a.zarr", str(tmp_path / "stalled")
     key = "c/2/3"
-    # the paused worker is declared dead after worker-ttl; long enough that a busy machine does
-    # not lose the healthy one too (there is no nanny to bring it back)
-    conf = {"distributed.scheduler.worker-ttl": "30s", "distributed.scheduler.allowed-failures": 20}
+    # the paused worker is removed by the test once it is paused (what worker-ttl would do after
+    # its silence); the ttl itself is long, so that however busy the machine, the healthy worker
+    # is never declared dead too (there is no nanny to bring it back)
+    conf = {
+        "distributed.scheduler.worker-ttl": "600s",
+        "distributed.scheduler.allowed-failures": 20,
+    }
     env = {
         **os.environ,
         # tests/, where faultkit is, so the worker processes can import it
@@ -759,6 +768,7 @@ def test_a_paused_worker_finishing_late_changes_nothing(tmp_path: Path) -> None:
     ]
     try:
         client.wait_for_workers(2, timeout=120)
+        pids = client.run(os.getpid)  # each worker's address -> its process
         store = StallStore(LocalStore(root), key, flag)
         t0 = time.perf_counter()
         fut = client.compute(
@@ -769,6 +779,10 @@ def test_a_paused_worker_finishing_late_changes_nothing(tmp_path: Path) -> None:
         wait_until(lambda: os.path.exists(flag), "a worker inside the put of c/2/3", 300)
         paused = int(Path(flag).read_text())
         os.kill(paused, signal.SIGSTOP)  # inside the put of shard c/2/3
+        # the scheduler gives up on it, as worker-ttl would: its task goes to the healthy worker
+        gone = [a for a, pid in pids.items() if pid == paused]
+        assert len(gone) == 1, (pids, paused)
+        client.run_on_scheduler(_remove_worker, gone[0])
         Path(f"{flag}.go").write_text("")  # what it sees when it runs again
         report = fut.result(timeout=300)
         done_at = time.perf_counter() - t0
