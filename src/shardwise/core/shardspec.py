@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidTypeError, InvalidValueError
+from .extents import has_extents, is_extents, parse_extents
 from .layout import ceildiv
 from .planner import plan_shards
 from .sizing import DEFAULT_SHARD_BYTES, default_shards, divisors, shrink_to_fit, whole_chunks
@@ -38,18 +39,22 @@ __all__ = [
 ShardSpec = tuple[int, ...] | dict[str, int] | str | None
 DASK = "dask"  # shards=: one shard per dask chunk (along every axis, or the axes so named)
 ACCEPTED = (
-    "a shape of positive sizes (256, 256), sizes per dimension name ({'time': 365}), a byte "
-    "size ('2GB') or axis names ('XY', 'one per time step')"
+    "a shape of positive sizes (256, 256), sizes per dimension name ({'time': 365}), shard "
+    "extents for an axis ({'time': [31, 28, 31]}), a byte size ('2GB') or axis names ('XY', "
+    "'one per time step')"
 )
 
 
 def parse_shards(text: str) -> tuple[int, ...] | dict[str, int] | str:
     """Command-line text: ``256,256,64`` (or ``256x256x64``) a shape, ``time=365,lat=90`` sizes
-    per dimension name, else a planner target (``2GB``, ``XY``, ``"one per time step"``). Only
-    the syntax is checked here; :func:`check_shards` checks the sizes.
+    per dimension name, else a planner target (``2GB``, ``XY``, ``"one per time step"``). A
+    size may be shard extents ``31/28/31`` (a rectilinear axis). Only the syntax is checked
+    here; :func:`check_shards` checks the sizes.
 
     >>> parse_shards("time=365, lat=90")
     {'time': 365, 'lat': 90}
+    >>> parse_shards("time=31/28/31"), parse_shards("60/40,50")
+    ({'time': (31, 28, 31)}, ((60, 40), 50))
     >>> parse_shards("16x20"), parse_shards("2GB"), parse_shards("XYZ"), parse_shards("time=dask")
     ((16, 20), '2GB', 'XYZ', {'time': 'dask'})
     """
@@ -60,25 +65,29 @@ def parse_shards(text: str) -> tuple[int, ...] | dict[str, int] | str:
         if parts is not None:
             if not all(parts):
                 raise ValueError(text)
-            return tuple(int(p) for p in parts)
+            return tuple(parse_extents(p) or int(p) for p in parts)
         out: dict[str, Any] = {}
         for part in text.split(","):
             name, sep, size = (s.strip() for s in part.partition("="))
             if not (sep and name) or name in out:
                 raise ValueError(part)
-            out[name] = DASK if size == DASK else int(size)
+            out[name] = DASK if size == DASK else parse_extents(size) or int(size)
         return out
     except ValueError:
         if "=" not in text:
             with contextlib.suppress(InvalidValueError):
                 return parse_target(text).text  # a target
         raise InvalidValueError(
-            f"shards must be sizes like 256,256,64, name=size pairs like time=365,lat=90, a "
-            f"byte size like 2GB or axis names like XY, got {text!r}"
+            f"shards must be sizes like 256,256,64, name=size pairs like time=365,lat=90 (shard "
+            f"extents like time=31/28/31), a byte size like 2GB or axis names like XY, got {text!r}"
         ) from None
 
 
-def _size(value: object) -> int | None:
+def _size(value: object) -> Any:
+    if is_extents(value):  # shard extents (checked against the axis when resolved)
+        sizes = [_size(v) for v in value]  # type: ignore[attr-defined]
+        ok = sizes and all(isinstance(v, int) for v in sizes)
+        return tuple(sizes) if ok else None
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1:
         return int(value)
     return None
@@ -86,7 +95,7 @@ def _size(value: object) -> int | None:
 
 def check_shards(value: object) -> ShardSpec:
     """``shards=`` as a caller gave it, checked: None, a sequence of sizes or a mapping of
-    dimension names to sizes, every size an integer >= 1."""
+    dimension names to sizes, every size an integer >= 1 or a list of them (shard extents)."""
     if value is None:
         return None
     if isinstance(value, str):  # a planner target: "2GB", "XY", "one per time step"
@@ -121,6 +130,8 @@ def check_chunks(value: object) -> tuple[int, ...] | dict[str, int] | None:
     except (InvalidTypeError, InvalidValueError) as e:
         raise type(e)(f"chunks must be {accepted}, got {value!r}") from None
     assert not isinstance(spec, str)
+    if has_extents(spec):
+        raise InvalidValueError(f"chunks must be {accepted} (extents are for shards), got {value!r}")
     return spec
 
 

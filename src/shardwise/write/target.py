@@ -16,6 +16,7 @@ import numpy as np
 
 from ..codec.metadata import ArrayInfo, default_compressors
 from ..compat import classic_dask, with_rectilinear_grids
+from ..core.extents import extents_layout, has_extents
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Region, RegionArg, normalize_region
 from ..core.plan import ShardPlan
@@ -73,6 +74,11 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
         given_chunks = None if chunks is None or _is_auto(chunks) else tuple(chunks)
         source = data.chunks if _is_dask(data) else None
         chunks, shards = dask_layout(shards, shape, source, kind.itemsize, given_chunks, names)
+    elif has_extents(shards):  # shard extents given: a rectilinear grid, checked here
+        kind = np.dtype(data.dtype if dtype is None else dtype)
+        given_chunks = None if chunks is None or _is_auto(chunks) else tuple(chunks)
+        dims = given.get("dimension_names")
+        chunks, shards = extents_layout(shards, shape, kind.itemsize, given_chunks, dims)
     zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
     # 3. what is at the path (refusals of "w-" and "r+"), the array's metadata: a new one
     # built and checked in memory, else the stored one
