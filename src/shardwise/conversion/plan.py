@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..codec.shard import ShardCodec
+from ..core.extents import fit_extents, grid_of, has_extents, split_extents
 from ..core.layout import ceildiv
 from ..core.shardspec import ShardSpec, by_source_chunks, shards_for, wants_dask
 from ..errors import InvalidValueError, PlanError
@@ -76,7 +77,8 @@ class ArrayPlan:
     # is then the chunk shape: the grid of the stored objects)
     sharded: bool = True
     # ``shards="dask"`` of a rectilinear source: its shards kept (write_array's one shard per
-    # dask chunk, the source read a shard per chunk); ``shards`` is then the largest one
+    # dask chunk, the source read a shard per chunk); or the rectilinear grid of shard extents
+    # given (zarr's ``shards=`` form); ``shards`` is then the largest shard
     keep: Any = field(default=None, compare=False)
 
     @property
@@ -222,6 +224,10 @@ def plan_array(
         method, reason = "reencode", "a rectilinear source: its shards read and re-encoded"
         if keep is not None:  # its grid kept: the largest shard stands in for the checks
             shards = tuple(max(s) if isinstance(s, tuple) else s for s in src.outer)
+    edges: dict[int, tuple[int, ...]] = {}
+    if sharded and has_extents(shards):  # a rectilinear grid of the extents given
+        shards, edges, inner = _extents(shards, shape, inner, chunks, dim_names, src_path)
+        method, reason = "reencode", "shard extents given: a rectilinear grid, re-encoded"
     spec = by_source_chunks(shards, src.chunks.chunk_shape, dim_names)  # "dask": its chunks
     shard_shape = (
         shards_for(
@@ -230,6 +236,8 @@ def plan_array(
         if sharded
         else inner
     )
+    if edges:
+        keep = grid_of(edges, shard_shape, shape)
     return ArrayPlan(
         src_path=src_path,
         dst_path=dst_path,
@@ -246,6 +254,33 @@ def plan_array(
         sharded=sharded,
         keep=keep,
     )
+
+
+def _extents(
+    shards: Any,
+    shape: tuple[int, ...],
+    inner: tuple[int, ...],
+    chunks: Any,
+    dims: tuple[str, ...] | None,
+    src_path: str,
+) -> tuple[Any, dict[int, tuple[int, ...]], tuple[int, ...]]:
+    """(``shards`` with each list of extents as its largest, the extents by axis, inner chunks
+    dividing every extent): chunks given there checked (refused with the sizes that would),
+    the source's cut to a divisor."""
+    name = f"array {src_path or '/'!r}"
+    nominal, edges = split_extents(shards, shape, dims, name)
+    names = list(dims or ())
+    if chunks is None:
+        given: set[int] = set()
+    elif isinstance(chunks, Mapping):
+        given = {i for i, d in enumerate(names) if d in chunks}
+    else:
+        given = set(range(len(shape)))
+    for fixed in (True, False):
+        part = {i: e for i, e in edges.items() if (i in given) == fixed}
+        if part:
+            inner = fit_extents(part, shape, inner, fixed, dims)
+    return nominal, edges, inner
 
 
 def inner_chunks(chunks: Any, source: tuple[int, ...], dims: Any, name: str) -> tuple[int, ...]:

@@ -67,7 +67,7 @@ def plan_source(
             f"pyramid=... converts one array, and {path or '/'!r} is a group: give path= of "
             "its image array (a Dataset of several variables: shardwise.write_pyramid)"
         )
-    return plan_array(
+    one = plan_array(
         root,
         path,
         join(dst_path, "0"),
@@ -76,6 +76,11 @@ def plan_source(
         chunks=None if chunks is None else tuple(int(c) for c in chunks),
         compressors=compressors,
     )
+    if isinstance(one.keep, list):
+        raise InvalidValueError(
+            "pyramid=... writes regular shards on every level: give shard sizes, not extents"
+        )
+    return one
 
 
 def convert_pyramid(
