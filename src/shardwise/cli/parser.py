@@ -26,7 +26,8 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def _shards_arg(text: str, chunks: bool = False) -> Any:
-    """``256,256,64`` (a shape), ``time=365,lat=90`` (sizes per dimension name), a target
+    """``256,256,64`` (a shape), ``time=365,lat=90`` (sizes per dimension name; a size may
+    be shard extents ``31/28/31``), a target
     (``2GB``, ``XY``), ``auto`` or ``none`` (unsharded), parsed as :func:`shardwise.convert`
     then checks and rounds it (core/shardspec.py); ``chunks``: a shape or sizes by name."""
     from ..core.shardspec import check_chunks, check_shards, parse_shards
@@ -203,8 +204,10 @@ def _codec_args(q: argparse.ArgumentParser, layout: bool = False) -> None:
     """The layout options: ``batch init``'s shapes; convert's and reshard's grammar
     (``layout``: shapes, sizes per dimension name, targets, ``none``)."""
     shards = "shard shape (256,256)" + (
-        ', sizes per dimension name (time=365), a byte size (2GB), axis names (XY, "one per '
-        'time step"), auto (default: of --shard-bytes) or none (unsharded)' * layout
+        ", sizes per dimension name (time=365), shard extents joined by / for an axis "
+        "(time=31/28/31 or 31/28/31,181,360: a rectilinear grid, the extents summing to the "
+        'axis length), a byte size (2GB), axis names (XY, "one per time step"), auto '
+        "(default: of --shard-bytes) or none (unsharded)" * layout
     )
     q.add_argument("--shards", type=_shards_arg if layout else _shape, help=shards,
                    **(dict(default="auto") if layout else dict(required=True)))  # fmt: skip

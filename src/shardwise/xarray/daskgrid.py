@@ -19,6 +19,7 @@ from typing import Any
 
 from ..codec.metadata import default_compressors
 from ..compat import with_rectilinear_grids
+from ..core.extents import check_extents, has_extents, is_extents
 from ..core.shardspec import DASK, dask_layout, wants_dask
 from ..errors import InvalidValueError
 from .prepare import check_shards_kw, with_layout
@@ -45,6 +46,41 @@ def check_shards(ds: Any, shards: Mapping[Hashable, Any] | str) -> None:
             raise InvalidValueError(
                 f"shards[{dim!r}] must be a positive int, None or 'dask', got {n!r}"
             )
+
+
+def extents_as_dask(obj: Any, shards: Any) -> tuple[Any, Any]:
+    """``shards=`` with shard extents by dimension name (``{"time": [31, 28, 31]}``) as one
+    shard per dask chunk of ``obj`` chunked to those extents (checked first: names the data
+    has, positive extents summing to the dimension's length); anything else as given."""
+    if not isinstance(shards, Mapping) or not has_extents(shards):
+        return obj, shards
+    import xarray as xr
+
+    nodes = (
+        [n.to_dataset(inherit=False) for n in obj.subtree]
+        if isinstance(obj, xr.DataTree)
+        else [obj]
+    )
+    sizes: dict[str, set[int]] = {}
+    for ds in nodes:
+        for d, n in ds.sizes.items():
+            sizes.setdefault(str(d), set()).add(int(n))
+    given = {str(d): v for d, v in shards.items() if is_extents(v)}
+    for d, v in given.items():
+        if d not in sizes:
+            raise InvalidValueError(
+                f"shards names dimension {d!r}, which the data does not have "
+                f"(dimensions: {sorted(sizes)})"
+            )
+        ext = check_extents(v, f"of dimension {d!r}")
+        for n in sizes[d]:
+            if sum(ext) != n:
+                raise InvalidValueError(
+                    f"shard extents of dimension {d!r} sum to {sum(ext)}, not its length {n}: "
+                    "the extents must tile the dimension"
+                )
+        given[d] = ext
+    return obj.chunk(given), {**shards, **dict.fromkeys(given, DASK)}
 
 
 def with_dask_layout(

@@ -34,6 +34,7 @@ from ..write.execute import Execution, Target, WriteCall
 from ..write.options import WriteOptions
 from ..write.pipeline import ArrayWrite, Pipeline
 from .appends import Reservation, commit_metadata, reserve, tagged
+from .daskgrid import extents_as_dask
 from .finished import finished_shards
 from .parts import (
     XarrayWrite,
@@ -248,6 +249,7 @@ def to_zarr(
     target, o = Target.open(store, commit, o)
     if target.session is not None:
         safe_shards, consolidated = target.session.xarray_keywords(safe_shards, consolidated)
+    obj, shards = extents_as_dask(obj, shards)  # extents by name: a shard per chunk of them
     xw = check_tree(  # a Dataset is a tree of one node
         obj,
         target.store,
