@@ -161,7 +161,7 @@ def test_refusals_leave_the_destination(tmp_path: Path, kw: dict[str, Any], mess
 def test_write_array_and_to_zarr_refusals(tmp_path: Path) -> None:
     da_ = xr.DataArray(X, dims=("time", "y", "x"))
     with pytest.raises(InvalidValueError, match="sum to 365, not its length 366"):
-        shardwise.write_array(da_, tmp_path / "a.zarr", shards={"time": MONTHS[:-1] + [30]})
+        shardwise.write_array(da_, tmp_path / "a.zarr", shards={"time": [*MONTHS[:-1], 30]})
     with pytest.raises(InvalidValueError, match="sizes that would"):
         shardwise.write_array(da_, tmp_path / "a.zarr", shards={"time": MONTHS}, chunks=(7, 4, 8))
     with pytest.raises(InvalidValueError, match="no dimension names"):
@@ -169,7 +169,7 @@ def test_write_array_and_to_zarr_refusals(tmp_path: Path) -> None:
     assert not (tmp_path / "a.zarr").exists()
     ds = da_.to_dataset(name="tas")
     with pytest.raises(InvalidValueError, match="sum to 365, not its length 366"):
-        shardwise.to_zarr(ds, tmp_path / "d.zarr", shards={"time": MONTHS[:-1] + [30]})
+        shardwise.to_zarr(ds, tmp_path / "d.zarr", shards={"time": [*MONTHS[:-1], 30]})
     with pytest.raises(InvalidValueError, match="does not have"):
         shardwise.to_zarr(ds, tmp_path / "d.zarr", shards={"day": MONTHS})
     assert not (tmp_path / "d.zarr").exists()

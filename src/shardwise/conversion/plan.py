@@ -219,7 +219,7 @@ def plan_array(
         )
     dim_names = None if src.dims is None else tuple(src.dims)
     # "dask" by any name: the whole grid kept (the source's dask chunks are its shards)
-    keep = "dask" if src.chunks.rectilinear and sharded and wants_dask(shards) else None
+    keep: Any = "dask" if src.chunks.rectilinear and sharded and wants_dask(shards) else None
     if src.chunks.rectilinear:
         method, reason = "reencode", "a rectilinear source: its shards read and re-encoded"
         if keep is not None:  # its grid kept: the largest shard stands in for the checks

@@ -179,6 +179,6 @@ def extents_layout(
         chunks=chunks,
         dims=names,
         shard_bytes=shard_bytes,
-        rectilinear=edges,
+        rectilinear=dict(edges.items()),
     )
     return tuple(g.chunks), grid_of(edges, g.shards, shape)

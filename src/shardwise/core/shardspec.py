@@ -45,7 +45,7 @@ ACCEPTED = (
 )
 
 
-def parse_shards(text: str) -> tuple[int, ...] | dict[str, int] | str:
+def parse_shards(text: str) -> Any:
     """Command-line text: ``256,256,64`` (or ``256x256x64``) a shape, ``time=365,lat=90`` sizes
     per dimension name, else a planner target (``2GB``, ``XY``, ``"one per time step"``). A
     size may be shard extents ``31/28/31`` (a rectilinear axis). Only the syntax is checked
@@ -65,7 +65,8 @@ def parse_shards(text: str) -> tuple[int, ...] | dict[str, int] | str:
         if parts is not None:
             if not all(parts):
                 raise ValueError(text)
-            return tuple(parse_extents(p) or int(p) for p in parts)
+            shape: tuple[Any, ...] = tuple(parse_extents(p) or int(p) for p in parts)
+            return shape
         out: dict[str, Any] = {}
         for part in text.split(","):
             name, sep, size = (s.strip() for s in part.partition("="))
@@ -131,7 +132,9 @@ def check_chunks(value: object) -> tuple[int, ...] | dict[str, int] | None:
         raise type(e)(f"chunks must be {accepted}, got {value!r}") from None
     assert not isinstance(spec, str)
     if has_extents(spec):
-        raise InvalidValueError(f"chunks must be {accepted} (extents are for shards), got {value!r}")
+        raise InvalidValueError(
+            f"chunks must be {accepted} (extents are for shards), got {value!r}"
+        )
     return spec
 
 
