@@ -95,6 +95,10 @@ def test_command_line_extents(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert extents(tmp_path / "s.zarr") == [[100, 266], [4], [8]]
     assert inner(tmp_path / "s.zarr") == [2, 4, 8]
     np.testing.assert_array_equal(shardwise.read_array(tmp_path / "s.zarr"), X)
+    # reshard takes the same grammar
+    assert main(["reshard", str(src), str(tmp_path / "h.zarr"), "--shards", "300/66,4,8"]) == 0
+    assert extents(tmp_path / "h.zarr") == [[300, 66], [4], [8]]
+    assert not zarr.config.get("array.rectilinear_chunks")  # zarr's flag set only inside
     capsys.readouterr()
     # extents that do not tile the axis: refused (exit 3), nothing written
     bad = ["convert", str(src), str(tmp_path / "b.zarr"), "--shards", "time=100/200"]
@@ -127,6 +131,12 @@ def test_a_dataset_and_a_group_by_dimension_name(tmp_path: Path) -> None:
     assert extents(tmp_path / "h.zarr" / "tas") == [MONTHS, [4], [8]]
     assert meta(tmp_path / "h.zarr" / "mask")["chunk_grid"]["name"] == "regular"
     xr.testing.assert_identical(xr.open_dataset(tmp_path / "h.zarr", engine="shardwise"), ds)
+    # a DataTree by name: every node with the dimension
+    tree = xr.DataTree.from_dict({"/": ds[["mask"]], "/daily": ds[["tas"]]})
+    shardwise.to_zarr(tree, tmp_path / "t.zarr", shards={"time": MONTHS})
+    assert extents(tmp_path / "t.zarr" / "daily" / "tas") == [MONTHS, [4], [8]]
+    got = xr.open_datatree(tmp_path / "t.zarr", engine="shardwise")["daily"]["tas"]
+    np.testing.assert_array_equal(got.values, X)
     # write_array of a DataArray by its dimension names
     shardwise.write_array(ds["tas"], tmp_path / "a.zarr", shards={"time": MONTHS})
     assert extents(tmp_path / "a.zarr") == [MONTHS, [4], [8]]
