@@ -88,7 +88,10 @@ def write_array(
         :func:`shardwise.to_zarr`: shards of up to 64 MiB. Given with ``chunks``, it is rounded
         up to whole chunks (``chunks=(32, 32), shards=(100, 64)`` stores shards of
         ``(128, 64)``). Or a target of :func:`shardwise.plan_shards`: a byte size
-        (``"2GB"``) or axis names (``"XY"``, ``"one per time step"``).
+        (``"2GB"``) or axis names (``"XY"``, ``"one per time step"``). An axis given as a list
+        of shard extents (``[[31, 28, 31], 181, 360]``, or ``{"time": [31, 28, 31]}`` with
+        dimension names) makes a rectilinear shard grid: the extents sum to the axis length,
+        inner chunks divide every extent (given ones that do not are refused).
     dtype : numpy.dtype or str, optional
         The array's data type, as in ``zarr.create_array`` (default: that of ``data``).
     fill_value : scalar, optional

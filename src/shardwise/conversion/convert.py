@@ -111,10 +111,10 @@ def convert(
     dst_path : str, optional
         Where to write it inside ``dst`` (default: the same path).
     shards : sequence of int or dict, optional
-        The shard shape: a shape, for every array (each must have that many dimensions), or
-        ``{dimension name: size}``; rounded up to whole chunks. A size below 1, a shape of
-        another number of dimensions than an array's, a name no array has, or names for an
-        array without dimension names are refused. Or a target of
+        A shape for every array, or ``{dimension name: size}``; rounded up to whole chunks. A
+        size may be a list of shard extents (``{"time": [31, 28, 31]}``: a rectilinear grid,
+        re-encoded). Sizes below 1, extents not summing to the axis, a shape of another rank,
+        an unknown name, or names for an array without them are refused. Or a target of
         :func:`shardwise.plan_shards` (``"2GB"``, ``"XY"``), around each array's inner chunks;
         ``"auto"`` (default): of about ``shard_bytes``. ``None``: no shards, a plain Zarr v3
         array of one object per chunk (inner chunks of a sharded source copied as chunk

@@ -143,7 +143,8 @@ def to_zarr(
         as :func:`shardwise.write_array` takes it) gives its sizes, by position, to the
         dimensions of the data variables, which must all have that many dimensions. A string
         is a target of :func:`shardwise.plan_shards` for each variable (``"2GB"``, ``"XY"``,
-        ``"one per time step"``).
+        ``"one per time step"``). A length may be a list of shard extents (``{"time": [31,
+        28, 31]}``, summing to the dimension): a shard per extent, a rectilinear grid.
     encoding : dict, optional
         Per-variable encoding, as in ``Dataset.to_zarr`` (``chunks`` = inner chunks, ``shards``
         = shard shape, ``compressors``, CF keys); chunks that do not divide the shards are
