@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -171,3 +172,56 @@ def test_a_geozarr_pyramid_follows_every_data_variable(tmp_path: Path) -> None:
                 shardwise.read_array(want, path=f"{k}/{name}"),
                 err_msg=f"{k}/{name}",
             )
+
+
+@pytest.mark.parametrize("rows", [3, 4, 1])
+def test_appends_to_level_0_along_t_grow_every_level(tmp_path: Path, rows: int) -> None:
+    """Rows appended to level 0 along ``t`` (into its last shard or new ones): update_pyramid
+    over them appends the reduced rows to every level above, each level then equal to a fresh
+    ``write_pyramid`` of the grown level 0, and ome-zarr-models still validates the group."""
+    from ome_zarr_models.v05.image import Image
+
+    kw: dict[str, Any] = dict(levels=3, dims=("t", "y", "x"), chunks=(1, 4, 4), shards=(2, 8, 12))
+    rng = np.random.default_rng(rows)
+    values = rng.integers(0, 100, (5, 21, 18)).astype("f4")
+    root = tmp_path / "p.zarr"
+    shardwise.write_pyramid(values, root, **kw)
+    more = rng.integers(0, 100, (rows, 21, 18)).astype("f4")
+    shardwise.write_array(more, root, path="0", append_dim="t")
+    report = shardwise.update_pyramid(root, (slice(5, 5 + rows), slice(None), slice(None)))
+    grown = np.concatenate([values, more])
+    with tempfile.TemporaryDirectory() as tmp:
+        shardwise.write_pyramid(grown, Path(tmp) / "f.zarr", **kw)
+        fresh_levels = [shardwise.read_array(Path(tmp) / "f.zarr", path=str(k)) for k in range(3)]
+    for k, want in enumerate(fresh_levels):
+        got = shardwise.read_array(root, path=str(k))
+        assert got.shape == want.shape, (k, got.shape, want.shape)
+        np.testing.assert_array_equal(got, want, err_msg=f"level {k}")
+    assert next(n for n in report.notes if n.startswith("level")).startswith(
+        f"level 1: 5:{5 + rows}"
+    )
+    Image.from_zarr(zarr.open_group(root, mode="r"))
+    assert shardwise.verify(root, path="2").ok
+
+
+def test_appends_to_a_geozarr_level_0_are_refused_by_update_pyramid(tmp_path: Path) -> None:
+    """A GeoZarr pyramid's levels carry coordinates: a level 0 grown along time is refused,
+    naming the level, and nothing is written."""
+    import xarray as xr
+
+    ds = xr.Dataset(
+        {"v": (("time", "y", "x"), np.ones((2, 16, 16), "f4"))},
+        coords={"time": [0, 1], "y": np.arange(16.0), "x": np.arange(16.0)},
+    )
+    root = tmp_path / "g.zarr"
+    shardwise.write_pyramid(
+        ds, root, layout="geozarr", levels=2, chunks=(1, 8, 8), shards=(1, 16, 16)
+    )
+    level0 = next(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith("0"))
+    shardwise.write_array(np.ones((1, 16, 16), "f4"), root, path=f"{level0}/v", append_dim=0)
+    before = sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*"))
+    with pytest.raises(
+        shardwise.errors.InvalidValueError, match="GeoZarr pyramid's levels carry coordinates"
+    ):
+        shardwise.update_pyramid(root, (slice(2, 3), slice(None), slice(None)))
+    assert sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*")) == before

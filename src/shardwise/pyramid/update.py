@@ -9,6 +9,11 @@ its ``multiscales`` metadata) and written into level ``k`` as a region write: ea
 touches merged by its one task, conditionally, so processes updating other regions at once
 lose nothing. What is read and held is the region's windows, never a level.
 
+Rows appended to level 0 along one axis (``write_array(..., append_dim=)``) are followed the same
+way: a level shorter than its source asks gets the reduced rows it lacks appended (its last
+shard merged where they fall inside it), the rows it has updated as a region. OME-Zarr levels
+only: a GeoZarr pyramid's levels carry coordinates, which this does not grow.
+
 Regions aligned to the top level's cumulative factors never share an element of an upper
 level; two unaligned neighbours updated at the same moment may each reduce an upper element
 shared by both before the other's level-0 change is there: run ``update_pyramid`` again over
@@ -51,6 +56,8 @@ def update_pyramid(
     region : tuple of slice
         The region of level 0 that changed: a slice per dimension of its arrays, or one
         ``...`` (a GeoZarr pyramid's: of each data variable, whose last dimensions are y, x).
+        Rows appended to level 0 (OME-Zarr) are reduced and appended to every level above,
+        whatever part of them the region names.
     path : str, optional
         The pyramid group's path in the store.
     threads : int, optional
@@ -70,15 +77,16 @@ def update_pyramid(
     Raises
     ------
     InvalidValueError
-        No multiscales at ``path``, or a method ``write_pyramid`` does not reduce by.
+        No multiscales at ``path``, a method ``write_pyramid`` does not reduce by, or a
+        level 0 grown along more than one axis, or grown in a GeoZarr pyramid.
     """
     read_from = store.store if is_session(store) else store
     zstore = resolve_store(read_from, mode="r", storage_options=storage_options)
     total = WriteReport()
-    chains, method = _chains(zstore, path)
+    chains, method, ome = _chains(zstore, path)
     for paths, steps in chains:
         total += _update_chain(
-            (zstore, store), paths, steps, method, region,
+            (zstore, store), paths, steps, (method, ome), region,
             dict(threads=threads, lease=lease, storage_options=storage_options),
         )  # fmt: skip
     return total
@@ -88,41 +96,84 @@ def _update_chain(
     stores: tuple[Any, Any],
     paths: list[str],
     steps: list[tuple[int, ...]],
-    method: str,
+    how: tuple[str, bool],
     region: Any,
     kw: dict[str, Any],
 ) -> WriteReport:
-    """One array's levels (``paths``, level 0 first) updated above ``region``."""
+    """One array's levels (``paths``, level 0 first) updated above ``region``; ``how``: the
+    pyramid's method, and whether its levels may grow (OME-Zarr: arrays without coordinates)."""
     from ..api import write_array
 
     zstore, store = stores
+    method, grows = how
     shapes = [open_info(zstore, p).layout.shape for p in paths]
     reg = normalize_region(region, shapes[0])
     total = WriteReport()
     for k, step in enumerate(steps, start=1):
         step = (1,) * (len(reg) - len(step)) + step  # GeoZarr's steps are y and x's
+        # the level's shape as its source now asks: longer where level 0 was appended to
+        wanted = tuple(-(-n // f) for n, f in zip(shapes[k - 1], step, strict=True))
         up = tuple(
             slice(r.start // f, min(-(-r.stop // f), n))
-            for r, f, n in zip(reg, step, shapes[k], strict=True)
+            for r, f, n in zip(reg, step, wanted, strict=True)
         )
+        up, grown = _with_new_rows(up, shapes[k], wanted, paths[k], grows)
         windows = tuple(
             slice(u.start * f, min(u.stop * f, n))
             for u, f, n in zip(up, step, shapes[k - 1], strict=True)
         )
         block = read_array(zstore, windows, path=paths[k - 1], threads=kw["threads"])
         values = reduce_block(block, step, method)
-        total += write_array(values, store, path=paths[k], region=up, mode="r+", **kw)
+        if grown is None:
+            total += write_array(values, store, path=paths[k], region=up, mode="r+", **kw)
+        else:  # the rows the level has, merged; the rows it lacks, appended
+            old = shapes[k][grown] - up[grown].start
+            inside = tuple(slice(u.start, shapes[k][grown]) if d == grown else u
+                           for d, u in enumerate(up))  # fmt: skip
+            cut = (slice(None),) * grown
+            if old:
+                total += write_array(values[(*cut, slice(0, old))], store, path=paths[k],
+                                     region=inside, mode="r+", **kw)  # fmt: skip
+            total += write_array(values[(*cut, slice(old, None))], store, path=paths[k],
+                                 append_dim=grown, **kw)  # fmt: skip
         total.notes.append(f"level {paths[k]}: {_text(up)}")
+        shapes[k] = wanted
         reg = up
     return total
+
+
+def _with_new_rows(
+    up: Region, shape: tuple[int, ...], wanted: tuple[int, ...], path: str, grows: bool
+) -> tuple[Region, int | None]:
+    """``up`` grown to the rows a level lacks where its source was appended to (along one
+    axis), and that axis (None where the level has every row its source asks for)."""
+    grown = [d for d, (n, w) in enumerate(zip(shape, wanted, strict=True)) if w > n]
+    if not grown:
+        return up, None
+    if not grows:
+        raise InvalidValueError(
+            f"level {path!r} is shorter than its source asks (appended to?): a GeoZarr "
+            "pyramid's levels carry coordinates; update_pyramid grows OME-Zarr levels only "
+            "(write the pyramid again)"
+        )
+    if len(grown) > 1:
+        raise InvalidValueError(
+            f"level {path!r} lacks rows along axes {grown}: update_pyramid follows appends to "
+            "level 0 along one axis at a time"
+        )
+    d = grown[0]
+    out = tuple(slice(min(u.start, shape[d]), wanted[d]) if i == d else u
+                for i, u in enumerate(up))  # fmt: skip
+    return out, d
 
 
 Chains = list[tuple[list[str], list[Any]]]
 
 
-def _chains(zstore: Any, path: str | None) -> tuple[Chains, str]:
+def _chains(zstore: Any, path: str | None) -> tuple[Chains, str, bool]:
     """The arrays of the pyramid at ``path``, each as its level paths (in the store) and the
-    factors of each step, and the method it was reduced by."""
+    factors of each step, the method it was reduced by, and whether it is OME-Zarr (levels
+    without coordinates, which may grow)."""
     import zarr
 
     try:
@@ -131,9 +182,9 @@ def _chains(zstore: Any, path: str | None) -> tuple[Chains, str]:
     except (FileNotFoundError, ValueError, TypeError):
         attrs = {}
     if "ome" in attrs:
-        return _ome(attrs, path)
+        return (*_ome(attrs, path), True)
     if isinstance(attrs.get("multiscales"), dict):
-        return _geozarr(group, attrs["multiscales"], path)
+        return (*_geozarr(group, attrs["multiscales"], path), False)
     raise InvalidValueError(
         f"no OME-Zarr or GeoZarr multiscales at {path or '/'!r}: update_pyramid updates "
         "pyramids write_pyramid wrote"
