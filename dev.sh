@@ -30,6 +30,8 @@ find_python() {
     exit 1
 }
 
+zarrs_req="zarrs>=0.2.3,<0.3"
+
 setup() {
     local stamp="$venv/.shardwise-installed" py
     if [ ! -x "$venv/bin/python" ] || ! works "$venv/bin/python"; then
@@ -47,6 +49,16 @@ setup() {
         say "installed; use it with $venv/bin/python (or: source $venv/bin/activate)"
     else
         say "shardwise is installed in $venv (pyproject.toml unchanged since)"
+    fi
+    # zarrs (zarr-python's Rust codec pipeline) beside the venv, not in it: once installed its
+    # entry point loads its library into every process that imports zarr (about 9 MiB), which
+    # the memory tests would count; tests/write/test_rectilinear_appends.py runs it in a child
+    # process with this directory on PYTHONPATH
+    if [ ! -f "$venv/side/zarrs/.installed" ]; then
+        say "installing zarrs beside the venv ($venv/side/zarrs)"
+        rm -rf "$venv/side/zarrs"
+        "$venv/bin/python" -m pip install -q --no-deps --target "$venv/side/zarrs" "$zarrs_req"
+        touch "$venv/side/zarrs/.installed"
     fi
 }
 

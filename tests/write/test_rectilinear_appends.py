@@ -13,6 +13,10 @@ variables covering the first's rows by the second's commit as well.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,20 +224,36 @@ def test_inspect_and_the_plan_give_the_smallest_and_largest_shard(
 
 def test_zarrs_reads_the_appended_rectilinear_array(tmp_path: Path) -> None:
     """zarrs (the Rust codec pipeline of zarr-python, strict: no fallback to zarr-python's
-    own) reads a rectilinear array shardwise wrote and appended to, equal to numpy."""
+    own) reads a rectilinear array shardwise wrote and appended to, equal to numpy. zarrs is
+    installed beside the venv by ``dev.sh`` (its entry point would load it into every process
+    that imports zarr), so it runs in a child process with that directory on its path."""
+    side = Path(sys.prefix) / "side" / "zarrs"
+    assert (side / ".installed").exists(), f"no zarrs at {side}: run `bash dev.sh test` once"
     x, path = year(), tmp_path / "a.zarr"
     shardwise.write_array(months(x, 0, 6), path, shards="dask")
     shardwise.write_array(months(x, 6, 12), path, append_dim=0)
-    rust = {
-        "codec_pipeline.path": "zarrs.ZarrsCodecPipeline",
-        "codec_pipeline.strict": True,
-        "array.rectilinear_chunks": True,
+    np.save(tmp_path / "x.npy", x)
+    script = textwrap.dedent(f"""
+        import numpy as np, zarr
+        rust = {{
+            "codec_pipeline.path": "zarrs.ZarrsCodecPipeline",
+            "codec_pipeline.strict": True,
+            "array.rectilinear_chunks": True,
+        }}
+        x = np.load({str(tmp_path / "x.npy")!r})
+        with zarr.config.set(rust):
+            arr = zarr.open_array({str(path)!r}, mode="r")
+            assert type(arr.async_array.codec_pipeline).__name__ == "ZarrsCodecPipeline"
+            np.testing.assert_array_equal(arr[...], x)
+            np.testing.assert_array_equal(arr[40:200, 1], x[40:200, 1])
+        print("zarrs read it")
+    """)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(side), os.environ.get("PYTHONPATH", "")]),
     }
-    with zarr.config.set(rust):
-        arr = zarr.open_array(path, mode="r")
-        assert type(arr.async_array.codec_pipeline).__name__ == "ZarrsCodecPipeline"
-        np.testing.assert_array_equal(arr[...], x)
-        np.testing.assert_array_equal(arr[40:200, 1], x[40:200, 1])
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "zarrs read it", done.stderr
 
 
 def test_an_append_along_a_listed_axis_of_a_grid_rectilinear_on_another(tmp_path: Path) -> None:
