@@ -18,7 +18,14 @@ from typing import Any
 from ..errors import InvalidValueError
 from .planner import _rectilinear, plan_shards
 
-__all__ = ["extents_layout", "fit_extents", "has_extents", "is_extents", "parse_extents"]
+__all__ = [
+    "extents_layout",
+    "fit_extents",
+    "has_extents",
+    "is_extents",
+    "parse_extents",
+    "zarrs_form",
+]
 
 MAX_LISTED = 100_000  # shards along a regular axis a rectilinear grid lists one by one
 
@@ -28,12 +35,27 @@ def is_extents(value: object) -> bool:
     return isinstance(value, list | tuple)
 
 
+def zarrs_form(spec: object) -> bool:
+    """True for zarr's own dict of ``shards=`` (``{"shape": ..., "index_location": ...}``),
+    which is no sizes by dimension name.
+
+    >>> zarrs_form({"shape": (4,), "index_location": "start"}), zarrs_form({"time": 30})
+    (True, False)
+    """
+    return isinstance(spec, Mapping) and bool(spec) and {"shape", "index_location"} >= set(spec)
+
+
 def has_extents(spec: object) -> bool:
-    """True when ``shards=`` gives some axis as a list of extents.
+    """True when ``shards=`` gives some axis as a list of extents (zarr's own dict form,
+    whose ``shape`` is a list, does not).
 
     >>> has_extents({"time": [31, 28]}), has_extents([[60, 40], 50]), has_extents((60, 50))
     (True, True, False)
+    >>> has_extents({"shape": [4, 4], "index_location": "start"})
+    False
     """
+    if zarrs_form(spec):
+        return False
     if isinstance(spec, Mapping):
         return any(is_extents(v) for v in spec.values())
     if isinstance(spec, list | tuple):

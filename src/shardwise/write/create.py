@@ -13,6 +13,7 @@ from zarr.storage import MemoryStore
 
 from ..codec.metadata import default_compressors
 from ..compat import with_rectilinear_grids
+from ..core.extents import zarrs_form
 from ..core.geometry import ShardGeometry
 from ..core.planner import layout_geometry
 from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
@@ -141,7 +142,7 @@ def planned_layout(
 
 def _zarrs_form(shards: Any) -> bool:
     """zarr's own dict of ``shards=`` (sizes by dimension name are the planner's)."""
-    return isinstance(shards, dict) and bool(shards) and {"shape", "index_location"} >= set(shards)
+    return zarrs_form(shards)
 
 
 def _shape_or_none(value: Any, ndim: int) -> tuple[int, ...] | None:
