@@ -36,7 +36,10 @@ class Grid:
         return ((rows * 7 + cols // WIDTH) % 251 + 1).astype("u1")
 
 
+# the suite's 600 s timeout guards against a hang; a million files took 329 s on a quiet 2-core
+# machine and more than 600 s beside other heavy work: this one's guard is larger
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_a_million_shards_from_one_call_on_worker_processes(client: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "m.zarr")
     kw: dict[str, Any] = dict(chunks=(1, WIDTH // 2), shards=(1, WIDTH))
