@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidValueError
-from .planner import _rectilinear, plan_shards
+from .planner import plan_shards, rectilinear_fit
 
 __all__ = [
     "extents_layout",
@@ -142,7 +142,7 @@ def fit_extents(
     >>> fit_extents({0: (31, 28, 31)}, (90, 8), (10, 8), False, None)
     (1, 8)
     """
-    _, inner = _rectilinear(
+    _, inner = rectilinear_fit(
         dict(edges), tuple(shape), tuple(chunks), given, None if dims is None else tuple(dims)
     )
     return inner

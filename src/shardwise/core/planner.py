@@ -138,7 +138,7 @@ def plan_shards(
     t = parse_target(target)
     shards, inner, why_s, why_c = _choose(t, shape, itemsize, given, keep, names, budget, memory)
     _check_keep(shards, inner, keep, names)
-    edges, inner = _rectilinear(rectilinear, shape, inner, given is not None, names)
+    edges, inner = rectilinear_fit(rectilinear, shape, inner, given is not None, names)
     return ShardGeometry(
         shape,
         itemsize,
@@ -345,7 +345,7 @@ def _check_keep(
             )
 
 
-def _rectilinear(
+def rectilinear_fit(
     spec: Any,
     shape: tuple[int, ...],
     chunks: tuple[int, ...],
