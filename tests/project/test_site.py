@@ -226,6 +226,8 @@ def test_docs_extra_is_in_the_test_extra() -> None:
         "pydata-sphinx-theme",
         "myst-parser",
         "sphinx-argparse-cli",
+        "sphinx-gallery",
+        "matplotlib",
     }
 
 
