@@ -23,12 +23,13 @@ store = f"{scratch}/cells.zarr"
 # %%
 # An image of 2 channels, 1024 x 1536 pixels
 # ------------------------------------------
-# Rings and stripes with fine detail, so that each reduction (the mean of 2 x 2 pixels) shows
-# what it keeps; a dask array in blocks of 512 x 512.
+# Channel 0: rings; channel 1: stripes that narrow from left to right (10 pixels apart at the
+# right edge), so that each reduction (the mean of 2 x 2 pixels) shows what it keeps: stripes
+# narrower than a few pixels of a level average out to grey. A dask array in blocks of 512 x 512.
 
 y, x = np.mgrid[0:1024, 0:1536]
-rings = np.cos(np.hypot(y - 512, x - 768) / 6) * np.exp(-np.hypot(y - 512, x - 768) / 600)
-stripes = np.sin(x / 3 + y / 50) * (x / 1536)
+rings = np.cos(np.hypot(y - 512, x - 768) / 12) * np.exp(-np.hypot(y - 512, x - 768) / 600)
+stripes = np.sin(x**2 / 5000 + y / 100)
 image = np.stack([rings, stripes]).astype("f4")
 source = da.from_array(image, chunks=(1, 512, 512))
 

@@ -72,8 +72,8 @@ for ax, (n, frames) in zip(axes, [*seen.items(), (96, movie)], strict=True):
     ax.set_axis_off()
 ax = panels[1].subplots()
 ax.plot(movie.max(axis=(1, 2)), color="0.7", lw=6, label="finished array")
-for n, frames in seen.items():
-    ax.plot(frames.max(axis=(1, 2)), lw=2, label=f"reader after {n} appends")
+for (n, frames), style in zip(seen.items(), ("-", ":"), strict=True):
+    ax.plot(frames.max(axis=(1, 2)), style, lw=2.5, label=f"reader after {n} appends")
 ax.set_xlabel("frame")
 ax.set_ylabel("brightest pixel")
 ax.legend(frameon=False)

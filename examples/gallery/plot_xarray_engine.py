@@ -35,7 +35,13 @@ season = np.cos(2 * np.pi * (day - 196) / 365) * np.sin(np.deg2rad(lat))[None, :
 t2m = 288 - 30 * np.sin(np.deg2rad(np.abs(lat)))[None, :, None] ** 2 + 15 * season
 t2m = t2m + 2 * np.cos(np.deg2rad(3 * lon))[None, None, :]
 ds = xr.Dataset(
-    {"t2m": (("time", "lat", "lon"), t2m.astype("f4"), {"units": "K", "long_name": "air"})},
+    {
+        "t2m": (
+            ("time", "lat", "lon"),
+            t2m.astype("f4"),
+            {"units": "K", "long_name": "air temperature"},
+        )
+    },
     coords={"time": time, "lat": lat, "lon": lon},
 ).chunk(time=30)
 print(ds)
