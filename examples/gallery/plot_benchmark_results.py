@@ -11,7 +11,8 @@ zarrista (the zarrs library from Python), the same calls through dask, and the m
 (2.15 GB; shards of 256³, inner chunks of 64³), W3 a float32 array of 8192² (0.27 GB; shards of
 1024², inner chunks of 32²); ``benchmarks/README.md`` gives the data, the table of this run and
 how to run it again.
-Bars are medians of the in-process seconds, whiskers the fastest and slowest repetitions.
+Bars are medians of the in-process seconds, whiskers the fastest and slowest repetitions. Run it
+from a checkout of the repository: it reads the file there.
 """
 
 import json

@@ -10,6 +10,7 @@ says what happens to the shard (blue: written by a direct task, orange: by a sta
 darker shade: merged with what is stored; grey: not written).
 """
 
+import shutil
 import tempfile
 
 import dask.array as da
@@ -137,3 +138,5 @@ ax.set_xlabel("shard tasks (one per shard)")
 ax.set_ylabel("peak memory per task (MiB)")
 ax.set_title("a 2000 x 3000 float64 array in dask blocks of 500 x 700")
 plt.show()
+
+shutil.rmtree(scratch)  # the stores of this example go

@@ -8,6 +8,7 @@ all written in one pass with one task per shard of each level. Here a synthetic 
 image is written, then each level is read back with :func:`shardwise.open_array` and drawn.
 """
 
+import shutil
 import tempfile
 
 import dask.array as da
@@ -100,3 +101,5 @@ plt.show()
 level0, level1 = levels[0][0].compute(), levels[1][0].compute()
 means = level0.reshape(512, 2, 768, 2).mean(axis=(1, 3))
 print("level 1 is the 2 x 2 mean of level 0:", np.allclose(level1, means, atol=1e-6))
+
+shutil.rmtree(scratch)  # the stores of this example go

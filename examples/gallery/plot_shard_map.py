@@ -9,6 +9,7 @@ array whose middle is empty, then looks at what is stored three ways: the summar
 notebook shows it) and a matplotlib map of the size of every stored shard.
 """
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -80,3 +81,5 @@ right.grid(which="minor", color="white", lw=0.5)
 right.set_title("stored size of each shard (white: not stored)")
 fig.colorbar(image, ax=right, label="KiB")
 plt.show()
+
+shutil.rmtree(scratch)  # the stores of this example go

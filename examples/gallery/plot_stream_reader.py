@@ -12,6 +12,7 @@ Here a spot drifts across a 128 x 128 detector for 96 frames, in shards of 16 fr
 the stream a reader opens the array with :func:`shardwise.open_array` and looks at what is there.
 """
 
+import shutil
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -78,3 +79,5 @@ ax.set_xlabel("frame")
 ax.set_ylabel("brightest pixel")
 ax.legend(frameon=False)
 plt.show()
+
+shutil.rmtree(scratch)  # the stores of this example go

@@ -9,6 +9,7 @@ back in shard-aligned dask chunks. Here a year of daily maps of a synthetic temp
 written in two parts (the second appended along time), read back and plotted.
 """
 
+import shutil
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -83,3 +84,5 @@ for where in (61.0, 1.0, -45.0):
 right.set_title("at lon 11")
 right.legend(frameon=False)
 plt.show()
+
+shutil.rmtree(scratch)  # the stores of this example go

@@ -1,11 +1,13 @@
 """The documentation site (docs/, ``bash dev.sh docs``) builds with warnings as errors; its API
 reference (docs/api/) documents every public name with the parameters of its signature, and its
-command line page every command and option of the parser.
+command line page every command and option of the parser; its gallery (examples/gallery/, run by
+sphinx-gallery at every build) a page per script, with what the script printed and drew.
 
 The build runs once per module into a temp directory (``sphinx-build -W --keep-going``, as
-``dev.sh docs`` runs it); the tests read the HTML it wrote. Other builds, of a page documenting a
-function whose docstring misses a parameter and of pages linking to what is not there, prove that
-the configuration fails the build on them rather than only warning.
+``dev.sh docs`` runs it; the gallery's pages are generated into docs/gallery/, not committed);
+the tests read the HTML it wrote. Other builds, of a page documenting a function whose docstring
+misses a parameter, of pages linking to what is not there and of a gallery whose example raises,
+prove that the configuration fails the build on them rather than only warning.
 """
 
 from __future__ import annotations
