@@ -337,6 +337,9 @@ def test_every_gallery_example_ran_and_drew(site: Path) -> None:
     # the shard map of a stored array: stored and empty shards, as inspect draws them
     shard_map = (site / "gallery" / "plot_shard_map.html").read_text()
     assert 'class="shard stored"' in shard_map and 'class="shard empty"' in shard_map
+    # and a shard recorded but gone, as verify reports it
+    lost = (site / "gallery" / "plot_verify_repair.html").read_text()
+    assert lost.count('class="shard missing"') == 1 and "missing c/2/5" in lost
 
 
 def test_a_failing_gallery_example_fails_the_build(tmp_path: Path) -> None:
