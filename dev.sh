@@ -71,9 +71,9 @@ case "$cmd" in
     test)
         setup
         say "lint: ruff check"
-        "$venv/bin/ruff" check src tests benchmarks
+        "$venv/bin/ruff" check src tests benchmarks examples
         say "format: ruff format --check"
-        "$venv/bin/ruff" format --check src tests benchmarks
+        "$venv/bin/ruff" format --check src tests benchmarks examples
         say "types: mypy"
         "$venv/bin/mypy"
         # two worker processes, each test file whole in one worker (tests/README.md "Test order

@@ -80,3 +80,28 @@ html_theme_options = {
 html_static_path: list[str] = []
 templates_path: list[str] = []
 exclude_patterns = ["_build"]
+
+# --- the gallery (sphinx-gallery) ----------------------------------------------------------------
+# examples/gallery/*.py run at every build (each in this process, its printed output and its
+# matplotlib figures, and the notebook picture of its last expression: a plan's or a shard map's
+# SVG, captured into the page); the pages are generated into docs/gallery/ (not committed).
+# An example that raises fails the build (sphinx-gallery's default: the build ends with an error
+# listing the failing examples, whatever -W); tests/project/test_site.py checks that every script
+# ran and drew. Examples are re-run even when unchanged (run_stale_examples): what a page shows
+# is what today's code prints.
+extensions.append("sphinx_gallery.gen_gallery")
+sphinx_gallery_conf = {
+    "examples_dirs": str(Path(__file__).resolve().parents[1] / "examples" / "gallery"),
+    "gallery_dirs": "gallery",
+    "filename_pattern": r"\.py$",  # every script runs, not only plot_*.py
+    "run_stale_examples": True,
+    "abort_on_example_error": False,  # run them all, then fail listing every one that raised
+    "only_warn_on_example_error": False,
+    "capture_repr": ("_repr_html_", "__repr__"),
+    "image_scrapers": ("matplotlib",),
+    "download_all_examples": False,
+    "min_reported_time": 0,
+    "show_signature": False,
+    "remove_config_comments": True,
+}
+# --- end of the gallery --------------------------------------------------------------------------

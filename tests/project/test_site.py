@@ -1,11 +1,13 @@
 """The documentation site (docs/, ``bash dev.sh docs``) builds with warnings as errors; its API
 reference (docs/api/) documents every public name with the parameters of its signature, and its
-command line page every command and option of the parser.
+command line page every command and option of the parser; its gallery (examples/gallery/, run by
+sphinx-gallery at every build) a page per script, with what the script printed and drew.
 
 The build runs once per module into a temp directory (``sphinx-build -W --keep-going``, as
-``dev.sh docs`` runs it); the tests read the HTML it wrote. Other builds, of a page documenting a
-function whose docstring misses a parameter and of pages linking to what is not there, prove that
-the configuration fails the build on them rather than only warning.
+``dev.sh docs`` runs it; the gallery's pages are generated into docs/gallery/, not committed);
+the tests read the HTML it wrote. Other builds, of a page documenting a function whose docstring
+misses a parameter, of pages linking to what is not there and of a gallery whose example raises,
+prove that the configuration fails the build on them rather than only warning.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from shardwise.durability.verify import Problem
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 CONF = DOCS / "conf.py"
+GALLERY = ROOT / "examples" / "gallery"  # the gallery's scripts; their pages: docs/gallery/
 
 # public name -> the page documenting it (the functions each have their own page)
 VERB_PAGES = {
@@ -226,15 +229,23 @@ def test_docs_extra_is_in_the_test_extra() -> None:
         "pydata-sphinx-theme",
         "myst-parser",
         "sphinx-argparse-cli",
+        "sphinx-gallery",
+        "matplotlib",
     }
 
 
-def _own_conf(src: Path) -> None:
-    """A ``conf.py`` in ``src`` that runs the site's own configuration as if it sat there."""
-    (src / "conf.py").write_text(
+def _own_conf(src: Path, gallery: Path | None = None) -> None:
+    """A ``conf.py`` in ``src`` that runs the site's own configuration as if it sat there; its
+    gallery is the scripts of ``gallery`` (none: no gallery, the site's examples are not run)."""
+    text = (
         f"__file__ = {str(CONF)!r}\nexec(open(__file__).read())\n"
         f"import sys\nsys.path.insert(0, {str(src)!r})\n"
     )
+    if gallery is None:
+        text += 'extensions.remove("sphinx_gallery.gen_gallery")\n'
+    else:
+        text += f'sphinx_gallery_conf["examples_dirs"] = {str(gallery)!r}\n'
+    (src / "conf.py").write_text(text)
 
 
 def _commands(p: argparse.ArgumentParser, words: tuple[str, ...] = ("shardwise",)) -> Any:
@@ -299,3 +310,53 @@ def test_a_broken_link_or_reference_fails_the_build(tmp_path: Path) -> None:
     said = done.stdout + done.stderr
     for what in ("nowhere.md", "no-such-heading", "api/nothing", "shardwise.no_such_verb"):
         assert what in said, (what, said)
+
+
+def test_every_gallery_example_ran_and_drew(site: Path) -> None:
+    """The gallery (examples/gallery/, sphinx-gallery) has one page per script, each linked
+    from the gallery's index, with the printed output of its run and at least one figure
+    drawn by it (a matplotlib image, written); the index is in the site's navigation."""
+    scripts = sorted(p.stem for p in GALLERY.glob("*.py"))
+    assert len(scripts) >= 5, scripts
+    pages = sorted(p.stem for p in (site / "gallery").glob("*.html") if p.stem.startswith("plot_"))
+    assert pages == scripts
+    index = (site / "gallery" / "index.html").read_text()
+    assert 'href="gallery/index.html"' in (site / "index.html").read_text()
+    for name in scripts:
+        page = (site / "gallery" / f"{name}.html").read_text()
+        assert f'href="{name}.html' in index, name
+        assert "sphx-glr-script-out" in page, f"{name}: no printed output"
+        assert "Traceback" not in page, name
+        images = set(re.findall(rf'src="../_images/(sphx_glr_{name}_\d+\.png)"', page))
+        assert images, f"{name}: no figure"
+        for image in images:
+            assert (site / "_images" / image).stat().st_size > 1000, image
+    # the plan pictures are the plans' own (their notebook SVG), one per plan shown
+    plans = (site / "gallery" / "plot_plan_pictures.html").read_text()
+    assert plans.count('<svg xmlns="http://www.w3.org/2000/svg" class="shardwise') == 5
+    # the shard map of a stored array: stored and empty shards, as inspect draws them
+    shard_map = (site / "gallery" / "plot_shard_map.html").read_text()
+    assert 'class="shard stored"' in shard_map and 'class="shard empty"' in shard_map
+    # and a shard recorded but gone, as verify reports it
+    lost = (site / "gallery" / "plot_verify_repair.html").read_text()
+    assert lost.count('class="shard missing"') == 1 and "missing c/2/5" in lost
+
+
+def test_a_failing_gallery_example_fails_the_build(tmp_path: Path) -> None:
+    """An example that raises fails the ``-W`` build, naming the script and the error, after
+    the other examples ran; one that runs is built."""
+    src, gallery = tmp_path / "src", tmp_path / "examples"
+    src.mkdir()
+    gallery.mkdir()
+    (gallery / "GALLERY_HEADER.rst").write_text("Gallery\n=======\n")
+    (gallery / "plot_fine.py").write_text('"""\nFine\n====\n"""\n\nprint("it ran")\n')
+    (gallery / "plot_broken.py").write_text(
+        '"""\nBroken\n======\n"""\n\nraise ValueError("the example broke")\n'
+    )
+    _own_conf(src, gallery)
+    (src / "index.md").write_text("# Home\n\n```{toctree}\ngallery/index\n```\n")
+    done = sphinx_build(src, tmp_path / "out")
+    assert done.returncode != 0
+    said = done.stdout + done.stderr
+    assert "plot_broken.py" in said and "the example broke" in said, said
+    assert "it ran" in (src / "gallery" / "plot_fine.rst").read_text()
