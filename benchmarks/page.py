@@ -128,7 +128,7 @@ def run_suite(suite: Any, size: str, present: dict[str, bool], res: Path, work: 
     print(f"page: {suite.key}: {shlex.join(cmd[1:])}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     got = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
-    (res / f"{suite.key}.log").write_text(got.stdout + got.stderr)
+    (work / f"{suite.key}.log").write_text(got.stdout + got.stderr)
     if got.returncode != 0:
         raise SystemExit(f"page: {suite.script} failed:\n{got.stderr[-3000:]}")
     if suite.key == "stream":

@@ -81,7 +81,7 @@ def _markdown(lines: list[dict[str, Any]], has_whole: bool) -> list[str]:
     out = [head, sep]
     for x in lines:
         if x["n"] == 0:
-            status = "absent" if x["case"] == "" else f"failed ({x['failed']} of {x['failed']})"
+            status = "absent" if x["case"] == "" else f"failed ({x['failed']} runs)"
             out.append(f"| {x['tool']} | {x['case']} | {x['what']} | 0 | {status} | | | |"
                        + (" |" if has_whole else ""))  # fmt: skip
             continue
@@ -123,8 +123,22 @@ def _plot(lines: list[dict[str, Any]], title: str, path: Path) -> None:
     plt.close(fig)
 
 
+def _glance(s: Suite, name: str, lines: list[dict[str, Any]]) -> str:
+    """One line of the summary: shardwise's reference case, each peer's best ratio to it."""
+    ref = next((x for x in lines if x["n"] and x.get("x_ref") == 1.0), None)
+    peers = {}
+    for x in lines:
+        if x["n"] and x["tool"] not in ("shardwise", LIMIT) and x["x_ref"]:
+            peers[x["tool"]] = min(peers.get(x["tool"], x["x_ref"]), x["x_ref"])
+    absent = [x["tool"] for x in lines if x["case"] == ""]
+    cells = [f"{t} {r:.2f}" for t, r in peers.items()] + [f"{t} absent" for t in absent]
+    mine = f"`{ref['case']}` {_fmt(ref['med'])} s" if ref else ""
+    lim = f"{ref['x_lim']:.2f}" if ref and ref.get("x_lim") else ""
+    return f"| {s.key}: {name} | {mine} | {', '.join(cells)} | {lim} |"
+
+
 def _suite_section(
-    s: Suite, recs: list[dict[str, Any]], info: dict[str, Any], out: Path
+    s: Suite, recs: list[dict[str, Any]], info: dict[str, Any], out: Path, glance: list[str]
 ) -> list[str]:
     tools = info["tools"]
     absent = sorted({t for t, _ in s.cases.values() if t != LIMIT and not tools[t]["present"]})
@@ -137,6 +151,7 @@ def _suite_section(
     for name in dict.fromkeys(r["table"] for r in got):
         rs = [r for r in got if r["table"] == name]
         lines = _table(s, name, rs, absent)
+        glance.append(_glance(s, name, lines))
         label = f"{s.title.split(':')[0]}: {name}"
         fig = f"{s.key}-{_slug(name)}.svg"
         _plot(lines, label, out / "benchmarks" / fig)
@@ -220,11 +235,25 @@ def write_page(out: Path) -> None:
         t = tools.get(name, {"present": False})
         text.append(f"| {name} | {t['version'] if t['present'] else 'absent'} | {what} |")
     text.append("")
+    body: list[str] = []
+    glance: list[str] = []
     for s in SUITES:
         f = res / f"{s.key}.jsonl"
         recs = (
             [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.exists() else []
         )
-        text += _suite_section(s, recs, info, out)
-    text += _reproduce(info)
+        body += _suite_section(s, recs, info, out, glance)
+    text += [
+        "## At a glance",
+        "",
+        "Each table's shardwise case, each peer's best case as a multiple of it (above 1: "
+        "slower than shardwise) and shardwise's as a multiple of the machine's limit:",
+        "",
+        "| table | shardwise median | peers, x shardwise | shardwise x limit |",
+        "|---|---|---|---|",
+        *glance,
+        "",
+        *body,
+        *_reproduce(info),
+    ]
     (out / "benchmarks.md").write_text("\n".join(text))
