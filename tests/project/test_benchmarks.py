@@ -1,5 +1,6 @@
 """benchmarks/ runs from the project alone: ``bench.py list`` and a small run (generation, a
-shardwise write and read, an anchor, the read store, the report) in fresh subprocesses."""
+shardwise write and read, an anchor, the read store, the report) in fresh subprocesses, the
+other scripts' small runs, and the benchmarks page's one command (``page.py --tiny``)."""
 
 from __future__ import annotations
 
