@@ -143,6 +143,9 @@ def _suite_section(
     tools = info["tools"]
     absent = sorted({t for t, _ in s.cases.values() if t != LIMIT and not tools[t]["present"]})
     text = [f"## {s.title}", "", f"`benchmarks/{s.script}`: {s.about}.", ""]
+    if s.key in info.get("failed", {}):
+        err = info["failed"][s.key].replace("\n", " ").replace("`", "'")[-300:]
+        text += [f"**The script failed in this run** (its last words: `{err}`).", ""]
     if not recs:
         return [*text, "Not run in this page's run.", ""]
     args = shlex.join(s.args[info["size"]])
