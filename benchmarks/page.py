@@ -72,6 +72,9 @@ def probe(env: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Which tools and libraries import in the scripts' environment, and their versions."""
     names = {k: (m, d) for k, (m, d, _) in TOOLS.items()}
     names.update({k: (k.replace("-", "_"), k) for k in LIBS})
+    # zarrs (zarr-python's Rust codec pipeline): dev.sh installs it beside the venv, not in it
+    side = Path(sys.prefix) / "side" / "zarrs"
+    env = {**env, "PYTHONPATH": os.pathsep.join([env.get("PYTHONPATH", ""), str(side)])}
     got = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(names)],
         env=env, capture_output=True, text=True, check=True, timeout=300,
@@ -90,7 +93,7 @@ def machine(work: Path) -> dict[str, Any]:
     with open("/proc/meminfo") as f:
         mem_kib = int(next(x for x in f if x.startswith("MemTotal")).split()[1])
     df = subprocess.run(
-        ["df", "-T", "--output=source,fstype,size", str(work)],
+        ["df", "-h", "--output=source,fstype,size", str(work)],
         capture_output=True, text=True, check=False,
     ).stdout.splitlines()  # fmt: skip
     return {
