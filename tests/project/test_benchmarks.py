@@ -303,7 +303,9 @@ def test_bench_page_tiny(tmp_path: Path) -> None:
     hide = tmp_path / "hide"
     for mod in ("zarrista", "acquire_zarr"):
         (hide / mod).mkdir(parents=True)
-        (hide / mod / "__init__.py").write_text("raise ImportError('not installed')\n")
+        (hide / mod / "__init__.py").write_text(
+            f"raise ModuleNotFoundError('No module named {mod!r}', name={mod!r})\n"
+        )
     env = {**os.environ, "PYTHONPATH": str(hide), "BENCH_SRC": str(tmp_path / "src")}
     out = tmp_path / "docs"
     got = subprocess.run(
