@@ -3,6 +3,8 @@
 #   bash dev.sh demo   -> create .venv (Python >= 3.12), install shardwise, run the demo
 #   bash dev.sh test   -> the same set-up, then the whole test suite (lint, types, pytest)
 #   bash dev.sh docs   -> the same set-up, then the documentation site into docs/_build/html
+#   bash dev.sh bench-page [--quick|--tiny] -> the same set-up, then benchmarks/page.py: the
+#                         benchmarks side by side with their peers, written into docs/benchmarks.md
 #   bash dev.sh mutate [MODULE...] -> the same set-up plus mutmut (the `mutate` extra), then the
 #                         mutation-testing lane (mutation/run.py; not part of CI)
 set -euo pipefail
@@ -87,6 +89,14 @@ case "$cmd" in
         # --keep-going lists them all before failing
         say "docs: sphinx-build -W --keep-going docs docs/_build/html"
         exec "$venv/bin/python" -m sphinx -W --keep-going -b html docs docs/_build/html "$@" ;;
+    bench-page)
+        setup
+        if ! "$venv/bin/python" -c 'import zarrista' >/dev/null 2>&1; then
+            say "installing the compared libraries (the bench extra) into $venv"
+            "$venv/bin/python" -m pip install -q -e ".[test,bench]"
+        fi
+        say "benchmarks: benchmarks/page.py $* (the page: docs/benchmarks.md)"
+        exec "$venv/bin/python" benchmarks/page.py "$@" ;;
     mutate)
         setup
         if ! "$venv/bin/python" -c 'import mutmut' >/dev/null 2>&1; then
@@ -96,5 +106,5 @@ case "$cmd" in
         say "mutation testing: mutation/run.py $* (one module at a time, one child process)"
         exec "$venv/bin/python" mutation/run.py "$@" ;;
     *)
-        echo "usage: bash dev.sh demo|test|docs|mutate [args]" >&2; exit 2 ;;
+        echo "usage: bash dev.sh demo|test|docs|bench-page|mutate [args]" >&2; exit 2 ;;
 esac

@@ -1,5 +1,6 @@
 """benchmarks/ runs from the project alone: ``bench.py list`` and a small run (generation, a
-shardwise write and read, an anchor, the read store, the report) in fresh subprocesses."""
+shardwise write and read, an anchor, the read store, the report) in fresh subprocesses, the
+other scripts' small runs, and the benchmarks page's one command (``page.py --tiny``)."""
 
 from __future__ import annotations
 
@@ -279,3 +280,79 @@ def test_icechunk_writes_small_run(tmp_path: Path) -> None:
     ).stdout
     assert "| W2 | sw-repo | 1 |" in table and "| W2 | ic-xr | 1 |" in table
     assert "Peak memory per task" in table and "| W2 | sw-repo | " in table.split("Peak")[1]
+
+
+# the page's suites: the tools each measures in this environment (acquire-zarr hidden by the
+# test), and the tables of the tiny size
+PAGE_TABLES = {
+    "dask": (("W3 writes", "W3 reads"), ("shardwise", "xarray", "tensorstore", "zarr-python")),
+    "numpy": (("W3 writes", "W3 reads"), ("shardwise", "tensorstore", "zarrista")),
+    "pyramid": (("vol writes",), ("shardwise", "ngff-zarr")),
+    "icechunk": (("W2 writes",), ("shardwise", "icechunk")),
+    "stream": (("B shards-zstd",), ("shardwise", "tensorstore", "zarr-python")),
+}
+PAGE_ABSENT = {"stream": "acquire-zarr"}
+
+
+@pytest.mark.slow
+def test_bench_page_tiny(tmp_path: Path) -> None:
+    """``page.py --tiny`` (what ``bash dev.sh bench-page --tiny`` runs) writes the page: a section
+    per suite, a table per workload with a row per tool it measured and the limit, a plot per
+    table, the machine and the versions, the one command; a tool that does not import is not
+    run and is listed as absent, in the tools' table and in every table it belongs to."""
+    hide = tmp_path / "hide"
+    for mod in ("acquire_zarr",):  # installed or not, the test hides it
+        (hide / mod).mkdir(parents=True)
+        (hide / mod / "__init__.py").write_text(
+            f"raise ModuleNotFoundError('No module named {mod!r}', name={mod!r})\n"
+        )
+    env = {**os.environ, "PYTHONPATH": str(hide), "BENCH_SRC": str(tmp_path / "src")}
+    out = tmp_path / "docs"
+    got = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "page.py"), "--tiny", "--out", str(out),
+         "--work", str(tmp_path / "work")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    page = (out / "benchmarks.md").read_text()
+    sections = page.split("\n## ")
+    assert sections[0].startswith("# Benchmarks\n")
+    assert "| acquire-zarr | absent |" in sections[0]
+    assert "| tensorstore | 0." in sections[0]  # a version, not absent
+    tables = {t.split("\n", 1)[0]: t for s in sections for t in s.split("\n### ")[1:]}
+    assert set(tables) == {
+        f"{k}: {name}" for k, (names, _) in PAGE_TABLES.items() for name in names
+    }
+    for key, (names, tools) in PAGE_TABLES.items():
+        for name in names:
+            table = tables[f"{key}: {name}"]
+            rows = [x for x in table.splitlines() if x.startswith("| ") and "---" not in x]
+            measured = {x.split(" | ")[0][2:] for x in rows[1:] if " | 0 | " not in x}
+            assert set(tools) <= measured, (key, name, rows)
+            assert measured <= {*tools, "limit"}, (key, name, rows)
+            if key in ("dask", "numpy", "stream"):
+                assert "limit" in measured, (key, name, rows)  # the scripts measuring one
+            if key in PAGE_ABSENT:
+                tool = PAGE_ABSENT[key]
+                assert f"| {tool} |  | absent: not installed | 0 | absent |" in table
+            (fig,) = [x for x in table.splitlines() if x.startswith("![")]
+            svg = out / fig[fig.index("](") + 2 : -1]
+            assert svg.read_text().lstrip().startswith("<?xml"), svg
+    assert len(list((out / "benchmarks").glob("*.svg"))) == len(tables)
+    # what ran: the scripts' own JSON lines, none of a hidden tool's cases
+    results = out / "benchmarks" / "results"
+    assert "acquire" not in (results / "stream.jsonl").read_text()
+    reproduce = sections[-1]
+    assert reproduce.startswith("Reproduce\n")
+    assert "```bash\nbash dev.sh bench-page --tiny\n```" in reproduce
+    for key in (
+        "| CPU | ",
+        f"| cores | {os.cpu_count()} |",
+        "| RAM | ",
+        "| OS | ",
+        "| python | 3.",
+    ):
+        assert key in reproduce, key
+    assert "| acquire-zarr | absent (not installed) |" in reproduce
+    assert "| icechunk | " in reproduce and "| numpy | " in reproduce
+    assert list((tmp_path / "work").glob("stores/*")) == []
