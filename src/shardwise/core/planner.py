@@ -84,7 +84,7 @@ def plan_shards(
     ----------
     shape : sequence of int
         The array's shape.
-    dtype : numpy dtype or str
+    dtype : numpy.dtype or str
         The array's data type.
     target : str, tuple, dict or None
         What ``shards=`` takes: None or ``"auto"`` (the default rule), a byte size (``"2GB"``),
