@@ -84,6 +84,15 @@ class VerifyReport:
         or rewritten by another tool); notes, unless ``strict`` (then they are in ``problems``).
     notes : list of str
         Anything else worth knowing (no records at all, a lease held).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.ones((64, 64), "u1"), store, chunks=(16, 16), shards=(32, 32))
+    >>> report = shardwise.verify(store)
+    >>> report.ok, report.shards_stored, report.chunks_checked
+    (True, 4, 16)
     """
 
     where: str

@@ -53,6 +53,16 @@ def to_icechunk(obj: Any, session: Any, *, commit: str | None = None, **kwargs: 
         A read-only session or a ForkSession, or a keyword that does not apply to a session.
     TransactionError
         Two shard tasks wrote one shard (nothing merged), or the commit conflicts with another.
+
+    Examples
+    --------
+    >>> import icechunk, tempfile, numpy as np, xarray as xr, shardwise
+    >>> repo = icechunk.Repository.create(icechunk.local_filesystem_storage(tempfile.mkdtemp()))
+    >>> ds = xr.Dataset({"t": (("y", "x"), np.ones((64, 64)))})
+    >>> report = shardwise.to_icechunk(ds, repo.writable_session("main"), commit="first",
+    ...                                shards={"y": 32, "x": 32})
+    >>> report.shards_written, xr.open_zarr(repo.readonly_session("main").store).t.shape
+    (4, (64, 64))
     """
     if not is_session(session):
         raise InvalidTypeError(

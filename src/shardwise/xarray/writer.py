@@ -228,6 +228,15 @@ def to_zarr(
         (``safe_shards``), or a task that would not fit ``memory_limit``.
     LeaseHeldError
         Another writer holds a variable's lease.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> ds = xr.Dataset({"t": (("y", "x"), np.ones((64, 64)))}).chunk({"y": 16})
+    >>> report = shardwise.to_zarr(ds, store, shards={"y": 32, "x": 32})
+    >>> report.shards_written, xr.open_zarr(store).t.shape
+    (4, (64, 64))
     """
     # 1. open and check: everything is validated, nothing is written. The keywords of
     # xarray's call first, then those write_array takes too, by its record (WriteOptions:
