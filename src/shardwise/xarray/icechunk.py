@@ -15,9 +15,9 @@ __all__ = ["to_icechunk"]
 
 
 def to_icechunk(obj: Any, session: Any, *, commit: str | None = None, **kwargs: Any) -> WriteReport:
-    """Write an ``xarray.Dataset``, ``DataArray`` or ``DataTree`` into an icechunk session.
+    """Write an :class:`xarray.Dataset`, ``DataArray`` or ``DataTree`` into an icechunk session.
 
-    :func:`to_zarr` into a writable ``icechunk.Session``, under the name of icechunk's own
+    :func:`to_zarr` into a writable :class:`icechunk.Session`, under the name of icechunk's own
     ``icechunk.xarray.to_icechunk``: one task per shard whatever the dask chunks, on threads and
     on any dask cluster. The metadata goes into the session first; the session is forked once,
     each shard task writes its whole shards into a fork of its own, and the forks, checked to

@@ -22,10 +22,10 @@ def open_dataset(
     cache_indexes: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """Open a Zarr group as an ``xarray.Dataset`` with the shardwise engine.
+    """Open a Zarr group as an :class:`xarray.Dataset` with the shardwise engine.
 
-    The same as ``xr.open_dataset(store, engine="shardwise", chunks={})`` by default. It opens
-    stores written by xarray and zarr-python too (unsharded arrays are read through
+    The same as :func:`xarray.open_dataset` with ``engine="shardwise", chunks={}`` by default.
+    It opens stores written by xarray and zarr-python too (unsharded arrays are read through
     zarr-python).
 
     Parameters

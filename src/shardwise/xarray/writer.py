@@ -88,12 +88,12 @@ def to_zarr(
     write_inherited_coords: bool = False,
     commit: str | None = None,
 ) -> WriteReport | Any:
-    """Write an ``xarray.Dataset``, ``DataArray`` or ``DataTree`` to a sharded Zarr v3 store.
+    """Write an :class:`xarray.Dataset`, ``DataArray`` or ``DataTree`` to a sharded Zarr v3 store.
 
     Metadata, attributes, coordinates, dimension names, CF encoding (times, timedeltas,
     ``scale_factor``/``add_offset``, ``_FillValue``, strings, bools) and consolidated metadata are
-    those of ``Dataset.to_zarr(..., zarr_format=3)``; the data is written with one task per
-    shard whatever the dask chunks. 0-d variables are written without sharding.
+    those of :meth:`xarray.Dataset.to_zarr` with ``zarr_format=3``; the data is written with one
+    task per shard whatever the dask chunks. 0-d variables are written without sharding.
 
     Layout of the variables this call creates (existing arrays keep theirs), first match wins:
 
