@@ -1,10 +1,11 @@
 """Every public name has an example that runs.
 
 The public names are ``shardwise.__all__`` (verbs, reports, errors, the ``batch`` module), the
-verbs and the record of ``shardwise.batch``. Each one's docstring has a numpydoc ``Examples``
-section with doctest lines, and pytest runs it (its module is in pyproject's ``testpaths``,
-collected with ``--doctest-modules``); the test also runs each example itself, as pytest's
-doctest collection would, so a name whose example fails is named here.
+verbs and the record of ``shardwise.batch``, and the ``Problem`` a verify report lists. Each
+one's docstring has a numpydoc ``Examples`` section with doctest lines, and pytest runs it (its
+module is in pyproject's ``testpaths``, collected with ``--doctest-modules``); the test also
+runs each example itself, as pytest's doctest collection would, so a name whose example fails
+is named here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from numpydoc.docscrape import NumpyDocString
 
 import shardwise
 from shardwise import batch
+from shardwise.durability.verify import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTPATHS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"][
@@ -34,6 +36,8 @@ PUBLIC: dict[str, Any] = {
         f"shardwise.batch.{name}": getattr(batch, name)
         for name in ("init", "write_part", "finalize", "open_batch", "BatchPlan")
     },
+    # what a VerifyReport lists
+    "shardwise.durability.verify.Problem": Problem,
 }
 
 
@@ -53,7 +57,7 @@ def examples_of(obj: Any) -> list[doctest.DocTest]:
 
 
 def test_the_public_names_are_the_ones_checked() -> None:
-    assert len(PUBLIC) == len(shardwise.__all__) + 5
+    assert len(PUBLIC) == len(shardwise.__all__) + 6
     assert "shardwise.Stream" in PUBLIC and "shardwise.RegionWriter" in PUBLIC
 
 
