@@ -5,7 +5,8 @@ The pages are MyST markdown (``docs/*.md``, ``docs/guides/*.md``), the API refer
 line page from the CLI's own argparse parser (``shardwise.cli.parser.parser``). The build runs with
 ``-W --keep-going``: every warning fails it (numpydoc's validation, a broken link between pages, a
 reference to a heading that is not there), in CI through ``tests/project/test_site.py``. Nothing is
-fetched at build time: links to numpy, dask, xarray, zarr and icechunk are plain links.
+fetched at build time: links to numpy, dask, xarray, zarr and icechunk resolve through inventories
+kept in ``docs/_inventories`` (see the block at the end).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ extensions = [
     "numpydoc",
     # the command line page, generated from the parser so that it cannot drift from it
     "sphinx_argparse_cli",
+    "sphinx.ext.intersphinx",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
@@ -105,3 +107,43 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
 }
 # --- end of the gallery --------------------------------------------------------------------------
+# --- cross-links to python, numpy, dask, xarray, zarr and icechunk ---------------------------
+# intersphinx reads each project's inventory from docs/_inventories (written by
+# make_inventories.py there, with the real addresses on each project's stable site): the build
+# fetches nothing. Types in the numpydoc sections link through numpydoc_xref_aliases: only the
+# names listed there (a word not listed stays plain text), each resolved through an inventory or
+# this site's own reference, or the -W build fails (nitpicky).
+_INVENTORIES = Path(__file__).resolve().parent / "_inventories"
+intersphinx_mapping = {
+    name: (url, str(_INVENTORIES / f"{name}.inv"))
+    for name, url in {
+        "python": "https://docs.python.org/3/",
+        "numpy": "https://numpy.org/doc/stable/",
+        "dask": "https://docs.dask.org/en/stable/",
+        "xarray": "https://docs.xarray.dev/en/stable/",
+        "zarr": "https://zarr.readthedocs.io/en/stable/",
+        "icechunk": "https://icechunk.io/en/stable/",
+    }.items()
+}
+numpydoc_xref_param_type = True
+numpydoc_xref_ignore = "all"
+_EXTERNAL = [
+    "numpy.ndarray", "numpy.dtype", "dask.array.Array", "dask.delayed.Delayed",
+    "xarray.Dataset", "xarray.DataArray", "xarray.DataTree", "zarr.Array", "zarr.Group",
+    "zarr.abc.store.Store", "zarr.storage.MemoryStore", "zarr.storage.LocalStore",
+    "zarr.storage.FsspecStore", "icechunk.Session", "icechunk.Repository",
+    "os.PathLike", "pathlib.Path", "int", "float", "str", "dict", "list", "tuple", "slice",
+]  # fmt: skip
+_OWN = [
+    "WriteReport", "WritePlan", "ShardGeometry", "VerifyReport", "ConvertReport",
+    "ArrayReport", "Stream", "StreamPyramid", "RegionWriter",
+]  # fmt: skip
+numpydoc_xref_aliases = {
+    # a role, as numpydoc leaves a name mapped to itself unlinked under "all"
+    **{name: f":obj:`{name}`" for name in _EXTERNAL},
+    **{name: f"shardwise.{name}" for name in _OWN},
+    "bool": ":obj:`bool`",  # the class, where numpydoc's default is a label of the python docs
+    "Problem": "shardwise.durability.verify.Problem",
+    "BatchPlan": "shardwise.batch.BatchPlan",
+}
+# --- end of the cross-links ------------------------------------------------------------------

@@ -215,6 +215,15 @@ def write_array(
     TransactionError
         Into an icechunk session: two shard tasks wrote one shard (nothing merged), or the
         commit conflicts with another commit to the branch.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> report = shardwise.write_array(np.arange(4096, dtype="u2").reshape(64, 64), store,
+    ...                                chunks=(16, 16), shards=(32, 32))
+    >>> report.shards_written, int(zarr.open_array(store, mode="r")[63, 63])
+    (4, 4095)
     """
     # deferred: the writers, journal and leases (about 60 ms at import) are needed by
     # writes only, not by open_array
@@ -276,6 +285,14 @@ def plan_write(data: Any, store: Any, **kwargs: Any) -> WritePlan:
     PlanError
         A job that would not fit ``memory_limit`` (the message has the figures), and every
         refusal of :func:`write_array` that comes before its first write.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> job = shardwise.plan_write(np.zeros((64, 64)), zarr.storage.MemoryStore(),
+    ...                            chunks=(16, 16), shards=(32, 32))
+    >>> job.strategy, job.blocks
+    ('direct', ((32, 32), (32, 32)))
     """
     from .core.job import WritePlan
 
@@ -336,6 +353,15 @@ def open_array(
         ``path`` is a group; the message lists its arrays.
     UnsupportedCodecError
         A Zarr v2 array (``convert`` it first), or a codec chain shardwise cannot decode.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.ones((64, 64), "u1"), store, chunks=(16, 16), shards=(32, 32))
+    >>> a = shardwise.open_array(store)  # a dask array, one chunk per shard
+    >>> a.chunks, int(a.sum().compute())
+    (((32, 32), (32, 32)), 4096)
     """
 
     reader = open_reader(

@@ -63,7 +63,17 @@ __all__ = [
 
 
 class ShardwiseError(Exception):
-    """Base class of every error raised by shardwise."""
+    """Base class of every error raised by shardwise.
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> try:
+    ...     shardwise.open_array(zarr.storage.MemoryStore())
+    ... except shardwise.ShardwiseError as e:
+    ...     print(type(e).__name__)
+    ArrayNotFoundError
+    """
 
 
 class CorruptShardError(ShardwiseError, ValueError):
@@ -80,6 +90,14 @@ class CorruptShardError(ShardwiseError, ValueError):
     chunk : tuple of int or None, optional
         The inner-chunk coordinates inside the shard (``None`` when the problem is with the
         shard as a whole, e.g. its index).
+
+    Examples
+    --------
+    >>> e = CorruptShardError("c/0/0", "checksum mismatch", chunk=(1, 0))
+    >>> print(e)
+    shard 'c/0/0', inner chunk (1, 0): checksum mismatch
+    >>> e.key, e.chunk, isinstance(e, ValueError)
+    ('c/0/0', (1, 0), True)
     """
 
     def __init__(self, key: str, problem: str, *, chunk: tuple[int, ...] | None = None) -> None:
@@ -99,7 +117,19 @@ def _rebuild_corrupt(key: str, problem: str, chunk: tuple[int, ...] | None) -> C
 
 class UnsupportedCodecError(ShardwiseError, NotImplementedError):
     """The array's codec chain contains something shardwise cannot encode or decode, or the
-    array is a Zarr v2 array (a ``NotImplementedError``)."""
+    array is a Zarr v2 array (a ``NotImplementedError``).
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> v2 = zarr.storage.MemoryStore()
+    >>> _ = zarr.create_array(v2, shape=(4,), dtype="u1", zarr_format=2)
+    >>> try:
+    ...     shardwise.read_array(v2)
+    ... except NotImplementedError as e:
+    ...     print(type(e).__name__)
+    UnsupportedCodecError
+    """
 
 
 class ArrayNotFoundError(ShardwiseError, zarr.errors.ArrayNotFoundError):
@@ -111,6 +141,15 @@ class ArrayNotFoundError(ShardwiseError, zarr.errors.ArrayNotFoundError):
     ----------
     message : str
         The error message.
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> try:
+    ...     shardwise.read_array(zarr.storage.MemoryStore())
+    ... except zarr.errors.ArrayNotFoundError as e:  # zarr's own error class catches it
+    ...     print(type(e).__name__, isinstance(e, FileNotFoundError))
+    ArrayNotFoundError True
     """
 
     def __init__(self, message: str) -> None:
@@ -120,16 +159,50 @@ class ArrayNotFoundError(ShardwiseError, zarr.errors.ArrayNotFoundError):
 
 class ArrayExistsError(ShardwiseError, FileExistsError):
     """An array (or a finished write, or a batch) is already there and the mode does not
-    replace it (a ``FileExistsError``)."""
+    replace it (a ``FileExistsError``).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.zeros((8, 8), "u1"), store, chunks=(4, 4), shards=(8, 8))
+    >>> try:
+    ...     shardwise.write_array(np.ones((8, 8), "u1"), store, chunks=(4, 4), shards=(8, 8))
+    ... except FileExistsError as e:
+    ...     print(type(e).__name__)
+    ArrayExistsError
+    """
 
 
 class BatchNotFoundError(ShardwiseError, FileNotFoundError):
-    """No batch write is open for the array (a ``FileNotFoundError``)."""
+    """No batch write is open for the array (a ``FileNotFoundError``).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.zeros((8, 8), "u1"), store, chunks=(4, 4), shards=(8, 8))
+    >>> try:
+    ...     shardwise.batch.open_batch(store)
+    ... except FileNotFoundError as e:
+    ...     print(type(e).__name__)
+    BatchNotFoundError
+    """
 
 
 class InvalidTypeError(ShardwiseError, TypeError):
     """An argument of a type shardwise cannot use (a ``TypeError``); the message names the
-    keyword, the value and what it takes. Raised before anything is read or written."""
+    keyword, the value and what it takes. Raised before anything is read or written.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> try:
+    ...     shardwise.write_array(np.zeros(8), zarr.storage.MemoryStore(), threads="many")
+    ... except TypeError as e:
+    ...     print(e)
+    threads must be a positive integer, got 'many' (str)
+    """
 
 
 class NotAnArrayError(ShardwiseError, ValueError):
@@ -141,6 +214,17 @@ class NotAnArrayError(ShardwiseError, ValueError):
         The error message.
     arrays : list of str
         The array paths below the group, kept as ``.arrays``.
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = zarr.open_group(store, mode="w").create_array("a", shape=(4,), dtype="u1")
+    >>> try:
+    ...     shardwise.open_array(store)
+    ... except shardwise.NotAnArrayError as e:
+    ...     print(e.arrays)
+    ['a']
     """
 
     def __init__(self, message: str, arrays: list[str]) -> None:
@@ -153,38 +237,116 @@ class NotAnArrayError(ShardwiseError, ValueError):
 
 class NotAGroupError(ShardwiseError, ValueError):
     """The path names an array where a group is wanted, e.g. a Dataset's group (a
-    ``ValueError``)."""
+    ``ValueError``).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.zeros((8, 8), "u1"), store, chunks=(4, 4), shards=(8, 8))
+    >>> try:
+    ...     shardwise.open_dataset(store)
+    ... except ValueError as e:
+    ...     print(type(e).__name__)
+    NotAGroupError
+    """
 
 
 class InvalidValueError(ShardwiseError, ValueError):
     """A keyword argument's value, or a combination of keywords, is outside what is accepted (a
     ``ValueError``); the message names the keyword, the value and the accepted values. Raised
-    before anything is read or written."""
+    before anything is read or written.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> try:
+    ...     shardwise.write_array(np.zeros(8), zarr.storage.MemoryStore(), mode="x")
+    ... except ValueError as e:
+    ...     print(e)
+    mode must be one of 'w', 'w-', 'a', 'r+', got 'x'
+    """
 
 
 class PlanError(ShardwiseError, ValueError):
     """A write was refused before anything was written, with the figures why: memory per task
     over the limit, too many shard tasks, regions off the shard grid or sharing shards, data
-    that does not fit the stored array (a ``ValueError``)."""
+    that does not fit the stored array (a ``ValueError``).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.zeros((8, 8), "u1"), store, chunks=(4, 4), shards=(8, 8))
+    >>> try:
+    ...     shardwise.write_array(np.zeros((16, 16), "u1"), store, mode="r+")
+    ... except shardwise.PlanError as e:
+    ...     print(e)
+    data of shape (16, 16) does not fit the region (8, 8) of the array
+    """
 
 
 class ReadOnlyError(ShardwiseError, ValueError):
     """A write mode was asked of the read-only xarray engine (a ``ValueError``, as xarray's own
-    engines raise for a mode they do not take)."""
+    engines raise for a mode they do not take).
+
+    Examples
+    --------
+    >>> import xarray as xr, zarr
+    >>> try:
+    ...     xr.open_dataset(zarr.storage.MemoryStore(), engine="shardwise", mode="w")
+    ... except ValueError as e:
+    ...     print(type(e).__name__)
+    ReadOnlyError
+    """
 
 
 class SelectionError(ShardwiseError, IndexError):
     """A read selection shardwise cannot take: not basic indexing, or out of bounds (an
-    ``IndexError``)."""
+    ``IndexError``).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.zeros((8, 8), "u1"), store, chunks=(4, 4), shards=(8, 8))
+    >>> try:
+    ...     shardwise.read_array(store, (slice(None), 20))
+    ... except IndexError as e:
+    ...     print(e)
+    index 20 is out of bounds for dimension 1 of size 8
+    """
 
 
 class OutputError(ShardwiseError, ValueError):
     """The ``out=`` array of a read does not fit the selection (shape, dtype or not writeable);
-    a ``ValueError``."""
+    a ``ValueError``.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.zeros((8, 8), "u1"), store, chunks=(4, 4), shards=(8, 8))
+    >>> try:
+    ...     shardwise.read_array(store, out=np.empty(3))
+    ... except ValueError as e:
+    ...     print(type(e).__name__)
+    OutputError
+    """
 
 
 class LeaseHeldError(ShardwiseError, RuntimeError):
-    """Another writer holds the write lease of this array (a ``RuntimeError``)."""
+    """Another writer holds the write lease of this array (a ``RuntimeError``).
+
+    Examples
+    --------
+    >>> import shardwise
+    >>> try:
+    ...     raise shardwise.LeaseHeldError("the whole array is leased by another writer")
+    ... except RuntimeError as e:  # a RuntimeError, as it is to callers
+    ...     print(type(e).__name__)
+    LeaseHeldError
+    """
 
 
 class ShardConflictError(ShardwiseError, RuntimeError):
@@ -199,6 +361,12 @@ class ShardConflictError(ShardwiseError, RuntimeError):
         The store key of the shard.
     tries : int
         The read-merge-commit rounds made.
+
+    Examples
+    --------
+    >>> e = ShardConflictError("c/0/0", 3)
+    >>> e.key, e.tries, isinstance(e, RuntimeError)
+    ('c/0/0', 3, True)
     """
 
     def __init__(self, key: str, tries: int) -> None:
@@ -222,7 +390,14 @@ class TransactionError(ShardwiseError, RuntimeError):
     uncommitted), ``commit=`` was asked of a write that changed nothing in the session
     (icechunk makes no empty commit; nothing is committed), or another thread's shardwise write
     into the same session is running (refused before any change: two at once would lose one's
-    changes)."""
+    changes).
+
+    Examples
+    --------
+    >>> import shardwise
+    >>> issubclass(shardwise.TransactionError, (shardwise.ShardwiseError, RuntimeError))
+    True
+    """
 
 
 class VerifyError(ShardwiseError, ValueError):
@@ -232,6 +407,15 @@ class VerifyError(ShardwiseError, ValueError):
     ----------
     report : VerifyReport
         What verification found, kept as ``.report``.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.zeros((8, 8), "u1"), store, chunks=(4, 4), shards=(8, 8))
+    >>> e = VerifyError(shardwise.verify(store))
+    >>> e.report.problems, isinstance(e, ValueError)
+    ([], True)
     """
 
     def __init__(self, report: object) -> None:
@@ -241,4 +425,11 @@ class VerifyError(ShardwiseError, ValueError):
 
 class DependencyError(ShardwiseError, RuntimeError):
     """An installed dependency lacks something shardwise needs (see ``shardwise.compat``): its
-    version is outside the range shardwise supports (a ``RuntimeError``)."""
+    version is outside the range shardwise supports (a ``RuntimeError``).
+
+    Examples
+    --------
+    >>> import shardwise
+    >>> issubclass(shardwise.DependencyError, (shardwise.ShardwiseError, RuntimeError))
+    True
+    """

@@ -3,7 +3,14 @@ off by default in library calls, on by default in the CLI commands that do long 
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
 import re
+import struct
+import subprocess
+import sys
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +111,64 @@ def test_cli_shows_progress_when_asked_and_not_with_no_progress(
     assert main(args) == 0
     assert main(["verify", str(tmp_path / "b.zarr"), "--no-progress"]) == 0
     assert "shard" not in capsys.readouterr().err
+
+
+# a group of three arrays converted with a bar each, in a child process whose stdout and stderr
+# are a pseudo-terminal
+CONVERT_IN_A_TERMINAL = """
+import sys
+import numpy as np, zarr, shardwise
+src = zarr.open_group(sys.argv[1], mode="w")
+for name in "abc":
+    src.create_array(name, shape=(64, 48), chunks=(8, 8), dtype="int32")[:] = 1
+shardwise.convert(sys.argv[1], sys.argv[2], shards=(16, 16), progress=True)
+print("done")
+"""
+
+
+def in_a_terminal(args: list[str], rows: int, cols: int) -> str:
+    """What ``args`` printed to a pseudo-terminal of ``rows`` x ``cols`` (0 x 0: one that reports
+    no size, as a fresh one does), read to its end."""
+    master, slave = pty.openpty()
+    if rows or cols:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = {**os.environ, "COLUMNS": "", "LINES": ""}
+    child = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            got = os.read(master, 65536)
+        except OSError:  # EIO: the child is gone and its side of the terminal closed
+            break
+        if not got:
+            break
+        out += got
+    os.close(master)
+    assert child.wait() == 0, out
+    return out.decode()
+
+
+def screen_lines(out: str) -> list[str]:
+    """The lines a terminal shows after ``out``: each line as its last redraw (a bar redraws
+    itself after a carriage return) left it."""
+    return [line.split("\r")[-1] for line in out.replace("\r\n", "\n").split("\n")][:-1]
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(0, 0), (24, 80)], ids=["no-size", "80-columns"])
+def test_each_array_leaves_one_line_and_no_empty_one_in_a_terminal(
+    tmp_path: Path, rows: int, cols: int
+) -> None:
+    """A terminal that reports no size (0 x 0) showed no bar and an empty line per array: each
+    finished bar is one line, the next bar on the line after it."""
+    out = in_a_terminal(
+        [sys.executable, "-c", CONVERT_IN_A_TERMINAL, str(tmp_path / "s"), str(tmp_path / "d")],
+        rows,
+        cols,
+    )
+    lines = screen_lines(out)
+    assert len(lines) == 4, lines
+    for name, line in zip("abc", lines, strict=False):
+        assert re.fullmatch(rf"copy {name}: 100%\|█+\| 12/12 \[.*, 0\.0 MB stored\]", line), line
+        assert len(line) == (cols or 80) - 1  # the width the terminal has, else 80 columns
+    assert lines[3] == "done"

@@ -17,6 +17,7 @@ import dataclasses
 import html
 import inspect
 import re
+import runpy
 import subprocess
 import sys
 import tomllib
@@ -360,3 +361,54 @@ def test_a_failing_gallery_example_fails_the_build(tmp_path: Path) -> None:
     said = done.stdout + done.stderr
     assert "plot_broken.py" in said and "the example broke" in said, said
     assert "it ran" in (src / "gallery" / "plot_fine.rst").read_text()
+INVENTORIES = DOCS / "_inventories"
+
+
+def test_the_cross_links_read_inventories_kept_in_the_repository(tmp_path: Path) -> None:
+    """intersphinx reads every project's inventory from a file in docs/_inventories (nothing is
+    fetched at build time), each one what make_inventories.py writes (the committed files are
+    not stale), and every entry points into that project's stable site."""
+    from sphinx.util.inventory import InventoryFile
+
+    conf = runpy.run_path(str(CONF))
+    mapping = conf["intersphinx_mapping"]
+    assert set(mapping) == {"python", "numpy", "dask", "xarray", "zarr", "icechunk"}
+    maker = runpy.run_path(str(INVENTORIES / "make_inventories.py"))
+    for name, (url, inventory) in mapping.items():
+        path = Path(inventory)
+        assert path.parent == INVENTORIES and path.is_file(), (name, inventory)
+        assert url == maker["SITES"][name] and url.startswith("https://")
+        assert path.read_bytes() == maker["inventory"](name, maker["ENTRIES"][name]), name
+        with path.open("rb") as f:
+            loaded = InventoryFile.load(f, url, lambda base, page: base + page)
+        entries = [(n, item) for role in loaded.values() for n, item in role.items()]
+        assert len(entries) == len(maker["ENTRIES"][name]), name
+        for _, item in entries:
+            assert item.uri.startswith(url), item
+
+
+# a page of the reference -> the addresses on the other projects' sites its types link to
+CROSS_LINKS = {
+    "write_array.html": [
+        "https://numpy.org/doc/stable/reference/generated/numpy.ndarray.html#numpy.ndarray",
+        "https://docs.dask.org/en/stable/generated/dask.array.Array.html#dask.array.Array",
+        "https://docs.xarray.dev/en/stable/generated/xarray.DataArray.html#xarray.DataArray",
+        "https://zarr.readthedocs.io/en/stable/api/zarr/abc/store/#zarr.abc.store.Store",
+        "https://icechunk.io/en/stable/reference/session/#icechunk.session.Session",
+    ],
+    "to_zarr.html": [
+        "https://docs.xarray.dev/en/stable/generated/xarray.Dataset.html#xarray.Dataset",
+        "https://docs.xarray.dev/en/stable/generated/xarray.DataTree.html#xarray.DataTree",
+        "https://docs.dask.org/en/stable/delayed-api.html",
+    ],
+}
+
+
+@pytest.mark.parametrize("page", sorted(CROSS_LINKS))
+def test_the_types_on_the_api_pages_link_to_the_projects_docs(built: Path, page: str) -> None:
+    """A parameter typed ``xarray.Dataset`` (or numpy, dask, zarr, icechunk) links to that
+    object's page on its project's site; the build's -W (nitpicky) fails on one that does not
+    resolve."""
+    text = (built / page).read_text()
+    for address in CROSS_LINKS[page]:
+        assert f'href="{address}"' in text, (page, address)

@@ -5,6 +5,17 @@ under that part's lease, ``finalize`` verifies every part and closes the batch; 
 
 A front end over the write pipeline (``shardwise.write``): the steps are in ``run.py``, the
 parts of a batch in ``plan.py`` (pure), the batch's state in the store in ``status.py``.
+
+Examples
+--------
+>>> import numpy as np, zarr, shardwise
+>>> store = zarr.storage.MemoryStore()
+>>> plan = shardwise.batch.init(store, shape=(64, 64), dtype="u1", chunks=(16, 16),
+...                             shards=(32, 32), parts=2)
+>>> for part in range(2):  # each part in its own job, in any order
+...     _ = shardwise.batch.write_part(np.ones((32, 64), "u1"), store, part)
+>>> shardwise.batch.finalize(store).ok
+True
 """
 
 from .plan import BatchPlan, check_parts, nearest_aligned, split_parts

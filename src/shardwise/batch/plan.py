@@ -147,6 +147,14 @@ class BatchPlan:
         The region of each part, disjoint and shard-aligned.
     created : str
         When the batch was opened.
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> plan = shardwise.batch.init(zarr.storage.MemoryStore(), shape=(64,), dtype="u1",
+    ...                             chunks=(16,), shards=(32,), parts=2)
+    >>> plan.shape, len(plan.regions)
+    ((64,), 2)
     """
 
     id: str

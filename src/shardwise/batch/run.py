@@ -40,21 +40,10 @@ from ..core.layout import RegionArg
 from ..core.shardspec import target_shape
 from ..durability.holder import lease_expiry as check_expiry
 from ..durability.journal import BATCH, PARTS, clear_array, now
-from ..durability.lease import (
-    LEASE,
-    Lease,
-    Takeover,
-    gone_reason,
-    part_lease,
-    read_lease,
-)
+from ..durability.lease import LEASE, Lease, Takeover, gone_reason, part_lease, read_lease
 from ..durability.verify import VerifyReport, verify_store
 from ..engine.report import WriteReport
-from ..errors import (
-    InvalidTypeError,
-    LeaseHeldError,
-    VerifyError,
-)
+from ..errors import InvalidTypeError, LeaseHeldError, VerifyError
 from ..storage.consolidated import Nodes, refresh
 from ..storage.store import ShardStore
 from ..write.intent import Mode
@@ -137,6 +126,13 @@ def init(
         ``mode="r+"`` and no array there.
     LeaseHeldError
         Another writer holds the array's lease.
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> shardwise.batch.init(store, shape=(64,), dtype="u1", chunks=16, shards=32, parts=2).regions
+    ((slice(0, 32, None),), (slice(32, 64, None),))
     """
     from ..api import create_in_memory
     from ..write.execute import Target
@@ -265,6 +261,14 @@ def write_part(
         A ``part`` that is not an int or not one of the parts, or another keyword refused.
     LeaseHeldError
         The part (or the whole array) is leased by another writer.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.batch.init(store, shape=(64,), dtype="u1", chunks=16, shards=32, parts=2)
+    >>> shardwise.batch.write_part(np.ones(32, "u1"), store, 1).shards_written  # rows 32 to 64
+    1
     """
     from ..write.execute import Execution, Target, WriteCall
     from ..write.options import WriteOptions
@@ -369,6 +373,15 @@ def finalize(
         No batch is open for the array.
     LeaseHeldError
         Parts are still running (or died holding a lease that cannot be judged).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.batch.init(store, shape=(64,), dtype="u1", chunks=16, shards=32, parts=1)
+    >>> _ = shardwise.batch.write_part(np.ones(64, "u1"), store, 0)
+    >>> shardwise.batch.finalize(store).ok
+    True
     """
     from ..storage.nodes import open_info
 

@@ -55,6 +55,15 @@ def open_batch(
     BatchNotFoundError
         No batch is open (a ``FileNotFoundError``); the message says when the last one was
         finalized.
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.batch.init(store, shape=(64,), dtype="u1", chunks=(16,), shards=(32,),
+    ...                          parts=2)
+    >>> shardwise.batch.open_batch(store).shape
+    (64,)
     """
     sstore = _open(store, path, storage_options)
     raw = sstore.get(BATCH)

@@ -42,6 +42,15 @@ class ArrayReport:
     notes : list of str
         What the array's write found besides its shards, e.g. a resume (``resume=True``) of
         a finished conversion: nothing to do.
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> src, dst = zarr.storage.MemoryStore(), zarr.storage.MemoryStore()
+    >>> zarr.create_array(src, shape=(64, 64), chunks=(16, 16), dtype="u1")[...] = 1
+    >>> (a,) = shardwise.convert(src, dst, shards=(32, 32)).arrays
+    >>> a.method, a.shards, a.shards_written
+    ('copy', (32, 32), 4)
     """
 
     path: str
@@ -94,6 +103,17 @@ class ConvertReport:
         array failed verification.
     snapshot : str or None
         Into an icechunk session with ``commit=``: the snapshot committed.
+
+    Examples
+    --------
+    >>> import zarr, shardwise
+    >>> src, dst = zarr.storage.MemoryStore(), zarr.storage.MemoryStore()
+    >>> group = zarr.open_group(src, mode="w")
+    >>> for name in ("a", "b"):
+    ...     group.create_array(name, shape=(64,), chunks=(16,), dtype="u1")[...] = 1
+    >>> report = shardwise.convert(src, dst, shards=(32,))
+    >>> [a.path for a in report.arrays], report.problems
+    (['a', 'b'], [])
     """
 
     src: str

@@ -101,6 +101,14 @@ class ShardGeometry:
     shard_edges : tuple or None
         Per axis, the extents of a rectilinear shard grid (None along regular axes); None for a
         regular grid.
+
+    Examples
+    --------
+    >>> import shardwise
+    >>> g = shardwise.plan_shards((4096, 4096), "float32", chunks=(256, 256),
+    ...                           shard_bytes="16 MiB")
+    >>> g.shards, g.chunks
+    ((2048, 2048), (256, 256))
     """
 
     shape: tuple[int, ...]

@@ -87,8 +87,7 @@ class WritePlan:
     requested : {"auto", "direct", "staged"}
         The strategy asked for (``"auto"``: chosen).
     blocks : tuple of tuple of int
-        The chunks the source is cut into for the tasks (the shard pieces for direct,
-        inner-chunk aligned dask blocks for staged).
+        The chunks the source is cut into for the tasks (direct: shard pieces; staged: dask blocks).
     source_chunks : tuple of tuple of int or None
         The dask chunks of the source (None for numpy data).
     itemsize : int
@@ -106,13 +105,18 @@ class WritePlan:
     reason : str
         Why this strategy runs, with the figures that decided it (printed by ``print(job)``).
     per_task : int
-        Shards one shard task writes, one after another (a run of neighbours in C order of
-        the shard grid): 1 but for direct writes of a source without a dask graph of more
-        than ``MIN_RUNS`` shards (``shards_per_task``).
+        Shards one shard task writes, one after another (a run of neighbours in C order of the
+        shard grid): 1 but direct writes of a source without a dask graph of more than
+        ``MIN_RUNS`` shards (``shards_per_task``).
     layout : ShardGeometry or None
         The shards and inner chunks of a new array as :func:`shardwise.plan_shards` chose them,
-        with the reasons ``print(job)`` shows; None for an array written into (its layout as
-        stored).
+        with the reasons ``print(job)`` shows; None for an array written into (as stored).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> shardwise.plan_write(np.zeros((64, 64)), zarr.storage.MemoryStore(), shards=(32, 32)).blocks
+    ((32, 32), (32, 32))
     """
 
     plan: ShardPlan
@@ -320,9 +324,8 @@ def make_job(
     must then keep other writers out (see :attr:`WritePlan.merges_unconditionally`).
 
     ``runs_locally``: the write will run on dask's threaded or synchronous scheduler in this
-    process (the front ends ask ``compat.default_scheduler_is_local``; nothing here probes
-    dask). Auto then rechunks a misaligned source in memory (direct) when its shard tasks fit
-    the budget.
+    process (the front ends ask ``compat.default_scheduler_is_local``; nothing here probes dask).
+    Auto then rechunks a misaligned source in memory (direct) when its shard tasks fit the budget.
 
     ``local_cluster``: the write will run on a distributed ``LocalCluster`` (its workers share
     this machine: ``compat.default_cluster_is_local``). Auto then writes a misaligned source

@@ -84,7 +84,7 @@ def plan_shards(
     ----------
     shape : sequence of int
         The array's shape.
-    dtype : numpy dtype or str
+    dtype : numpy.dtype or str
         The array's data type.
     target : str, tuple, dict or None
         What ``shards=`` takes: None or ``"auto"`` (the default rule), a byte size (``"2GB"``),
@@ -119,6 +119,13 @@ def plan_shards(
         A target, size or axis that is not accepted (the message says what is), a shape of
         another number of dimensions, shards that would grow a write axis, or inner chunks that
         do not divide rectilinear shards (the message lists the sizes that would).
+
+    Examples
+    --------
+    >>> import shardwise
+    >>> g = shardwise.plan_shards((100_000, 512, 512), "uint16", chunks=(1, 256, 256))
+    >>> g.shards[1:], g.chunks
+    ((512, 512), (1, 256, 256))
     """
     from .args import byte_size
 

@@ -45,6 +45,16 @@ class Problem:
         What is wrong.
     chunk : tuple of int or None
         The inner chunk inside the shard, when the problem is one inner chunk.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np, shardwise
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> _ = shardwise.write_array(np.ones((64, 64), "u1"), path, chunks=(16, 16), shards=(32, 32))
+    >>> with open(path + "/c/0/1", "r+b") as f:  # damage one shard
+    ...     _ = f.write(b"garbage")
+    >>> [(p.kind, p.key) for p in shardwise.verify(path).problems]
+    [('corrupt', 'c/0/1')]
     """
 
     kind: str
@@ -84,6 +94,15 @@ class VerifyReport:
         or rewritten by another tool); notes, unless ``strict`` (then they are in ``problems``).
     notes : list of str
         Anything else worth knowing (no records at all, a lease held).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_array(np.ones((64, 64), "u1"), store, chunks=(16, 16), shards=(32, 32))
+    >>> report = shardwise.verify(store)
+    >>> report.ok, report.shards_stored, report.chunks_checked
+    (True, 4, 16)
     """
 
     where: str

@@ -214,6 +214,17 @@ def verify(
     ------
     InvalidTypeError, InvalidValueError
         A keyword of the wrong type, or a value it does not accept.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np, shardwise
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> _ = shardwise.write_array(np.ones((64, 64), "u1"), path, chunks=(16, 16), shards=(32, 32))
+    >>> with open(path + "/c/0/1", "r+b") as f:  # damage one shard
+    ...     _ = f.write(b"garbage")
+    >>> report = shardwise.verify(path)
+    >>> report.ok, len(report.problems)
+    (False, 1)
     """
     from ..core import args
     from ..storage.store import resolve_store

@@ -194,6 +194,16 @@ def read_array(
         ``path`` is a group; the message lists its arrays.
     UnsupportedCodecError
         A Zarr v2 array (``convert`` it first), or a codec chain shardwise cannot decode.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> data = np.arange(4096, dtype="u2").reshape(64, 64)
+    >>> _ = shardwise.write_array(data, store, chunks=(16, 16), shards=(32, 32))
+    >>> shardwise.read_array(store, (slice(0, 2), slice(30, 34)))
+    array([[30, 31, 32, 33],
+           [94, 95, 96, 97]], dtype=uint16)
     """
     reader = open_reader(
         store, path=path, threads=threads, storage_options=storage_options, cache_indexes=True

@@ -76,6 +76,14 @@ class WriteReport:
     forks : list
         A write into an icechunk session: the forks its shard tasks wrote into, on their way
         to the session (merged and emptied before the report is returned).
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> report = shardwise.write_array(np.ones((64, 64), "u1"), zarr.storage.MemoryStore(),
+    ...                                chunks=(16, 16), shards=(32, 32))
+    >>> report.shards_written, report.chunks_stored, report.raw_bytes
+    (4, 16, 4096)
     """
 
     shards_written: int = 0

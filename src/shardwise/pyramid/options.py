@@ -4,6 +4,7 @@ factors, the number of levels, the method and the per-axis mappings."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ import numpy as np
 
 from ..compat import classic_dask
 from ..core import args
-from ..core.pyramid import MAX_LEVELS, check_axes, default_axes, spatial
+from ..core.pyramid import MAX_LEVELS, Level, check_axes, default_axes, spatial
 from ..core.targets import parse_target
 from ..errors import InvalidTypeError, InvalidValueError
 from .reduce import METHODS
@@ -167,3 +168,11 @@ def shape_of(name: str, value: Any, ndim: int) -> tuple[int, ...] | None:
     if isinstance(value, str):
         raise InvalidValueError(f"{name} must be {accepted}, got {value!r}")
     return (args.positive_int(name, value),) * ndim
+
+
+def steps(geometry: Sequence[Level]) -> list[tuple[int, ...]]:
+    """The factors reducing each level of a pyramid's ``geometry`` into the next."""
+    return [
+        tuple(b // a for a, b in zip(lo.factors, up.factors, strict=True))
+        for lo, up in itertools.pairwise(geometry)
+    ]

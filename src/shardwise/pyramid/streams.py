@@ -25,7 +25,6 @@ them and hands them on: the upper levels' lost tails are made again from stored 
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -203,14 +202,6 @@ def stream_pyramid(
         raise
 
 
-def _steps(geometry: Sequence[Level]) -> list[tuple[int, ...]]:
-    """The factors reducing each level into the next."""
-    return [
-        tuple(b // a for a, b in zip(lo.factors, up.factors, strict=True))
-        for lo, up in itertools.pairwise(geometry)
-    ]
-
-
 class StreamPyramid:
     """An open pyramid stream (made by :func:`stream_pyramid`, never built directly).
 
@@ -222,6 +213,15 @@ class StreamPyramid:
         Level 0's (see :class:`~shardwise.Stream`).
     report : WriteReport or None
         What every level wrote, once closed.
+
+    Examples
+    --------
+    >>> import numpy as np, shardwise, zarr
+    >>> with shardwise.stream_pyramid(zarr.storage.MemoryStore(), shape=(None, 8, 8), dtype="u1",
+    ...                               levels=2, chunks=(1, 4, 4), shards=(2, 8, 8)) as s:
+    ...     s.extend(np.ones((3, 8, 8), "u1"))
+    >>> s.frames, s.report.shards_written
+    (3, 3)
     """
 
     def __init__(
@@ -231,7 +231,7 @@ class StreamPyramid:
         self.geometry = geometry
         self.method = method
         self.axis = streams[0].axis
-        self.steps = _steps(geometry)
+        self.steps = options.steps(geometry)
         self.length = streams[0].length
         self.resumed_from = streams[0].resumed_from
         self.report: WriteReport | None = None

@@ -79,6 +79,17 @@ def update_pyramid(
     InvalidValueError
         No multiscales at ``path``, a method ``write_pyramid`` does not reduce by, or a
         level 0 grown along more than one axis, or grown in a GeoZarr pyramid.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> _ = shardwise.write_pyramid(np.zeros((128, 128), "u1"), store, levels=2, chunks=32,
+    ...                             shards=64)
+    >>> zarr.open_array(store, path="0", mode="r+")[:64, :64] = 8
+    >>> _ = shardwise.update_pyramid(store, (slice(0, 64), slice(0, 64)))
+    >>> int(zarr.open_array(store, path="1", mode="r")[0, 0])
+    8
     """
     read_from = store.store if is_session(store) else store
     zstore = resolve_store(read_from, mode="r", storage_options=storage_options)

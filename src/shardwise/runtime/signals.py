@@ -52,6 +52,13 @@ class Interrupted(KeyboardInterrupt):
     signum : int
         The signal received (kept as ``.signum``); ``.exit_status`` is ``128 + signum``, the
         status a shell reports for a process ended by that signal.
+
+    Examples
+    --------
+    >>> import signal, shardwise
+    >>> e = shardwise.Interrupted(signal.SIGTERM)
+    >>> int(e.signum), e.exit_status, isinstance(e, KeyboardInterrupt)
+    (15, 143, True)
     """
 
     def __init__(self, signum: int) -> None:
@@ -88,6 +95,15 @@ def stop_on_signals(
     InvalidTypeError, InvalidValueError
         ``signals`` not signal numbers, ``grace`` not a positive number, or not called in the
         main thread.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> with shardwise.stop_on_signals():  # SIGTERM or Ctrl-C: the shards done are kept
+    ...     report = shardwise.write_array(np.ones((64, 64), "u1"), store, shards=(32, 32))
+    >>> report.shards_written
+    4
     """
     wanted = _check(signals, grace)
     if threading.current_thread() is not threading.main_thread():

@@ -22,8 +22,7 @@ waits for a buffer (backpressure); nothing grows without bound.
 
 A process killed at any moment loses at most the frames not sealed (or flushed): shards are
 atomic puts and the shape grows after them. ``stream(..., resume=True)`` reopens the array,
-tells the frames stored (``Stream.resumed_from``) and continues there
-(``write/stream_open.py``).
+tells the frames stored (``Stream.resumed_from``) and continues there (``write/stream_open.py``).
 """
 
 from __future__ import annotations
@@ -99,13 +98,11 @@ def stream(
     mode : {"w-", "w"}
         "w-" refuses an array at the path, "w" replaces it.
     resume : bool
-        Continue the stream at the path: its stored frames are kept (see
-        ``Stream.resumed_from``), the next frame appended after them. A new array when
-        there is none.
+        Continue the stream at the path: its stored frames are kept (see ``Stream.resumed_from``),
+        the next frame appended after them. A new array when there is none.
     pending : int, optional
-        Sealed shard-rows written in the background while the next one fills; ``append``
-        waits when more would be (default: as many as fit 8 MiB, at least one; those
-        waiting are written together, in one flush).
+        Sealed shard-rows written in the background while the next one fills; ``append`` waits
+        when more would be (default: as many as fit 8 MiB, at least one; written together).
     fill_value : scalar, optional
         The fill value, as ``zarr.create_array`` takes it.
     compressors : "auto", codec, list of codecs or None
@@ -136,8 +133,7 @@ def stream(
     Raises
     ------
     InvalidTypeError, InvalidValueError
-        A keyword of the wrong type or value (named in the message), before the store is
-        touched.
+        A keyword of the wrong type or value (named in the message), before the store is touched.
     ArrayExistsError
         ``mode="w-"`` (without ``resume``) and an array is already at the path.
     LeaseHeldError
@@ -186,10 +182,18 @@ class Stream:
     report : WriteReport or None
         What the stream wrote, once closed.
 
-    Frames are copied into the open shard-row's buffer; a full shard-row is sealed (written
-    in the background, its shards put whole, then the shape grown). As a context manager it
-    closes on a clean exit; when the block raises, the sealed frames stay and the stream is
-    left for ``resume=True`` (its lease released)."""
+    Frames are copied into the open shard-row's buffer; a full one is sealed (its shards put
+    whole in the background, then the shape grown). As a context manager it closes on a clean
+    exit; when the block raises, the sealed frames stay, left for ``resume=True``.
+
+    Examples
+    --------
+    >>> import numpy as np, shardwise, zarr
+    >>> with shardwise.stream(zarr.storage.MemoryStore(), shape=(None, 4), dtype="u1") as s:
+    ...     s.extend(np.ones((6, 4), "u1"))
+    >>> s.frames, s.stored
+    (6, 6)
+    """
 
     def __init__(self, opened: Opened, length: int | None, pending: int | None) -> None:
         self._o = opened

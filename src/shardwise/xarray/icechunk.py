@@ -15,9 +15,9 @@ __all__ = ["to_icechunk"]
 
 
 def to_icechunk(obj: Any, session: Any, *, commit: str | None = None, **kwargs: Any) -> WriteReport:
-    """Write an ``xarray.Dataset``, ``DataArray`` or ``DataTree`` into an icechunk session.
+    """Write an :class:`xarray.Dataset`, ``DataArray`` or ``DataTree`` into an icechunk session.
 
-    :func:`to_zarr` into a writable ``icechunk.Session``, under the name of icechunk's own
+    :func:`to_zarr` into a writable :class:`icechunk.Session`, under the name of icechunk's own
     ``icechunk.xarray.to_icechunk``: one task per shard whatever the dask chunks, on threads and
     on any dask cluster. The metadata goes into the session first; the session is forked once,
     each shard task writes its whole shards into a fork of its own, and the forks, checked to
@@ -53,6 +53,16 @@ def to_icechunk(obj: Any, session: Any, *, commit: str | None = None, **kwargs: 
         A read-only session or a ForkSession, or a keyword that does not apply to a session.
     TransactionError
         Two shard tasks wrote one shard (nothing merged), or the commit conflicts with another.
+
+    Examples
+    --------
+    >>> import icechunk, tempfile, numpy as np, xarray as xr, shardwise
+    >>> repo = icechunk.Repository.create(icechunk.local_filesystem_storage(tempfile.mkdtemp()))
+    >>> ds = xr.Dataset({"t": (("y", "x"), np.ones((64, 64)))})
+    >>> report = shardwise.to_icechunk(ds, repo.writable_session("main"), commit="first",
+    ...                                shards={"y": 32, "x": 32})
+    >>> report.shards_written, xr.open_zarr(repo.readonly_session("main").store).t.shape
+    (4, (64, 64))
     """
     if not is_session(session):
         raise InvalidTypeError(

@@ -22,10 +22,10 @@ def open_dataset(
     cache_indexes: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """Open a Zarr group as an ``xarray.Dataset`` with the shardwise engine.
+    """Open a Zarr group as an :class:`xarray.Dataset` with the shardwise engine.
 
-    The same as ``xr.open_dataset(store, engine="shardwise", chunks={})`` by default. It opens
-    stores written by xarray and zarr-python too (unsharded arrays are read through
+    The same as :func:`xarray.open_dataset` with ``engine="shardwise", chunks={}`` by default.
+    It opens stores written by xarray and zarr-python too (unsharded arrays are read through
     zarr-python).
 
     Parameters
@@ -60,6 +60,15 @@ def open_dataset(
     ------
     InvalidTypeError, InvalidValueError
         A ``chunks`` (or another keyword) of the wrong type, or a value it does not accept.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> ds = xr.Dataset({"t": (("y", "x"), np.ones((64, 64)))})
+    >>> _ = shardwise.to_zarr(ds, store, shards={"y": 32, "x": 32})
+    >>> shardwise.open_dataset(store).t.chunks  # a dask chunk per shard
+    ((32, 32), (32, 32))
     """
     import xarray as xr
 
@@ -113,6 +122,17 @@ def open_datatree(
     ------
     InvalidTypeError, InvalidValueError
         A ``chunks`` (or another keyword) of the wrong type, or a value it does not accept.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> ds = xr.Dataset({"t": ("x", np.arange(64.0))})
+    >>> _ = shardwise.to_zarr(xr.DataTree.from_dict({"/a": ds, "/b": ds * 2}), store,
+    ...                       shards={"x": 32})
+    >>> tree = shardwise.open_datatree(store)
+    >>> sorted(tree.children), float(tree["b"].t.sum())
+    (['a', 'b'], 4032.0)
     """
     import xarray as xr
 

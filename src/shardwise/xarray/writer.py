@@ -88,12 +88,12 @@ def to_zarr(
     write_inherited_coords: bool = False,
     commit: str | None = None,
 ) -> WriteReport | Any:
-    """Write an ``xarray.Dataset``, ``DataArray`` or ``DataTree`` to a sharded Zarr v3 store.
+    """Write an :class:`xarray.Dataset`, ``DataArray`` or ``DataTree`` to a sharded Zarr v3 store.
 
     Metadata, attributes, coordinates, dimension names, CF encoding (times, timedeltas,
     ``scale_factor``/``add_offset``, ``_FillValue``, strings, bools) and consolidated metadata are
-    those of ``Dataset.to_zarr(..., zarr_format=3)``; the data is written with one task per
-    shard whatever the dask chunks. 0-d variables are written without sharding.
+    those of :meth:`xarray.Dataset.to_zarr` with ``zarr_format=3``; the data is written with one
+    task per shard whatever the dask chunks. 0-d variables are written without sharding.
 
     Layout of the variables this call creates (existing arrays keep theirs), first match wins:
 
@@ -228,6 +228,15 @@ def to_zarr(
         (``safe_shards``), or a task that would not fit ``memory_limit``.
     LeaseHeldError
         Another writer holds a variable's lease.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr, zarr, shardwise
+    >>> store = zarr.storage.MemoryStore()
+    >>> ds = xr.Dataset({"t": (("y", "x"), np.ones((64, 64)))}).chunk({"y": 16})
+    >>> report = shardwise.to_zarr(ds, store, shards={"y": 32, "x": 32})
+    >>> report.shards_written, xr.open_zarr(store).t.shape
+    (4, (64, 64))
     """
     # 1. open and check: everything is validated, nothing is written. The keywords of
     # xarray's call first, then those write_array takes too, by its record (WriteOptions:
