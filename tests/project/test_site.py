@@ -361,6 +361,8 @@ def test_a_failing_gallery_example_fails_the_build(tmp_path: Path) -> None:
     said = done.stdout + done.stderr
     assert "plot_broken.py" in said and "the example broke" in said, said
     assert "it ran" in (src / "gallery" / "plot_fine.rst").read_text()
+
+
 INVENTORIES = DOCS / "_inventories"
 
 
