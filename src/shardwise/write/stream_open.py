@@ -134,7 +134,8 @@ def open_stream(store: Any, shape: tuple[int | None, ...], axis: int, o: WriteOp
         create=lambda: create_metadata(zstore, o.path, kwargs, made),
         options=o.settings,
     )
-    write = replace(write, append=_named(axis), adopt_done=False)
+    # resume=True over no array: a stream killed before its metadata (its lease taken over)
+    write = replace(write, append=_named(axis), adopt_done=False, resume=o.resume)
     ex = _enter(target, write, o, zstore)
     return Opened(ex, write, _metadata(sstore), axis, 0, None, False)
 
