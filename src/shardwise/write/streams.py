@@ -208,7 +208,7 @@ class Stream:
         for _ in range(self.pending):
             self._free.put(np.empty(self._row_shape, self.dtype))
         self._buf = np.empty(self._row_shape, self.dtype)
-        self.resumed_from = opened.length  # frames stored when it opened
+        self.resumed_from = self._shown = opened.length  # frames stored when it opened
         self.frames = opened.length  # frames appended (those stored when it opened included)
         self.stored = opened.length  # frames stored: what readers see
         self._row = opened.length // self.step  # the open shard-row
@@ -400,9 +400,9 @@ class Stream:
         for row, buf, k in rows:
             start = row * self.step
             plan = ShardPlan(lay, _rows(lay.shape, self.axis, start, start + k))
-            # a shard-row readers see in part (flushed, or the tail of a resume) is replaced
-            # with the stored chunks kept in place: a read spanning the put still decodes
-            shown = replace(whole.options, supersede=start < self.stored)
+            # a shard-row readers see in part (flushed, the tail of a resume, rewound) is
+            # replaced with the stored chunks kept in place: a read spanning the put decodes
+            shown = replace(whole.options, supersede=start < max(self.stored, self._shown))
             writes.append(replace(whole, plan=plan, source=buf[self._at(0, k)], options=shown))
         ex.flush(ex.parts(writes))
         if after_store is not None:
