@@ -216,7 +216,7 @@ class Stream:
         self._flushed = self._fill  # of them, the frames stored (a flush, or on resume)
         if opened.tail is not None:
             self._buf[self._at(0, self._fill)] = opened.tail
-        self._start = int(opened.write.plan.region[self.axis].start)
+        self._start = min(int(opened.write.plan.region[self.axis].start), self._row * self.step)
         self._jobs: queue.Queue[tuple[int, np.ndarray, int] | None] = queue.Queue()
         self._error: BaseException | None = None
         self.report: WriteReport | None = None
