@@ -721,11 +721,15 @@ def kill_writer(root: str, seed: int, started: Any, hold: Any = None) -> None:
 
 
 def forkserver() -> Any:
-    """A multiprocessing context whose children fork from a server that preloaded shardwise."""
+    """A multiprocessing context whose children fork from a server that preloaded shardwise
+    (its writers and streams too: a child that writes starts in milliseconds, not a second)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["faultkit", "shardwise", "dask.array", "numpy", "zarr"])
+    ctx.set_forkserver_preload(
+        ["faultkit", "shardwise", "shardwise.write.streams", "shardwise.pyramid.streams",
+         "dask.array", "numpy", "zarr"]
+    )  # fmt: skip
     return ctx
 
 

@@ -486,3 +486,35 @@ def test_a_stream_killed_at_any_point_loses_nothing_stored(
     _, seen_stored = kill_after(root, said)
     kept = resume_and_finish(root, seen_stored)
     assert kept % STEP == 0  # whole shard-rows: no flush, so nothing partial was ever shown
+
+
+def test_the_report_counts_every_shard_put_a_superseding_one_as_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flushed shard-row sealed is written over the flushed shard with its chunks kept in
+    place (larger than the shard alone): ``bytes_stored`` is the bytes of every shard put, that
+    one as stored."""
+    x = frames(12)
+    sizes: dict[str, list[int]] = {}
+    put = ShardStore.put
+
+    def counted(self: ShardStore, name: str, data: Any) -> None:
+        if name.startswith("c/"):
+            parts = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)
+            sizes.setdefault(name, []).append(sum(memoryview(p).nbytes for p in parts))
+        put(self, name, data)
+
+    monkeypatch.setattr(ShardStore, "put", counted)
+    root, fresh = tmp_path / "a.zarr", tmp_path / "fresh.zarr"
+    with shardwise.stream(root, dtype="u2", **layout(0)) as s:
+        s.append(x[:5])
+        s.flush()  # shard-row 1 shown in part: frame 4 in a chunk of 2 frames
+        s.append(x[5:12])  # sealed: written over the flushed shard, that chunk kept too
+    monkeypatch.undo()
+    with shardwise.stream(fresh, dtype="u2", **layout(0)) as again:
+        again.append(x[:12])
+    superseding = (root / "c" / "1" / "0" / "0").stat().st_size
+    assert superseding > (fresh / "c" / "1" / "0" / "0").stat().st_size
+    assert sizes["c/1/0/0"][-1] == superseding and len(sizes["c/1/0/0"]) == 2
+    assert s.report is not None
+    assert s.report.bytes_stored == sum(sum(v) for v in sizes.values())

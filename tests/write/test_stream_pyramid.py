@@ -280,15 +280,57 @@ def test_memory_is_bounded_by_the_levels_buffers(tmp_path: Path) -> None:
     assert peak <= 48 * MiB, (peak, stated)
 
 
-def test_a_closed_stream_whose_levels_end_in_a_partial_group_is_not_continued(
-    tmp_path: Path,
+def upto_axis(axis: int, n: int) -> tuple[slice, ...]:
+    return tuple(slice(0, n) if i == axis else slice(None) for i in range(3))
+
+
+@pytest.mark.parametrize("parts", [(5, 6), (7, 1, 3), (1, 1, 1, 8)])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_closed_stream_ending_in_a_partial_group_goes_on_equal_to_a_fresh_write_pyramid(
+    tmp_path: Path, case: str, parts: tuple[int, ...]
 ) -> None:
+    """Closed after each part (its last, partial groups reduced by the ceil rule), resumed and
+    continued: readers see every level as closed, the frames reduced from a partial group are
+    reduced again as it fills, and after each close every level equals a fresh
+    ``write_pyramid`` of the frames so far, ``verify`` clean."""
+    dims, axis, f = CASES[case]
+    x = np.moveaxis(frames(sum(parts), seed=9), 0, axis)
+
+    def upto(a: int, b: int) -> np.ndarray:
+        return x[tuple(slice(a, b) if i == axis else slice(None) for i in range(3))]
+
     root = str(tmp_path / "img.zarr")
-    with shardwise.stream_pyramid(root, **KW) as s:
-        s.append(frames(5))
-    with pytest.raises(shardwise.PlanError, match="partial group"):
-        shardwise.stream_pyramid(root, resume=True, **KW)
-    # a known length reached resumes to nothing more, every level kept
+    kw = dict(layout(axis, None), dtype="u2", levels=3, dims=dims)
+    done = 0
+    for i, m in enumerate(parts):
+        with shardwise.stream_pyramid(root, resume=i > 0, **kw) as s:
+            assert s.resumed_from == done
+            # the frames of partial groups taken back: each level the reduction of whole
+            # groups of the level below, as readers see it
+            lengths = [level(root, k).shape[axis] for k in range(3)]
+            assert all(lengths[k + 1] * f[axis] <= lengths[k] for k in range(2)), lengths
+            assert lengths == [s.stored[k] for k in range(3)]
+            want = oracle(upto(0, done), f, 3, "mean")
+            for k in range(3):
+                got = level(root, k)
+                np.testing.assert_array_equal(got, want[k][upto_axis(axis, got.shape[axis])])
+            s.append(upto(done, done + m))
+            s.flush()  # every level consistent with level 0 mid-stream
+            want = oracle(upto(0, done + m), f, 3, "mean")
+            for k in range(3):
+                got = level(root, k)
+                np.testing.assert_array_equal(got, want[k][upto_axis(axis, got.shape[axis])])
+        done += m
+        ref = zarr.storage.MemoryStore()
+        shardwise.write_pyramid(upto(0, done), ref, levels=3, dims=dims, chunks=kw["chunks"],
+                                shards=kw["shards"])  # fmt: skip
+        for k in range(3):
+            np.testing.assert_array_equal(level(root, k), level(ref, k), err_msg=f"level {k}")
+            assert shardwise.verify(f"{root}/{k}").ok
+    Image.from_zarr(zarr.open_group(root, mode="r"))
+
+
+def test_a_stream_that_reached_its_known_length_resumes_to_nothing_more(tmp_path: Path) -> None:
     done = dict(KW, shape=(5, *FRAME))
     other = str(tmp_path / "done.zarr")
     with shardwise.stream_pyramid(other, **done) as s:

@@ -105,13 +105,17 @@ class ShardWriter:
                 stored, exists, generation = self._put_whole(key, enc, rep)
                 if self.journal is not None:
                     self.journal.record(key, stored, generation)
+                put = None if stored is None else sum(memoryview(p).nbytes for p in stored)
             deleted = exists and stored is None
         else:
             assert isinstance(block, np.ndarray)
             piece = (self.plan.piece_in_shard(shard), block)
             merged, deleted = self._merge(key, valid, [piece], rep, codec)
             return self._counted(key, valid, merged, deleted, rep)
-        return self._counted(key, valid, enc, deleted, rep)
+        rep = self._counted(key, valid, enc, deleted, rep)
+        if put is not None:  # the object put: a superseding shard keeps the stored chunks too
+            rep.bytes_stored = put
+        return rep
 
     def write_updates(
         self, shard: Sequence[int], updates: Sequence[tuple[tuple[slice, ...], np.ndarray]]

@@ -18,8 +18,9 @@ Memory (:attr:`StreamPyramid.memory`): every level's shard-row buffers, the redu
 waiting for their source's seal (at most the unstored frames of the level below, reduced) and
 the unfinished groups.
 
-``resume=True`` resumes every level's stream, then reads back the stored frames of each level
-that the level above has not taken yet (at most the frames unsealed when it stopped), reduces
+``resume=True`` resumes every level's stream, then (``stream_resume.py``) takes back each
+level's frames reduced from a partial group (a stream closed on an unbounded space axis) and
+reads back the stored frames of each level that the level above has not taken yet, reduces
 them and hands them on: the upper levels' lost tails are made again from stored frames.
 """
 
@@ -41,13 +42,14 @@ from ..core.pyramid import (
     pyramid_levels,
 )
 from ..engine.report import WriteReport
-from ..errors import InvalidValueError, PlanError
+from ..errors import InvalidValueError
 from ..storage.store import ShardStore, resolve_store
 from ..write.stream_open import stream_axis
 from ..write.streams import Stream, stream
 from . import options
 from .metadata import ome_attributes, put_group
 from .reduce import reduce_block
+from .stream_resume import resume_levels
 
 __all__ = ["StreamPyramid", "stream_pyramid"]
 
@@ -241,7 +243,7 @@ class StreamPyramid:
         self._consumed = [0] * n
         # per level k > 0: reduced frames waiting for their source's seal (source end, frames)
         self._held: list[deque[tuple[int, np.ndarray]]] = [deque() for _ in range(n)]
-        self._resume(zstore, prefix)
+        resume_levels(self, zstore, prefix)
 
     @property
     def frames(self) -> int:
@@ -396,33 +398,6 @@ class StreamPyramid:
             below, held = self.levels[k - 1], self._held[k]
             while held and (held[0][0] <= below.stored or below.closed):
                 self.levels[k].append(held.popleft()[1])
-
-    def _resume(self, zstore: Any, prefix: str) -> None:
-        """After a resume: each level's stored frames the level above has not taken, read
-        back and fed on (nothing to do for new levels)."""
-        import zarr
-
-        got = [s.resumed_from for s in self.levels]
-        if not any(got):
-            return
-        for k in range(len(self.levels) - 1):
-            f = self.steps[k][self.axis]
-            start = got[k + 1] * f
-            if start > got[k]:
-                done = self.length is not None and got[0] == self.length
-                if not done:
-                    raise PlanError(
-                        f"level {k + 1} holds {got[k + 1]} frames, the reduction of a partial "
-                        f"group of level {k}'s {got[k]}: a closed pyramid stream does not go on"
-                    )
-                start = got[k]
-            self._consumed[k] = start
-            if start < got[k]:
-                arr = zarr.open_array(zstore, path=f"{prefix}{k}", mode="r")
-                self._pending[k] = [np.asarray(arr[self._at(start, got[k])])]
-        for k in range(len(self.levels) - 1):
-            self._feed(k, self._empty(k, 0), now=True)
-        self._release()
 
     def _abandon(self, error: BaseException) -> None:
         for s in self.levels:

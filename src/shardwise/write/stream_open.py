@@ -14,6 +14,10 @@ shards below it are stored and recorded) and the open marker of the stream that 
 cut back to that length when the stream goes on; shards a killed seal stored past the length
 (their shape never grew) are removed, and the rows of a partial last shard-row are read back
 into the stream's buffer, so that shard is written whole again when it seals.
+
+:func:`rewind` takes a resumed stream back to fewer frames than it stored (a pyramid level
+whose last frame was reduced from a partial group when its stream closed): they are appended
+again (the shape cut back to the frames kept), their shard-row written whole when it seals.
 """
 
 from __future__ import annotations
@@ -134,7 +138,8 @@ def open_stream(store: Any, shape: tuple[int | None, ...], axis: int, o: WriteOp
         create=lambda: create_metadata(zstore, o.path, kwargs, made),
         options=o.settings,
     )
-    write = replace(write, append=_named(axis), adopt_done=False)
+    # resume=True over no array: a stream killed before its metadata (its lease taken over)
+    write = replace(write, append=_named(axis), adopt_done=False, resume=o.resume)
     ex = _enter(target, write, o, zstore)
     return Opened(ex, write, _metadata(sstore), axis, 0, None, False)
 
@@ -190,6 +195,29 @@ def _resume(
         ex.__exit__(type(e), e, e.__traceback__)
         raise
     return Opened(ex, write, meta, axis, length, tail, found is not None)
+
+
+def rewind(s: Any, m: int) -> None:
+    """Take the resumed stream ``s`` (a :class:`~shardwise.write.streams.Stream`) back to
+    ``m`` frames, fewer than it stored: its shape cut back to ``m`` (what readers see), the
+    next frame appended is frame ``m``, the frames of its shard-row before it read back into
+    the buffer, its write grown back over that shard-row, which is written again over the
+    stored one as a flushed one is (the stored chunks kept in place for a reader of the
+    longer shape)."""
+    meta = s._o.meta
+    meta["shape"][s.axis] = m
+    s._o.write.store.put("zarr.json", json.dumps(meta, indent=2).encode())
+    start = m // s.step * s.step
+    s.frames = s.stored = m
+    s._row, s._fill = m // s.step, m - start
+    s._flushed = s._fill
+    s._start = min(s._start, start)
+    if s._fill:
+        import zarr
+
+        w = s._o.write.store
+        arr = zarr.open_array(w.store, path=w.path, mode="r")
+        s._buf[s._at(0, s._fill)] = np.asarray(arr[s._at(start, m)])
 
 
 def _metadata(sstore: ShardStore) -> dict[str, Any]:

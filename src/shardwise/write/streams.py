@@ -212,7 +212,7 @@ class Stream:
         for _ in range(self.pending):
             self._free.put(np.empty(self._row_shape, self.dtype))
         self._buf = np.empty(self._row_shape, self.dtype)
-        self.resumed_from = opened.length  # frames stored when it opened
+        self.resumed_from = self._shown = opened.length  # frames stored when it opened
         self.frames = opened.length  # frames appended (those stored when it opened included)
         self.stored = opened.length  # frames stored: what readers see
         self._row = opened.length // self.step  # the open shard-row
@@ -220,7 +220,7 @@ class Stream:
         self._flushed = self._fill  # of them, the frames stored (a flush, or on resume)
         if opened.tail is not None:
             self._buf[self._at(0, self._fill)] = opened.tail
-        self._start = int(opened.write.plan.region[self.axis].start)
+        self._start = min(int(opened.write.plan.region[self.axis].start), self._row * self.step)
         self._jobs: queue.Queue[tuple[int, np.ndarray, int] | None] = queue.Queue()
         self._error: BaseException | None = None
         self.report: WriteReport | None = None
@@ -404,9 +404,9 @@ class Stream:
         for row, buf, k in rows:
             start = row * self.step
             plan = ShardPlan(lay, _rows(lay.shape, self.axis, start, start + k))
-            # a shard-row readers see in part (flushed, or the tail of a resume) is replaced
-            # with the stored chunks kept in place: a read spanning the put still decodes
-            shown = replace(whole.options, supersede=start < self.stored)
+            # a shard-row readers see in part (flushed, the tail of a resume, rewound) is
+            # replaced with the stored chunks kept in place: a read spanning the put decodes
+            shown = replace(whole.options, supersede=start < max(self.stored, self._shown))
             writes.append(replace(whole, plan=plan, source=buf[self._at(0, k)], options=shown))
         ex.flush(ex.parts(writes))
         if after_store is not None:
