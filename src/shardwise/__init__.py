@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .write.streams import Stream, stream
     from .xarray.icechunk import to_icechunk
     from .xarray.opening import open_dataset, open_datatree
+    from .xarray.streams import DatasetStream, stream_dataset
     from .xarray.writer import to_zarr
 
 __version__ = "0.1.0"
@@ -60,6 +61,7 @@ __all__ = [
     "BatchNotFoundError",
     "ConvertReport",
     "CorruptShardError",
+    "DatasetStream",
     "DependencyError",
     "Interrupted",
     "InvalidTypeError",
@@ -93,6 +95,7 @@ __all__ = [
     "read_array",
     "stop_on_signals",
     "stream",
+    "stream_dataset",
     "stream_pyramid",
     "to_icechunk",
     "to_zarr",
@@ -124,6 +127,8 @@ _LAZY = {
     "stream": ".write.streams",
     "StreamPyramid": ".pyramid.streams",
     "stream_pyramid": ".pyramid.streams",
+    "DatasetStream": ".xarray.streams",
+    "stream_dataset": ".xarray.streams",
     "to_icechunk": ".xarray.icechunk",
     "to_zarr": ".xarray.writer",
     "update_pyramid": ".pyramid.update",

@@ -53,7 +53,8 @@ def capture(template: Any, dim: str) -> tuple[dict[str, Spec], dict[str, Any]]:
         raise InvalidTypeError(f"template must be an xarray.Dataset, got {type(template).__name__}")
     if not isinstance(dim, str) or dim not in template.dims:
         raise InvalidValueError(
-            f"append_dim={dim!r} is not a dimension of the template ({', '.join(template.dims)})"
+            f"append_dim={dim!r} is not a dimension of the template "
+            f"({', '.join(map(str, template.dims))})"
         )
     first = template.isel({dim: slice(0, 1)}) if template.sizes[dim] else template
     first = first.drop_encoding().copy(deep=False)  # no chunks or codecs of a source
@@ -70,7 +71,8 @@ def capture(template: Any, dim: str) -> tuple[dict[str, Spec], dict[str, Any]]:
     specs = {}
     for name in template.variables:
         arr = group[str(name)]
-        dims = tuple(arr.metadata.dimension_names or ())
+        assert isinstance(arr, zarr.Array)
+        dims = tuple(getattr(arr.metadata, "dimension_names", None) or ())
         axis = dims.index(dim) if dim in dims else None
         attrs = dict(arr.attrs.asdict())
         src = template.variables[name]
@@ -116,7 +118,9 @@ def layouts(
         shards = {dim: shards}
     for key, given in (("chunks", chunks), ("shards", shards)):
         if given is not None and not isinstance(given, Mapping):
-            raise InvalidTypeError(f"{key} must be a dict of sizes by dimension name, got {given!r}")
+            raise InvalidTypeError(
+                f"{key} must be a dict of sizes by dimension name, got {given!r}"
+            )
         for d, n in (given or {}).items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise InvalidValueError(f"{key}[{d!r}] must be a positive int, got {n!r}")
@@ -144,27 +148,32 @@ def encode_slice(specs: Mapping[str, Spec], dim: str, ds: Any) -> tuple[int, dic
 
     if not isinstance(ds, xr.Dataset):
         raise InvalidTypeError(f"append takes an xarray.Dataset, got {type(ds).__name__}")
-    if dim not in ds.dims and dim in ds.coords:  # one step as a scalar coordinate
-        ds = ds.expand_dims(dim)
     streamed = {n for n, s in specs.items() if s.axis is not None}
-    given = {str(n) for n, v in ds.variables.items() if dim in v.dims}
+    found = {str(n): v for n, v in ds.variables.items()}
+    if dim not in ds.dims and dim in ds.coords:  # one step: a scalar coordinate
+        found = {
+            n: v.set_dims({dim: 1, **v.sizes}) if n in streamed else v for n, v in found.items()
+        }
+    given = {n for n, v in found.items() if dim in v.dims}
     if given != streamed:
         missing, extra = sorted(streamed - given), sorted(given - streamed)
         raise PlanError(
             f"the slice's variables along {dim!r} are not the stream's: missing {missing}, "
             f"not in the store {extra}. Nothing was appended"
         )
-    n = int(ds.sizes[dim])
+    n = int(found[next(iter(given))].sizes[dim])
     out = {}
     for name in sorted(streamed):
-        out[name] = _encoded(specs[name], ds.variables[name], dim, n, encode_zarr_variable)
+        out[name] = _encoded(specs[name], found[name], dim, n, encode_zarr_variable)
     return n, out
 
 
 def _encoded(s: Spec, var: Any, dim: str, n: int, encode: Any) -> np.ndarray:
     """One variable of a slice, checked against ``s`` and encoded as the store holds it."""
     if set(var.dims) != set(s.dims) or len(var.dims) != len(s.dims):
-        raise PlanError(f"{s.name!r} has dimensions {var.dims}, the store {s.dims}. Nothing was appended")
+        raise PlanError(
+            f"{s.name!r} has dimensions {var.dims}, the store {s.dims}. Nothing was appended"
+        )
     var = var.transpose(*s.dims).copy(deep=False)
     want = tuple(n if i == s.axis else m for i, m in enumerate(s.shape))
     if tuple(var.shape) != want:

@@ -108,8 +108,9 @@ def stream_dataset(
     --------
     >>> import numpy as np, pandas as pd, shardwise, xarray as xr, zarr
     >>> def day(i):
+    ...     when = pd.date_range("2024-01-01", periods=1) + pd.Timedelta(days=i)
     ...     return xr.Dataset({"t2m": (("time", "x"), np.full((1, 3), i, "f4"))},
-    ...                       coords={"time": pd.date_range("2024-01-01", periods=1) + i * pd.Timedelta("1D")})
+    ...                       coords={"time": when})
     >>> store = zarr.storage.MemoryStore()
     >>> with shardwise.stream_dataset(store, day(0), shards=4) as s:
     ...     for i in range(6):
@@ -134,24 +135,26 @@ def stream_dataset(
     opened: dict[str, Stream] = {}
     try:
         for name in sorted(grid):
-            s = specs[name]
-            assert s.axis is not None
-            sized = tuple(None if i == s.axis else n for i, n in enumerate(s.shape))
+            v = specs[name]
+            assert v.axis is not None
+            sized = tuple(None if i == v.axis else n for i, n in enumerate(v.shape))
             opened[name] = stream(
-                store, shape=sized, dtype=s.dtype, append_axis=s.axis, chunks=grid[name][0],
-                shards=grid[name][1], path=f"{prefix}{name}", fill_value=s.fill_value,
-                dimension_names=s.dims, attributes=s.attributes, **common,
+                store, shape=sized, dtype=v.dtype, append_axis=v.axis, chunks=grid[name][0],
+                shards=grid[name][1], path=f"{prefix}{name}", fill_value=v.fill_value,
+                dimension_names=v.dims, attributes=v.attributes, **common,
             )  # fmt: skip
         for name, st in opened.items():  # a resumed variable keeps its stored CF encoding
             kept = st._o.meta.get("attributes", {})
             if "units" in specs[name].encoding:
-                specs[name].encoding.update({k: kept[k] for k in ("units", "calendar") if k in kept})
+                specs[name].encoding.update(
+                    {k: kept[k] for k in ("units", "calendar") if k in kept}
+                )
         zstore = resolve_store(store, mode="w", storage_options=storage_options)
         statics = _write_static(zstore, prefix, specs, mode, resume)
         return DatasetStream(opened, specs, attrs, append_dim, zstore, prefix, statics)
     except BaseException as e:
-        for s in opened.values():
-            s.__exit__(type(e), e, e.__traceback__)
+        for st in opened.values():
+            st.__exit__(type(e), e, e.__traceback__)
         raise
 
 
@@ -361,4 +364,3 @@ class DatasetStream:
     def _check_open(self) -> None:
         if self.closed:
             raise InvalidValueError("the Dataset stream is closed")
-
