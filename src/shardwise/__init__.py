@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .runtime.signals import Interrupted, stop_on_signals
     from .write.regions import RegionWriter
     from .write.streams import Stream, stream
+    from .xarray.geo_streams import GeoZarrStream, stream_geozarr
     from .xarray.icechunk import to_icechunk
     from .xarray.opening import open_dataset, open_datatree
     from .xarray.streams import DatasetStream, stream_dataset
@@ -63,6 +64,7 @@ __all__ = [
     "CorruptShardError",
     "DatasetStream",
     "DependencyError",
+    "GeoZarrStream",
     "Interrupted",
     "InvalidTypeError",
     "InvalidValueError",
@@ -96,6 +98,7 @@ __all__ = [
     "stop_on_signals",
     "stream",
     "stream_dataset",
+    "stream_geozarr",
     "stream_pyramid",
     "to_icechunk",
     "to_zarr",
@@ -129,6 +132,8 @@ _LAZY = {
     "stream_pyramid": ".pyramid.streams",
     "DatasetStream": ".xarray.streams",
     "stream_dataset": ".xarray.streams",
+    "GeoZarrStream": ".xarray.geo_streams",
+    "stream_geozarr": ".xarray.geo_streams",
     "to_icechunk": ".xarray.icechunk",
     "to_zarr": ".xarray.writer",
     "update_pyramid": ".pyramid.update",

@@ -222,6 +222,7 @@ class DatasetStream:
         self.stored = -1
         self.report: WriteReport | None = None
         self.closed = False
+        self.after_publish: Callable[[], None] | None = None  # a pyramid's group, refreshed
         self._publish(self.resumed_from)
         for n, s in streams.items():
             s.grow = functools.partial(self._grown, n)
@@ -354,6 +355,8 @@ class DatasetStream:
         }
         self._root.put("zarr.json", json.dumps(root, indent=2).encode())
         self.stored = end
+        if self.after_publish is not None:
+            self.after_publish()
 
     def _abandon(self, error: BaseException) -> None:
         self.closed = True
