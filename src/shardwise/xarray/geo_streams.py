@@ -61,7 +61,8 @@ def stream_geozarr(
     template : xarray.Dataset
         As :func:`shardwise.stream_dataset` takes it, its data variables over ``(..., "y",
         "x")`` with 1-D ``y``/``x`` coordinates (and a grid-mapping variable, as
-        ``write_pyramid`` takes them).
+        ``write_pyramid`` takes them). It is read whole (its levels reduced from it): a
+        frame or two is enough.
     levels : int or "auto", default "auto"
         The number of levels, level 0 included ("auto": until ``y``/``x`` fit an inner chunk).
     factors : int or dict, default 2

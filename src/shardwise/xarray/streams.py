@@ -104,6 +104,14 @@ def stream_dataset(
     ArrayExistsError, LeaseHeldError, PlanError
         As :func:`shardwise.stream` raises them, for the first variable that does.
 
+    Notes
+    -----
+    Readers through the group's consolidated metadata (``xr.open_zarr``,
+    ``shardwise.open_dataset``) see every variable at one length, the old or the new: it is
+    put after every array's ``zarr.json`` has grown. A reader with ``consolidated=False``
+    reads each array's own document and, during one growth, may find two lengths (xarray
+    refuses such a Dataset for conflicting sizes; opening again finds one).
+
     Examples
     --------
     >>> import numpy as np, pandas as pd, shardwise, xarray as xr, zarr
