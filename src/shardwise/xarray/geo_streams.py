@@ -82,6 +82,14 @@ def stream_geozarr(
     GeoZarrStream
         ``append``, ``extend``, ``flush``, ``close`` (or a ``with`` block).
 
+    Raises
+    ------
+    InvalidTypeError, InvalidValueError
+        A keyword of the wrong type or value, or a template that is no GeoZarr image (data
+        variables over ``(..., "y", "x")``, 1-D ``y``/``x``), before the store is touched.
+    ArrayExistsError, LeaseHeldError, PlanError
+        As :func:`shardwise.stream_dataset` raises them, for the first level that does.
+
     Examples
     --------
     >>> import numpy as np, pandas as pd, shardwise, xarray as xr, zarr
