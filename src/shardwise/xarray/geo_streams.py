@@ -69,11 +69,13 @@ def stream_geozarr(
         The reduction of ``y`` and ``x`` at each level (a dict: per axis).
     method : {"mean", "nearest", "mode"}, default "mean"
         The reduction, as ``write_pyramid``'s.
-    append_dim, chunks, shards, mode, resume
+    append_dim, chunks, shards : optional
         As :func:`shardwise.stream_dataset` takes them (``chunks``/``shards`` are level 0's:
         the smaller levels clip them to their ``y``/``x``).
     group : str, optional
         The pyramid group's path (levels at ``"<group>/0"``, ``"<group>/1"``, ...).
+    mode, resume : optional
+        As :func:`shardwise.stream_dataset` takes them, for every level.
     **kwargs
         The other keywords of :func:`shardwise.stream_dataset`, for every level.
 

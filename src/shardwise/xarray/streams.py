@@ -89,7 +89,9 @@ def stream_dataset(
         "w-" refuses arrays already there, "w" replaces them.
     resume : bool
         Continue the stream there: its stored frames are kept (``resumed_from``).
-    pending, compressors, lease, break_lease, threads, fsync, write_empty_chunks, storage_options
+    pending, compressors, lease, break_lease, threads, fsync, write_empty_chunks : optional
+        As :func:`shardwise.stream` takes them, for every variable's stream.
+    storage_options : dict, optional
         As :func:`shardwise.stream` takes them, for every variable's stream.
 
     Returns
