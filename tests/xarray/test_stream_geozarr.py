@@ -5,7 +5,7 @@ coordinates, the pyramid group's and the level groups' attributes); the multisca
 validated (zarr-cm, the conventions package eopf-geozarr builds them with) and every level
 opened by xarray's own engine as one consistent Dataset after every sealed shard-row and while
 a level is held between growing its arrays and its consolidated metadata; a stream stopped by
-an error resumed after the frames every level stored; a Dataset that is no GeoZarr image
+an error, and a child SIGKILLed mid-growth, resumed after the frames every level stored; a Dataset that is no GeoZarr image
 refused before the store is touched."""
 
 from __future__ import annotations
@@ -135,6 +135,56 @@ def test_a_stopped_stream_resumes_after_what_every_level_stored(tmp_path: Path) 
     with shardwise.stream_geozarr(root, scene(0, 2), resume=True, **KW) as s:
         assert s.resumed_from == 4 and s.stored == (4, 4, 4)
         s.extend(scenes(4, TOTAL))
+    ref = tmp_path / "w.zarr"
+    shardwise.write_pyramid(scenes(0, TOTAL), ref, levels=3, layout="geozarr")
+    for k in range(3):
+        got = xr.open_zarr(root, group=str(k)).load()
+        want = xr.open_zarr(ref, group=str(k), consolidated=False).load()
+        xr.testing.assert_allclose(got.drop_encoding(), want.drop_encoding(), rtol=1e-6)
+    assert shardwise.verify(root).ok
+
+
+def killed_pyramid(root: str, said: Any) -> None:
+    """A child streaming the scenes, stopping itself on the writer thread of the first level
+    that grows to 8 frames, after its arrays grew, before its consolidated metadata."""
+    import signal
+
+    from shardwise.xarray import streams as child
+
+    def hook(end: int) -> None:
+        if end >= 8:
+            said.send(("held", end))
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+    child.before_consolidate = hook
+    s = shardwise.stream_geozarr(root, scene(0, 2), pending=1, **KW)
+    s.extend(scenes(0, TOTAL))
+    s.flush()
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+
+def test_a_pyramid_stream_killed_mid_growth_resumes_with_every_level(tmp_path: Path) -> None:
+    """SIGKILLed with a level's arrays grown to 8 and its group's metadata not: the pyramid
+    still validates and opens, every level resumes at 4 or 8, and the finished pyramid equals
+    ``write_pyramid``'s, verified clean."""
+    import os
+    import signal
+
+    from faultkit import forkserver
+
+    root = str(tmp_path / "g.zarr")
+    ctx = forkserver()
+    ours, theirs = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=killed_pyramid, args=(root, theirs))
+    proc.start()
+    assert ours.poll(300) and ours.recv()[0] == "held"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+    assert set(check_readable(Path(root))) <= {0, 4, 8}
+    with shardwise.stream_geozarr(root, scene(0, 2), resume=True, **KW) as s:
+        assert s.resumed_from in (0, 4, 8) and set(s.stored) <= {0, 4, 8}
+        s.extend(scenes(s.resumed_from, TOTAL))
     ref = tmp_path / "w.zarr"
     shardwise.write_pyramid(scenes(0, TOTAL), ref, levels=3, layout="geozarr")
     for k in range(3):
