@@ -5,8 +5,8 @@ coordinates, the pyramid group's and the level groups' attributes); the multisca
 validated (zarr-cm, the conventions package eopf-geozarr builds them with) and every level
 opened by xarray's own engine as one consistent Dataset after every sealed shard-row and while
 a level is held between growing its arrays and its consolidated metadata; a stream stopped by
-an error, and a child SIGKILLed mid-growth, resumed after the frames every level stored; a Dataset that is no GeoZarr image
-refused before the store is touched."""
+an error, and a child SIGKILLed mid-growth, resumed after the frames every level stored; a
+Dataset that is no GeoZarr image refused before the store is touched."""
 
 from __future__ import annotations
 
