@@ -67,9 +67,9 @@ numpydoc_validation_exclude = {
     r"^shardwise\.(WriteReport|WritePlan|VerifyReport|ConvertReport|ArrayReport|ShardGeometry)$",
     r"^shardwise\.durability\.verify\.Problem$",
     r"^shardwise\.batch\.BatchPlan$",
-    # made by shardwise.stream (stream_pyramid), never built by a caller: its state is
-    # documented as Attributes
-    r"^shardwise\.(Stream|StreamPyramid)$",
+    # made by shardwise.stream (stream_pyramid, stream_dataset, stream_geozarr), never built by
+    # a caller: its state is documented as Attributes
+    r"^shardwise\.(Stream|StreamPyramid|DatasetStream|GeoZarrStream)$",
 }
 
 html_theme = "pydata_sphinx_theme"

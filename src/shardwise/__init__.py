@@ -47,8 +47,10 @@ if TYPE_CHECKING:
     from .runtime.signals import Interrupted, stop_on_signals
     from .write.regions import RegionWriter
     from .write.streams import Stream, stream
+    from .xarray.geo_streams import GeoZarrStream, stream_geozarr
     from .xarray.icechunk import to_icechunk
     from .xarray.opening import open_dataset, open_datatree
+    from .xarray.streams import DatasetStream, stream_dataset
     from .xarray.writer import to_zarr
 
 __version__ = "0.1.0"
@@ -60,7 +62,9 @@ __all__ = [
     "BatchNotFoundError",
     "ConvertReport",
     "CorruptShardError",
+    "DatasetStream",
     "DependencyError",
+    "GeoZarrStream",
     "Interrupted",
     "InvalidTypeError",
     "InvalidValueError",
@@ -93,6 +97,8 @@ __all__ = [
     "read_array",
     "stop_on_signals",
     "stream",
+    "stream_dataset",
+    "stream_geozarr",
     "stream_pyramid",
     "to_icechunk",
     "to_zarr",
@@ -124,6 +130,10 @@ _LAZY = {
     "stream": ".write.streams",
     "StreamPyramid": ".pyramid.streams",
     "stream_pyramid": ".pyramid.streams",
+    "DatasetStream": ".xarray.streams",
+    "stream_dataset": ".xarray.streams",
+    "GeoZarrStream": ".xarray.geo_streams",
+    "stream_geozarr": ".xarray.geo_streams",
     "to_icechunk": ".xarray.icechunk",
     "to_zarr": ".xarray.writer",
     "update_pyramid": ".pyramid.update",

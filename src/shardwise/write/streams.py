@@ -224,6 +224,7 @@ class Stream:
         self._jobs: queue.Queue[tuple[int, np.ndarray, int] | None] = queue.Queue()
         self._error: BaseException | None = None
         self.report: WriteReport | None = None
+        self.grow: Callable[[int], None] | None = None  # None: the shape grown here, as sealed
         self.closed = False
         ctx = contextvars.copy_context()  # the write's I/O meter counts the seals too
         self._worker = threading.Thread(
@@ -411,9 +412,11 @@ class Stream:
         ex.flush(ex.parts(writes))
         if after_store is not None:
             after_store(end)
-        meta = self._o.meta
-        meta["shape"][self.axis] = end
-        whole.store.put("zarr.json", json.dumps(meta, indent=2).encode())
+        if self.grow is not None:  # a dataset stream grows its arrays' shapes together
+            self.grow(end)
+        else:
+            self._o.meta["shape"][self.axis] = end
+            whole.store.put("zarr.json", json.dumps(self._o.meta, indent=2).encode())
         self.stored = end
 
     def _whole(self, end: int) -> Any:
