@@ -2,14 +2,15 @@
 """Frames streamed into Zarr v3: shardwise.stream against tensorstore, zarr-python and
 acquire-zarr writing the same arrays frame by frame.
 
-    python benchmarks/stream.py [--reps 5] [--dir /path/to/disk] [--specs A,B] [--out f.jsonl]
+    python benchmarks/stream.py [--reps 5] [--dir /path/to/disk] [--specs A,B,C] [--out f.jsonl]
 
 Specs (ome-writers' published benchmarks): A, 500 frames of 256x256 uint16 (#37); B, 200 frames
-of 128x128 uint16 (#52). Variants: ``chunks`` (one frame a chunk, no compression: ome-writers'
-own; shardwise and acquire-zarr store each chunk as a shard of one chunk, zarr-python and
-tensorstore as a plain chunk), ``shards`` (one frame a chunk, 50 frames a shard, no
-compression) and ``shards-zstd`` (the same, zstd level 3). Frames are camera-like (a slow ramp
-plus shot noise), generated before the clock starts.
+of 128x128 uint16 (#52); and C, a 2048x2048 uint16 camera: 100 frames (a second at 100 frames/s,
+800 MiB; shards of 10 frames, 80 MiB, in the shard variants). Variants: ``chunks`` (one
+frame a chunk, no compression: ome-writers' own; shardwise and acquire-zarr store each chunk as
+a shard of one chunk, zarr-python and tensorstore as a plain chunk), ``shards`` (one frame a
+chunk, 50 frames a shard, no compression) and ``shards-zstd`` (the same, zstd level 3).
+Frames are camera-like (a slow ramp plus shot noise), generated before the clock starts.
 
 Every case runs in a fresh process (repetitions interleaved: rep 0 of every case, then rep 1,
 ...). In the process: ``write`` is the seconds from opening the array to its close (every frame
@@ -46,12 +47,13 @@ from typing import Any
 
 import numpy as np
 
-SPECS = {"A": (500, 256, 256), "B": (200, 128, 128)}
+SPECS = {"A": (500, 256, 256), "B": (200, 128, 128), "C": (100, 2048, 2048)}
 VARIANTS = ("chunks", "shards", "shards-zstd")
 WRITERS = ("shardwise", "tensorstore", "zarr-python", "acquire-zarr")
 PYRAMID_WRITERS = ("shardwise-levels", "acquire-zarr-levels")
 LEVELS = 3
 SHARD = 50
+CAMERA_SHARD = 10  # frames of a shard of the 2048x2048 camera (C): 80 MiB
 LEVEL = 3
 
 
@@ -59,13 +61,19 @@ def make_frames(spec: str) -> np.ndarray:
     n, h, w = SPECS[spec]
     rng = np.random.default_rng(37)
     ramp = (np.arange(h)[:, None] + np.arange(w)[None, :]).astype("u2") * 4
-    noise = rng.poisson(20, size=(n, h, w)).astype("u2")
-    return ramp[None] + noise + np.arange(n, dtype="u2")[:, None, None]
+    # the camera's noise: 8 frames drawn, taken in turn (drawing 800 MiB would take longer)
+    noise = rng.poisson(20, size=(min(n, 8) if h > 256 else n, h, w)).astype("u2")
+    cycle = np.arange(n) % len(noise)
+    return ramp[None] + noise[cycle] + np.arange(n, dtype="u2")[:, None, None]
+
+
+def shard_frames(h: int) -> int:
+    return SHARD if h <= 256 else CAMERA_SHARD
 
 
 def layout(variant: str, h: int, w: int) -> tuple[int, ...]:
     """The shard shape along (t, y, x): one frame a shard for ``chunks``."""
-    return (1, h, w) if variant == "chunks" else (SHARD, h, w)
+    return (1, h, w) if variant == "chunks" else (shard_frames(h), h, w)
 
 
 def status(field: str) -> int:
@@ -122,7 +130,8 @@ def write_tensorstore(root: str, x: np.ndarray, variant: str) -> None:
         codecs, grid = inner, [1, h, w]
     else:
         shard = {"chunk_shape": [1, h, w], "codecs": inner}
-        codecs, grid = [{"name": "sharding_indexed", "configuration": shard}], [SHARD, h, w]
+        codecs = [{"name": "sharding_indexed", "configuration": shard}]
+        grid = [shard_frames(h), h, w]
     spec = {
         "driver": "zarr3",
         "kvstore": {"driver": "file", "path": root},
@@ -147,7 +156,7 @@ def write_zarr(root: str, x: np.ndarray, variant: str) -> None:
 
     n, h, w = x.shape
     comp = [ZstdCodec(level=LEVEL)] if variant == "shards-zstd" else None
-    shards = None if variant == "chunks" else (SHARD, h, w)
+    shards = None if variant == "chunks" else (shard_frames(h), h, w)
     z = zarr.create_array(
         root, shape=(n, h, w), dtype=x.dtype, chunks=(1, h, w), shards=shards,
         compressors=comp, zarr_format=3, fill_value=0,
@@ -164,7 +173,7 @@ def write_acquire(root: str, x: np.ndarray, variant: str, levels: int = 1) -> No
     import acquire_zarr as aqz
 
     n, h, w = x.shape
-    per = 1 if variant == "chunks" else SHARD
+    per = 1 if variant == "chunks" else shard_frames(h)
     q = 4 if levels > 1 else 1  # levels: chunks of a quarter of y and x (levels down to a chunk)
     dims = [
         aqz.Dimension(name="t", kind=aqz.DimensionType.TIME, array_size_px=0,
@@ -287,7 +296,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dir", default=tempfile.gettempdir())
-    ap.add_argument("--specs", default="A,B")
+    ap.add_argument("--specs", default="A,B,C")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--writers", default=",".join(WRITERS), help="also: shardwise-levels, ...")
     ap.add_argument("--out", default="")

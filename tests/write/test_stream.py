@@ -303,6 +303,75 @@ def test_another_process_reads_the_stored_frames_while_a_seal_is_held(tmp_path: 
     np.testing.assert_array_equal(stored(root, "v"), x[:14])
 
 
+def held_batch(root: Path, stop: type[BaseException] | None = None) -> tuple[Any, list[Any]]:
+    """A stream whose writer is held in its first seal (shard-row 0) while shard-rows 1-3
+    seal, so that they are written together, in one write; at that write's hook (its shards
+    stored, the shape not grown yet) what zarr-python reads is kept, and ``stop`` raised."""
+    x = frames(4 * STEP + 1)
+    reached, go = threading.Event(), threading.Event()
+    seen: list[Any] = []
+
+    def hold(end: int) -> None:
+        if end == STEP:
+            reached.set()
+            go.wait()
+        else:
+            a = zarr.open_array(root, mode="r")
+            seen.append((end, a.shape, np.asarray(a[...])))
+            if stop is not None:
+                raise stop("stopped after the batch's shards, before its shape")
+
+    streams.after_store = hold
+    try:
+        s = shardwise.stream(root, dtype="u2", pending=4, **layout(0))
+        s.append(x[:STEP])
+        assert reached.wait(120)
+        s.append(x[STEP:])  # shard-rows 1-3 sealed, waiting for the writer; 16 buffered
+        go.set()
+        if stop is None:
+            s.close()
+        else:
+            with pytest.raises(stop):
+                s.close()
+    finally:
+        streams.after_store = None
+        go.set()
+    return x, seen
+
+
+def test_shard_rows_written_together_show_readers_only_the_grown_shape(tmp_path: Path) -> None:
+    """Shard-rows sealed while the writer is busy are written in one write (their records
+    in one object): at its hook, every shard stored, a reader still sees the shape before it
+    and those frames only; after it the array is every frame, verified clean."""
+    root = tmp_path / "a.zarr"
+    x, seen = held_batch(root)
+    (end, shape, values), *_ = seen
+    assert end == 4 * STEP and shape == (STEP, *FRAME)  # shard-rows 1-3 stored, not shown
+    np.testing.assert_array_equal(values, x[:STEP])
+    assert all((root / "c" / str(r) / "0" / "0").exists() for r in (1, 2, 3))
+    assert not (root / ".shardwise" / "shards" / "c" / "1").exists()  # one record object
+    assert any((root / ".shardwise" / "runs").iterdir())
+    np.testing.assert_array_equal(stored(root), x)
+    assert shardwise.verify(root).ok
+
+
+def test_a_resume_after_a_batch_stopped_before_its_shape_removes_it_and_its_records(
+    tmp_path: Path,
+) -> None:
+    """A stream stopped after a batch's shards were stored, before its shape grew: the resume
+    reports the frames shown, removes the batch's shards and their records, and a stream
+    closed before writing those rows again leaves a clean array of what it was given."""
+    root = tmp_path / "a.zarr"
+    x, _ = held_batch(root, stop=RuntimeError)
+    assert zarr.open_array(root, mode="r").shape[0] == STEP
+    with shardwise.stream(root, dtype="u2", resume=True, **layout(0)) as s:
+        assert s.resumed_from == STEP
+        s.append(x[STEP : STEP + 2])
+    assert not any((root / "c" / str(r) / "0" / "0").exists() for r in (2, 3))
+    np.testing.assert_array_equal(stored(root), x[: STEP + 2])
+    assert shardwise.verify(root).ok
+
+
 # -- one writer ------------------------------------------------------------------------------------
 
 

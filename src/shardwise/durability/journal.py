@@ -306,17 +306,7 @@ def remove_temp_files(
     root = store.local_root
     if root is None:
         return []
-    if keys is None:
-        names = store.list("")
-    else:
-        names = []
-        for d in {k.rpartition("/")[0] for k in keys}:
-            try:
-                # store.key, not store.path: a path given as "/grp/arr" must stay inside root
-                entries = os.listdir(root / store.key(d))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            names += [f"{d}/{e}" if d else e for e in entries if TEMP.match(e)]
+    names = store.list("") if keys is None else _temp_names(store, root, keys)
     removed = []
     for name in names:
         base = temp_target(name)
@@ -330,6 +320,31 @@ def remove_temp_files(
             continue
         removed.append(name)
     return removed
+
+
+def _temp_names(store: ShardStore, root: Path, keys: set[str]) -> list[str]:
+    """The temp files in the directories of ``keys`` (a write's shards and records: a listing
+    per directory, none under a directory found missing, e.g. the records of a write that
+    recorded its shards in run objects)."""
+    names: list[str] = []
+    top = os.fspath(root)
+    missing: set[str] = set()
+    for d in sorted({k.rpartition("/")[0] for k in keys}):
+        up = d.split("/")
+        if missing and any("/".join(up[:i]) in missing for i in range(1, len(up))):
+            continue
+        try:
+            # store.key, not store.path: a path given as "/grp/arr" must stay inside root
+            entries = os.listdir(os.path.join(top, store.key(d)))
+        except (FileNotFoundError, NotADirectoryError):
+            while len(up) > 1 and not os.path.isdir(
+                os.path.join(top, store.key("/".join(up[:-1])))
+            ):
+                up.pop()  # the highest missing directory above it: none under it is listed
+            missing.add("/".join(up))
+            continue
+        names += [f"{d}/{e}" if d else e for e in entries if TEMP.match(e)]
+    return names
 
 
 def clear_array(store: ShardStore, keep: set[str], *, journal_only: bool = False) -> None:

@@ -11,7 +11,7 @@ append give-back; :func:`read_run_records` one write's, for its resume.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ..core.layout import Layout
@@ -138,3 +138,30 @@ def read_run_records(store: ShardStore, write_id: str) -> dict[str, Record]:
     for _, recs in sorted(got, key=lambda g: g[0]):
         out.update(recs)
     return out
+
+
+def cut_run_records(store: ShardStore, drop: Callable[[str], bool]) -> int:
+    """Take the records of the shards ``drop`` says out of every run record object (the
+    shards removed: a stream's rows past its stored length, on resume); an object left empty
+    is deleted, the others put again as they were otherwise (their time kept). Returns the
+    records taken out."""
+    cut = 0
+    for name in _run_names(store, ""):
+        raw = store.get(name)
+        try:
+            doc = json.loads(raw) if raw is not None else None
+        except ValueError:
+            continue
+        recs = doc.get("records") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict) or not isinstance(recs, dict):
+            continue
+        kept = {k: v for k, v in recs.items() if not drop(k)}
+        if len(kept) == len(recs):
+            continue
+        cut += len(recs) - len(kept)
+        if kept:
+            doc["records"] = kept
+            store.put(name, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+        else:
+            store.delete(name)
+    return cut

@@ -13,6 +13,7 @@ workers cheaply.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
@@ -396,7 +397,9 @@ def write_temp(
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileNotFoundError:
-        created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+        # the missing directories: up to the first one there (those above it are there too)
+        missing = (path.parent, *path.parent.parents)
+        created = list(itertools.takewhile(lambda d: not d.exists(), missing))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:

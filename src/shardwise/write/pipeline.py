@@ -90,6 +90,9 @@ class ArrayWrite:
     prefix: str = ""
     append: dict[str, Any] | None = None  # an append's dimension and axis, for its marker
     job: WritePlan | None = None  # the validated plan it came from (None: a copy)
+    # shards per run task, each run's records in one object (a stream's rows written once:
+    # write/stream_rows.py); None: as the job says
+    per_task: int | None = None
     tree: TreeLink | None = None  # its link in a tree of direct writes (None: alone)
 
 
@@ -397,13 +400,14 @@ def build_part(writes: Sequence[tuple[ArrayWrite, WriteSession]]) -> Any:
         if not _is_dask(write.source):
             # read window by window inside the shard tasks, in runs (engine/runs.py); a write
             # that creates its array records each run of many shards in one object
-            per_task = 1 if write.job is None else write.job.per_task
+            per_task = write.per_task or (1 if write.job is None else write.job.per_task)
+            batched = per_task > 1 and write.create is not None and not write.shared
             runs = ShardRuns(
                 writer,
                 write.source,
                 per_task,
                 plan.keep_mask(done),
-                batched=per_task > 1 and write.create is not None and not write.shared,
+                batched=batched or write.per_task is not None,
             )
             if local := LocalShards.of(runs, write.copy_source):
                 return local  # a numpy source: run without dask when computed here on threads

@@ -39,6 +39,7 @@ from ..durability.journal import (
     read_markers,
     temp_target,
 )
+from ..durability.records import cut_run_records
 from ..errors import InvalidTypeError, InvalidValueError, PlanError
 from ..storage.nodes import open_info
 from ..storage.retry import retry_transient
@@ -287,11 +288,16 @@ def _drop_past(sstore: ShardStore, info: ArrayInfo, axis: int, length: int) -> N
     stop = -(-length // lay.shard_shape[axis])  # the first shard-row not (partly) inside
     # the grid as long as any stream makes it: every shard key past the length parses
     wide = replace(lay, shape=tuple(1 << 62 if i == axis else n for i, n in enumerate(lay.shape)))
-    for name in sstore.list(""):
+
+    def past(name: str) -> bool:
         coord = None if name.startswith(JOURNAL + "/") else wide.parse_shard_key(name)
-        if coord is not None and coord[axis] >= stop:
+        return coord is not None and coord[axis] >= stop
+
+    for name in sstore.list(""):
+        if past(name):
             sstore.delete(name)
             sstore.delete(RECORDS + name)
+    cut_run_records(sstore, past)  # a flush's rows recorded together (write/stream_rows.py)
 
 
 def _named(axis: int) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from ..engine.report import WriteReport
 from ..errors import InvalidValueError, PlanError
 from .options import WriteOptions
 from .stream_open import Opened, _rows, _sized, open_stream, stream_axis
+from .stream_rows import Ring, Row, row_writes
 
 __all__ = ["Stream", "stream"]
 
@@ -208,10 +209,9 @@ class Stream:
         self._row_shape = tuple(row)
         row_bytes = int(np.prod(self._row_shape)) * self.dtype.itemsize
         self.pending = pending or max(1, min(64, PENDING_BYTES // max(row_bytes, 1)))
-        self._free: queue.Queue[np.ndarray] = queue.Queue()
-        for _ in range(self.pending):
-            self._free.put(np.empty(self._row_shape, self.dtype))
-        self._buf = np.empty(self._row_shape, self.dtype)
+        self._ring = Ring(self._row_shape, self.dtype, self.axis, self.pending + 1)
+        self._slot = 0  # the open shard-row's slot of the ring
+        self._buf = self._ring.view(0)
         self.resumed_from = self._shown = opened.length  # frames stored when it opened
         self.frames = opened.length  # frames appended (those stored when it opened included)
         self.stored = opened.length  # frames stored: what readers see
@@ -221,7 +221,7 @@ class Stream:
         if opened.tail is not None:
             self._buf[self._at(0, self._fill)] = opened.tail
         self._start = min(int(opened.write.plan.region[self.axis].start), self._row * self.step)
-        self._jobs: queue.Queue[tuple[int, np.ndarray, int] | None] = queue.Queue()
+        self._jobs: queue.Queue[Row | None] = queue.Queue()
         self._error: BaseException | None = None
         self.report: WriteReport | None = None
         self.grow: Callable[[int], None] | None = None  # None: the shape grown here, as sealed
@@ -312,7 +312,7 @@ class Stream:
         self._check_open()
         self._drain()
         if self._fill > self._flushed:
-            self._write([(self._row, self._buf, self._fill)])
+            self._write([(self._row, self._slot, self._fill)])
             self._flushed = self._fill
 
     def close(self) -> WriteReport:
@@ -361,10 +361,11 @@ class Stream:
 
     def _seal(self) -> None:
         """Hand the full (or final) shard-row to the writer; wait for a free buffer."""
-        self._jobs.put((self._row, self._buf, self._fill))
+        self._jobs.put((self._row, self._slot, self._fill))
         self._row += 1
         self._fill = self._flushed = 0
-        self._buf = self._free.get()  # the writer gives every buffer back, failed or not
+        self._slot = self._ring.free.get()  # the writer gives every slot back, failed or not
+        self._buf = self._ring.view(self._slot)
         self._check_open()
 
     def _work(self) -> None:
@@ -387,29 +388,22 @@ class Stream:
             except BaseException as e:
                 self._error = e
             finally:
-                for _, buf, _ in rows:
-                    self._free.put(buf)
+                for _, slot, _ in rows:
+                    self._ring.free.put(slot)
                 for _ in jobs:
                     self._jobs.task_done()
 
-    def _write(self, rows: list[tuple[int, np.ndarray, int]]) -> None:
-        """Store the shard-rows ``rows`` (each: its index, its buffer and its frames): the
-        marker grown to the last, their shards put and recorded, then the shape grown."""
+    def _write(self, rows: list[Row]) -> None:
+        """Store the shard-rows ``rows`` (each: its index, its slot and its frames): the
+        marker grown to the last, their shards put and recorded (rows after each other in
+        one write, a row readers see in part superseded: ``write/stream_rows.py``), then the
+        shape grown."""
         last, _, n = rows[-1]
         end = last * self.step + n
         whole = self._whole(end)
         ex = self._o.ex
         ex.resize(whole)
-        lay = whole.info.layout
-        writes = []
-        for row, buf, k in rows:
-            start = row * self.step
-            plan = ShardPlan(lay, _rows(lay.shape, self.axis, start, start + k))
-            # a shard-row readers see in part (flushed, the tail of a resume, rewound) is
-            # replaced with the stored chunks kept in place: a read spanning the put decodes
-            shown = replace(whole.options, supersede=start < max(self.stored, self._shown))
-            writes.append(replace(whole, plan=plan, source=buf[self._at(0, k)], options=shown))
-        ex.flush(ex.parts(writes))
+        ex.flush(ex.parts(row_writes(whole, self._ring, rows, max(self.stored, self._shown))))
         if after_store is not None:
             after_store(end)
         if self.grow is not None:  # a dataset stream grows its arrays' shapes together

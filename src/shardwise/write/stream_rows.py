@@ -1,0 +1,92 @@
+"""A stream's shard-row buffers and the writes of one of its flushes (``write/streams.py``).
+
+The buffers are the slots of one array allocated when the stream opens (:class:`Ring`), handed
+out in turn: shard-rows sealed one after another sit in slots one after another, so the rows
+of a flush that follow each other in the ring are one write (:func:`row_writes`), their source
+one view. Its shards go to a few run tasks (about one per core, ``ArrayWrite.per_task``) and
+each run's records are put as one object (``durability/journal.py``'s ``RunRecords``), not one
+record object per shard: with one frame a shard, the record puts cost as much as the shards.
+
+A shard-row readers already see in part (flushed, or the partial row a resume read back) is a
+write of its own: superseded in place (``codec/supersede.py``) and recorded with its own
+record, which is newer than any run's and wins over it (``durability/records.py``). Every other
+row is written once per stream; a resume cuts the run records of the rows it removes past the
+stored length (``write/stream_open.py``), so no record outlives its shard.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..core.plan import ShardPlan
+from ..runtime.pool import cpu_count
+from .pipeline import ArrayWrite
+from .stream_open import _rows
+
+__all__ = ["Ring", "row_writes"]
+
+Row = tuple[int, int, int]  # a shard-row sealed or flushed: its index, its slot, its frames
+
+
+class Ring:
+    """``slots`` shard-row buffers of ``row_shape`` (``axis``: the append axis) in one array;
+    ``free`` holds the slots not in use (slot 0 is the first open row's)."""
+
+    def __init__(self, row_shape: tuple[int, ...], dtype: Any, axis: int, slots: int) -> None:
+        self.axis, self.step, self.slots = axis, int(row_shape[axis]), slots
+        shape = list(row_shape)
+        shape[axis] *= slots
+        self.array = np.empty(tuple(shape), dtype)
+        self.free: queue.Queue[int] = queue.Queue()
+        for s in range(1, slots):
+            self.free.put(s)
+
+    def view(self, slot: int, frames: int | None = None) -> np.ndarray:
+        """The first ``frames`` frames (default: all) from slot ``slot`` on: a view, which may
+        span the slots after it."""
+        start = slot * self.step
+        stop = start + (self.step if frames is None else frames)
+        where = [slice(None)] * self.array.ndim
+        where[self.axis] = slice(start, stop)
+        return self.array[tuple(where)]
+
+
+def _groups(rows: list[Row], step: int, stored: int) -> list[list[Row]]:
+    """``rows`` (in order) in groups of one write: rows after each other in the array and in
+    the ring, each full but the last; a row readers see in part (before ``stored``) alone."""
+    out: list[list[Row]] = []
+    for r in rows:
+        if out and r[0] * step >= stored and out[-1][0][0] * step >= stored:
+            row, slot, k = out[-1][-1]
+            if k == step and r[0] == row + 1 and r[1] == slot + 1:
+                out[-1].append(r)
+                continue
+        out.append([r])
+    return out
+
+
+def row_writes(
+    whole: ArrayWrite, ring: Ring, rows: list[Row], stored: int, threads: int | None = None
+) -> list[ArrayWrite]:
+    """The writes of ``rows`` into ``whole`` (the stream's write at the flush's length), with
+    ``stored`` frames readers see: one per group of rows (:func:`_groups`)."""
+    lay, axis, step = whole.info.layout, ring.axis, ring.step
+    n = max(1, threads or cpu_count())
+    out = []
+    for group in _groups(rows, step, stored):
+        (first, slot, _), (last, _, k) = group[0], group[-1]
+        start, stop = first * step, last * step + k
+        plan = ShardPlan(lay, _rows(lay.shape, axis, start, stop))
+        source = ring.view(slot, stop - start)
+        if start < stored:  # read in part already: superseded, with its own record
+            shown = replace(whole.options, supersede=True)
+            out.append(replace(whole, plan=plan, source=source, options=shown))
+        else:
+            fresh = replace(whole.options, supersede=False)
+            per = max(1, -(-plan.ntasks // n))  # about one run task per core
+            out.append(replace(whole, plan=plan, source=source, options=fresh, per_task=per))
+    return out
