@@ -218,6 +218,20 @@ class GeoZarrStream:
         Frames appended, and stored when it opened (the fewest of any level).
     report : WriteReport or None
         What every level wrote, once closed.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, shardwise, xarray as xr, zarr
+    >>> def scene(i):
+    ...     when = pd.date_range("2024-01-01", periods=1) + pd.Timedelta(days=i)
+    ...     return xr.Dataset({"b": (("time", "y", "x"), np.full((1, 8, 8), i, "f4"))},
+    ...                       coords={"time": when, "y": np.arange(8.0), "x": np.arange(8.0)})
+    >>> with shardwise.stream_geozarr(zarr.storage.MemoryStore(), scene(0), levels=2,
+    ...                               shards=4) as s:
+    ...     for i in range(5):
+    ...         s.append(scene(i))
+    >>> len(s.levels), s.frames, [level.stored for level in s.levels]
+    (2, 5, [5, 5])
     """
 
     def __init__(

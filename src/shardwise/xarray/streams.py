@@ -205,6 +205,20 @@ class DatasetStream:
         Frames stored when the stream opened (``resume=True``; 0 for a new one).
     report : WriteReport or None
         What every variable's stream wrote, once closed.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, shardwise, xarray as xr, zarr
+    >>> def day(i):
+    ...     when = pd.date_range("2024-01-01", periods=2) + pd.Timedelta(days=2 * i)
+    ...     return xr.Dataset({"t2m": (("time", "x"), np.full((2, 3), i, "f4"))},
+    ...                       coords={"time": when})
+    >>> s = shardwise.stream_dataset(zarr.storage.MemoryStore(), day(0), shards=4)
+    >>> s.append(day(0)); s.append(day(1)); s.append(day(2))
+    >>> s.frames, sorted(s.streams)
+    (6, ['t2m', 'time'])
+    >>> s.close().shards_written >= 2, s.stored
+    (True, 6)
     """
 
     def __init__(
