@@ -234,6 +234,9 @@ def write_page(out: Path) -> None:
         f"machine with one command; the [benchmark log]({LOG}) holds the detailed runs, "
         "profiles and the history behind them.",
         "",
+        f"**This page is {SIZE_TEXT[info['size']]}**, run {info['date']} on the machine "
+        "described under [Reproduce](#reproduce).",
+        "",
         "| tool | version | what |",
         "|---|---|---|",
     ]
