@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -141,12 +141,11 @@ class WriteReport:
 
     def __iadd__(self, other: WriteReport) -> WriteReport:
         # in place: a sum of N reports extends the key lists once each, not N copies of them
-        for f in fields(self):
-            mine = getattr(self, f.name)
-            if isinstance(mine, list | ShardKeys):
-                mine.extend(getattr(other, f.name))
-            else:
-                setattr(self, f.name, mine + getattr(other, f.name))
+        # (one per shard written: the fields' split is looked up once, not per sum)
+        for name in _EXTENDED:
+            getattr(self, name).extend(getattr(other, name))
+        for name in _ADDED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         return self
 
     def __str__(self) -> str:
@@ -192,6 +191,11 @@ class WriteReport:
             )
             + "".join(f"; {n}" for n in self.notes)
         )
+
+
+# the fields a sum extends (lists, keys: made by a factory) and those it adds (numbers)
+_EXTENDED = tuple(f.name for f in fields(WriteReport) if f.default_factory is not MISSING)
+_ADDED = tuple(f.name for f in fields(WriteReport) if f.default_factory is MISSING)
 
 
 def sum_reports(receipts: Any, seconds_since: float | None = None) -> WriteReport:

@@ -10,6 +10,7 @@ put, and returns a small receipt. Metadata is written once, on the client, befor
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -111,8 +112,8 @@ class ShardWriter:
             assert isinstance(block, np.ndarray)
             piece = (self.plan.piece_in_shard(shard), block)
             merged, deleted = self._merge(key, valid, [piece], rep, codec)
-            return self._counted(key, valid, merged, deleted, rep)
-        rep = self._counted(key, valid, enc, deleted, rep)
+            return self._counted(shard, valid, merged, deleted, rep)
+        rep = self._counted(shard, valid, enc, deleted, rep)
         if put is not None:  # the object put: a superseding shard keeps the stored chunks too
             rep.bytes_stored = put
         return rep
@@ -127,7 +128,7 @@ class ShardWriter:
         key, valid = lay.shard_key(shard), tuple(s.stop - s.start for s in lay.shard_region(shard))
         rep = WriteReport(raw_bytes=sum(v.nbytes for _, v in updates))
         enc, deleted = self._merge(key, valid, updates, rep, self.info.shard_codec(shard))
-        return self._counted(key, valid, enc, deleted, rep)
+        return self._counted(shard, valid, enc, deleted, rep)
 
     def _merge(
         self,
@@ -183,7 +184,7 @@ class ShardWriter:
 
     def _counted(
         self,
-        key: str,
+        shard: Sequence[int],
         valid: tuple[int, ...],
         enc: EncodedShard | Splice | None,
         deleted: bool,
@@ -196,15 +197,15 @@ class ShardWriter:
             rep.shards_empty = 1
             # inner chunks inside the array only, as encode_shard/merge_shard count them
             used = [-(-v // c) for v, c in zip(valid, codec.chunk_shape, strict=True)]
-            rep.chunks_empty = int(np.prod(used))
+            rep.chunks_empty = math.prod(used)
             rep.shards_deleted = int(deleted)
             return rep
         rep.shards_written = 1
         rep.bytes_stored = enc.nbytes
-        rep.stored_raw_bytes = int(np.prod(valid)) * self.info.dtype.itemsize
+        rep.stored_raw_bytes = math.prod(valid) * self.info.dtype.itemsize
         rep.chunks_stored = enc.chunks_stored
         rep.chunks_empty = enc.chunks_empty
-        rep.keys = ShardKeys.of_key(self.info.layout, key)
+        rep.keys = ShardKeys.of_shard(self.info.layout, shard)  # the coordinate, not re-parsed
         return rep
 
     def _put_whole(

@@ -13,7 +13,6 @@ workers cheaply.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import threading
@@ -397,10 +396,7 @@ def write_temp(
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileNotFoundError:
-        # the missing directories: up to the first one there (those above it are there too)
-        missing = (path.parent, *path.parent.parents)
-        created = list(itertools.takewhile(lambda d: not d.exists(), missing))
-        path.parent.mkdir(parents=True, exist_ok=True)
+        created = _make_dirs(path.parent)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
@@ -413,6 +409,34 @@ def write_temp(
         tmp.unlink(missing_ok=True)
         raise
     return tmp, created
+
+
+def _make_dirs(d: Path) -> list[Path]:
+    """Create the missing directory ``d`` and its missing parents; returns them, deepest
+    first, with any another writer made meanwhile (their entries are fsynced too). One
+    ``mkdir`` per missing directory and no ``stat``: a stream of one frame a shard makes new
+    shard directories at almost every put."""
+    try:
+        os.mkdir(d)
+        return [d]
+    except FileExistsError:
+        _is_dir(d)
+        return [d]
+    except FileNotFoundError:
+        if d.parent == d:
+            raise
+    above = _make_dirs(d.parent)
+    try:
+        os.mkdir(d)
+    except FileExistsError:
+        _is_dir(d)
+    return [d, *above]
+
+
+def _is_dir(d: Path) -> None:
+    """Raise unless ``d`` (found existing by ``mkdir``) is a directory."""
+    if not d.is_dir():
+        raise FileExistsError(f"not a directory: {d}")
 
 
 def fsync_dirs(path: Path, created: Sequence[Path]) -> None:
