@@ -29,6 +29,7 @@ from .decode import decode_shard_bytes, reused_array
 from .frames import FrameArena
 from .index import MISSING, IndexLocation, ShardIndex, encode_index, index_slice, parse_index
 from .mosaic import Box, Mosaic
+from .single import NOT_ONE, encode_one
 
 __all__ = [
     "MISSING",
@@ -326,6 +327,9 @@ def encode_shard(
     then views of that arena, valid while the caller holds it), kept as their units' runs: the
     index is built from the runs' sizes with numpy, the parts are the runs' (no Python per chunk).
     """
+    one = encode_one(codec, block, write_empty_chunks, frames)  # a shard of one whole chunk
+    if one is not NOT_ONE:
+        return None if one is None else EncodedShard(one, 1, 0, block.nbytes)
     # only inner chunks holding array elements are encoded; the rest of the grid stays empty
     used = tuple(-(-n // c) for n, c in zip(block.shape, codec.chunk_shape, strict=True))
     runs, ids = _encode_runs(codec, block, write_empty_chunks, threads, None, frames)

@@ -109,10 +109,12 @@ def map_batches[T, R](
     (default four per thread; more balance uneven items better).
     """
     n = len(items)
-    size = pool_size() if threads is None else max(1, threads)
     if n == 0:
         return []
-    if size == 1 or n == 1 or getattr(_in_pool, "active", False):
+    if n == 1 or getattr(_in_pool, "active", False):  # one item (a shard of one chunk): inline
+        return fn(items)
+    size = pool_size() if threads is None else max(1, threads)
+    if size == 1:
         return fn(items)
     nbatch = min(n, batches or size * 4)
     bounds = [n * i // nbatch for i in range(nbatch + 1)]

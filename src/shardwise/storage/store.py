@@ -391,7 +391,7 @@ def write_temp(
     created for it (the caller renames it into place, or removes it). The temp name is
     ``<name>.<32 hex digits, the first ones tag>.partial``."""
     hexed = (tag + uuid.uuid4().hex)[:32]
-    tmp = path.with_name(f"{path.name}.{hexed}{PARTIAL_SUFFIX}")
+    tmp = Path(f"{path}.{hexed}{PARTIAL_SUFFIX}")  # next to it (a string join: no parse)
     created: list[Path] = []
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
