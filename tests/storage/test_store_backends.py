@@ -225,3 +225,23 @@ def test_the_backoff_doubles_up_to_its_cap_with_jitter_below_it() -> None:
         assert all(cap / 2 <= w <= cap for w in waits), (attempt, waits)
     assert RetryPolicy(jitter=0.0).wait(1) == pytest.approx(0.1)
     assert transient(TimeoutError()) and not transient(FileNotFoundError())
+
+
+def test_local_put_makes_missing_directories_once_and_refuses_a_file_in_the_way(
+    tmp_path: Path,
+) -> None:
+    """A put under missing directories makes each (the deepest first in what it reports);
+    a directory there already is used as it is; a file where a directory must be fails the
+    put, leaving no temp file behind."""
+    target = tmp_path / "a" / "b" / "c" / "k"
+    tmp, created = write_temp(target, [b"x"], fsync=False)
+    assert created == [tmp_path / "a" / "b" / "c", tmp_path / "a" / "b", tmp_path / "a"]
+    tmp.unlink()
+    files = LocalFiles(tmp_path)
+    files.put("a/b/d/k", [b"y"])  # "a/b" there: only "d" made
+    assert files.get("a/b/d/k") == b"y"
+    (tmp_path / "f").write_bytes(b"a file")
+    with pytest.raises(OSError):
+        files.put("f/g/k", [b"z"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "f"]
+    assert (tmp_path / "f").read_bytes() == b"a file"

@@ -18,6 +18,7 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ from zarr.abc.store import Store
 from zarr.storage import LocalStore
 
 from ..errors import ArrayNotFoundError, InvalidTypeError, InvalidValueError
+from .dirs import make_dirs
 from .meter import count, count_put
 from .zarr_backend import ZarrStoreBackend
 
@@ -290,7 +292,7 @@ class LocalFiles:
         return open_file(self.root / key)
 
     def put(self, key: str, parts: Sequence[Any]) -> None:
-        _atomic_write(self.root / key, parts, fsync=self.fsync, tag=self.tag)
+        _atomic_write(os.path.join(self.root, key), parts, fsync=self.fsync, tag=self.tag)
 
     def delete(self, key: str) -> None:
         (self.root / key).unlink(missing_ok=True)
@@ -373,15 +375,16 @@ def _write_all(fd: int, parts: Sequence[Any]) -> None:
                 view = view[os.write(fd, view) :]
 
 
-def _atomic_write(path: Path, parts: Sequence[Any], *, fsync: bool, tag: str = "") -> None:
-    tmp, created = write_temp(path, parts, fsync=fsync, tag=tag)
+def _atomic_write(path: str, parts: Sequence[Any], *, fsync: bool, tag: str = "") -> None:
+    tmp, created = _write_temp(path, parts, fsync=fsync, tag=tag)
     try:
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
     if fsync:
-        fsync_dirs(path, created)
+        fsync_dirs(Path(path), created)
 
 
 def write_temp(
@@ -390,13 +393,20 @@ def write_temp(
     """Write ``parts`` to a new temp file next to ``path``; returns it and the directories
     created for it (the caller renames it into place, or removes it). The temp name is
     ``<name>.<32 hex digits, the first ones tag>.partial``."""
-    hexed = (tag + uuid.uuid4().hex)[:32]
-    tmp = Path(f"{path}.{hexed}{PARTIAL_SUFFIX}")  # next to it (a string join: no parse)
+    tmp, created = _write_temp(os.fspath(path), parts, fsync=fsync, tag=tag)
+    return Path(tmp), created
+
+
+def _write_temp(
+    path: str, parts: Sequence[Any], *, fsync: bool, tag: str
+) -> tuple[str, list[Path]]:
+    # names as strings: no pathlib per put (a stream of one frame a shard puts one a frame)
+    tmp = f"{path}.{(tag + uuid.uuid4().hex)[:32]}{PARTIAL_SUFFIX}"
     created: list[Path] = []
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileNotFoundError:
-        created = _make_dirs(path.parent)
+        created = make_dirs(Path(path).parent)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
@@ -406,37 +416,10 @@ def write_temp(
         finally:
             os.close(fd)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
     return tmp, created
-
-
-def _make_dirs(d: Path) -> list[Path]:
-    """Create the missing directory ``d`` and its missing parents; returns them, deepest
-    first, with any another writer made meanwhile (their entries are fsynced too). One
-    ``mkdir`` per missing directory and no ``stat``: a stream of one frame a shard makes new
-    shard directories at almost every put."""
-    try:
-        os.mkdir(d)
-        return [d]
-    except FileExistsError:
-        _is_dir(d)
-        return [d]
-    except FileNotFoundError:
-        if d.parent == d:
-            raise
-    above = _make_dirs(d.parent)
-    try:
-        os.mkdir(d)
-    except FileExistsError:
-        _is_dir(d)
-    return [d, *above]
-
-
-def _is_dir(d: Path) -> None:
-    """Raise unless ``d`` (found existing by ``mkdir``) is a directory."""
-    if not d.is_dir():
-        raise FileExistsError(f"not a directory: {d}")
 
 
 def fsync_dirs(path: Path, created: Sequence[Path]) -> None:
