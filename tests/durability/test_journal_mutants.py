@@ -33,6 +33,7 @@ from shardwise.durability.journal import (
     object_crc32c,
     read_marker,
     read_markers,
+    remove_run_temps,
     remove_temp_files,
 )
 from shardwise.durability.records import read_records
@@ -233,6 +234,21 @@ def test_remove_temp_files_by_tag_removes_one_writers_leftovers(tmp_path: Path) 
     assert [p.exists() for p in theirs + mine] == [True, True, False, False]
     assert sorted(remove_temp_files(s)) == [f"c/0/0.{HEX_A}.partial", f"c/0/1.{HEX_A}.partial"]
     assert s.list("") == ["c/0/0"]
+
+
+def test_remove_run_temps_removes_this_writes_run_record_leftovers_only(tmp_path: Path) -> None:
+    """A task killed inside the put of its run record (``.shardwise/runs/<write id>-<token>.json``)
+    leaves a temp file no list of keys names: the write's clean-up (its resume, its finish)
+    removes those of its own id, never another write's nor a stored record."""
+    s = local(tmp_path)
+    root = tmp_path / "a.zarr"
+    mine = _temp(root, f".shardwise/runs/w1-t1.json.{HEX_A}.partial")
+    theirs = _temp(root, f".shardwise/runs/w2-t1.json.{HEX_B}.partial")
+    s.put(".shardwise/runs/w1-t2.json", b"{}")
+    assert remove_run_temps(s, "w1") == [f".shardwise/runs/w1-t1.json.{HEX_A}.partial"]
+    assert (mine.exists(), theirs.exists()) == (False, True)
+    assert s.get(".shardwise/runs/w1-t2.json") == b"{}"
+    assert remove_run_temps(s, "w1") == []
 
 
 def test_remove_temp_files_of_keys_in_nested_directories(tmp_path: Path) -> None:

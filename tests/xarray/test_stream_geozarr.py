@@ -123,7 +123,9 @@ def test_every_level_reads_as_one_dataset_while_a_level_is_held_mid_growth(
             s.extend(scenes(0, TOTAL))
     finally:
         streams.before_consolidate = None
-    assert errors == [] and len(seen) >= 3 * 3  # every level grew at 4, 8 and at close
+    # every level grows at least once (seals waiting are written together, so how many times
+    # depends on how far the appender ran ahead): each growth held, every level readable
+    assert errors == [] and len(seen) >= 3
     assert check_readable(root) == [TOTAL] * 3
 
 

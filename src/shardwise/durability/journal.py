@@ -322,6 +322,26 @@ def remove_temp_files(
     return removed
 
 
+def remove_run_temps(store: ShardStore, write_id: str) -> list[str]:
+    """Delete the temp files of this write's interrupted run-record puts
+    (``.shardwise/runs/<write id>-<token>.json``): their names are random, so no list of the
+    keys a write may put names them. Returns the names removed (local stores only)."""
+    root = store.local_root
+    if root is None:
+        return []
+    mine, removed = f"{RUNS}{write_id}-", []
+    for name in store.list(RUNS):
+        base = temp_target(name)
+        if base is None or not base.startswith(mine):
+            continue
+        try:
+            os.unlink(root / store.key(name))
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
+
+
 def _temp_names(store: ShardStore, root: Path, keys: set[str]) -> list[str]:
     """The temp files in the directories of ``keys`` (a write's shards and records: a listing
     per directory, none under a directory found missing, e.g. the records of a write that

@@ -42,6 +42,7 @@ from ..durability.journal import (
     read_marker,
     read_markers,
     region_list,
+    remove_run_temps,
     remove_temp_files,
 )
 from ..durability.lease import LEASE, Lease, read_lease
@@ -228,9 +229,10 @@ class WriteSession:
             self.store.delete(old)
 
     def _remove_temp_files(self) -> list[str]:
-        return remove_temp_files(
-            self.store, self._targets(), tag=self.store.tag if self.shared else ""
-        )
+        assert self.marker is not None
+        tag = self.store.tag if self.shared else ""
+        removed = remove_temp_files(self.store, self._targets(), tag=tag)
+        return removed + remove_run_temps(self.store, self.marker.id)
 
     def _targets(self) -> set[str]:
         """Every key this write may put: its shards, their records, its marker, the metadata."""
