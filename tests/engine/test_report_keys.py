@@ -57,12 +57,15 @@ def test_shard_keys_spell_every_grid_as_the_layout_does() -> None:
         Layout((10, 7), (4, 4), (2, 2)),
         Layout((10, 7, 3), (4, 4, 1), (2, 2, 1), separator="."),
         Layout((10, 7), (4, 4), (2, 2), key_encoding="v2"),
+        Layout.rectilinear((10, 7), ([3, 5, 2], 4), (1, 2)),
         Layout((), (), ()),
     ):
         keys = ShardKeys()
         coords = list(lay.shards())
         for c in reversed(coords):  # out of order: no span joins, still sorted when read
-            keys.extend(ShardKeys.of_key(lay, lay.shard_key(c)))
+            one = ShardKeys.of_shard(lay, c)  # the writers' key of a shard: its coordinate's
+            assert one == [lay.shard_key(c)]
+            keys.extend(one)
         assert list(keys) == sorted(lay.shard_key(c) for c in coords)
         assert pickle.loads(pickle.dumps(keys)) == keys
     mixed = ShardKeys(["z/loose"])

@@ -187,7 +187,7 @@ class ShardCopier:
             self.store.put(RECORDS + key, rec.to_bytes())
         stored = int(index.stored.sum())
         rep.shards_written, rep.bytes_stored = 1, total
-        rep.keys = ShardKeys.of_key(self.info.layout, key)
+        rep.keys = ShardKeys.of_shard(lay, shard)
         rep.chunks_stored, rep.chunks_empty = stored, len(flats) - stored
         rep.seconds = time.perf_counter() - started
         return rep

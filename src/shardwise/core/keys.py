@@ -76,12 +76,6 @@ class ShardKeys(Sequence[str]):
         out._spans.append((kg, index, index + 1))
         return out
 
-    @classmethod
-    def of_key(cls, layout: Layout, key: str) -> ShardKeys:
-        """The shard key ``key`` of ``layout``'s grid (kept as a string if it is none)."""
-        coord = layout.parse_shard_key(key)
-        return cls([key]) if coord is None else cls.of_shard(layout, coord)
-
     @property
     def spans(self) -> int:
         """Spans held (the client's cost of the keys, with the loose strings)."""

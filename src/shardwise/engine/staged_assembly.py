@@ -88,7 +88,7 @@ class ShardAssembly:
             n = sum(len(p.ids) for p in pieces)
             used = int(np.prod(lay.chunks_in_array(shard)))
             rep.stored_raw_bytes = self._shard_raw_bytes(shard)
-            return self._done_before(rep, key, used, n, started)
+            return self._done_before(rep, shard, used, n, started)
         entries, old_size = self._entries(shard, key, pieces)
         used = int(np.prod(lay.chunks_in_array(shard)))
         if not entries:
@@ -118,7 +118,7 @@ class ShardAssembly:
         rep.stored_raw_bytes = self._shard_raw_bytes(shard)
         rep.chunks_stored = len(entries)
         rep.chunks_empty = used - len(entries)
-        rep.keys = ShardKeys.of_key(self.layout, key)
+        rep.keys = ShardKeys.of_shard(self.layout, shard)
         rep.seconds = time.perf_counter() - started
         return rep
 
@@ -185,13 +185,13 @@ class ShardAssembly:
         return int(np.prod(extent)) * self.info.dtype.itemsize
 
     def _done_before(
-        self, rep: WriteReport, key: str, used: int, n: int, started: float
+        self, rep: WriteReport, shard: Coord, used: int, n: int, started: float
     ) -> WriteReport:
         rep.shards_written = 1
-        rep.bytes_stored = int(self.store.size(key) or 0)
+        rep.bytes_stored = int(self.store.size(self.layout.shard_key(shard)) or 0)
         rep.chunks_stored = n
         rep.chunks_empty = used - n
-        rep.keys = ShardKeys.of_key(self.layout, key)
+        rep.keys = ShardKeys.of_shard(self.layout, shard)
         rep.seconds = time.perf_counter() - started
         return rep
 
