@@ -67,6 +67,21 @@ def test_uneven_dask_chunks_become_a_rectilinear_grid(tmp_path: Path) -> None:
     assert zarr.config.get("array.rectilinear_chunks") is False
 
 
+def test_dask_chunks_and_the_same_extents_given_store_one_grid(tmp_path: Path) -> None:
+    """One shard per uneven dask chunk, and those chunks given as shard extents, list the same
+    grid: the extents where given, a regular axis listed where its shards tile it."""
+    x = np.arange(366 * 6 * 8, dtype="i2").reshape(366, 6, 8)
+    src = da.from_array(x, chunks=(MONTHS_2020, 3, 8))
+    shardwise.write_array(src, tmp_path / "dask.zarr", shards="dask", chunks=(1, 3, 8))
+    shardwise.write_array(
+        x, tmp_path / "ext.zarr", shards=[list(MONTHS_2020), 3, 8], chunks=(1, 3, 8)
+    )
+    assert grid_of(tmp_path / "dask.zarr") == grid_of(tmp_path / "ext.zarr")
+    shapes = grid_of(tmp_path / "ext.zarr")[0]["configuration"]["chunk_shapes"]
+    assert shapes[1:] == [[[3, 2]], [8]]  # regular axes tiled exactly: listed (run-length)
+    np.testing.assert_array_equal(zarr_reads(tmp_path / "ext.zarr"), x)
+
+
 def test_uniform_dask_chunks_keep_a_regular_grid(tmp_path: Path) -> None:
     x = np.arange(1000, dtype="i4").reshape(100, 10)
     path = tmp_path / "a.zarr"

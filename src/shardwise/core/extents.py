@@ -16,10 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidValueError
-from .planner import plan_shards, rectilinear_fit
+from .planner import rectilinear_fit
 
 __all__ = [
-    "extents_layout",
     "fit_extents",
     "has_extents",
     "is_extents",
@@ -162,45 +161,3 @@ def grid_of(
         else:
             out.append(int(s))
     return out
-
-
-def extents_layout(
-    spec: Any,
-    shape: tuple[int, ...],
-    itemsize: int,
-    chunks: tuple[int, ...] | None,
-    dims: Sequence[str | None] | None,
-    shard_bytes: int | None = None,
-) -> tuple[tuple[int, ...], list[Any]]:
-    """(inner chunks, shards as zarr takes them) of ``write_array``'s ``shards=`` with extents:
-    the planner's layout of the largest shards, its inner chunks dividing every extent.
-
-    >>> extents_layout({"t": [31, 28, 31]}, (90, 8), 4, None, ("t", "x"))
-    ((1, 8), [[31, 28, 31], [8]])
-    >>> extents_layout([[60, 40], 20], (100, 20), 4, (10, 10), None)
-    ((10, 10), [[60, 40], [20]])
-    """
-    names = None if dims is None else tuple(dims)
-    if isinstance(spec, Mapping) and not any(names or ()):
-        raise InvalidValueError(
-            f"shards={dict(spec)} names dimensions, but the array has no dimension names: give "
-            "one entry per dimension (e.g. shards=[[31, 28, 31], 181, 360])"
-        )
-    if isinstance(spec, Mapping):
-        unknown = sorted(set(spec) - set(names or ()))
-        if unknown:
-            raise InvalidValueError(
-                f"shards names dimension(s) {unknown} that the array does not have "
-                f"(dimensions: {list(names or ())})"
-            )
-    nominal, edges = split_extents(spec, shape, names)
-    g = plan_shards(
-        shape,
-        f"V{max(1, itemsize)}",
-        target=nominal,
-        chunks=chunks,
-        dims=names,
-        shard_bytes=shard_bytes,
-        rectilinear=dict(edges.items()),
-    )
-    return tuple(g.chunks), grid_of(edges, g.shards, shape)

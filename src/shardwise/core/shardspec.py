@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidTypeError, InvalidValueError
-from .extents import has_extents, is_extents, parse_extents
+from .extents import grid_of, has_extents, is_extents, parse_extents, split_extents
 from .layout import ceildiv
 from .planner import plan_shards
 from .sizing import DEFAULT_SHARD_BYTES, default_shards, divisors, shrink_to_fit, whole_chunks
@@ -31,6 +31,7 @@ __all__ = [
     "check_names",
     "check_shards",
     "dask_layout",
+    "extents_layout",
     "parse_shards",
     "shards_for",
     "wants_dask",
@@ -218,9 +219,6 @@ def target_shape(shards: Any, shape: Sequence[int], dtype: Any, chunks: Any) -> 
     return plan_shards(shape, dtype, target=shards, chunks=chunks).shards
 
 
-MAX_LISTED = 100_000  # shards along a regular axis a rectilinear grid lists one by one
-
-
 def wants_dask(spec: object) -> bool:
     """True when ``shards=`` asks for one shard per dask chunk (``"dask"``, or ``"dask"`` for a
     dimension name)."""
@@ -293,16 +291,42 @@ def dask_layout(
                 f"{s} that become its shards: sizes that would: {divisors(s)}"
             )
         inner[i] = max(d for d in divisors(s) if d <= inner[i])
-    out: list[Any] = [
-        list(edges[i]) if i in edges else uniform[i] if i in uniform else g.shards[i]
-        for i in range(nd)
-    ]
-    for i, s in enumerate(out):
-        # a rectilinear grid lists the axes its shards tile exactly: icechunk (2.3) reads only
-        # grids listed whole; an axis whose last shard overhangs stays a step (zarr's shorthand)
-        if edges and isinstance(s, int) and shape[i] % s == 0 and 0 < shape[i] // s <= MAX_LISTED:
-            out[i] = [s] * (shape[i] // s)
-    return tuple(inner), out
+    regular = [uniform.get(i, g.shards[i]) for i in range(nd)]
+    if not edges:
+        return tuple(inner), regular
+    return tuple(inner), grid_of({int(i): e for i, e in edges.items()}, regular, shape)
+
+
+def extents_layout(
+    spec: Any,
+    shape: tuple[int, ...],
+    itemsize: int,
+    chunks: tuple[int, ...] | None,
+    dims: Sequence[str | None] | None,
+    shard_bytes: int | None = None,
+) -> tuple[tuple[int, ...], list[Any]]:
+    """(inner chunks, shards as zarr takes them) of ``write_array``'s ``shards=`` with extents
+    (:mod:`shardwise.core.extents`): the planner's layout of the largest shards, its inner
+    chunks dividing every extent; names checked as :func:`check_names` checks them.
+
+    >>> extents_layout({"t": [31, 28, 31]}, (90, 8), 4, None, ("t", "x"))
+    ((1, 8), [[31, 28, 31], [8]])
+    >>> extents_layout([[60, 40], 20], (100, 20), 4, (10, 10), None)
+    ((10, 10), [[60, 40], [20]])
+    """
+    names = None if dims is None else tuple(dims)
+    check_names(spec, [("the array", names)], "the array")
+    nominal, edges = split_extents(spec, shape, names)
+    g = plan_shards(
+        shape,
+        f"V{max(1, itemsize)}",
+        target=nominal,
+        chunks=chunks,
+        dims=names,
+        shard_bytes=shard_bytes,
+        rectilinear=dict(edges.items()),
+    )
+    return tuple(g.chunks), grid_of(edges, g.shards, shape)
 
 
 def by_source_chunks(

@@ -16,11 +16,11 @@ import numpy as np
 
 from ..codec.metadata import ArrayInfo, default_compressors
 from ..compat import classic_dask, with_rectilinear_grids
-from ..core.extents import extents_layout, has_extents
+from ..core.extents import has_extents
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Region, RegionArg, normalize_region
 from ..core.plan import ShardPlan
-from ..core.shardspec import dask_layout, wants_dask
+from ..core.shardspec import dask_layout, extents_layout, wants_dask
 from ..engine.write import Mode
 from ..errors import ArrayNotFoundError, InvalidValueError, PlanError
 from ..storage.conditional import versions
