@@ -9,6 +9,7 @@ one write task per shard and no rechunk; refusals leave nothing behind.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,26 @@ def test_to_zarr_by_dimension_name_one_shard_per_month(tmp_path: Path) -> None:
     with zarr.config.set({"array.rectilinear_chunks": True}):
         xr.testing.assert_identical(xr.open_zarr(path).compute(), ds.compute())
     assert shardwise.verify(path).ok
+
+
+def test_to_zarr_sizes_beside_dask_are_checked_as_without_it(tmp_path: Path) -> None:
+    """A size beside ``"dask"`` takes what a size alone takes (a numpy integer too) and is
+    refused in the same words, naming ``"dask"`` where it may stand."""
+    ds = monthly(91)  # months of 31, 29 and 31 days: uneven
+    shardwise.to_zarr(ds, tmp_path / "a.zarr", shards={"time": "dask", "x": np.int64(3)})
+    shardwise.to_zarr(ds, tmp_path / "b.zarr", shards={"time": 31, "x": np.int64(3)})
+    rectilinear = grid_of(tmp_path / "a.zarr" / "tas")[0]["configuration"]["chunk_shapes"]
+    regular = grid_of(tmp_path / "b.zarr" / "tas")[0]["configuration"]["chunk_shape"]
+    assert rectilinear[0] == [31, 29, 31] and rectilinear[2] == [[3, 2]] and regular[2] == 3
+    for shards, words in [
+        ({"time": "dask", "x": 0}, "a positive int, None or 'dask', got 0"),
+        ({"time": 31, "x": 0}, "a positive int or None, got 0"),
+        ({"time": 31, "x": True}, "a positive int or None, got True"),
+        ({"time": "dask", "day": 3}, "which the data does not have"),
+    ]:
+        with pytest.raises(InvalidValueError, match=re.escape(words)):
+            shardwise.to_zarr(ds, tmp_path / "c.zarr", shards=shards)
+    assert not (tmp_path / "c.zarr").exists()
 
 
 def test_to_zarr_datatree_and_every_dimension(tmp_path: Path) -> None:

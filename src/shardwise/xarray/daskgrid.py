@@ -17,35 +17,40 @@ import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+import numpy as np
+
 from ..codec.metadata import default_compressors
 from ..compat import with_rectilinear_grids
 from ..core.extents import check_extents, has_extents, is_extents
+from ..core.planner import default_layout
 from ..core.shardspec import DASK, dask_layout, wants_dask
 from ..errors import InvalidValueError
-from .prepare import check_shards_kw, with_layout
+from .prepare import with_layout
 
 Grids = dict[str, list[Any]]  # variable name -> its shards as zarr takes them (rectilinear)
 
 
 def check_shards(ds: Any, shards: Mapping[Hashable, Any] | str) -> None:
-    """``shards=`` of a Dataset checked before any I/O (with ``"dask"``: names that are not
-    dimensions of the data, sizes that are neither positive ints, None nor ``"dask"``)."""
-    if not wants_dask(shards):
-        check_shards_kw(ds, shards)
-        return
+    """``shards=`` of a Dataset checked before any I/O: a planner target every data variable
+    takes, else names that are dimensions of the data with sizes that are positive ints or None
+    (or ``"dask"``: then any size may be)."""
     if isinstance(shards, str):
+        for var in () if shards == DASK else ds.data_vars.values():
+            if var.ndim:
+                shape, itemsize = tuple(map(int, var.shape)), var.dtype.itemsize
+                default_layout(shape, itemsize, None, shards, dims=tuple(map(str, var.dims)))
         return
+    dask = wants_dask(shards)
     for dim, n in shards.items():
         if dim not in ds.dims:
             raise InvalidValueError(
                 f"shards names dimension {dim!r}, which the data does not have "
                 f"(dimensions: {sorted(map(str, ds.dims))})"
             )
-        ok = n is None or n == DASK or (isinstance(n, int) and not isinstance(n, bool) and n > 0)
-        if not ok:
-            raise InvalidValueError(
-                f"shards[{dim!r}] must be a positive int, None or 'dask', got {n!r}"
-            )
+        positive = isinstance(n, int | np.integer) and not isinstance(n, bool) and n > 0
+        if not (n is None or positive or (dask and n == DASK)):
+            sizes = "a positive int, None or 'dask'" if dask else "a positive int or None"
+            raise InvalidValueError(f"shards[{dim!r}] must be {sizes}, got {n!r}")
 
 
 def extents_as_dask(obj: Any, shards: Any) -> tuple[Any, Any]:

@@ -214,23 +214,6 @@ def shards_by_dimension(shards: Any, obj: Any) -> Mapping[Hashable, int | None] 
     return out
 
 
-def check_shards_kw(ds: Any, shards: Mapping[Hashable, int | None] | str) -> None:
-    if isinstance(shards, str):  # a target: every data variable must take it
-        for var in ds.data_vars.values():
-            if var.ndim:
-                shape, itemsize = tuple(map(int, var.shape)), var.dtype.itemsize
-                default_layout(shape, itemsize, None, shards, dims=tuple(map(str, var.dims)))
-        return
-    for dim, n in shards.items():
-        if dim not in ds.dims:
-            raise InvalidValueError(
-                f"shards names dimension {dim!r}, which the data does not have "
-                f"(dimensions: {sorted(map(str, ds.dims))})"
-            )
-        if n is not None and (not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1):
-            raise InvalidValueError(f"shards[{dim!r}] must be a positive int or None, got {n!r}")
-
-
 def choose_mode(mode: WriteMode | None, append_dim: Hashable | None, region: Any) -> WriteMode:
     if mode is None:
         mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
