@@ -22,20 +22,41 @@ from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
 def _create_kwargs(
     shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    chunks, shards = _layout(shape, dtype, chunks, shards, kwargs.get("dimension_names"))
+    return _planned_kwargs(shape, dtype, chunks, shards, kwargs)[0]
+
+
+def _planned_kwargs(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, kwargs: dict[str, Any]
+) -> tuple[dict[str, Any], ShardGeometry | None]:
+    """The keywords of ``zarr.create_array``, and the planner's geometry where it chose the
+    layout (None for zarr's own forms)."""
+    g = planned_layout(shape, dtype, chunks, shards, kwargs.get("dimension_names"))
+    if g is not None:
+        chunks, shards = g.chunks, g.shards
+    elif _zarrs_form(shards):  # its inner chunks completed where "auto"
+        chunks, shards = _layout(shape, dtype, chunks, shards)
     out = dict(shape=shape, dtype=dtype, chunks=chunks, shards=shards, zarr_format=3)
     # None means "no codecs" for compressors/filters (as in zarr), "default" for the rest
     keep_none = ("compressors", "filters")
     out.update({k: v for k, v in kwargs.items() if v is not None or k in keep_none})
-    return out
+    return out, g
 
 
 def _probe(
     shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, given: dict[str, Any]
 ) -> tuple[dict[str, Any], Any]:
     """The keywords of ``zarr.create_array`` and the array they create in memory."""
-    kwargs = _create_kwargs(shape, dtype, chunks, shards, given)
-    return kwargs, create_in_memory(kwargs)
+    kwargs, made, _ = planned_probe(shape, dtype, chunks, shards, given)
+    return kwargs, made
+
+
+def planned_probe(
+    shape: tuple[int, ...], dtype: Any, chunks: Any, shards: Any, given: dict[str, Any]
+) -> tuple[dict[str, Any], Any, ShardGeometry | None]:
+    """:func:`_probe`'s keywords and array, and the planner's geometry of the array where it
+    chose the layout (its reasons, what a write's plan prints; planned once)."""
+    kwargs, g = _planned_kwargs(shape, dtype, chunks, shards, given)
+    return kwargs, create_in_memory(kwargs), g
 
 
 # what a keyword of zarr.create_array falls back to when it is left out

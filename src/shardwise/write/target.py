@@ -17,6 +17,7 @@ import numpy as np
 from ..codec.metadata import ArrayInfo, default_compressors
 from ..compat import classic_dask, with_rectilinear_grids
 from ..core.extents import has_extents
+from ..core.geometry import ShardGeometry
 from ..core.job import Strategy, WritePlan
 from ..core.layout import Region, RegionArg, normalize_region
 from ..core.plan import ShardPlan
@@ -29,7 +30,7 @@ from ..storage.nodes import open_info
 from ..storage.retry import retry_transient
 from ..storage.store import ShardStore, describe, resolve_store
 from .appended import AppendedArray, moved
-from .create import _probe, planned_layout
+from .create import planned_probe
 from .intent import Intent, array_write, create_metadata, decide, job_for, resolve
 from .options import WriteOptions
 from .pipeline import ArrayWrite
@@ -69,16 +70,9 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
     if dtype is None and data.dtype == object:
         dtype = _object_dtype(data)
     shape = tuple(int(n) for n in data.shape)
-    if wants_dask(shards):  # one shard per dask chunk: regular, or rectilinear where uneven
-        kind = np.dtype(data.dtype if dtype is None else dtype)
-        given_chunks = None if chunks is None or _is_auto(chunks) else tuple(chunks)
-        source = data.chunks if _is_dask(data) else None
-        chunks, shards = dask_layout(shards, shape, source, kind.itemsize, given_chunks, names)
-    elif has_extents(shards):  # shard extents given: a rectilinear grid, checked here
-        kind = np.dtype(data.dtype if dtype is None else dtype)
-        given_chunks = None if chunks is None or _is_auto(chunks) else tuple(chunks)
+    if wants_dask(shards) or has_extents(shards):
         dims = given.get("dimension_names")
-        chunks, shards = extents_layout(shards, shape, kind.itemsize, given_chunks, dims)
+        chunks, shards = _grid_layout(data, dtype, chunks, shards, names, dims)
     zstore = resolve_store(store, mode="w", storage_options=o.storage_options)
     # 3. what is at the path (refusals of "w-" and "r+"), the array's metadata: a new one
     # built and checked in memory, else the stored one
@@ -89,9 +83,33 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
     # 4. where the data goes, and the job that puts it there (validated: dry_run stops here)
     target, data = _placed(data, meta.info, o.region, shape)
     sstore = ShardStore(zstore, o.path or "", fsync=o.fsync)
-    job, shared = _validated_job(sstore, meta, target, data, o.mode, o.strategy, o.memory_limit)
-    if meta.create is not None:  # a new array: the plan says why its shards are these
-        job = _explained(job, layout, given.get("dimension_names"))
+    return _prepared(sstore, meta, target, data, o.mode, o)
+
+
+def _grid_layout(
+    data: Any, dtype: Any, chunks: Any, shards: Any, names: Any, dims: Any
+) -> tuple[tuple[int, ...], list[Any]]:
+    """Inner chunks and shards (as zarr takes them) of ``shards="dask"`` (one shard per dask
+    chunk: regular, or rectilinear where uneven) or of shard extents given (a rectilinear
+    grid), checked here: ``names`` a DataArray's dimensions, ``dims`` the array's."""
+    itemsize = np.dtype(data.dtype if dtype is None else dtype).itemsize
+    given = None if chunks is None or _is_auto(chunks) else tuple(chunks)
+    shape = tuple(int(n) for n in data.shape)
+    if wants_dask(shards):
+        source = data.chunks if _is_dask(data) else None
+        return dask_layout(shards, shape, source, itemsize, given, names)
+    return extents_layout(shards, shape, itemsize, given, dims)
+
+
+def _prepared(
+    sstore: ShardStore, meta: _Target, target: Region, data: Any, mode: Mode, o: WriteOptions
+) -> PreparedWrite:
+    """The validated job that writes ``data`` into ``target`` of ``meta``'s array (with the
+    planner's reasons where it chose a new array's layout), and the pipeline's write of it."""
+    job, shared = _validated_job(sstore, meta, target, data, mode, o.strategy, o.memory_limit)
+    g, lay = meta.geometry, job.plan.layout
+    if g is not None and (g.chunks, g.shards) == (lay.chunk_shape, lay.shard_shape):
+        job = replace(job, layout=g)  # a new array: the plan says why its shards are these
     write = array_write(
         sstore,
         meta.info,
@@ -105,17 +123,6 @@ def prepare_write(data: Any, store: Any, options: WriteOptions) -> PreparedWrite
         options=o.settings,
     )
     return PreparedWrite(job, write)
-
-
-def _explained(job: WritePlan, layout: tuple[Any, ...], dims: Any) -> WritePlan:
-    """``job`` with the planner's geometry of the new array (its reasons), where the planner
-    chose it and the array has it."""
-    shape, dtype, chunks, shards = layout
-    g = planned_layout(shape, dtype, chunks, shards, dims)
-    lay = job.plan.layout
-    if g is None or (g.chunks, g.shards) != (lay.chunk_shape, lay.shard_shape):
-        return job
-    return replace(job, layout=g)
 
 
 def _append(
@@ -161,27 +168,9 @@ def append_write(
     intent = decide("a", o.resume, True, True)
     at = moved(planned, start, start + planned.rows, pad=o.strategy != "staged", grid=grid)
     assert at.info is not None
-    job, shared = _validated_job(
-        planned.store,
-        _Target(at.info, intent, None),
-        at.region,
-        at.source,
-        "a",
-        o.strategy,
-        o.memory_limit,
-    )
-    write = array_write(
-        planned.store,
-        at.info,
-        intent,
-        at.source,
-        job=job,
-        shared=shared,
-        resume=o.resume,
-        compute=o.compute,
-        options=o.settings,
-    )
-    return PreparedWrite(job, write, planned)
+    meta = _Target(at.info, intent, None)
+    prepared = _prepared(planned.store, meta, at.region, at.source, "a", o)
+    return replace(prepared, appended=planned)
 
 
 def _exists(zstore: Any, path: str | None) -> bool:
@@ -236,6 +225,8 @@ class _Target:
     info: ArrayInfo
     intent: Intent
     create: Callable[[], None] | None
+    # the planner's geometry of an array this write creates, where it chose the layout
+    geometry: ShardGeometry | None = None
 
 
 def _target_metadata(
@@ -252,18 +243,18 @@ def _target_metadata(
     into, else (and when a create or replace is resumed) the new array's, built and checked in
     memory before any I/O. ``layout``: shape, dtype, chunks and shards of a new array;
     ``given``: its other ``zarr.create_array`` keywords."""
-    built: list[tuple[dict[str, Any], Any]] = []
+    built: list[tuple[dict[str, Any], Any, ShardGeometry | None]] = []
 
     def probe() -> Any:
         if not built:
-            built.append(_probe(*layout, given))
+            built.append(planned_probe(*layout, given))
         return built[0][1]
 
     intent = resolve(zstore, path, mode, resume, probe, region=region is not None)
     if not intent.create and not built:
         return _Target(retry_transient(lambda: open_info(zstore, path)), intent, None)
     probe()
-    kwargs, made = built[0]
+    kwargs, made, geometry = built[0]
     # translate the metadata as stored (JSON), which is what readers will see: e.g. a NaN
     # fill value with a payload is stored as plain "NaN"
     info = open_info(made.store)
@@ -271,7 +262,7 @@ def _target_metadata(
         return _Target(info, intent, None)  # a resumed create: the array is there already
     # zarr's rectilinear flag on while the metadata is stored (a grid of shards="dask")
     store_it = with_rectilinear_grids(create_metadata)
-    return _Target(info, intent, lambda: store_it(zstore, path, kwargs, made))
+    return _Target(info, intent, lambda: store_it(zstore, path, kwargs, made), geometry)
 
 
 def _placed(
