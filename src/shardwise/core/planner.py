@@ -59,7 +59,6 @@ __all__ = [
     "Target",
     "compact_chunks",
     "default_layout",
-    "layout_geometry",
     "parse_target",
     "plan_shards",
 ]
@@ -171,7 +170,7 @@ def default_layout(
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(inner chunks, shards)`` completed from what is given, by :func:`plan_shards`: the one
     default rule of ``write_array``, ``to_zarr``, ``write_pyramid`` and ``batch.init``.
-    ``shards`` is any target ``shards=`` takes.
+    ``shards`` is any target ``shards=`` takes; :func:`plan_shards` gives the reasons too.
 
     >>> default_layout((2920, 361, 720), 4)
     ((46, 46, 90), (184, 184, 360))
@@ -180,27 +179,7 @@ def default_layout(
     >>> default_layout((1000, 1000), 4, chunks=(32, 32), shards=(100, 64))
     ((32, 32), (128, 64))
     """
-    g = layout_geometry(shape, itemsize, chunks, shards, shard_bytes, dims)
-    return g.chunks, g.shards
-
-
-def layout_geometry(
-    shape: tuple[int, ...],
-    itemsize: int,
-    chunks: tuple[int, ...] | None = None,
-    shards: Any = None,
-    shard_bytes: int = DEFAULT_SHARD_BYTES,
-    dims: Sequence[str | None] | None = None,
-) -> ShardGeometry:
-    """What :func:`default_layout` chose, with its reasons (what a write's plan prints).
-
-    >>> g = layout_geometry((365, 181, 360), 4, shards={"time": 30}, dims=("time", "y", "x"))
-    >>> g.chunks, g.chunks_reason.split(":")[0]
-    ((15, 181, 360), 'compact')
-    """
-    if not (isinstance(dims, list | tuple) and len(dims) == len(shape)):
-        dims = None  # not names of these dimensions: zarr's check names the keyword
-    return plan_shards(
+    g = plan_shards(
         shape,
         f"V{max(1, itemsize)}",
         target=shards,
@@ -208,6 +187,7 @@ def layout_geometry(
         dims=dims,
         shard_bytes=shard_bytes,
     )
+    return g.chunks, g.shards
 
 
 def _chunks_arg(chunks: Sequence[int] | None, ndim: int) -> tuple[int, ...] | None:

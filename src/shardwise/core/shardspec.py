@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import InvalidTypeError, InvalidValueError
 from .extents import grid_of, has_extents, is_extents, parse_extents, split_extents
 from .layout import ceildiv
-from .planner import plan_shards
+from .planner import default_layout, plan_shards
 from .sizing import DEFAULT_SHARD_BYTES, default_shards, divisors, shrink_to_fit, whole_chunks
 from .targets import parse_target
 
@@ -181,9 +181,7 @@ def shards_for(
     """
     target = shard_bytes or DEFAULT_SHARD_BYTES
     if isinstance(spec, str):  # the planner's, around the inner chunks
-        return plan_shards(
-            shape, f"V{max(1, itemsize)}", target=spec, chunks=chunks, dims=dims, shard_bytes=target
-        ).shards
+        return default_layout(shape, itemsize, chunks, spec, target, dims)[1]
     if spec is None:
         return default_shards(shape, chunks, itemsize, target)
     if not isinstance(spec, Mapping):

@@ -15,7 +15,7 @@ from ..codec.metadata import default_compressors
 from ..compat import with_rectilinear_grids
 from ..core.extents import zarrs_form
 from ..core.geometry import ShardGeometry
-from ..core.planner import layout_geometry
+from ..core.planner import plan_shards
 from ..errors import InvalidTypeError, InvalidValueError, ShardwiseError
 
 
@@ -158,7 +158,10 @@ def planned_layout(
     except TypeError:  # a zarr data type object: its numpy form
         itemsize = getattr(dtype, "to_native_dtype", lambda: np.dtype("V8"))().itemsize
     target = shards if given_shards is None else given_shards  # a shape, or "2GB", "XY", ...
-    return layout_geometry(shape, itemsize, given_chunks, target, dims=dims)
+    if not (isinstance(dims, list | tuple) and len(dims) == len(shape)):
+        dims = None  # not names of these dimensions: zarr's check names the keyword
+    # default_layout's rule, with its reasons
+    return plan_shards(shape, f"V{max(1, itemsize)}", target=target, chunks=given_chunks, dims=dims)
 
 
 def _zarrs_form(shards: Any) -> bool:
