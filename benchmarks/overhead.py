@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Fixed costs per call and per shard: this checkout's shardwise against an earlier commit's
-(``--ref``; both exported with ``git archive``) and tensorstore, interleaved, a fresh process a case.
+"""Fixed costs per call and per shard: shardwise at ``--head`` against an earlier commit
+(``--ref``; both exported with ``git archive``) and tensorstore, interleaved, a fresh process
+a case.
 
 Cases: the small W3 dask write (``bench.py case W3 s-w-shards --size small``), its numpy write
 (``s-w-numpy``) and its read (``h-sw-array``) beside tensorstore's (``f2-ts-full-nosync``,
@@ -11,6 +12,8 @@ million: ``wall_s``) and the whole process (launch to exit, the bench cases' che
 written store included).
 
     python benchmarks/overhead.py --ref 0684a73 --reps 3 --million 20000 --out F.jsonl
+    python benchmarks/overhead.py --ref 0684a73 --reps 5 --only stream,s-w-shards,ts-full \\
+        --out F.jsonl
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--million", type=int, default=20000)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="", help="cases whose name holds one of these (comma list)")
     args = ap.parse_args()
     sha, src = export_ref(args.ref)
     head = export_ref(args.head)[1]
@@ -92,6 +96,8 @@ def main() -> None:
     with open(args.out, "a") as f:
         for rep in range(args.reps):
             for name, cmd, key, sw in cases(args.million):
+                if args.only and not any(w in name for w in args.only.split(",")):
+                    continue
                 order = [("head", head), ("ref", src)] if sw else [("anchor", head)]
                 for version, where in order if rep % 2 == 0 else order[::-1]:
                     with tempfile.TemporaryDirectory() as d:
