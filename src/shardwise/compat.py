@@ -258,6 +258,18 @@ def threads_run_here() -> bool:
     return get_scheduler() in (None, dask.threaded.get)
 
 
+def tasks_run_here() -> bool:
+    """True when a write computed now runs every task in this process (dask's threaded or
+    synchronous scheduler, or no dask at all): no task of it can then be cut off by the end of
+    another process, and each put removes its own temp file on any error."""
+    if threads_run_here():
+        return True
+    import dask.local
+    from dask.base import get_scheduler
+
+    return get_scheduler() is dask.local.get_sync
+
+
 def default_cluster_is_local() -> bool:
     """True when dask's default scheduler is a distributed client of a ``LocalCluster`` made in
     this process: its workers share this machine, so what moves between them is copied between

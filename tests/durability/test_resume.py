@@ -301,3 +301,55 @@ def test_resume_of_a_finished_write_in_runs_changes_nothing(tmp_path: Path) -> N
     assert (again.shards_written, again.shards_skipped) == (0, 2048 - 64)
     assert again.nothing_to_do
     assert verify(root).ok
+
+
+# -- the temp files of tasks cut off in other processes, at the end of a write --------------------
+
+LEFT = "c/1/0.0123456789abcdef0123456789abcdef.partial"  # a worker's put cut off by its end
+
+
+def test_a_write_on_other_workers_removes_a_dead_workers_temp_file(tmp_path: Path) -> None:
+    """Tasks that may run in other processes: one such ended mid-put leaves its temp file,
+    which the write's end removes (it lists the shards' directories)."""
+    root = tmp_path / "a.zarr"
+
+    def elsewhere(dsk: Any, keys: Any, **kw: Any) -> Any:  # as a worker process would
+        (root / LEFT).parent.mkdir(parents=True, exist_ok=True)
+        (root / LEFT).write_bytes(b"half a shard")
+        return dask.threaded.get(dsk, keys, **kw)
+
+    with dask.config.set(scheduler=elsewhere):
+        shardwise.write_array(da.from_array(data(), chunks=(8, 12)), root, **KW)
+    assert temp_files(root) == []
+    assert verify(root).ok
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "synchronous", "numpy"])
+def test_a_write_on_this_process_lists_no_directory_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheduler: str
+) -> None:
+    """Every task ran here (dask's threads, its synchronous scheduler, a numpy source's
+    threads): each put removed its own temp file on any error, so the end of the write lists
+    no directory, and leaves no temp file."""
+    import shardwise.write.session as session
+
+    listed: list[Any] = []
+    real = session.remove_temp_files
+
+    def spy(*a: Any, **k: Any) -> list[str]:
+        listed.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(session, "remove_temp_files", spy)
+    root = tmp_path / "a.zarr"
+    x = data()
+    source = x if scheduler == "numpy" else da.from_array(x, chunks=(7, 5))
+    with dask.config.set(scheduler="threads" if scheduler == "numpy" else scheduler):
+        report = shardwise.write_array(source, root, **KW)
+    assert report.shards_written == NSHARDS - 1
+    assert listed == [] and temp_files(root) == []
+    assert verify(root).ok
+    # a rerun with resume=True still removes what a killed run of it left (it lists)
+    (root / LEFT).write_bytes(b"half a shard")
+    shardwise.write_array(source, root, resume=True, **KW)
+    assert len(listed) == 1 and temp_files(root) == []

@@ -10,8 +10,12 @@ a set number of times.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
 import pickle
+import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,8 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
+from shardwise.storage import dirs
+from shardwise.storage.dirs import open_new, temp_hex
 from shardwise.storage.retry import STORE_REQUESTS, RetryPolicy, any_error, transient
 from shardwise.storage.store import (
     TEMP,
@@ -116,6 +122,57 @@ def test_local_temp_files_carry_the_writer_tag(tmp_path: Path) -> None:
     assert sorted(p.name for p in target.parent.iterdir()) == ["k", tmp.name]
     tmp.unlink()
     assert files.get("x/y/k") == b"done"
+
+
+def test_temp_names_are_unique_across_threads_and_forked_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Temp names take no random draw each: a process token and a counter, the tag first,
+    32 hex digits as the journal's clean-up recognises; unique across threads and in a
+    forked child (its own token), and a name found taken is replaced by a random one."""
+    names: list[str] = []
+    with ThreadPoolExecutor(4) as ex:
+        for got in ex.map(lambda _: [temp_hex("ab12") for _ in range(500)], range(8)):
+            names += got
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, ",".join(temp_hex("ab12") for _ in range(500)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child = f.read().split(",")
+    os.waitpid(pid, 0)
+    names += child
+    assert len(set(names)) == len(names) == 4500
+    assert all(len(n) == 32 and n.startswith("ab12") and int(n, 16) >= 0 for n in names)
+    assert all(TEMP.match(f"k.{n}.partial") for n in (temp_hex(), temp_hex("f" * 12)))
+    # the next name taken already (another process with the same token): a random one
+    monkeypatch.setattr(dirs, "_counter", itertools.count(7))
+    nxt = dirs._token[4:] + f"{7:012x}"
+    (tmp_path / f"k.ab12{nxt}.partial").write_bytes(b"other")
+    fd, name, _ = open_new(os.fspath(tmp_path / "k"), "ab12")
+    os.close(fd)
+    assert name != os.fspath(tmp_path / f"k.ab12{nxt}.partial") and TEMP.match(Path(name).name)
+
+
+def test_puts_make_their_directories_remembered_or_not(tmp_path: Path) -> None:
+    """A put below a directory this process made makes the missing ones top-down; one whose
+    remembered directory was removed since makes it again; every one it made is returned
+    (deepest first) for the fsync of their entries; the objects read back."""
+    files = LocalFiles(tmp_path, fsync=True, tag="ab12")
+    files.put("n/c/0/0/k", [b"a"])  # nothing known: the open fails, then the mkdirs
+    tmp, made = write_temp(tmp_path / "n/c/1/0/k", [b"b"], fsync=False)
+    assert tmp.read_bytes() == b"b" and made == [tmp_path / "n/c/1/0", tmp_path / "n/c/1"]
+    shutil.rmtree(tmp_path / "n")  # what this process remembers is stale now
+    files.put("n/c/0/0/k", [b"c"])
+    files.put("n/c/1/0/k", [b"d"])
+    assert files.get("n/c/0/0/k") == b"c" and files.get("n/c/1/0/k") == b"d"
+    (tmp_path / "old/c/5").mkdir(parents=True)  # found, not made: opened at once
+    tmp, made = write_temp(tmp_path / "old/c/5/k", [b"e"], fsync=False)
+    assert made == [] and tmp.parent == tmp_path / "old/c/5"
+    tmp.unlink()
+    assert not [p for p in tmp_path.rglob("*") if TEMP.match(p.name)]
 
 
 def test_shard_store_picks_its_backend_and_keeps_its_face(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ the dask graph of the same tasks.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.pool import cpu_count
+from ..runtime.pool import cpu_count, on_fork
 from .report import WriteReport, sum_reports
 from .runs import ShardRuns
 
@@ -61,7 +62,7 @@ def run_shards(parts: Sequence[LocalShards], workers: int | None = None) -> list
     got: list[list[WriteReport]] = [[] for _ in parts]
     todo = ((i, run) for i, p in enumerate(parts) for run in p.runs.runs())
     pending: dict[Future[WriteReport], int] = {}
-    pool = ThreadPoolExecutor(n, thread_name_prefix="shardwise-shard")
+    pool, kept = _shard_pool(n)
     try:
         for i, run in todo:
             if len(pending) >= 2 * n:
@@ -70,10 +71,41 @@ def run_shards(parts: Sequence[LocalShards], workers: int | None = None) -> list
         while pending:
             _collect(pending, got)
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        for f in pending:  # not started: never started (the running ones end on their own)
+            f.cancel()
+        if not kept:
+            pool.shutdown(wait=False, cancel_futures=True)
         raise
-    pool.shutdown()
+    if not kept:
+        pool.shutdown()
     return [sum_reports(reports) for reports in got]
+
+
+_PREFIX = "shardwise-shard"
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _shard_pool(n: int) -> tuple[ThreadPoolExecutor, bool]:
+    """The process's kept pool of ``n`` threads (started once, as dask's threaded scheduler
+    keeps its own: a stream flushes many times), and True; a new one (False: the caller
+    shuts it down) for a write run from one of its threads, which must not wait on itself."""
+    if threading.current_thread().name.startswith(_PREFIX):
+        return ThreadPoolExecutor(n, thread_name_prefix=f"{_PREFIX}-inner"), False
+    with _pools_lock:
+        pool = _pools.get(n)
+        if pool is None:
+            pool = _pools[n] = ThreadPoolExecutor(n, thread_name_prefix=_PREFIX)
+        return pool, True
+
+
+def _forget_pools() -> None:
+    global _pools_lock
+    _pools.clear()  # the parent's: their threads do not exist in a forked child
+    _pools_lock = threading.Lock()
+
+
+on_fork(_forget_pools)
 
 
 def _collect(pending: dict[Future[WriteReport], int], got: list[list[WriteReport]]) -> None:

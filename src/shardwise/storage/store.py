@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import uuid
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
@@ -27,12 +26,13 @@ from zarr.abc.store import Store
 from zarr.storage import LocalStore
 
 from ..errors import ArrayNotFoundError, InvalidTypeError, InvalidValueError
-from .dirs import make_dirs
+from .dirs import open_new
 from .meter import count, count_put
 from .zarr_backend import ZarrStoreBackend
 
 PARTIAL_SUFFIX = ".partial"
-# temp names: ours are "<name>.<uuid hex>.partial", zarr's LocalStore "<stem>.<uuid hex>.partial"
+# temp names: ours "<name>.<32 hex: dirs.temp_hex>.partial", zarr's LocalStore
+# "<stem>.<uuid hex>.partial"
 TEMP = re.compile(r"^(?P<base>.*)\.(?P<hex>[0-9a-f]{32})\.partial$")
 # the objects beside an array's data that are shardwise's own: journal, leases, locks, staging
 JOURNAL = ".shardwise"
@@ -401,13 +401,7 @@ def _write_temp(
     path: str, parts: Sequence[Any], *, fsync: bool, tag: str
 ) -> tuple[str, list[Path]]:
     # names as strings: no pathlib per put (a stream of one frame a shard puts one a frame)
-    tmp = f"{path}.{(tag + uuid.uuid4().hex)[:32]}{PARTIAL_SUFFIX}"
-    created: list[Path] = []
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileNotFoundError:
-        created = make_dirs(Path(path).parent)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd, tmp, created = open_new(path, tag)
     try:
         try:
             _write_all(fd, parts)

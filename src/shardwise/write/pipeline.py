@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from ..codec.metadata import ArrayInfo
+from ..compat import tasks_run_here
 from ..core.job import WritePlan
 from ..core.layout import Coord
 from ..core.plan import ShardPlan
@@ -245,6 +246,9 @@ class Pipeline:
         forks are merged in the client)."""
         if self.forked and not progress:
             parts = fork_tree(dask_parts(parts))
+        here = tasks_run_here()
+        for s in self.sessions:
+            s.here = here and s.here is not False
         return compute_parts(parts, progress, desc)
 
     def start(self) -> None:

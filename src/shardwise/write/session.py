@@ -105,6 +105,8 @@ class WriteSession:
     # shards a finished write left all fill (not stored, no record): their tasks run again,
     # storing nothing (find_done)
     fill: frozenset[Coord] = frozenset()
+    # every compute of its tasks ran in this process (Pipeline.compute; None: none ran here)
+    here: bool | None = None
 
     @classmethod
     def begin(
@@ -290,8 +292,9 @@ class WriteSession:
         """Mark the write done, drop done markers it supersedes, release the lease."""
         try:
             assert self.marker is not None
-            # a task rerun after its worker died leaves the dead one's temp file behind
-            if self.plan is not None and self.plan.ntasks:
+            # a task rerun after its worker died leaves the dead one's temp file behind; tasks
+            # that all ran here removed their own (no directory listed)
+            if self.plan is not None and self.plan.ntasks and not self.here:
                 self._count("temp_files", len(self._remove_temp_files()))
             if not self.idle:  # an idle resume leaves the finished write's marker as it was
                 done = replace(self.marker, status="done", finished=now())
