@@ -722,13 +722,19 @@ def kill_writer(root: str, seed: int, started: Any, hold: Any = None) -> None:
 
 def forkserver() -> Any:
     """A multiprocessing context whose children fork from a server that preloaded shardwise
-    (its writers and streams too: a child that writes starts in milliseconds, not a second)."""
+    (its writers and streams too: a child that writes starts in milliseconds, not a second).
+
+    Also preloaded: what a child's first write imports on its way -- distributed (dask asks
+    whether it is installed before it computes anything), botocore (shardwise's S3 client for
+    ranged merges) and xarray's writer: 3-6 s of CPU per child otherwise, paid by every child
+    of every test, eight at once in the eight-appender tests."""
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(
         ["faultkit", "shardwise", "shardwise.write.streams", "shardwise.pyramid.streams",
-         "dask.array", "numpy", "zarr"]
+         "dask.array", "numpy", "zarr", "distributed", "botocore.session", "botocore.client",
+         "shardwise.xarray.writer", "shardwise.storage.s3"]
     )  # fmt: skip
     return ctx
 
