@@ -143,3 +143,21 @@ def test_the_slowest_files_exist() -> None:
     """A renamed or removed slow file would silently lose its place at the front."""
     missing = [f for f in SLOWEST_FILES if not (TESTS.parent / f).is_file()]
     assert missing == []
+
+
+def test_xdist_hands_out_a_slow_file_first() -> None:
+    """One xdist worker runs the files in the order they are handed out: a listed slow file
+    first, before a file of more tests (which xdist's own reorder would put first)."""
+    slow = "tests/integration/test_cli.py::test_inspect"
+    assert slow.split("::")[0] in SLOWEST_FILES
+    other = "tests/core/test_layout.py::test_invalid_layouts_are_refused"
+    run = ["-n", "1", "--dist", "loadfile", "-v", "-p", "no:cacheprovider", other, slow]
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", *run],
+        cwd=TESTS.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    ran = [line.split()[-1] for line in out.stdout.splitlines() if " PASSED " in line]
+    assert len(ran) > 2 and ran[0] == slow, out.stdout + out.stderr
