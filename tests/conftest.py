@@ -40,9 +40,12 @@ pytest_plugins = ["pytester"]  # tests/project/test_skips.py runs the hooks on a
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The counting hooks of the skip allowlist and of the xarray suite, bound to this run."""
+    """The counting hooks of the skip allowlist and of the xarray suite, bound to this run; xdist
+    keeps the order of the collection."""
     skips.pytest_configure(config)
     reached.pytest_configure(config)
+    if hasattr(config.option, "loadscopereorder"):  # xdist: hand out the files in the order
+        config.option.loadscopereorder = False  # its workers collect them (slowest first)
 
 
 settings.register_profile(
@@ -184,3 +187,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if slowmarks.is_slow(item.nodeid):
             item.add_marker(slow)
+    # in xdist's workers, the slowest files first (slowmarks.file_order): xdist hands out the
+    # files in the order its workers collect them (its own reorder is off: pytest_configure);
+    # pytest-randomly's shuffle, when asked for, is left as it is
+    if hasattr(config, "workerinput") and not config.pluginmanager.has_plugin("randomly"):
+        items[:] = [items[i] for i in slowmarks.file_order([item.nodeid for item in items])]

@@ -194,15 +194,37 @@ def conditional_multipart() -> None:
     S3Response.upload_part_copy = checked_copy  # type: ignore[method-assign]
 
 
+def listed_once() -> None:
+    """moto's server lists the directory of its own package for every request it serves (to
+    ask whether the request's service is one of its modules: ``os.listdir`` and a stat per
+    module, 4-6 ms of CPU a request under the test's GIL); the list never changes while the
+    tests run, so it is listed once. What the server answers is unchanged."""
+    import moto.backends
+    import moto.moto_server.werkzeug_app as app
+
+    if getattr(moto.backends.list_of_moto_modules, "once", False):
+        return
+    modules = tuple(moto.backends.list_of_moto_modules())
+
+    def listed() -> tuple[str, ...]:
+        return modules
+
+    listed.once = True  # type: ignore[attr-defined]
+    moto.backends.list_of_moto_modules = listed  # type: ignore[assignment]
+    assert app.backends is moto.backends  # the server calls it through this module
+
+
 @contextmanager
 def moto_s3(bucket: str = BUCKET) -> Iterator[MotoS3]:
     """A moto S3 server on a free port of 127.0.0.1 with ``bucket`` created, enforcing
     conditional writes atomically (:func:`atomic_conditional_writes`) and multipart uploads'
-    conditions as S3 does (:func:`conditional_multipart`)."""
+    conditions as S3 does (:func:`conditional_multipart`), its own modules listed once
+    (:func:`listed_once`)."""
     from moto.server import ThreadedMotoServer
 
     atomic_conditional_writes()
     conditional_multipart()
+    listed_once()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     # port 0: the system picks a free port as the server binds it (a port found free first can
     # be taken by another process before the bind, and moto's start then waits forever)
@@ -722,13 +744,19 @@ def kill_writer(root: str, seed: int, started: Any, hold: Any = None) -> None:
 
 def forkserver() -> Any:
     """A multiprocessing context whose children fork from a server that preloaded shardwise
-    (its writers and streams too: a child that writes starts in milliseconds, not a second)."""
+    (its writers and streams too: a child that writes starts in milliseconds, not a second).
+
+    Also preloaded: what a child's first write imports on its way -- distributed (dask asks
+    whether it is installed before it computes anything), botocore (shardwise's S3 client for
+    ranged merges) and xarray's writer: 3-6 s of CPU per child otherwise, paid by every child
+    of every test, eight at once in the eight-appender tests."""
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(
         ["faultkit", "shardwise", "shardwise.write.streams", "shardwise.pyramid.streams",
-         "dask.array", "numpy", "zarr"]
+         "dask.array", "numpy", "zarr", "distributed", "botocore.session", "botocore.client",
+         "shardwise.xarray.writer", "shardwise.storage.s3"]
     )  # fmt: skip
     return ctx
 

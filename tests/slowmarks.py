@@ -53,3 +53,43 @@ def is_slow(nodeid: str) -> bool:
     module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
     joined = words(nodeid)
     return module in SLOW_MODULES or any(f"_{w}_" in joined for w in SLOW_WORDS)
+
+
+# -- the order of the files under xdist ------------------------------------------------------------
+# `pytest -n 2 --dist loadfile` gives each worker whole files, in the order of the collection. The
+# files that take longest go first, slowest first (the durations of a full CI run), so the last
+# file a worker takes is a short one and the two workers finish together; the rest follow in the
+# order xdist's own `--loadscope-reorder` gives (most tests first).
+SLOWEST_FILES = (
+    "tests/engine/test_million.py",
+    "tests/integration/test_concurrent_appends.py",
+    "tests/integration/test_faults.py",
+    "tests/project/test_benchmarks.py",
+    "tests/integration/test_promises.py",
+    "tests/engine/test_runs.py",
+    "tests/hpc/test_slurm.py",
+    "tests/xarray/test_append_resume.py",
+    "tests/write/test_merge_ranges.py",
+    "tests/integration/test_cli.py",
+    "tests/storage/test_cloud_emulators.py",
+)
+
+
+def file_order(nodeids: list[str]) -> list[int]:
+    """The order to run ``nodeids`` in (indices into it): the items of :data:`SLOWEST_FILES`
+    first, in that order, then the other files by their number of items, most first; the items of
+    one file keep their order, and so do files of as many items."""
+    files = [n.split("::", 1)[0] for n in nodeids]
+    counts: dict[str, int] = {}
+    for f in files:
+        counts[f] = counts.get(f, 0) + 1
+    first = {f: i for i, f in enumerate(SLOWEST_FILES)}
+    seen = {f: i for i, f in reversed(list(enumerate(files)))}  # a file's first position
+
+    def key(i: int) -> tuple[int, int, int]:
+        f = files[i]
+        if f in first:
+            return (first[f], 0, i)
+        return (len(SLOWEST_FILES), -counts[f], seen[f])
+
+    return sorted(range(len(nodeids)), key=lambda i: (*key(i), i))

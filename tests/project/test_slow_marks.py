@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slowmarks import is_slow
+from slowmarks import SLOWEST_FILES, file_order, is_slow
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -109,3 +109,55 @@ def test_the_collection_marks_them_so() -> None:
     )
     kept = {line.strip() for line in out.stdout.splitlines() if "::" in line}
     assert kept == set(FAST[:6]), out.stdout + out.stderr
+
+
+def test_the_slowest_files_go_first_then_the_most_tests() -> None:
+    """xdist hands out whole files in the collection's order: the listed slow files first in
+    their order, then the others by their number of items (ties in the order found), every
+    file's items in their own order."""
+    slowest, second = SLOWEST_FILES[0], SLOWEST_FILES[1]
+    ids = [
+        "tests/a/test_one.py::t",
+        "tests/a/test_three.py::t1",
+        f"{second}::t1",
+        "tests/a/test_three.py::t2",
+        f"{slowest}::t",
+        "tests/a/test_other_one.py::t",
+        f"{second}::t2",
+        "tests/a/test_three.py::t3",
+    ]
+    got = [ids[i] for i in file_order(ids)]
+    assert got == [
+        f"{slowest}::t",
+        f"{second}::t1",
+        f"{second}::t2",
+        "tests/a/test_three.py::t1",
+        "tests/a/test_three.py::t2",
+        "tests/a/test_three.py::t3",
+        "tests/a/test_one.py::t",
+        "tests/a/test_other_one.py::t",
+    ]
+
+
+def test_the_slowest_files_exist() -> None:
+    """A renamed or removed slow file would silently lose its place at the front."""
+    missing = [f for f in SLOWEST_FILES if not (TESTS.parent / f).is_file()]
+    assert missing == []
+
+
+def test_xdist_hands_out_a_slow_file_first() -> None:
+    """One xdist worker runs the files in the order they are handed out: a listed slow file
+    first, before a file of more tests (which xdist's own reorder would put first)."""
+    slow = "tests/integration/test_cli.py::test_inspect"
+    assert slow.split("::")[0] in SLOWEST_FILES
+    other = "tests/core/test_layout.py::test_invalid_layouts_are_refused"
+    run = ["-n", "1", "--dist", "loadfile", "-v", "-p", "no:cacheprovider", other, slow]
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", *run],
+        cwd=TESTS.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    ran = [line.split()[-1] for line in out.stdout.splitlines() if " PASSED " in line]
+    assert len(ran) > 2 and ran[0] == slow, out.stdout + out.stderr
