@@ -634,3 +634,39 @@ def test_region_writes_from_any_dask_chunks_commit_shared_shards_conditionally(
     got = out["got"]
     assert (got[:64] == 9).all() and (got[64:100] == 1).all() and (got[100:] == 2).all()
     assert out["A"].conflicts_retried == 1
+
+
+
+def test_one_botocore_client_per_process_and_settings_a_forked_child_builds_its_own(
+    s3: MotoS3,
+) -> None:
+    """Merges and multipart uploads ask for an S3 client each time: the same settings give the
+    same client in one process (built once), other settings another, and a forked child, which
+    must not share its parent's connections, its own; the stores' clients work."""
+    import multiprocessing
+
+    from shardwise.storage.s3 import botocore_client, s3_client
+
+    settings = (s3.endpoint, CREDS["region"], CREDS["key"], CREDS["secret"], None)
+    client = botocore_client(*settings)
+    assert botocore_client(*settings) is client
+    assert botocore_client(s3.endpoint + "/", *settings[1:]) is not client
+    for prefix in ("clients-a", "clients-b"):  # another prefix: the same client, its own keys
+        got = s3_client(s3.obstore(prefix))
+        assert got is not None and got[1:] == (BUCKET, prefix)
+        got[0]("put_object", Bucket=BUCKET, Key=f"{prefix}/x", Body=b"1")
+
+    def child(out: Any) -> None:
+        mine = botocore_client(*settings)
+        mine.put_object(Bucket=BUCKET, Key="clients-a/y", Body=b"2")
+        out.put(mine is not client and botocore_client(*settings) is mine)
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=child, args=(out,))
+    proc.start()
+    built_own = out.get(timeout=120)
+    proc.join(120)
+    assert proc.exitcode == 0 and built_own
+    assert s3.keys("clients-a") == {"x": b"1", "y": b"2"}
+    assert s3.keys("clients-b") == {"x": b"1"}

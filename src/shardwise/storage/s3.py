@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -58,20 +59,17 @@ def s3_client(zstore: Any) -> tuple[Call, str, str] | None:
     """(call(method, **kw), bucket, key prefix) for an S3-backed zarr store, else None."""
     inner: Any = getattr(zstore, "store", None)
     if type(inner).__name__ == "S3Store":
-        import botocore.session
-
         cfg = dict(inner.config)
         opts = dict(inner.client_options or {})
         endpoint = cfg.get("endpoint") or cfg.get("aws_endpoint")
         if endpoint and not str(endpoint).startswith("http"):
             endpoint = ("http://" if opts.get("allow_http") == "true" else "https://") + endpoint
-        client = botocore.session.get_session().create_client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name=cfg.get("region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-            aws_access_key_id=cfg.get("access_key_id"),
-            aws_secret_access_key=cfg.get("secret_access_key"),
-            aws_session_token=cfg.get("session_token") or cfg.get("token"),
+        client = botocore_client(
+            endpoint,
+            cfg.get("region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            cfg.get("access_key_id"),
+            cfg.get("secret_access_key"),
+            cfg.get("session_token") or cfg.get("token"),
         )
 
         def call(method: str, **kw: Any) -> Any:
@@ -84,6 +82,37 @@ def s3_client(zstore: Any) -> tuple[Call, str, str] | None:
         bucket, prefix = bucket_prefix(zstore)
         return fs.call_s3, bucket, prefix
     return None
+
+
+# A botocore client is thread-safe and costs 0.1-0.3 s to build (its service model is loaded per
+# session), a merge or multipart upload asks for one each time: one client per endpoint and
+# credentials per process (a forked child builds its own: a client's connections are not shared
+# across processes).
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+_CLIENTS_PID = [os.getpid()]
+
+
+def botocore_client(endpoint: Any, region: str, key: Any, secret: Any, token: Any) -> Any:
+    """This process's botocore S3 client for these settings, built once."""
+    import botocore.session
+
+    settings = (endpoint, region, key, secret, token)
+    with _CLIENTS_LOCK:
+        if _CLIENTS_PID[0] != os.getpid():
+            _CLIENTS.clear()
+            _CLIENTS_PID[0] = os.getpid()
+        client = _CLIENTS.get(settings)
+        if client is None:
+            client = _CLIENTS[settings] = botocore.session.get_session().create_client(
+                "s3",
+                endpoint_url=endpoint,
+                region_name=region,
+                aws_access_key_id=key,
+                aws_secret_access_key=secret,
+                aws_session_token=token,
+            )
+    return client
 
 
 def multipart_client(store: ShardStore) -> tuple[Call, str, str] | None:
