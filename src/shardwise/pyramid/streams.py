@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -44,6 +43,7 @@ from ..core.pyramid import (
 from ..engine.report import WriteReport
 from ..errors import InvalidValueError
 from ..storage.store import ShardStore, resolve_store
+from ..write.stream_base import StreamBase
 from ..write.stream_open import stream_axis
 from ..write.streams import Stream, stream
 from . import options
@@ -204,7 +204,7 @@ def stream_pyramid(
         raise
 
 
-class StreamPyramid:
+class StreamPyramid(StreamBase):
     """An open pyramid stream (made by :func:`stream_pyramid`, never built directly).
 
     Attributes
@@ -329,35 +329,16 @@ class StreamPyramid:
         WriteReport
             What every level wrote, summed (also kept as ``report``).
         """
-        if self.report is not None:
-            return self.report
-        report: WriteReport | None = None
-        try:
-            for k, s in enumerate(self.levels):
-                self._release(k)
-                got = s.close()
-                report = got if report is None else report + got
-                self._feed(k, self._empty(k, 0), last=True)
-        except BaseException as e:
-            self._abandon(e)
-            raise
-        assert report is not None
-        self.report = report
-        return report
+        return super().close()
 
-    def __enter__(self) -> StreamPyramid:
-        return self
+    def _parts(self) -> list[Stream]:
+        return self.levels
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is None:
-            self.close()
+    def _closing(self, k: int, before: bool) -> None:
+        if before:
+            self._release(k)
         else:
-            self._abandon(error)
+            self._feed(k, self._empty(k, 0), last=True)
 
     def __repr__(self) -> str:
         return (
@@ -398,11 +379,6 @@ class StreamPyramid:
             below, held = self.levels[k - 1], self._held[k]
             while held and (held[0][0] <= below.stored or below.closed):
                 self.levels[k].append(held.popleft()[1])
-
-    def _abandon(self, error: BaseException) -> None:
-        for s in self.levels:
-            if not s.closed:
-                s.__exit__(type(error), error, error.__traceback__)
 
     def _empty(self, k: int, n: int) -> np.ndarray:
         s = self.levels[k]

@@ -33,7 +33,6 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,7 @@ from ..core.plan import ShardPlan
 from ..engine.report import WriteReport
 from ..errors import InvalidValueError, PlanError
 from .options import WriteOptions
+from .stream_base import StreamBase
 from .stream_open import Opened, _rows, _sized, open_stream, stream_axis
 from .stream_rows import Ring, Row, row_writes
 
@@ -166,7 +166,7 @@ def stream(
     return Stream(open_stream(store, tuple(shape), axis, o), final, pending)
 
 
-class Stream:
+class Stream(StreamBase):
     """An open stream of frames into a sharded array (made by :func:`stream`, never built
     directly).
 
@@ -323,39 +323,19 @@ class Stream:
         WriteReport
             What the stream wrote (also kept as ``report``).
         """
-        if self.closed:
-            assert self.report is not None
-            return self.report
-        try:
-            self.flush()
-            self._stop()
-            self._o.ex.resize(self._whole(self.stored))  # the marker ends where the array does
-            report: WriteReport = self._o.ex.run([])
-        except BaseException as e:
-            self._abandon(e)
-            raise
+        return super().close()
+
+    def _finish(self) -> WriteReport:
+        self.flush()
+        self._stop()
+        self._o.ex.resize(self._whole(self.stored))  # the marker ends where the array does
+        report: WriteReport = self._o.ex.run([])
         self._o.ex.__exit__(None, None, None)
-        self.closed = True
         note = f"stream: {self.stored} frames"
         if self.resumed_from:
             note += f" ({self.resumed_from} stored before, resume=True)"
         report.notes.append(note)
-        self.report = report
         return report
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is None:
-            self.close()
-        elif not self.closed:
-            self._abandon(error)
 
     # the background writer and the seals
 
@@ -432,6 +412,8 @@ class Stream:
     def _abandon(self, error: BaseException) -> None:
         """Stop after ``error``: the sealed shard-rows handed to the writer are written (or
         its own error stands), the write left open for ``resume=True``, the lease released."""
+        if self.closed:
+            return
         self._stop()
         self.closed = True
         self._o.ex.__exit__(type(error), error, error.__traceback__)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from ..pyramid.geo_attrs import level_attributes, level_spatial, pyramid_attribu
 from ..pyramid.reduce import reduce_block
 from ..storage.overlay import read_only
 from ..storage.store import ShardStore, resolve_store
+from ..write.stream_base import StreamBase
 from .streams import DatasetStream, stream_dataset
 
 __all__ = ["GeoZarrStream", "stream_geozarr"]
@@ -207,7 +207,7 @@ def _clip_shards(shards: Any, chunks: Mapping[str, int], sized: Mapping[str, int
     return out
 
 
-class GeoZarrStream:
+class GeoZarrStream(StreamBase):
     """An open GeoZarr pyramid stream (made by :func:`stream_geozarr`, never built directly).
 
     Attributes
@@ -324,35 +324,7 @@ class GeoZarrStream:
         WriteReport
             What every level wrote, summed (also kept as ``report``).
         """
-        if self.report is not None:
-            return self.report
-        report: WriteReport | None = None
-        try:
-            for s in self.levels:
-                got = s.close()
-                report = got if report is None else report + got
-        except BaseException as e:
-            self._abandon(e)
-            raise
-        assert report is not None
-        self.report = report
-        return report
+        return super().close()
 
-    def __enter__(self) -> GeoZarrStream:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is None:
-            self.close()
-        else:
-            self._abandon(error)
-
-    def _abandon(self, error: BaseException) -> None:
-        for s in self.levels:
-            if not s.closed:
-                s.__exit__(type(error), error, error.__traceback__)
+    def _parts(self) -> list[DatasetStream]:
+        return self.levels

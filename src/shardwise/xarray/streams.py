@@ -26,12 +26,12 @@ import functools
 import json
 import threading
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any
 
 from ..engine.report import WriteReport
 from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.store import ShardStore, resolve_store
+from ..write.stream_base import StreamBase
 from ..write.streams import Stream, stream
 from .stream_vars import Spec, capture, encode_slice, layouts
 
@@ -190,7 +190,7 @@ def _write_static(
     return docs
 
 
-class DatasetStream:
+class DatasetStream(StreamBase):
     """An open Dataset stream (made by :func:`stream_dataset`, never built directly).
 
     Attributes
@@ -314,35 +314,14 @@ class DatasetStream:
         WriteReport
             What every stream wrote, summed (also kept as ``report``).
         """
-        if self.report is not None:
-            return self.report
-        report: WriteReport | None = None
-        try:
-            self.flush()
-            for s in self.streams.values():
-                got = s.close()
-                report = got if report is None else report + got
-        except BaseException as e:
-            self._abandon(e)
-            raise
-        assert report is not None
-        self.closed = True
-        self.report = report
-        return report
+        return super().close()
 
-    def __enter__(self) -> DatasetStream:
-        return self
+    def _parts(self) -> list[Stream]:
+        return list(self.streams.values())
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is None:
-            self.close()
-        elif not self.closed:
-            self._abandon(error)
+    def _finish(self) -> WriteReport:
+        self.flush()
+        return super()._finish()
 
     # the shapes grown together
 
@@ -381,12 +360,6 @@ class DatasetStream:
         self.stored = end
         if self.after_publish is not None:
             self.after_publish()
-
-    def _abandon(self, error: BaseException) -> None:
-        self.closed = True
-        for s in self.streams.values():
-            if not s.closed:
-                s.__exit__(type(error), error, error.__traceback__)
 
     def _check_open(self) -> None:
         if self.closed:
