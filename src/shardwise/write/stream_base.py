@@ -31,8 +31,10 @@ class StreamBase:
     closed: bool = False
 
     def close(self) -> WriteReport:
-        """Finish the stream once (every inner stream closed in order); an error abandons it
-        (the sealed frames kept for ``resume=True``) and is raised.
+        """Flush and finish the stream once (the inner streams closed in order: a pyramid's
+        levels and a GeoZarr stream's level groups level 0 first, a Dataset stream's
+        variables); an error abandons it (the sealed frames kept for ``resume=True``) and is
+        raised.
 
         Returns
         -------

@@ -316,15 +316,5 @@ class GeoZarrStream(StreamBase):
         for s in self.levels:
             s.flush()
 
-    def close(self) -> WriteReport:
-        """Close every level, level 0 first.
-
-        Returns
-        -------
-        WriteReport
-            What every level wrote, summed (also kept as ``report``).
-        """
-        return super().close()
-
     def _parts(self) -> list[DatasetStream]:
         return self.levels

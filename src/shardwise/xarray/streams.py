@@ -306,16 +306,6 @@ class DatasetStream(StreamBase):
         for s in self.streams.values():
             s.flush()
 
-    def close(self) -> WriteReport:
-        """Flush, publish, and finish every variable's stream.
-
-        Returns
-        -------
-        WriteReport
-            What every stream wrote, summed (also kept as ``report``).
-        """
-        return super().close()
-
     def _parts(self) -> list[Stream]:
         return list(self.streams.values())
 
