@@ -42,7 +42,7 @@ from ..engine.report import WriteReport
 from ..errors import InvalidValueError, PlanError
 from .options import WriteOptions
 from .stream_base import StreamBase
-from .stream_open import Opened, _rows, _sized, open_stream, stream_axis
+from .stream_open import Opened, _rows, _sized, open_stream, release_session, stream_axis
 from .stream_rows import Ring, Row, row_writes
 
 __all__ = ["Stream", "stream"]
@@ -331,6 +331,7 @@ class Stream(StreamBase):
         self._o.ex.resize(self._whole(self.stored))  # the marker ends where the array does
         report: WriteReport = self._o.ex.run([])
         self._o.ex.__exit__(None, None, None)
+        release_session(self._o.ex.target)
         note = f"stream: {self.stored} frames"
         if self.resumed_from:
             note += f" ({self.resumed_from} stored before, resume=True)"
@@ -383,15 +384,24 @@ class Stream(StreamBase):
         whole = self._whole(end)
         ex = self._o.ex
         ex.resize(whole)
-        ex.flush(ex.parts(row_writes(whole, self._ring, rows, max(self.stored, self._shown))))
-        if after_store is not None:
-            after_store(end)
+        writes = row_writes(whole, self._ring, rows, max(self.stored, self._shown))
+        if ex.target.forks:  # a session: the shape first (the flush's forks write inside it)
+            self._grown(end, whole)
+            ex.fork_again()
+            ex.flush(ex.parts(writes), merge=True)
+        else:
+            ex.flush(ex.parts(writes))
+            if after_store is not None:
+                after_store(end)
+            self._grown(end, whole)
+        self.stored = end
+
+    def _grown(self, end: int, whole: Any) -> None:
         if self.grow is not None:  # a dataset stream grows its arrays' shapes together
             self.grow(end)
         else:
             self._o.meta["shape"][self.axis] = end
             whole.store.put("zarr.json", json.dumps(self._o.meta, indent=2).encode())
-        self.stored = end
 
     def _whole(self, end: int) -> Any:
         """The stream's write up to frame ``end``: its rows in the array at that length."""
@@ -416,7 +426,10 @@ class Stream(StreamBase):
             return
         self._stop()
         self.closed = True
-        self._o.ex.__exit__(type(error), error, error.__traceback__)
+        try:
+            self._o.ex.__exit__(type(error), error, error.__traceback__)
+        finally:
+            release_session(self._o.ex.target)
 
     def _check_open(self) -> None:
         if self._error is not None:
