@@ -44,7 +44,7 @@ from ..engine.report import WriteReport
 from ..errors import InvalidValueError
 from ..storage.store import ShardStore, resolve_store
 from ..write.stream_base import StreamBase
-from ..write.stream_open import stream_axis
+from ..write.stream_open import session_store, stream_axis
 from ..write.streams import Stream, stream
 from . import options
 from .metadata import ome_attributes, put_group
@@ -193,7 +193,7 @@ def stream_pyramid(
             )
             opened.append(stream(store, shape=sized, chunks=ck, shards=sk, path=f"{prefix}{k}",
                                  dimension_names=axes, **common))  # fmt: skip
-        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        zstore = resolve_store(session_store(store), mode="w", storage_options=storage_options)
         given_units = {a: u for a, u in zip(axes, named, strict=True) if u}
         attrs = ome_attributes(axes, geometry, how, name=name, units=given_units)
         put_group(ShardStore(zstore, prefix.rstrip("/")), "zarr.json", attrs)

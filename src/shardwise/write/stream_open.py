@@ -160,6 +160,14 @@ def _enter(target: Target, write: ArrayWrite, o: WriteOptions, zstore: Any) -> E
     return Execution(target, call).__enter__()
 
 
+def session_store(store: Any) -> Any:
+    """Where a stream front end puts its own metadata (a pyramid's group, a Dataset's): an
+    icechunk session's store (its streams write into the session), else ``store`` itself."""
+    from ..storage.icechunk import is_session
+
+    return store.store if is_session(store) else store
+
+
 def release_session(target: Target) -> None:
     """A stream into a session gives its claim on the session back (taken when it opened,
     held while it is open: one write into a session at a time, ``storage/icechunk.py``)."""

@@ -386,22 +386,22 @@ class Stream(StreamBase):
         ex.resize(whole)
         writes = row_writes(whole, self._ring, rows, max(self.stored, self._shown))
         if ex.target.forks:  # a session: the shape first (the flush's forks write inside it)
-            self._grown(end, whole)
+            self._put_shape(end, whole)
             ex.fork_again()
             ex.flush(ex.parts(writes), merge=True)
         else:
             ex.flush(ex.parts(writes))
             if after_store is not None:
                 after_store(end)
-            self._grown(end, whole)
-        self.stored = end
-
-    def _grown(self, end: int, whole: Any) -> None:
         if self.grow is not None:  # a dataset stream grows its arrays' shapes together
             self.grow(end)
-        else:
-            self._o.meta["shape"][self.axis] = end
-            whole.store.put("zarr.json", json.dumps(self._o.meta, indent=2).encode())
+        elif not ex.target.forks:
+            self._put_shape(end, whole)
+        self.stored = end
+
+    def _put_shape(self, end: int, whole: Any) -> None:
+        self._o.meta["shape"][self.axis] = end
+        whole.store.put("zarr.json", json.dumps(self._o.meta, indent=2).encode())
 
     def _whole(self, end: int) -> Any:
         """The stream's write up to frame ``end``: its rows in the array at that length."""

@@ -32,6 +32,7 @@ from ..engine.report import WriteReport
 from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.store import ShardStore, resolve_store
 from ..write.stream_base import StreamBase
+from ..write.stream_open import session_store
 from ..write.streams import Stream, stream
 from .stream_vars import Spec, capture, encode_slice, layouts
 
@@ -159,7 +160,7 @@ def stream_dataset(
                 specs[name].encoding.update(
                     {k: kept[k] for k in ("units", "calendar") if k in kept}
                 )
-        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        zstore = resolve_store(session_store(store), mode="w", storage_options=storage_options)
         statics = _write_static(zstore, prefix, specs, mode, resume)
         return DatasetStream(opened, specs, attrs, append_dim, zstore, prefix, statics)
     except BaseException as e:
@@ -238,6 +239,7 @@ class DatasetStream(StreamBase):
         self._docs = statics
         self._root = ShardStore(zstore, prefix.rstrip("/"))
         self._lock = threading.Lock()
+        self._session = any(s._o.ex.target.forks for s in streams.values())
         got = {n: s.resumed_from for n, s in streams.items()}
         self.resumed_from = min(got.values())
         self._skip = {n: g - self.resumed_from for n, g in got.items()}  # stored past it
@@ -329,6 +331,11 @@ class DatasetStream(StreamBase):
     def _publish(self, end: int) -> None:
         """Every streamed array's ``zarr.json`` grown to ``end``, then the group's, its
         consolidated metadata naming every array at that length."""
+        root: dict[str, Any] = {"zarr_format": 3, "node_type": "group", "attributes": self._attrs}
+        if self._session:  # each array grown with its own flushes; icechunk keeps no consolidated
+            self._root.put("zarr.json", json.dumps(root, indent=2).encode())
+            self.stored = end
+            return
         for s in self.streams.values():
             meta = s._o.meta
             meta["shape"][s.axis] = end
@@ -336,15 +343,10 @@ class DatasetStream(StreamBase):
         if before_consolidate is not None:
             before_consolidate(end)
         docs = {**self._docs, **{n: s._o.meta for n, s in self.streams.items()}}
-        root = {
-            "zarr_format": 3,
-            "node_type": "group",
-            "attributes": self._attrs,
-            "consolidated_metadata": {
-                "kind": "inline",
-                "must_understand": False,
-                "metadata": dict(sorted(docs.items())),
-            },
+        root["consolidated_metadata"] = {
+            "kind": "inline",
+            "must_understand": False,
+            "metadata": dict(sorted(docs.items())),
         }
         self._root.put("zarr.json", json.dumps(root, indent=2).encode())
         self.stored = end
