@@ -25,9 +25,11 @@ import numpy as np
 from ..compat import consolidated_metadata
 from ..core.pyramid import auto_levels, pyramid_levels
 from ..engine.report import WriteReport
+from ..errors import InvalidTypeError
 from ..pyramid import geozarr, options
 from ..pyramid.geo_attrs import level_attributes, level_spatial, pyramid_attributes
 from ..pyramid.reduce import reduce_block
+from ..storage.icechunk import is_icechunk_store, is_session
 from ..storage.overlay import read_only
 from ..storage.store import ShardStore, resolve_store
 from ..write.stream_base import StreamBase
@@ -88,7 +90,9 @@ def stream_geozarr(
     ------
     InvalidTypeError, InvalidValueError
         A keyword of the wrong type or value, or a template that is no GeoZarr image (data
-        variables over ``(..., "y", "x")``, 1-D ``y``/``x``), before the store is touched.
+        variables over ``(..., "y", "x")``, 1-D ``y``/``x``), before the store is touched;
+        an icechunk session (the pyramid's group keeps its levels' consolidated metadata,
+        which an icechunk store does not: stream each level with ``stream_dataset``).
     ArrayExistsError, LeaseHeldError, PlanError
         As :func:`shardwise.stream_dataset` raises them, for the first level that does.
 
@@ -106,6 +110,12 @@ def stream_geozarr(
     >>> xr.open_zarr(store, group="1")["b"].shape
     (6, 4, 4)
     """
+    if is_session(store) or is_icechunk_store(store):
+        raise InvalidTypeError(
+            "stream_geozarr does not take an icechunk session: its pyramid group keeps the "
+            "levels' consolidated metadata, which an icechunk store does not (stream_dataset "
+            "streams one level group into a session); nothing was written"
+        )
     geo = geozarr.geo_inputs(template)
     per_axis = geozarr.geo_factors(factors)
     f = (per_axis.get("y", 1), per_axis.get("x", 1))
