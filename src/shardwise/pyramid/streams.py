@@ -91,8 +91,10 @@ def stream_pyramid(
 
     Parameters
     ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL, or a writable icechunk ``Session`` (or its
+        store): every level streamed into the session as :func:`shardwise.stream` does (its
+        Notes), the group's metadata put there; the caller commits once the stream closed.
     shape : tuple of int or None
         Level 0's shape; at ``append_axis`` the final number of frames or None (unbounded).
     dtype : str or numpy.dtype
@@ -126,7 +128,8 @@ def stream_pyramid(
         "w-" refuses level arrays already there, "w" replaces them.
     resume : bool
         Continue the pyramid stream at ``path``: every level keeps what it stored, the
-        frames each level above had not taken are reduced again from the level below.
+        frames each level above had not taken are reduced again from the level below (in a
+        session: what the branch's last commit holds).
     pending : int, optional
         Each level's sealed shard-rows written in the background, as :func:`shardwise.stream`
         (default: level 0's default; the other levels as many as level 0).

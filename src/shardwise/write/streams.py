@@ -81,8 +81,9 @@ def stream(
 
     Parameters
     ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL, or a writable icechunk ``Session`` (or its
+        store): see Notes.
     shape : tuple of int or None
         The array's shape; at ``append_axis`` the final number of frames, or None when it is
         not known (the stream ends at :meth:`Stream.close`). The other sizes are a frame's.
@@ -100,7 +101,8 @@ def stream(
         "w-" refuses an array at the path, "w" replaces it.
     resume : bool
         Continue the stream at the path: its stored frames are kept (see ``Stream.resumed_from``),
-        the next frame appended after them. A new array when there is none.
+        the next frame appended after them. A new array when there is none. In a session: from
+        the length its snapshot holds (the branch's last commit).
     pending : int, optional
         Sealed shard-rows written in the background while the next one fills; ``append`` waits
         when more would be (default: as many as fit 8 MiB, at least one; written together).
@@ -114,7 +116,7 @@ def stream(
         The array's attributes.
     lease : bool, optional
         Hold the array's exclusive lease while the stream is open (default: where the store
-        can delete).
+        can delete; none in a session, where ``lease=True`` is refused).
     break_lease : bool
         Break a stale lease of a writer that is gone.
     threads : int, optional
@@ -142,6 +144,17 @@ def stream(
         ``resume=True`` a stream whose process is gone is taken over.
     PlanError
         ``resume=True`` over an array of other frames, dtype, chunks or shards.
+    TransactionError
+        Another thread's shardwise write is running in the session.
+
+    Notes
+    -----
+    Into an icechunk session, each flush grows the array's shape in the session, forks it,
+    writes its whole shards into forks (one per shard task) and merges them back: no lease or
+    journal; the caller commits once the stream closed (a committed session is read-only), and
+    ``resume=True`` in a new session continues from the last commit. The stream holds the
+    session while open (another thread's write into it is refused). A ``ForkSession``, a
+    read-only session and ``lease=True`` are refused before any change.
 
     Examples
     --------
@@ -315,17 +328,8 @@ class Stream(StreamBase):
             self._write([(self._row, self._slot, self._fill)])
             self._flushed = self._fill
 
-    def close(self) -> WriteReport:
-        """Flush, then finish the write once (its marker done, the lease released).
-
-        Returns
-        -------
-        WriteReport
-            What the stream wrote (also kept as ``report``).
-        """
-        return super().close()
-
     def _finish(self) -> WriteReport:
+        """Flush, then finish the write once (its marker done, the lease released)."""
         self.flush()
         self._stop()
         self._o.ex.resize(self._whole(self.stored))  # the marker ends where the array does

@@ -69,8 +69,11 @@ def stream_dataset(
 
     Parameters
     ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL, or a writable icechunk ``Session`` (or its
+        store): each variable streamed into the session as :func:`shardwise.stream` does (its
+        Notes), its array grown by its own flushes, the group without consolidated metadata
+        (read with ``consolidated=False``); the caller commits once the stream closed.
     template : xarray.Dataset
         The Dataset the store takes: its variables, dtypes, sizes, attributes and encoding.
         Its frames along ``append_dim`` are not written (append them); its first one fixes the
@@ -89,7 +92,8 @@ def stream_dataset(
     mode : {"w-", "w"}
         "w-" refuses arrays already there, "w" replaces them.
     resume : bool
-        Continue the stream there: its stored frames are kept (``resumed_from``).
+        Continue the stream there: its stored frames are kept (``resumed_from``; in a
+        session, those of the branch's last commit).
     pending, compressors, lease, break_lease, threads, fsync, write_empty_chunks : optional
         As :func:`shardwise.stream` takes them, for every variable's stream.
     storage_options : dict, optional
