@@ -105,19 +105,25 @@ def test_a_stream_resumes_from_the_last_commit(repo: Any) -> None:
     np.testing.assert_array_equal(main(repo)[:], FRAMES)
 
 
-def test_a_stream_pyramid_into_a_session(repo: Any) -> None:
-    """Every level of a pyramid stream committed: level 0 the frames, level 1 their 2x2 block
-    means, the group's OME attributes in the session."""
-    x = np.random.default_rng(0).integers(0, 1000, (10, 8, 8)).astype("f4")
+def test_a_stream_pyramid_into_a_session_resumed_from_its_commit(repo: Any) -> None:
+    """Every level of a pyramid stream committed at 10 frames, resumed in a new session to 15:
+    level 0 the frames, level 1 their 2x2 block means, the group's OME attributes there."""
+    x = np.random.default_rng(0).integers(0, 1000, (15, 8, 8)).astype("f4")
+    kw = {"shape": (None, 8, 8), "dtype": "f4", "levels": 2, "dims": ("t", "y", "x"),
+          "chunks": (1, 4, 4), "shards": (4, 8, 8), "path": "p"}  # fmt: skip
     session = repo.writable_session("main")
-    with shardwise.stream_pyramid(session, shape=(None, 8, 8), dtype="f4", levels=2,
-                                  dims=("t", "y", "x"), chunks=(1, 4, 4), shards=(4, 8, 8),
-                                  path="p") as p:  # fmt: skip
+    with shardwise.stream_pyramid(session, **kw) as p:
         for t in range(10):
             p.append(x[t])
-    session.commit("pyramid")
+    session.commit("10 frames")
+    np.testing.assert_array_equal(main(repo, "p/0")[:], x[:10])
+    again = repo.writable_session("main")
+    with shardwise.stream_pyramid(again, resume=True, **kw) as p:
+        assert p.frames == 10
+        p.extend(x[10:])
+    again.commit("15 frames")
     np.testing.assert_array_equal(main(repo, "p/0")[:], x)
-    mean = x.reshape(10, 4, 2, 4, 2).mean(axis=(2, 4))
+    mean = x.reshape(15, 4, 2, 4, 2).mean(axis=(2, 4))
     np.testing.assert_allclose(main(repo, "p/1")[:], mean, rtol=1e-6)
     group = zarr.open_group(repo.readonly_session("main").store, path="p", mode="r")
     assert "ome" in group.attrs
