@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,8 @@ from ..core.pyramid import (
 from ..engine.report import WriteReport
 from ..errors import InvalidValueError
 from ..storage.store import ShardStore, resolve_store
-from ..write.stream_open import stream_axis
+from ..write.stream_base import StreamBase
+from ..write.stream_open import session_store, stream_axis
 from ..write.streams import Stream, stream
 from . import options
 from .metadata import ome_attributes, put_group
@@ -91,8 +91,10 @@ def stream_pyramid(
 
     Parameters
     ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL, or a writable icechunk ``Session`` (or its
+        store): every level streamed into the session as :func:`shardwise.stream` does (its
+        Notes), the group's metadata put there; the caller commits once the stream closed.
     shape : tuple of int or None
         Level 0's shape; at ``append_axis`` the final number of frames or None (unbounded).
     dtype : str or numpy.dtype
@@ -126,7 +128,8 @@ def stream_pyramid(
         "w-" refuses level arrays already there, "w" replaces them.
     resume : bool
         Continue the pyramid stream at ``path``: every level keeps what it stored, the
-        frames each level above had not taken are reduced again from the level below.
+        frames each level above had not taken are reduced again from the level below (in a
+        session: what the branch's last commit holds).
     pending : int, optional
         Each level's sealed shard-rows written in the background, as :func:`shardwise.stream`
         (default: level 0's default; the other levels as many as level 0).
@@ -193,7 +196,7 @@ def stream_pyramid(
             )
             opened.append(stream(store, shape=sized, chunks=ck, shards=sk, path=f"{prefix}{k}",
                                  dimension_names=axes, **common))  # fmt: skip
-        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        zstore = resolve_store(session_store(store), mode="w", storage_options=storage_options)
         given_units = {a: u for a, u in zip(axes, named, strict=True) if u}
         attrs = ome_attributes(axes, geometry, how, name=name, units=given_units)
         put_group(ShardStore(zstore, prefix.rstrip("/")), "zarr.json", attrs)
@@ -204,7 +207,7 @@ def stream_pyramid(
         raise
 
 
-class StreamPyramid:
+class StreamPyramid(StreamBase):
     """An open pyramid stream (made by :func:`stream_pyramid`, never built directly).
 
     Attributes
@@ -329,35 +332,16 @@ class StreamPyramid:
         WriteReport
             What every level wrote, summed (also kept as ``report``).
         """
-        if self.report is not None:
-            return self.report
-        report: WriteReport | None = None
-        try:
-            for k, s in enumerate(self.levels):
-                self._release(k)
-                got = s.close()
-                report = got if report is None else report + got
-                self._feed(k, self._empty(k, 0), last=True)
-        except BaseException as e:
-            self._abandon(e)
-            raise
-        assert report is not None
-        self.report = report
-        return report
+        return super().close()
 
-    def __enter__(self) -> StreamPyramid:
-        return self
+    def _parts(self) -> list[Stream]:
+        return self.levels
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is None:
-            self.close()
+    def _closing(self, k: int, before: bool) -> None:
+        if before:
+            self._release(k)
         else:
-            self._abandon(error)
+            self._feed(k, self._empty(k, 0), last=True)
 
     def __repr__(self) -> str:
         return (
@@ -398,11 +382,6 @@ class StreamPyramid:
             below, held = self.levels[k - 1], self._held[k]
             while held and (held[0][0] <= below.stored or below.closed):
                 self.levels[k].append(held.popleft()[1])
-
-    def _abandon(self, error: BaseException) -> None:
-        for s in self.levels:
-            if not s.closed:
-                s.__exit__(type(error), error, error.__traceback__)
 
     def _empty(self, k: int, n: int) -> np.ndarray:
         s = self.levels[k]

@@ -66,7 +66,8 @@ def resolve_store(
         if is_session(store) and mode == "w":  # write_array and to_zarr take its store
             raise InvalidValueError(
                 "this writer does not take an icechunk Session (write_array, to_zarr, "
-                "to_icechunk, write_pyramid and convert do); nothing was written"
+                "to_icechunk, write_pyramid, convert, stream, stream_pyramid and "
+                "stream_dataset do); nothing was written"
             )
         if is_session(store):
             return store.store  # type: ignore[no-any-return]

@@ -191,14 +191,24 @@ class Execution:
             return self.call.parts(self.pipe, self.store)
         return self.pipe.parts(writes)
 
-    def flush(self, parts: list[Part]) -> WriteReport:
+    def flush(self, parts: list[Part], *, merge: bool = False) -> WriteReport:
         """Write ``parts`` now (``parts(writes)`` of regions of the call's arrays, each with
         its source), inside the open sequence: their shards stored and recorded under its
         leases and markers, nothing finished. Returns this flush's report (added into the one
-        :meth:`run` returns)."""
+        :meth:`run` returns). ``merge``: into a session, this flush's forks merged into it now
+        (checked disjoint; a stream's flushes, each forked by :meth:`fork_again`)."""
         report = self.pipe.compute(parts, self.call.progress, self.call.desc)
+        if merge and self.target.session is not None:
+            self.target.session.finish(report)  # no commit: a stream's session has none
         self.flushed = report if self.flushed is None else self.flushed + report
         return report
+
+    def fork_again(self) -> None:
+        """Into a session: fork it again (its changes since the last fork, such as an array's
+        grown shape and the forks merged by ``flush(merge=True)``, seen by the next flush's
+        tasks); nothing for a store."""
+        if self.target.session is not None:
+            self.store = self.target.fork(self.pipe)
 
     def resize(self, write: ArrayWrite) -> None:
         """The call's write of ``write``'s array becomes ``write``: a region of the array

@@ -111,12 +111,17 @@ def frame_layout(
 def open_stream(store: Any, shape: tuple[int | None, ...], axis: int, o: WriteOptions) -> Opened:
     """The stream's write entered (lease held, marker open, metadata stored): a new array at
     length 0, or (``o.resume``) the array there, its stream's open write adopted."""
-    target, o = Target.open(store, None, o)
-    if target.forks:
-        raise InvalidTypeError(
-            "shardwise.stream writes into a store (a path, URL or zarr store), not an "
-            "icechunk session: readers see a session's data only once it is committed"
-        )
+    # a session: no lease (its transaction keeps writers out), resume from its snapshot
+    target, checked = Target.open(store, None, replace(o, resume=False))
+    try:
+        return _open_at(target, shape, axis, replace(checked, resume=o.resume))
+    except BaseException:
+        release_session(target)
+        raise
+
+
+def _open_at(target: Target, shape: tuple[int | None, ...], axis: int, o: WriteOptions) -> Opened:
+    """:func:`open_stream` into ``target``, its session claimed (given back on an error)."""
     zstore = resolve_store(target.store, mode="w", storage_options=o.storage_options)
     sstore = ShardStore(zstore, o.path or "", fsync=o.fsync)
     given = dict(o.create)
@@ -152,8 +157,27 @@ def _enter(target: Target, write: ArrayWrite, o: WriteOptions, zstore: Any) -> E
         break_lease=o.break_lease,
         desc="shardwise stream",
     )
-    ex = Execution(target, call)
-    return ex.__enter__()
+    return Execution(target, call).__enter__()
+
+
+def session_store(store: Any) -> Any:
+    """Where a stream front end puts its own metadata (a pyramid's group, a Dataset's): an
+    icechunk session's store (its streams write into the session), else ``store`` itself."""
+    from ..storage.icechunk import is_session
+
+    return store.store if is_session(store) else store
+
+
+def release_session(target: Target) -> None:
+    """A stream into a session gives its claim on the session back (taken when it opened,
+    held while it is open: one write into a session at a time, ``storage/icechunk.py``)."""
+    if target.session is None:
+        return
+    from ..storage import icechunk
+
+    with icechunk._claims_lock:
+        held = icechunk._claims
+        held[:] = [c for c in held if c.session != target.session.session]
 
 
 def _resume(
@@ -185,7 +209,8 @@ def _resume(
         assert session.marker is not None
         _drop_duplicates(sstore, session.marker.id, marker_name(region))
         _drop_marker_temps(sstore)
-        _drop_past(sstore, info, axis, length)
+        if not target.forks:  # a session holds no seal past its shape (its transaction)
+            _drop_past(sstore, info, axis, length)
         tail = None
         if length > first:
             import zarr

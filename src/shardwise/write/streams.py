@@ -33,7 +33,6 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -42,7 +41,8 @@ from ..core.plan import ShardPlan
 from ..engine.report import WriteReport
 from ..errors import InvalidValueError, PlanError
 from .options import WriteOptions
-from .stream_open import Opened, _rows, _sized, open_stream, stream_axis
+from .stream_base import StreamBase
+from .stream_open import Opened, _rows, _sized, open_stream, release_session, stream_axis
 from .stream_rows import Ring, Row, row_writes
 
 __all__ = ["Stream", "stream"]
@@ -81,8 +81,9 @@ def stream(
 
     Parameters
     ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL, or a writable icechunk ``Session`` (or its
+        store): see Notes.
     shape : tuple of int or None
         The array's shape; at ``append_axis`` the final number of frames, or None when it is
         not known (the stream ends at :meth:`Stream.close`). The other sizes are a frame's.
@@ -100,7 +101,8 @@ def stream(
         "w-" refuses an array at the path, "w" replaces it.
     resume : bool
         Continue the stream at the path: its stored frames are kept (see ``Stream.resumed_from``),
-        the next frame appended after them. A new array when there is none.
+        the next frame appended after them. A new array when there is none. In a session: from
+        the length its snapshot holds (the branch's last commit).
     pending : int, optional
         Sealed shard-rows written in the background while the next one fills; ``append`` waits
         when more would be (default: as many as fit 8 MiB, at least one; written together).
@@ -114,7 +116,7 @@ def stream(
         The array's attributes.
     lease : bool, optional
         Hold the array's exclusive lease while the stream is open (default: where the store
-        can delete).
+        can delete; none in a session, where ``lease=True`` is refused).
     break_lease : bool
         Break a stale lease of a writer that is gone.
     threads : int, optional
@@ -142,6 +144,17 @@ def stream(
         ``resume=True`` a stream whose process is gone is taken over.
     PlanError
         ``resume=True`` over an array of other frames, dtype, chunks or shards.
+    TransactionError
+        Another thread's shardwise write is running in the session.
+
+    Notes
+    -----
+    Into an icechunk session, each flush grows the array's shape in the session, forks it,
+    writes its whole shards into forks (one per shard task) and merges them back: no lease or
+    journal; the caller commits once the stream closed (a committed session is read-only), and
+    ``resume=True`` in a new session continues from the last commit. The stream holds the
+    session while open (another thread's write into it is refused). A ``ForkSession``, a
+    read-only session and ``lease=True`` are refused before any change.
 
     Examples
     --------
@@ -166,7 +179,7 @@ def stream(
     return Stream(open_stream(store, tuple(shape), axis, o), final, pending)
 
 
-class Stream:
+class Stream(StreamBase):
     """An open stream of frames into a sharded array (made by :func:`stream`, never built
     directly).
 
@@ -315,47 +328,19 @@ class Stream:
             self._write([(self._row, self._slot, self._fill)])
             self._flushed = self._fill
 
-    def close(self) -> WriteReport:
-        """Flush, then finish the write once (its marker done, the lease released).
-
-        Returns
-        -------
-        WriteReport
-            What the stream wrote (also kept as ``report``).
-        """
-        if self.closed:
-            assert self.report is not None
-            return self.report
-        try:
-            self.flush()
-            self._stop()
-            self._o.ex.resize(self._whole(self.stored))  # the marker ends where the array does
-            report: WriteReport = self._o.ex.run([])
-        except BaseException as e:
-            self._abandon(e)
-            raise
+    def _finish(self) -> WriteReport:
+        """Flush, then finish the write once (its marker done, the lease released)."""
+        self.flush()
+        self._stop()
+        self._o.ex.resize(self._whole(self.stored))  # the marker ends where the array does
+        report: WriteReport = self._o.ex.run([])
         self._o.ex.__exit__(None, None, None)
-        self.closed = True
+        release_session(self._o.ex.target)
         note = f"stream: {self.stored} frames"
         if self.resumed_from:
             note += f" ({self.resumed_from} stored before, resume=True)"
         report.notes.append(note)
-        self.report = report
         return report
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is None:
-            self.close()
-        elif not self.closed:
-            self._abandon(error)
 
     # the background writer and the seals
 
@@ -403,15 +388,24 @@ class Stream:
         whole = self._whole(end)
         ex = self._o.ex
         ex.resize(whole)
-        ex.flush(ex.parts(row_writes(whole, self._ring, rows, max(self.stored, self._shown))))
-        if after_store is not None:
-            after_store(end)
+        writes = row_writes(whole, self._ring, rows, max(self.stored, self._shown))
+        if ex.target.forks:  # a session: the shape first (the flush's forks write inside it)
+            self._put_shape(end, whole)
+            ex.fork_again()
+            ex.flush(ex.parts(writes), merge=True)
+        else:
+            ex.flush(ex.parts(writes))
+            if after_store is not None:
+                after_store(end)
         if self.grow is not None:  # a dataset stream grows its arrays' shapes together
             self.grow(end)
-        else:
-            self._o.meta["shape"][self.axis] = end
-            whole.store.put("zarr.json", json.dumps(self._o.meta, indent=2).encode())
+        elif not ex.target.forks:
+            self._put_shape(end, whole)
         self.stored = end
+
+    def _put_shape(self, end: int, whole: Any) -> None:
+        self._o.meta["shape"][self.axis] = end
+        whole.store.put("zarr.json", json.dumps(self._o.meta, indent=2).encode())
 
     def _whole(self, end: int) -> Any:
         """The stream's write up to frame ``end``: its rows in the array at that length."""
@@ -432,9 +426,14 @@ class Stream:
     def _abandon(self, error: BaseException) -> None:
         """Stop after ``error``: the sealed shard-rows handed to the writer are written (or
         its own error stands), the write left open for ``resume=True``, the lease released."""
+        if self.closed:
+            return
         self._stop()
         self.closed = True
-        self._o.ex.__exit__(type(error), error, error.__traceback__)
+        try:
+            self._o.ex.__exit__(type(error), error, error.__traceback__)
+        finally:
+            release_session(self._o.ex.target)
 
     def _check_open(self) -> None:
         if self._error is not None:

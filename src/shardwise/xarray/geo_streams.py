@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -26,11 +25,14 @@ import numpy as np
 from ..compat import consolidated_metadata
 from ..core.pyramid import auto_levels, pyramid_levels
 from ..engine.report import WriteReport
+from ..errors import InvalidTypeError
 from ..pyramid import geozarr, options
 from ..pyramid.geo_attrs import level_attributes, level_spatial, pyramid_attributes
 from ..pyramid.reduce import reduce_block
+from ..storage.icechunk import is_icechunk_store, is_session
 from ..storage.overlay import read_only
 from ..storage.store import ShardStore, resolve_store
+from ..write.stream_base import StreamBase
 from .streams import DatasetStream, stream_dataset
 
 __all__ = ["GeoZarrStream", "stream_geozarr"]
@@ -88,7 +90,9 @@ def stream_geozarr(
     ------
     InvalidTypeError, InvalidValueError
         A keyword of the wrong type or value, or a template that is no GeoZarr image (data
-        variables over ``(..., "y", "x")``, 1-D ``y``/``x``), before the store is touched.
+        variables over ``(..., "y", "x")``, 1-D ``y``/``x``), before the store is touched;
+        an icechunk session (the pyramid's group keeps its levels' consolidated metadata,
+        which an icechunk store does not: stream each level with ``stream_dataset``).
     ArrayExistsError, LeaseHeldError, PlanError
         As :func:`shardwise.stream_dataset` raises them, for the first level that does.
 
@@ -106,6 +110,12 @@ def stream_geozarr(
     >>> xr.open_zarr(store, group="1")["b"].shape
     (6, 4, 4)
     """
+    if is_session(store) or is_icechunk_store(store):
+        raise InvalidTypeError(
+            "stream_geozarr does not take an icechunk session: its pyramid group keeps the "
+            "levels' consolidated metadata, which an icechunk store does not (stream_dataset "
+            "streams one level group into a session); nothing was written"
+        )
     geo = geozarr.geo_inputs(template)
     per_axis = geozarr.geo_factors(factors)
     f = (per_axis.get("y", 1), per_axis.get("x", 1))
@@ -207,7 +217,7 @@ def _clip_shards(shards: Any, chunks: Mapping[str, int], sized: Mapping[str, int
     return out
 
 
-class GeoZarrStream:
+class GeoZarrStream(StreamBase):
     """An open GeoZarr pyramid stream (made by :func:`stream_geozarr`, never built directly).
 
     Attributes
@@ -316,43 +326,5 @@ class GeoZarrStream:
         for s in self.levels:
             s.flush()
 
-    def close(self) -> WriteReport:
-        """Close every level, level 0 first.
-
-        Returns
-        -------
-        WriteReport
-            What every level wrote, summed (also kept as ``report``).
-        """
-        if self.report is not None:
-            return self.report
-        report: WriteReport | None = None
-        try:
-            for s in self.levels:
-                got = s.close()
-                report = got if report is None else report + got
-        except BaseException as e:
-            self._abandon(e)
-            raise
-        assert report is not None
-        self.report = report
-        return report
-
-    def __enter__(self) -> GeoZarrStream:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is None:
-            self.close()
-        else:
-            self._abandon(error)
-
-    def _abandon(self, error: BaseException) -> None:
-        for s in self.levels:
-            if not s.closed:
-                s.__exit__(type(error), error, error.__traceback__)
+    def _parts(self) -> list[DatasetStream]:
+        return self.levels

@@ -26,12 +26,13 @@ import functools
 import json
 import threading
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any
 
 from ..engine.report import WriteReport
 from ..errors import InvalidTypeError, InvalidValueError
 from ..storage.store import ShardStore, resolve_store
+from ..write.stream_base import StreamBase
+from ..write.stream_open import session_store
 from ..write.streams import Stream, stream
 from .stream_vars import Spec, capture, encode_slice, layouts
 
@@ -68,8 +69,11 @@ def stream_dataset(
 
     Parameters
     ----------
-    store : zarr.abc.store.Store, str or os.PathLike
-        A zarr ``Store``, a local path or a URL.
+    store : zarr.abc.store.Store, str, os.PathLike or icechunk.Session
+        A zarr ``Store``, a local path, a URL, or a writable icechunk ``Session`` (or its
+        store): each variable streamed into the session as :func:`shardwise.stream` does (its
+        Notes), its array grown by its own flushes, the group without consolidated metadata
+        (read with ``consolidated=False``); the caller commits once the stream closed.
     template : xarray.Dataset
         The Dataset the store takes: its variables, dtypes, sizes, attributes and encoding.
         Its frames along ``append_dim`` are not written (append them); its first one fixes the
@@ -88,7 +92,8 @@ def stream_dataset(
     mode : {"w-", "w"}
         "w-" refuses arrays already there, "w" replaces them.
     resume : bool
-        Continue the stream there: its stored frames are kept (``resumed_from``).
+        Continue the stream there: its stored frames are kept (``resumed_from``; in a
+        session, those of the branch's last commit).
     pending, compressors, lease, break_lease, threads, fsync, write_empty_chunks : optional
         As :func:`shardwise.stream` takes them, for every variable's stream.
     storage_options : dict, optional
@@ -159,7 +164,7 @@ def stream_dataset(
                 specs[name].encoding.update(
                     {k: kept[k] for k in ("units", "calendar") if k in kept}
                 )
-        zstore = resolve_store(store, mode="w", storage_options=storage_options)
+        zstore = resolve_store(session_store(store), mode="w", storage_options=storage_options)
         statics = _write_static(zstore, prefix, specs, mode, resume)
         return DatasetStream(opened, specs, attrs, append_dim, zstore, prefix, statics)
     except BaseException as e:
@@ -190,7 +195,7 @@ def _write_static(
     return docs
 
 
-class DatasetStream:
+class DatasetStream(StreamBase):
     """An open Dataset stream (made by :func:`stream_dataset`, never built directly).
 
     Attributes
@@ -238,6 +243,7 @@ class DatasetStream:
         self._docs = statics
         self._root = ShardStore(zstore, prefix.rstrip("/"))
         self._lock = threading.Lock()
+        self._session = any(s._o.ex.target.forks for s in streams.values())
         got = {n: s.resumed_from for n, s in streams.items()}
         self.resumed_from = min(got.values())
         self._skip = {n: g - self.resumed_from for n, g in got.items()}  # stored past it
@@ -306,43 +312,12 @@ class DatasetStream:
         for s in self.streams.values():
             s.flush()
 
-    def close(self) -> WriteReport:
-        """Flush, publish, and finish every variable's stream.
+    def _parts(self) -> list[Stream]:
+        return list(self.streams.values())
 
-        Returns
-        -------
-        WriteReport
-            What every stream wrote, summed (also kept as ``report``).
-        """
-        if self.report is not None:
-            return self.report
-        report: WriteReport | None = None
-        try:
-            self.flush()
-            for s in self.streams.values():
-                got = s.close()
-                report = got if report is None else report + got
-        except BaseException as e:
-            self._abandon(e)
-            raise
-        assert report is not None
-        self.closed = True
-        self.report = report
-        return report
-
-    def __enter__(self) -> DatasetStream:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is None:
-            self.close()
-        elif not self.closed:
-            self._abandon(error)
+    def _finish(self) -> WriteReport:
+        self.flush()
+        return super()._finish()
 
     # the shapes grown together
 
@@ -360,6 +335,11 @@ class DatasetStream:
     def _publish(self, end: int) -> None:
         """Every streamed array's ``zarr.json`` grown to ``end``, then the group's, its
         consolidated metadata naming every array at that length."""
+        root: dict[str, Any] = {"zarr_format": 3, "node_type": "group", "attributes": self._attrs}
+        if self._session:  # each array grown with its own flushes; icechunk keeps no consolidated
+            self._root.put("zarr.json", json.dumps(root, indent=2).encode())
+            self.stored = end
+            return
         for s in self.streams.values():
             meta = s._o.meta
             meta["shape"][s.axis] = end
@@ -367,26 +347,15 @@ class DatasetStream:
         if before_consolidate is not None:
             before_consolidate(end)
         docs = {**self._docs, **{n: s._o.meta for n, s in self.streams.items()}}
-        root = {
-            "zarr_format": 3,
-            "node_type": "group",
-            "attributes": self._attrs,
-            "consolidated_metadata": {
-                "kind": "inline",
-                "must_understand": False,
-                "metadata": dict(sorted(docs.items())),
-            },
+        root["consolidated_metadata"] = {
+            "kind": "inline",
+            "must_understand": False,
+            "metadata": dict(sorted(docs.items())),
         }
         self._root.put("zarr.json", json.dumps(root, indent=2).encode())
         self.stored = end
         if self.after_publish is not None:
             self.after_publish()
-
-    def _abandon(self, error: BaseException) -> None:
-        self.closed = True
-        for s in self.streams.values():
-            if not s.closed:
-                s.__exit__(type(error), error, error.__traceback__)
 
     def _check_open(self) -> None:
         if self.closed:
