@@ -289,7 +289,9 @@ def write(case: str, data: Any, store: str, G: dict[str, Any], threads: int | No
         )  # fmt: skip
 
 
-def _write_omezarr(data: Any, store: str, G: dict[str, Any], inner: Any, shard: Any, zstd: Any) -> None:
+def _write_omezarr(
+    data: Any, store: str, G: dict[str, Any], inner: Any, shard: Any, zstd: Any
+) -> None:
     """ome-zarr-py's own writer: ``write_image`` of the dask array, its local mean per level
     (OME-Zarr 0.5, Zarr v3 shards), every axis halved per level as the other cases do."""
     import zarr
