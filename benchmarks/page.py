@@ -127,8 +127,8 @@ def run_suite(suite: Any, size: str, present: dict[str, bool], res: Path, work: 
     out.unlink(missing_ok=True)
     stores = str(work / "stores")
     script = [sys.executable, str(HERE / suite.script)]
-    cmds = [[*script, *(a.replace("{dir}", stores) for a in suite.prepare[size])]]
-    cmds = cmds if suite.prepare else []
+    prepare = suite.prepare.get(size)  # a generation step first, if the suite has one
+    cmds = [[*script, *(a.replace("{dir}", stores) for a in prepare)]] if prepare else []
     cmds.append([*script, *suite.argv(size, present, str(out), stores)])
     env = script_env(work)
     (work / "stores").mkdir(parents=True, exist_ok=True)

@@ -107,7 +107,7 @@ def _memory_rows(s: Suite, r: Rec) -> list[Row]:
     return []
 
 
-_W = {"tiny": "W3", "quick": "W3,W1", "full": "W3"}
+_W = {"tiny": "W3", "quick": "W3", "full": "W3,W1"}
 _REPS = {"tiny": "1", "quick": "3", "full": "3"}
 _SMALL = {"tiny": ["--small"], "quick": ["--small"], "full": []}
 
@@ -488,14 +488,12 @@ SUITES: tuple[Suite, ...] = (
         pick(
             "{procs} writers",
             "per_append",
-            "wall",
             case="mode",
             ok=lambda r: r["lost"] == 0 or r["mode"] == "unconditional",
         ),
         fixed(
             "{table}: each appends 10 rows of a float32 variable (10 x 64 x 64 with `--small`, "
-            "else 10 x 256 x 256), shards of 8 rows; whole-process column: the wall time from "
-            "the barrier to the last return"
+            "else 10 x 256 x 256), shards of 8 rows"
         ),
         case_flag=None,
     ),
