@@ -3,7 +3,7 @@
 with the tools each compares against, then writes the page (tables, plots, the machine, the
 versions and the command) from what it measured.
 
-    bash dev.sh bench-page            # the default size (hours on 2 cores, see the page)
+    bash dev.sh bench-page            # the default size (about 2 hours on 2 cores, estimated)
     bash dev.sh bench-page --quick    # small arrays, minutes
     python benchmarks/page.py --tiny --out DIR   # seconds: the test's size
 
