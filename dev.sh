@@ -96,9 +96,10 @@ case "$cmd" in
             say "installing the compared libraries (the bench extra) into $venv"
             "$venv/bin/python" -m pip install -q -e ".[test,bench]"
         fi
-        # acquire-zarr (a compared streaming writer) beside the venv, as zarrs: its requirements
-        # conflict with the project's; benchmarks/page.py hands the directory to stream.py
-        # (AQZ_PATH). One that cannot be installed is listed absent on the page.
+        # acquire-zarr (a compared streaming writer) beside the venv, as zarrs (pip --target,
+        # no dependencies: installing it into the venv conflicts with the project's pins);
+        # benchmarks/page.py hands the directory to stream.py (AQZ_PATH). If it cannot be
+        # installed, the page lists it as absent.
         if [ ! -f "$venv/side/acquire-zarr/.installed" ]; then
             say "installing acquire-zarr beside the venv ($venv/side/acquire-zarr)"
             rm -rf "$venv/side/acquire-zarr"

@@ -217,8 +217,8 @@ def _reproduce(info: dict[str, Any]) -> list[str]:
         "",
         "zarrs (zarr-python's Rust codec pipeline; `dev.sh` installs it beside the venv) is "
         "listed for the record: no script of this page measures it. acquire-zarr is installed "
-        "the same way (`pip install --target .venv/side/acquire-zarr`: its dependencies "
-        "conflict with the project's), and the stream suite puts it on its cases' path.",
+        "the same way (`pip install --no-deps --target .venv/side/acquire-zarr`), and the "
+        "stream suite puts it on its cases' path.",
         "",
     ]
 
