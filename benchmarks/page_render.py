@@ -244,7 +244,9 @@ def write_page(out: Path) -> None:
         "profiles and the history behind them.",
         "",
         f"**This page is {SIZE_TEXT[info['size']]}**, run {info['date']} on the machine "
-        "described under [Reproduce](#reproduce).",
+        "described under [Reproduce](#reproduce), its load average before the run "
+        f"{' '.join(map(str, info['machine']['load_before']))} (1, 5 and 15 minutes; the "
+        f"machine has {info['machine']['cores']} cores).",
         "",
         "| tool | version | what |",
         "|---|---|---|",
