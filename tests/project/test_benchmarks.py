@@ -160,8 +160,9 @@ def test_numpy_paths_small_run(tmp_path: Path) -> None:
 def test_pyramid_tiny_run(tmp_path: Path) -> None:
     """pyramid.py on its tiny volume: every case writes 5 levels zarr-python reads, level 0 equal
     to the source, the source read once (on the cluster too, counted in the workers), the
-    one-thread cases at the image and its half with their peaks above a baseline, and
-    ngff-zarr's levels differ from shardwise's only by the rounding of integer means."""
+    one-thread cases at the image and its half with their peaks above a baseline, ome-zarr-py's
+    levels halved on every axis, and ngff-zarr's levels differ from shardwise's only by the
+    rounding of integer means."""
     script = ROOT / "benchmarks" / "pyramid.py"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BENCH_SRC": str(tmp_path / "src")}
     out = tmp_path / "pyr.jsonl"
@@ -177,7 +178,7 @@ def test_pyramid_tiny_run(tmp_path: Path) -> None:
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
     recs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
     cases = {r["case"]: r for r in recs}
-    names = ("level0", "pyramid", "pyramid-cluster", "ngff", "task", "task-half")
+    names = ("level0", "pyramid", "pyramid-cluster", "ngff", "omezarr", "task", "task-half")
     assert set(cases) == {*names, "compare"}
     for name in names:
         r = cases[name]
@@ -204,6 +205,7 @@ def test_pyramid_tiny_run(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert "| vol | pyramid-cluster | 1 |" in table and "| vol | ngff | 1 |" in table
+    assert "| vol | omezarr | 1 |" in table
     assert "vol: peak memory per task (1 thread, above the baseline): 64x64x64: " in table
 
 
