@@ -33,6 +33,7 @@ find_python() {
 }
 
 zarrs_req="zarrs>=0.2.3,<0.3"
+aqz_req="acquire-zarr>=0.10,<0.11"
 
 setup() {
     local stamp="$venv/.shardwise-installed" py
@@ -94,6 +95,20 @@ case "$cmd" in
         if ! "$venv/bin/python" -c 'import zarrista' >/dev/null 2>&1; then
             say "installing the compared libraries (the bench extra) into $venv"
             "$venv/bin/python" -m pip install -q -e ".[test,bench]"
+        fi
+        # acquire-zarr (a compared streaming writer) beside the venv, as zarrs (pip --target,
+        # no dependencies: installing it into the venv conflicts with the project's pins);
+        # benchmarks/page.py hands the directory to stream.py (AQZ_PATH). If it cannot be
+        # installed, the page lists it as absent.
+        if [ ! -f "$venv/side/acquire-zarr/.installed" ]; then
+            say "installing acquire-zarr beside the venv ($venv/side/acquire-zarr)"
+            rm -rf "$venv/side/acquire-zarr"
+            if "$venv/bin/python" -m pip install -q --no-deps --target "$venv/side/acquire-zarr" "$aqz_req"; then
+                touch "$venv/side/acquire-zarr/.installed"
+            else
+                rm -rf "$venv/side/acquire-zarr"
+                say "acquire-zarr could not be installed: the page lists it as absent"
+            fi
         fi
         say "benchmarks: benchmarks/page.py $* (the page: docs/benchmarks.md)"
         exec "$venv/bin/python" benchmarks/page.py "$@" ;;

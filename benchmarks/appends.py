@@ -2,6 +2,7 @@
 """Concurrent appends: rows lost (must be 0) and time per append, N processes appending at once.
 
     python benchmarks/appends.py [--small] [--procs 2,4,8] [--reps 5] [--dir /path/to/disk]
+        [--out FILE.jsonl]
 
 Every repetition creates a Dataset of ``rows`` rows (a ``rows x width x width`` float32
 variable, a 1-d variable and the ``t`` coordinate; shards of ``shard`` rows) and starts N
@@ -12,12 +13,14 @@ conditional commits, so all land, one after another. Two modes, repetitions inte
 writer keeps the length it found, and rows are lost). Prints a markdown table per N and mode:
 rows lost (coordinate values missing from the result), median seconds per append (each
 writer's own call), the wall time from the barrier to the last return, and reservation commits
-redone. ``--small`` is a quick smoke run (a few MB).
+redone; ``--out`` appends one JSON line per repetition. ``--small`` is a quick smoke run (a few
+MB).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import statistics
 import tempfile
@@ -97,6 +100,7 @@ def main() -> None:
     p.add_argument("--procs", default="2,4,8", help="writer counts (default 2,4,8)")
     p.add_argument("--reps", type=int, default=5, help="repetitions per count and mode")
     p.add_argument("--dir", default=None, help="where the stores go (default: a temp dir)")
+    p.add_argument("--out", default=None, help="append a JSON line per repetition to this file")
     a = p.parse_args()
     args = dict(rows=10, width=64 if a.small else 256, shard=8)
     base = Path(a.dir or tempfile.mkdtemp(prefix="appends-"))
@@ -104,9 +108,15 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for procs in (int(x) for x in a.procs.split(",")):
         runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
-        for _ in range(a.reps):
+        for rep in range(a.reps):
             for conditional in (True, False):
-                runs[conditional].append(one_rep(base, procs, {**args, "conditional": conditional}))
+                got = one_rep(base, procs, {**args, "conditional": conditional})
+                runs[conditional].append(got)
+                if a.out:
+                    mode = "conditional" if conditional else "unconditional"
+                    with open(a.out, "a") as f:
+                        row = {"procs": procs, "mode": mode, "rep": rep, "small": a.small}
+                        f.write(json.dumps({**row, **got}) + "\n")
         for conditional, rs in runs.items():
             mode = "conditional" if conditional else "unconditional"
             print(

@@ -17,9 +17,10 @@ The source was just written, so all runs read it from the page cache; none fsync
 
 Usage::
 
-    python benchmarks/convert.py [--small] [--reps 1] [--dir /tmp] [--out results/convert.jsonl]
+    python benchmarks/convert.py [--small | --side N] [--reps 1] [--dir /tmp] [--out FILE.jsonl]
 
-``--small`` converts a 512^3 array (8 shards) in well under two minutes, to check the script.
+``--small`` converts a 512^3 array (8 shards) in well under two minutes, to check the script;
+``--side N`` an N^3 array (a multiple of 256), e.g. 256 for a smoke run of seconds.
 """
 
 from __future__ import annotations
@@ -135,13 +136,14 @@ def run(n: int, reps: int, base: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--small", action="store_true", help="512^3 instead of 1024^3")
+    p.add_argument("--side", type=int, default=0, help="N^3 (a multiple of 256)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--dir", default=None, help="where to put the stores (default: a temp dir)")
     p.add_argument("--out", default=None, help="append the JSON line to this file")
     a = p.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="shardwise-convert-", dir=a.dir))
     try:
-        res = run(512 if a.small else 1024, a.reps, base)
+        res = run(a.side or (512 if a.small else 1024), a.reps, base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     res["small"] = a.small

@@ -3,16 +3,16 @@
 with the tools each compares against, then writes the page (tables, plots, the machine, the
 versions and the command) from what it measured.
 
-    bash dev.sh bench-page            # the default size (about 40 minutes on 2 cores, estimated)
+    bash dev.sh bench-page            # the default size (about 2 hours on 2 cores, estimated)
     bash dev.sh bench-page --quick    # small arrays, minutes
     python benchmarks/page.py --tiny --out DIR   # seconds: the test's size
 
-Every suite runs its script (``bench.py``, ``numpy_paths.py``, ``pyramid.py``,
-``icechunk_writes.py``, ``stream.py``) with its own options: every case in a fresh process,
-repetitions interleaved, every store checked (see each script). Their JSON lines are kept under
-``OUT/benchmarks/results/``, the plots under ``OUT/benchmarks/``, the page is ``OUT/benchmarks.md``
-(``OUT`` is ``docs`` by default: the site renders the committed files, nothing runs at build
-time). A tool that does not import in this environment is not run: the page lists it as absent.
+Every suite (``page_catalog.py``) runs its script with its own options: every case in a fresh
+process, repetitions interleaved, every store checked (see each script). Their JSON lines are
+kept under ``OUT/benchmarks/results/``, the plots under ``OUT/benchmarks/``, the page is
+``OUT/benchmarks.md`` (``OUT`` is ``docs`` by default: the site renders the committed files,
+nothing runs at build time). A tool that does not import in this environment is not run: the
+page lists it as absent.
 
 ``--render`` writes the page again from the results already in ``OUT`` (nothing runs).
 """
@@ -37,7 +37,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import page_render  # noqa: E402
-from page_suites import LIBS, LIMIT, SUITES, TOOLS  # noqa: E402
+from page_catalog import SUITES  # noqa: E402
+from page_suites import LIBS, TOOLS  # noqa: E402
 
 PROBE = """
 import importlib, importlib.metadata as md, json, sys
@@ -65,6 +66,9 @@ def script_env(work: Path) -> dict[str, str]:
     env.setdefault("BENCH_SRC", str(work / "src"))
     env["BENCH_STORES"] = str(work / "stores")
     env.pop("BENCH_SIZE", None)
+    side = Path(sys.prefix) / "side" / "acquire-zarr"  # dev.sh installs it there (pip --target)
+    if side.is_dir() and "AQZ_PATH" not in env:
+        env["AQZ_PATH"] = str(side)  # stream.py puts it on its cases' path
     return env
 
 
@@ -72,9 +76,10 @@ def probe(env: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Which tools and libraries import in the scripts' environment, and their versions."""
     names = {k: (m, d) for k, (m, d, _) in TOOLS.items()}
     names.update({k: (k.replace("-", "_"), k) for k in LIBS})
-    # zarrs (zarr-python's Rust codec pipeline): dev.sh installs it beside the venv, not in it
-    side = Path(sys.prefix) / "side" / "zarrs"
-    env = {**env, "PYTHONPATH": os.pathsep.join([env.get("PYTHONPATH", ""), str(side)])}
+    # zarrs (zarr-python's Rust codec pipeline) and acquire-zarr: dev.sh installs them beside
+    # the venv, not in it
+    side = [str(Path(sys.prefix) / "side" / "zarrs"), env.get("AQZ_PATH", "")]
+    env = {**env, "PYTHONPATH": os.pathsep.join([env.get("PYTHONPATH", ""), *side])}
     got = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(names)],
         env=env, capture_output=True, text=True, check=True, timeout=300,
@@ -120,25 +125,23 @@ def run_suite(suite: Any, size: str, present: dict[str, bool], res: Path, work: 
     the end of its output if it fails)."""
     out = res / f"{suite.key}.jsonl"
     out.unlink(missing_ok=True)
-    cases = [c for c, (tool, _) in suite.cases.items() if tool == LIMIT or present[tool]]
-    cmd = [sys.executable, str(HERE / suite.script)]
-    if suite.key != "stream":
-        cmd.append("run")
-    cmd += [*suite.args[size], suite.case_flag, ",".join(cases), "--out", str(out)]
-    if suite.key != "dask":
-        cmd += ["--dir", str(work / "stores")]
+    stores = str(work / "stores")
+    script = [sys.executable, str(HERE / suite.script)]
+    prepare = suite.prepare.get(size)  # a generation step first, if the suite has one
+    cmds = [[*script, *(a.replace("{dir}", stores) for a in prepare)]] if prepare else []
+    cmds.append([*script, *suite.argv(size, present, str(out), stores)])
     env = script_env(work)
     (work / "stores").mkdir(parents=True, exist_ok=True)
-    print(f"page: {suite.key}: {shlex.join(cmd[1:])}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    got = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
-    (work / f"{suite.key}.log").write_text(got.stdout + got.stderr)
-    if got.returncode != 0:
-        raise RuntimeError(got.stderr.strip()[-600:])
-    if suite.key == "stream":
-        import page_suites
-
-        page_suites.stream_limits(size, str(out), env)
+    for cmd in cmds:
+        print(f"page: {suite.key}: {shlex.join(cmd[1:])}", file=sys.stderr, flush=True)
+        got = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
+        with open(work / f"{suite.key}.log", "a") as log:
+            log.write(got.stdout + got.stderr)
+        if got.returncode != 0:
+            raise RuntimeError(got.stderr.strip()[-600:])
+    if suite.finish:
+        suite.finish(suite, size, str(out), env)
     return time.perf_counter() - t0
 
 
@@ -159,7 +162,7 @@ def run(size: str, out: Path, work: Path, only: list[str]) -> None:
     }
     t0 = time.perf_counter()
     for suite in SUITES:
-        if only and suite.key not in only:
+        if (only and suite.key not in only) or suite.source:  # a source's suites ran it
             continue
         try:
             info["seconds"][suite.key] = round(run_suite(suite, size, present, res, work), 1)

@@ -11,7 +11,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from page_suites import LIBS, LIMIT, SUITES, TOOLS, Suite, caption, rows
+from page_catalog import SUITES
+from page_suites import LIBS, LIMIT, TOOLS, Suite, rows
 
 COMMAND = "bash dev.sh bench-page"
 SIZE_FLAG = {"full": "", "tiny": " --tiny", "quick": " --quick"}
@@ -57,11 +58,8 @@ def _table(s: Suite, name: str, rs: list[dict[str, Any]], absent: list[str]) -> 
     lim = [r for r in rs if r["tool"] == LIMIT and r["case"] not in s.cases]
     if lim:
         lines.append({"tool": LIMIT, "case": LIMIT, "what": lim[0]["what"], **_stats(lim)})
-    ref_case = s.extra.get("ref_case")
-    ref = next(
-        (x for x in lines if x["tool"] == s.ref and (ref_case is None or x["case"] == ref_case)),
-        None,
-    )
+    mine = [x for x in lines if x["tool"] == s.ref]
+    ref = next((x for x in mine if x["case"] == s.ref_case), mine[0] if mine else None)
     limit = next((x for x in lines if x["tool"] == LIMIT), None)
     for x in lines:
         x["x_ref"] = x["med"] / ref["med"] if ref and ref["med"] and x["med"] else None
@@ -73,8 +71,8 @@ def _table(s: Suite, name: str, rs: list[dict[str, Any]], absent: list[str]) -> 
     return lines
 
 
-def _markdown(lines: list[dict[str, Any]], has_whole: bool) -> list[str]:
-    head = "| tool | case | what | n | median s | min-max s | x shardwise | x limit |"
+def _markdown(lines: list[dict[str, Any]], has_whole: bool, unit: str) -> list[str]:
+    head = f"| tool | case | what | n | median {unit} | min-max {unit} | x shardwise | x limit |"
     sep = "|---|---|---|---|---|---|---|---|"
     if has_whole:
         head, sep = head + " whole-process s |", sep + "---|"
@@ -98,7 +96,7 @@ def _markdown(lines: list[dict[str, Any]], has_whole: bool) -> list[str]:
     return out
 
 
-def _plot(lines: list[dict[str, Any]], title: str, path: Path) -> None:
+def _plot(lines: list[dict[str, Any]], title: str, path: Path, unit: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,7 +114,7 @@ def _plot(lines: list[dict[str, Any]], title: str, path: Path) -> None:
     ax.barh(range(len(done)), med, xerr=err, color=colors, capsize=3)
     ax.set_yticks(range(len(done)), labels)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds (median, min-max bars)")
+    ax.set_xlabel(f"{'seconds' if unit == 's' else unit} (median, min-max bars)")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, metadata={"Date": None})
@@ -132,7 +130,7 @@ def _glance(s: Suite, name: str, lines: list[dict[str, Any]]) -> str:
             peers[x["tool"]] = min(peers.get(x["tool"], x["x_ref"]), x["x_ref"])
     absent = [x["tool"] for x in lines if x["case"] == ""]
     cells = [f"{t} {r:.2f}" for t, r in peers.items()] + [f"{t} absent" for t in absent]
-    mine = f"`{ref['case']}` {_fmt(ref['med'])} s" if ref else ""
+    mine = f"`{ref['case']}` {_fmt(ref['med'])} {s.unit}" if ref else ""
     lim = f"{ref['x_lim']:.2f}" if ref and ref.get("x_lim") else ""
     return f"| {s.key}: {name} | {mine} | {', '.join(cells)} | {lim} |"
 
@@ -148,8 +146,17 @@ def _suite_section(
         text += [f"**The script failed in this run** (its last words: `{err}`).", ""]
     if not recs:
         return [*text, "Not run in this page's run.", ""]
-    args = shlex.join(s.args[info["size"]])
-    text += [f"Options of this run: `{args}` (and `{s.case_flag}` the cases below).", ""]
+    if s.source:
+        text += [f"From the results of the suites {', '.join(s.source)} (nothing runs).", ""]
+    else:
+        argv = s.args[info["size"]]  # without the stores' directory (the run's own)
+        args = shlex.join(
+            a
+            for i, a in enumerate(argv)
+            if "{dir}" not in a and (i + 1 == len(argv) or "{dir}" not in argv[i + 1])
+        )
+        cases = f" (and `{s.case_flag}` the cases below)" if s.case_flag else ""
+        text += [f"Options of this run: `{args}`{cases}.", ""]
     got = rows(s, recs)
     for name in dict.fromkeys(r["table"] for r in got):
         rs = [r for r in got if r["table"] == name]
@@ -157,10 +164,10 @@ def _suite_section(
         glance.append(_glance(s, name, lines))
         label = f"{s.title.split(':')[0]}: {name}"
         fig = f"{s.key}-{_slug(name)}.svg"
-        _plot(lines, label, out / "benchmarks" / fig)
+        _plot(lines, label, out / "benchmarks" / fig, s.unit)
         has_whole = any(r["whole"] is not None for r in rs)
-        text += [f"### {s.key}: {name}", "", caption(s, name, recs) + ":", ""]
-        text += [*_markdown(lines, has_whole), ""]
+        text += [f"### {s.key}: {name}", "", s.caption(name, recs) + ":", ""]
+        text += [*_markdown(lines, has_whole, s.unit), ""]
         text += [f"![{label}](benchmarks/{fig})", ""]
     return text
 
@@ -189,7 +196,7 @@ def _reproduce(info: dict[str, Any]) -> list[str]:
         "`--quick` runs small arrays in minutes, `--tiny` is a smoke run of seconds, with no "
         "flag the default size; `python benchmarks/page.py --render` writes the page again "
         "from the results already there. A tool that does not import is not run and is listed "
-        "as absent (install it, e.g. `pip install acquire-zarr`, and run the command again).",
+        "as absent (install it and run the command again).",
         "",
         f"This page: {SIZE_TEXT[info['size']]}, run {info['date']} at commit "
         f"`{info['commit']}`; the run took {secs}.",
@@ -208,8 +215,10 @@ def _reproduce(info: dict[str, Any]) -> list[str]:
         f"| python | {m['python']} |",
         *vers,
         "",
-        "ome-zarr and zarrs (zarr-python's Rust codec pipeline; `dev.sh` installs it beside "
-        "the venv) are listed for the record: no script of this page measures them.",
+        "zarrs (zarr-python's Rust codec pipeline; `dev.sh` installs it beside the venv) is "
+        "listed for the record: no script of this page measures it. acquire-zarr is installed "
+        "the same way (`pip install --no-deps --target .venv/side/acquire-zarr`), and the "
+        "stream suite puts it on its cases' path.",
         "",
     ]
 
@@ -235,7 +244,9 @@ def write_page(out: Path) -> None:
         "profiles and the history behind them.",
         "",
         f"**This page is {SIZE_TEXT[info['size']]}**, run {info['date']} on the machine "
-        "described under [Reproduce](#reproduce).",
+        "described under [Reproduce](#reproduce), its load average before the run "
+        f"{' '.join(map(str, info['machine']['load_before']))} (1, 5 and 15 minutes; the "
+        f"machine has {info['machine']['cores']} cores).",
         "",
         "| tool | version | what |",
         "|---|---|---|",
@@ -247,10 +258,14 @@ def write_page(out: Path) -> None:
     body: list[str] = []
     glance: list[str] = []
     for s in SUITES:
-        f = res / f"{s.key}.jsonl"
-        recs = (
-            [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.exists() else []
-        )
+        recs = []
+        for key in s.source or (s.key,):
+            f = res / f"{key}.jsonl"
+            recs += (
+                [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+                if f.exists()
+                else []
+            )
         body += _suite_section(s, recs, info, out, glance)
     text += [
         "## At a glance",

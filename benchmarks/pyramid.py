@@ -22,6 +22,8 @@ order rotating each repetition); every write is zstd level 3:
   cluster's start is in the whole-process figure, not in the in-process one);
 * ``ngff``             ngff-zarr: ``to_multiscales(scale_factors=[2, 4, 8, 16],
   method=DASK_BIN_SHRINK)`` (its mean) and ``to_ngff_zarr(version="0.5", chunks_per_shard=...)``;
+* ``omezarr``          ome-zarr-py: ``write_image(scale_factors=[{axis: 2, ...}, ...],
+  method=LOCAL_MEAN, fmt=FormatV05())`` with the same inner chunks, shards and zstd;
 * ``task``, ``task-half``  the pyramid on one thread (dask's synchronous scheduler,
   ``threads=1``), of the image and of its first half along every axis (same chunks and
   shards): the peak memory of one task, what a user sizes a worker's memory by, at two image
@@ -66,7 +68,7 @@ sys.path[:0] = [SRC, HERE]
 import workloads  # noqa: E402
 
 LEVELS = 5
-CASES = ("level0", "pyramid", "pyramid-cluster", "ngff", "task", "task-half")
+CASES = ("level0", "pyramid", "pyramid-cluster", "ngff", "omezarr", "task", "task-half")
 ONCE = ("task", "task-half")  # memory peaks: the first repetition only
 IMAGES: dict[str, dict[str, dict[str, Any]]] = {
     "full": {
@@ -271,6 +273,8 @@ def write(case: str, data: Any, store: str, G: dict[str, Any], threads: int | No
             data, store, levels=LEVELS, factors=2, method="mean", dims=G["dims"],
             chunks=inner, shards=shard, compressors=zstd, mode="w", threads=threads,
         )  # fmt: skip
+    elif case == "omezarr":
+        _write_omezarr(data, store, G, inner, shard, zstd)
     else:
         import ngff_zarr as nz
 
@@ -283,6 +287,25 @@ def write(case: str, data: Any, store: str, G: dict[str, Any], threads: int | No
             store, ms, version="0.5", chunks_per_shard=G["shard"] // G["inner"],
             compressors=[zstd], overwrite=True,
         )  # fmt: skip
+
+
+def _write_omezarr(
+    data: Any, store: str, G: dict[str, Any], inner: Any, shard: Any, zstd: Any
+) -> None:
+    """ome-zarr-py's own writer: ``write_image`` of the dask array, its local mean per level
+    (OME-Zarr 0.5, Zarr v3 shards), every axis halved per level as the other cases do."""
+    import zarr
+    from ome_zarr.format import FormatV05
+    from ome_zarr.scale import Methods
+    from ome_zarr.writer import write_image
+
+    group = zarr.open_group(store, mode="w", zarr_format=3)
+    write_image(
+        data, group, method=Methods.LOCAL_MEAN,
+        scale_factors=[dict.fromkeys(G["dims"], 2**k) for k in range(1, LEVELS)],
+        fmt=FormatV05(), axes=list(G["dims"]),
+        storage_options=dict(chunks=inner, shards=shard, compressors=[zstd]),
+    )  # fmt: skip
 
 
 def check(case: str, store: str, size: str, image: str, side: int | None) -> dict[str, Any]:

@@ -14,6 +14,8 @@ times; medians and min-max:
 The write reports' own meters give the bytes read and written and the requests of each case.
 
     python benchmarks/pyramid_update.py --reps 3 --out benchmarks/results/pyramid-update.jsonl
+
+``--side N`` another side (a multiple of 64; chunks and shards scale with it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,18 @@ from typing import Any
 SIDE = 4096
 PATCH = (slice(1000, 1064), slice(2000, 2064))
 KW: dict[str, Any] = dict(levels=5, dims=("y", "x"), chunks=(256, 256), shards=(1024, 1024))
+
+
+def set_side(side: int) -> None:
+    """Another image side (a multiple of 64): inner chunks and shards a 16th and a 4th of it,
+    the patch at the same place relative to the side."""
+    global SIDE, PATCH
+    SIDE = side
+    y, x = side * 1000 // 4096, side * 2000 // 4096
+    PATCH = (slice(y, y + 64), slice(x, x + 64))
+    KW.update(chunks=(side // 16,) * 2, shards=(side // 4,) * 2)
+
+
 CASES = ("update", "rewrite")
 
 
@@ -118,8 +132,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--side", type=int, default=SIDE, help="the image's side (4096)")
     p.add_argument("--child", nargs=3, metavar=("CASE", "ROOT", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    set_side(args.side)
     if args.child:
         child(*args.child)
         return
@@ -133,12 +149,13 @@ def main() -> None:
                 shutil.rmtree(root, ignore_errors=True)
                 shutil.copytree(base, root)
                 t0 = time.perf_counter()
-                cmd = [sys.executable, __file__, "--child", case, str(root), str(out)]
+                cmd = [sys.executable, __file__, "--side", str(SIDE), "--child", case, str(root)]
+                cmd.append(str(out))
                 subprocess.run(cmd, check=True)
                 row = json.loads(out.read_text())
                 row["whole_process_seconds"] = time.perf_counter() - t0
                 subprocess.run([*cmd[:-3], f"check-{case}", str(root), str(out)], check=True)
-                row["rep"] = rep
+                row.update(rep=rep, side=SIDE)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.out:
