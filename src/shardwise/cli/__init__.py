@@ -49,7 +49,7 @@ __all__ = [
 
 # a keyword of the Python call a message names -> (the command's arguments that stand for it,
 # the option a command-line user gives instead)
-OPTIONS = {
+OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "mode='w'": (("mode",), "--mode w"),
     "resume=True": (("resume",), "--resume"),
     "break_lease=True": (("break_lease",), "--break-lease"),
