@@ -49,7 +49,7 @@ __all__ = [
 
 # a keyword of the Python call a message names -> (the command's arguments that stand for it,
 # the option a command-line user gives instead)
-OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "mode='w'": (("mode",), "--mode w"),
     "resume=True": (("resume",), "--resume"),
     "break_lease=True": (("break_lease",), "--break-lease"),
@@ -64,7 +64,7 @@ def _one_line(e: BaseException, args: argparse.Namespace | None = None) -> str:
     does not already speak of Python."""
     text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
     if args is not None and "Python" not in text:
-        for keyword, (dests, option) in OPTIONS.items():
+        for keyword, (dests, option) in _OPTIONS.items():
             if any(hasattr(args, dest) for dest in dests):
                 text = text.replace(keyword, option)
     return f"{type(e).__name__}: {text}".rstrip(": ")
