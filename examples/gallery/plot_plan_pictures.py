@@ -121,7 +121,8 @@ plans = [
     for shape in shapes
 ]
 for shape, plan in zip(shapes, plans, strict=True):
-    print(f"shards {shape}: {plan.tasks} tasks, ~{plan.peak_per_task / 2**20:.0f} MiB per task")
+    tasks = f"{plan.tasks} task" + ("s" if plan.tasks != 1 else "")
+    print(f"shards {shape}: {tasks}, ~{plan.peak_per_task / 2**20:.0f} MiB per task")
 
 fig, ax = plt.subplots(figsize=(6, 3.4), layout="constrained")
 ax.plot([p.tasks for p in plans], [p.peak_per_task / 2**20 for p in plans], "o-")

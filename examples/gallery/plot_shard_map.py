@@ -45,7 +45,7 @@ print(report.shards_written, "shards written,", report.shards_empty, "all fill (
 # What ``shardwise inspect`` says
 # -------------------------------
 
-shardwise_command(["inspect", store])
+assert shardwise_command(["inspect", store]) == 0  # its exit status: 0, the array is there
 
 # %%
 # The shard map

@@ -54,7 +54,8 @@ print(ds)
 # into the shard the first part left partly filled, with one task owning it).
 
 shardwise.to_zarr(ds.isel(time=slice(0, 200)), store, shards={"time": 91}, mode="w")
-shardwise.to_zarr(ds.isel(time=slice(200, None)), store, append_dim="time")
+report = shardwise.to_zarr(ds.isel(time=slice(200, None)), store, append_dim="time")
+print(report)
 
 # %%
 # Read back with the shardwise engine

@@ -380,14 +380,14 @@ def test_the_report_text_and_dict(tmp_path: Path) -> None:
     rep.shards_recorded = None
     lines = str(rep).splitlines()
     assert lines[0] == (
-        "here: 52 problem(s); 3 shards stored (no writer records), 7 inner chunks decoded, "
+        "here: 52 problems; 3 shards stored (no writer records), 7 inner chunks decoded, "
         "2.5 MB read in 1.23 s"
     )
     assert lines[1:51] == [f"  temp       t{i}: left" for i in range(50)]
     assert lines[51] == "  ... and 2 more"
     assert lines[52] == (
-        "  note: 51 shard(s) sound but not as the writer recorded them (written or rewritten "
-        "by another tool; --strict / strict=True makes these problems):"
+        "  note: 51 shards sound but not what the writer recorded (written or rewritten "
+        "by another tool; problems with --strict / strict=True):"
     )
     assert lines[53:103] == [f"    mismatch   m{i}: other" for i in range(50)]
     assert lines[103:] == ["    ... and 1 more", "  note: a note"]
@@ -401,6 +401,14 @@ def test_the_report_text_and_dict(tmp_path: Path) -> None:
     rep.strict = True
     rep.add_change(Problem("unrecorded", "u", "x"))
     assert rep.problems[-1].key == "u" and len(rep.changes) == 50
+    # one of each: counted in the singular
+    rep.shards_stored, rep.chunks_checked = 1, 1
+    rep.strict = False
+    del rep.problems[1:], rep.changes[1:]
+    lines = str(rep).splitlines()
+    assert lines[0].startswith("here: 1 problem; 1 shard stored (no writer records), 1 inner ")
+    assert lines[0].split(", ")[1] == "1 inner chunk decoded"
+    assert lines[2].startswith("  note: 1 shard sound but not what the writer recorded (")
 
 
 def test_a_shard_gone_when_read_and_a_batch_that_does_not_parse(tmp_path: Path) -> None:

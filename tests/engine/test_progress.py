@@ -172,3 +172,38 @@ def test_each_array_leaves_one_line_and_no_empty_one_in_a_terminal(
         assert re.fullmatch(rf"copy {name}: 100%\|█+\| 12/12 \[.*, 0\.0 MB stored\]", line), line
         assert len(line) == (cols or 80) - 1  # the width the terminal has, else 80 columns
     assert lines[3] == "done"
+
+
+# two writes into an icechunk session on threads: each shows its shard bar, then the bar of the
+# forks merged into the session and its commit
+ICECHUNK_IN_A_TERMINAL = """
+import sys, icechunk, numpy as np, shardwise
+icechunk.set_logs_filter("error")  # not its warning about local files and concurrent commits
+repo = icechunk.Repository.create(icechunk.local_filesystem_storage(sys.argv[1]))
+x = np.arange(64 * 48, dtype="int32").reshape(64, 48)
+for path in "ab":
+    session = repo.writable_session("main")
+    shardwise.write_array(
+        x, session, path=path, chunks=8, shards=16, progress=True, commit=f"wrote {path}"
+    )
+print("done")
+"""
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(0, 0), (24, 80)], ids=["no-size", "80-columns"])
+def test_the_icechunk_merge_bar_leaves_one_line_and_no_empty_one_in_a_terminal(
+    tmp_path: Path, rows: int, cols: int
+) -> None:
+    """The merge bar of a write into an icechunk session, like the shard bars: in a terminal
+    that reports no size it showed nothing and left an empty line; each bar is one line of the
+    terminal's width (else 80 columns), the next bar on the line after it."""
+    out = in_a_terminal(
+        [sys.executable, "-c", ICECHUNK_IN_A_TERMINAL, str(tmp_path / "repo")], rows, cols
+    )
+    lines = screen_lines(out)
+    assert len(lines) == 5, lines
+    for shards, merge in (lines[0:2], lines[2:4]):
+        assert re.fullmatch(r"shardwise: 100%\|█+\| 12/12 \[.*, 0\.0 MB stored\]", shards)
+        assert re.fullmatch(r"shardwise: merge into the session: 100%\|█+\| 12/12 \[.*", merge)
+        assert len(shards) == len(merge) == (cols or 80) - 1, (shards, merge)
+    assert lines[4] == "done"

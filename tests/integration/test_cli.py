@@ -65,7 +65,7 @@ def test_verify_strict_on_a_shard_another_tool_rewrote(
     out = capsys.readouterr().out
     assert "OK" in out and "note:" in out and "mismatch   c/0/0" in out
     assert main(["verify", str(sharded), "--strict"]) == 1
-    assert "1 problem(s)" in capsys.readouterr().out
+    assert "1 problem;" in capsys.readouterr().out
     (sharded / "c/1/1").unlink()  # a deleted recorded shard is a problem without --strict
     assert main(["verify", str(sharded)]) == 1
     assert "missing" in capsys.readouterr().out
@@ -593,3 +593,23 @@ def test_a_path_inside_an_array_is_refused_before_any_byte(stores: dict[str, str
         text = _refused(call, shardwise.PlanError, ValueError)
         assert "array 'a' in" in text and "holds no other nodes" in text
     assert files(group, journal=True) == before  # not even a write marker
+
+
+def test_a_refusal_names_the_commands_options_not_python_keywords(
+    v2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command-line user is told the options to give (``--mode w``, ``--resume``,
+    ``--path``), not the keywords of the Python call the message was written for; that call's
+    own message keeps them."""
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(v2), str(dst), "--shards", "20,15"]) == 0
+    capsys.readouterr()
+    assert main(["convert", str(v2), str(dst), "--shards", "20,15"]) == 3
+    err = capsys.readouterr().err
+    assert "use --mode w to replace it, or --resume to finish an interrupted conversion" in err
+    assert "mode=" not in err and "resume=" not in err
+    assert main(["convert", str(v2), str(tmp_path / "o.zarr"), "--shards", "20"]) == 3
+    err = capsys.readouterr().err
+    assert "give a shape per array (--path), or sizes per dimension name" in err
+    with pytest.raises(FileExistsError, match=r"use mode='w' to replace it, or resume=True"):
+        shardwise.convert(v2, dst, shards=(20, 15))

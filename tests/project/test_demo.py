@@ -32,6 +32,7 @@ def test_demo_counts_shard_objects_and_removes_its_temp_dir(tmp_path: Path) -> N
     written = int(re.search(r"(\d+) shards written", text).group(1))  # type: ignore[union-attr]
     stored = int(re.search(r"zarr\.json \+ (\d+) shard objects", text).group(1))  # type: ignore[union-attr]
     assert written == stored == 15
+    assert "15 shards written, 1 all-fill shard skipped (0 deleted), " in text
     assert text.rstrip().splitlines()[-2] == "OK"
     assert list(tmp.iterdir()) == []  # nothing left behind
 

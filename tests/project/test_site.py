@@ -343,6 +343,42 @@ def test_every_gallery_example_ran_and_drew(site: Path) -> None:
     assert lost.count('class="shard missing"') == 1 and "missing c/2/5" in lost
 
 
+# what each gallery script prints, as its page shows it: tests/project/gallery/<script>.txt, the
+# page's output blocks one after another (what the script prints when run), ``...`` where values
+# vary
+PRINTED = Path(__file__).with_name("gallery")
+
+
+def printed(page: str) -> str:
+    """The printed output a gallery page (sphinx-gallery's generated rST) shows: its output
+    blocks in order, each dedented: what the script printed."""
+    blocks, lines = [], page.splitlines()
+    for i, line in enumerate(lines):
+        if line != ".. rst-class:: sphx-glr-script-out":
+            continue
+        start = next(j for j in range(i + 1, len(lines)) if lines[j].strip()) + 1
+        assert lines[start - 1] == " .. code-block:: none", lines[start - 1]
+        body = []
+        for text in lines[start:]:
+            if text.strip() and not text.startswith("    "):
+                break
+            body.append(text[4:])
+        blocks.append("\n".join(body).strip("\n"))
+    return "\n".join(blocks)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in GALLERY.glob("*.py")))
+def test_every_gallery_page_shows_what_its_script_prints(site: Path, name: str) -> None:
+    """The printed output of each gallery script, as its page shows it, is the text kept in
+    tests/project/gallery/ (``...`` where a value varies: a temp directory, a write id, a
+    time): a message or a figure that changed shows here, not only on the page."""
+    from test_docs import output_matches
+
+    shown = printed((DOCS / "gallery" / f"{name}.rst").read_text())
+    expected = (PRINTED / f"{name}.txt").read_text()
+    assert output_matches(expected, shown), f"{name} printed:\n{shown}"
+
+
 def test_a_failing_gallery_example_fails_the_build(tmp_path: Path) -> None:
     """An example that raises fails the ``-W`` build, naming the script and the error, after
     the other examples ran; one that runs is built."""

@@ -289,7 +289,7 @@ def test_the_writer_that_loses_the_race_merges_again(
     got = out["got"]
     assert (got[:64] == 9).all() and (got[64:100] == 1).all() and (got[100:] == 2).all()
     assert out["A"].conflicts_retried == 1 and out["B"].conflicts_retried == 0
-    assert "1 shard merges redone" in str(out["A"])
+    assert "1 shard merge redone" in str(out["A"])
     assert shardwise.verify(store).ok  # the record of shard 1 is the last commit's
 
 

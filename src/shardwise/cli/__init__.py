@@ -47,8 +47,26 @@ __all__ = [
 ]
 
 
-def _one_line(e: BaseException) -> str:
+# a keyword of the Python call a message names -> (the command's arguments that stand for it,
+# the option a command-line user gives instead)
+_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "mode='w'": (("mode",), "--mode w"),
+    "resume=True": (("resume",), "--resume"),
+    "break_lease=True": (("break_lease",), "--break-lease"),
+    "strict=True": (("strict",), "--strict"),
+    "path=)": (("path", "src_path"), "--path)"),
+}
+
+
+def _one_line(e: BaseException, args: argparse.Namespace | None = None) -> str:
+    """The error in one line; for a command (``args``), a keyword of the Python call its
+    message names as the command's option (``mode='w'``: ``--mode w``), where the message
+    does not already speak of Python."""
     text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    if args is not None and "Python" not in text:
+        for keyword, (dests, option) in _OPTIONS.items():
+            if any(hasattr(args, dest) for dest in dests):
+                text = text.replace(keyword, option)
     return f"{type(e).__name__}: {text}".rstrip(": ")
 
 
@@ -92,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = getattr(args, "store", None) or getattr(args, "src", None)
         hint = "" if show else " (--traceback for details)"
         if isinstance(e, ShardwiseError):
-            print(f"{name}: {_one_line(e)}", file=sys.stderr)
+            print(f"{name}: {_one_line(e, args)}", file=sys.stderr)
         elif where and not isinstance(e, ValueError | FileNotFoundError | FileExistsError):
             print(f"{name}: cannot open store {where}: {_one_line(e)}{hint}", file=sys.stderr)
         else:

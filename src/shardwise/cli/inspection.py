@@ -8,6 +8,8 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ..core.cost import counted
+
 if TYPE_CHECKING:
     from ..core.layout import Coord, Layout
     from ..core.svg import Drawing
@@ -224,13 +226,15 @@ def print_inspect(d: dict[str, Any]) -> None:
         f"  array    {tuple(d['shape'])} {d['dtype']}, fill {d['fill_value']}"
         + (f", dims {tuple(d['dimension_names'])}" if d["dimension_names"] else ""),
         f"  shards   {_shards_text(d)}: grid {tuple(d['shard_grid'])} = "
-        f"{d['shards_total']} shards of {_per_shard(d)} inner chunks "
+        f"{counted(d['shards_total'], 'shard')} of {_per_shard(d)} inner chunks "
         f"{tuple(d['chunk_shape'])}",
         f"  codecs   {chain}; {index}",
-        f"  stored   {d['shards_stored']} shards ({d['objects']} objects with the metadata), "
+        f"  stored   {counted(d['shards_stored'], 'shard')} ({d['objects']} objects with the "
+        "metadata), "
         f"{d['bytes_stored'] / 1e6:.2f} MB "
         f"({ratio})",
-        f"  journal  {d['shards_recorded']} shard records, {d['writes_done']} writes done, "
+        f"  journal  {counted(d['shards_recorded'], 'shard record')}, "
+        f"{counted(d['writes_done'], 'write')} done, "
         f"{len(d['writes_open'])} open" + (" (resume them)" if d["writes_open"] else ""),
         f"  lease    {d['lease'] or 'free'}",
     ]

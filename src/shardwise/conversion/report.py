@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..core.cost import counted
 from ..engine.report import NOTHING_TO_DO
 from .plan import Method
 
@@ -72,9 +73,11 @@ class ArrayReport:
         return (
             f"{self.path or '/'}: {self.method} ({self.reason}); "
             + (
-                f"shards {self.shards} of chunks {self.chunks}: {self.shards_written} shards "
+                f"shards {self.shards} of chunks {self.chunks}: "
+                f"{counted(self.shards_written, 'shard')} "
                 if self.shards is not None
-                else f"unsharded, chunks {self.chunks}: {self.shards_written} chunk objects "
+                else f"unsharded, chunks {self.chunks}: "
+                f"{counted(self.shards_written, 'chunk object')} "
             )
             + "written"
             + (f", {self.shards_skipped} done before" if self.shards_skipped else "")
@@ -156,7 +159,7 @@ class ConvertReport:
 
     def __str__(self) -> str:
         head = (
-            f"converted {self.src} -> {self.dst}: {len(self.arrays)} arrays, objects "
+            f"converted {self.src} -> {self.dst}: {counted(len(self.arrays), 'array')}, objects "
             f"{self.objects_before} -> {self.objects_after} in {self.seconds:.2f} s"
         )
         done = [f"committed snapshot {self.snapshot}"] if self.snapshot else []

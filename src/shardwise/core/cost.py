@@ -160,6 +160,15 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``n`` and ``noun``, singular for one (``plural``: when not ``noun + "s"``).
+
+    >>> counted(1, "shard"), counted(0, "shard"), counted(3, "all-fill shard")
+    ('1 shard', '0 shards', '3 all-fill shards')
+    """
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def tasks_text(n: int, what: str, labels: bool = False) -> str:
     """``n`` tasks as a plan's picture names them, singular for one, with their labels if
     ``labels``.

@@ -231,7 +231,7 @@ class WritePlan:
             f"  shards: {self.shards} ({self.plan.npartial} merge with stored data)",
             f"  tasks: {self.tasks}"
             + (
-                f" ({self.block_tasks} block tasks + {self.shards} shard tasks)"
+                f" ({tasks_text(self.block_tasks, 'block')} + {tasks_text(self.shards, 'shard')})"
                 if self.strategy == "staged"
                 else " (one per shard)"
                 if self.per_task == 1

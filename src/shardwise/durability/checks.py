@@ -14,6 +14,7 @@ import numpy as np
 from ..codec.codecs import crc32c
 from ..codec.metadata import ArrayInfo
 from ..codec.shard import ShardIndex
+from ..core.cost import counted
 from ..engine.staged import STAGED, staged_leftovers
 from ..errors import CorruptShardError
 from ..storage.store import TEMP, ShardStore
@@ -154,18 +155,19 @@ class VerifyReport:
             else (f"{self.shards_recorded} recorded")
         )
         head = (
-            f"{self.where}: {'OK' if self.ok else f'{len(self.problems)} problem(s)'}; "
-            f"{self.shards_stored} shards stored ({rec}), {self.chunks_checked} inner chunks "
-            f"decoded, {self.bytes_read / 1e6:.1f} MB read in {self.seconds:.2f} s"
+            f"{self.where}: {'OK' if self.ok else counted(len(self.problems), 'problem')}; "
+            f"{counted(self.shards_stored, 'shard')} stored ({rec}), "
+            f"{counted(self.chunks_checked, 'inner chunk')} decoded, "
+            f"{self.bytes_read / 1e6:.1f} MB read in {self.seconds:.2f} s"
         )
         lines = [head, *(f"  {p}" for p in self.problems[:50])]
         if len(self.problems) > 50:
             lines.append(f"  ... and {len(self.problems) - 50} more")
         if self.changes:
             lines.append(
-                f"  note: {len(self.changes)} shard(s) sound but not as the writer recorded them "
-                "(written or rewritten by another tool; --strict / strict=True makes these "
-                "problems):"
+                f"  note: {counted(len(self.changes), 'shard')} sound but not what the writer "
+                "recorded (written or rewritten by another tool; problems with --strict / "
+                "strict=True):"
             )
             lines += [f"    {p}" for p in self.changes[:50]]
             if len(self.changes) > 50:

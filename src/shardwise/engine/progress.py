@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.terminal import bar_screen
 from .report import WriteReport
 
 
@@ -26,27 +27,6 @@ def _reports(result: Any) -> list[Any]:
     return []
 
 
-def _screen(file: Any) -> dict[str, int]:
-    """The width and height for tqdm when ``file`` is a terminal that reports a size of 0 x 0
-    (a fresh pseudo-terminal, a container's or a CI runner's): tqdm would take it for a screen
-    with no row for a bar, print none and still end each bar's line, leaving an empty line per
-    bar. The size ``shutil`` falls back to then (``COLUMNS`` and ``LINES``, else 80 x 24);
-    nothing (tqdm's own choice) for a terminal that has a size or a file that is no terminal."""
-    import os
-    import shutil
-    import sys
-
-    try:
-        cols, rows = os.get_terminal_size((file or sys.stderr).fileno())
-    except (AttributeError, OSError, ValueError):
-        return {}
-    if cols > 0 and rows > 0:
-        return {}
-    size = shutil.get_terminal_size()
-    # tqdm keeps the last column and row free, as it does with a size it reads itself
-    return {"ncols": (cols or size.columns) - 1, "nrows": (rows or size.lines) - 1}
-
-
 class ShardBar:
     """A tqdm bar over ``total`` shards and the bytes moved so far (``what``: "stored", "read")."""
 
@@ -55,7 +35,7 @@ class ShardBar:
     ) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc=desc, unit="shard", file=file, **_screen(file))
+        self.bar = tqdm(total=total, desc=desc, unit="shard", file=file, **bar_screen(file))
         self.what = what
         self.nbytes = 0
 

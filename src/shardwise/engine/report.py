@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.cost import counted
 from ..core.keys import ShardKeys
 
 # the note of a resume that found its write finished and changed nothing (every front end's)
@@ -151,7 +152,8 @@ class WriteReport:
     def __str__(self) -> str:
         mb = 1e6
         head = (
-            f"{self.shards_written} shards written, {self.shards_empty} all-fill shards skipped "
+            f"{counted(self.shards_written, 'shard')} written, "
+            f"{counted(self.shards_empty, 'all-fill shard')} skipped "
             f"({self.shards_deleted} deleted)"
         )
         if self.shards_written == 0:
@@ -172,7 +174,8 @@ class WriteReport:
                     "stored"
                 )
             body = (
-                f"{head}, {self.chunks_stored} inner chunks stored, {self.chunks_empty} all-fill; "
+                f"{head}, {counted(self.chunks_stored, 'inner chunk')} stored, "
+                f"{self.chunks_empty} all-fill; "
                 f"{sizes} (ratio {self.compression_ratio:.2f})"
             )
         moved = (
@@ -185,7 +188,8 @@ class WriteReport:
             f"{body}{moved} in {self.seconds:.2f} s"
             + (f"; {self.shards_skipped} done before (resumed)" if self.shards_skipped else "")
             + (
-                f"; {self.conflicts_retried} shard merges redone after another writer's commit"
+                f"; {counted(self.conflicts_retried, 'shard merge')} redone after another "
+                "writer's commit"
                 if self.conflicts_retried
                 else ""
             )

@@ -366,7 +366,12 @@ class _MergeBar:
     def __init__(self, total: int) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc="shardwise: merge into the session", unit="fork")
+        from ..runtime.terminal import bar_screen
+
+        # a terminal that reports no size: a bar all the same, not an empty line
+        self.bar = tqdm(
+            total=total, desc="shardwise: merge into the session", unit="fork", **bar_screen()
+        )
 
     def step(self) -> None:
         self.bar.update(1)
