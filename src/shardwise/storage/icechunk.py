@@ -137,6 +137,13 @@ def claim(session: Any) -> None:
         )
 
 
+def release(session: Any) -> None:
+    """Give back the claim on ``session`` whichever thread took it (a stream holds its claim
+    from open to close, across the caller's calls)."""
+    with _claims_lock:
+        _claims[:] = [c for c in _claims if c.session != session]
+
+
 def writes_into_session[**P, R](call: Callable[P, R]) -> Callable[P, R]:
     """A front end whose call claims a session (:func:`claim`, in :meth:`SessionWrite.begin`):
     the claims its thread took during the call are given back when it returns or raises."""

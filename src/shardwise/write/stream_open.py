@@ -173,11 +173,9 @@ def release_session(target: Target) -> None:
     held while it is open: one write into a session at a time, ``storage/icechunk.py``)."""
     if target.session is None:
         return
-    from ..storage import icechunk
+    from ..storage.icechunk import release
 
-    with icechunk._claims_lock:
-        held = icechunk._claims
-        held[:] = [c for c in held if c.session != target.session.session]
+    release(target.session.session)
 
 
 def _resume(
