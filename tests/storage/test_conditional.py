@@ -636,7 +636,6 @@ def test_region_writes_from_any_dask_chunks_commit_shared_shards_conditionally(
     assert out["A"].conflicts_retried == 1
 
 
-
 def test_one_botocore_client_per_process_and_settings_a_forked_child_builds_its_own(
     s3: MotoS3,
 ) -> None:
