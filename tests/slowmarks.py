@@ -62,9 +62,9 @@ def is_slow(nodeid: str) -> bool:
 # order xdist's own `--loadscope-reorder` gives (most tests first).
 SLOWEST_FILES = (
     "tests/engine/test_million.py",
+    "tests/project/test_benchmarks.py",
     "tests/integration/test_concurrent_appends.py",
     "tests/integration/test_faults.py",
-    "tests/project/test_benchmarks.py",
     "tests/integration/test_promises.py",
     "tests/engine/test_runs.py",
     "tests/hpc/test_slurm.py",
