@@ -116,6 +116,27 @@ def _sized(build: Any) -> dict[str, list[str]]:
     return {size: build(size) for size in ("tiny", "quick", "full")}
 
 
+def _workload_run(sub: str) -> dict[str, list[str]]:
+    """A workload script's measuring run per size, in its own directory ``sub``."""
+    return _sized(
+        lambda z: [
+            "run",
+            *_SMALL[z],
+            "--workloads",
+            _W[z],
+            "--reps",
+            _REPS[z],
+            "--dir",
+            f"{{dir}}/{sub}",
+        ]
+    )
+
+
+def _workload_gen(sub: str) -> dict[str, list[str]]:
+    """The same script's generation of its stores, into ``sub``."""
+    return _sized(lambda z: ["gen", *_SMALL[z], "--workloads", _W[z], "--dir", f"{{dir}}/{sub}"])
+
+
 SUITES: tuple[Suite, ...] = (
     Suite(
         "dask",
@@ -213,23 +234,12 @@ SUITES: tuple[Suite, ...] = (
             "engine-dask": ("shardwise", "the same with chunks={}"),
             "ts": ("tensorstore", "read()"),
         },
-        _sized(
-            lambda z: [
-                "run",
-                *_SMALL[z],
-                "--workloads",
-                _W[z],
-                "--reps",
-                _REPS[z],
-                "--dir",
-                "{dir}/reads",
-            ]
-        ),
+        _workload_run("reads"),
         pick("{workload} reads", "read_s", "process_s"),
         workload_caption,
         ref_case="direct",
         sized_cases={"tiny": ("direct", "array", "ts")},
-        prepare=_sized(lambda z: ["gen", *_SMALL[z], "--workloads", _W[z], "--dir", "{dir}/reads"]),
+        prepare=_workload_gen("reads"),
     ),
     Suite(
         "loads",
@@ -247,23 +257,12 @@ SUITES: tuple[Suite, ...] = (
             "engine.load": ("shardwise", "open_dataset(engine='shardwise').load(), no dask"),
             "ts": ("tensorstore", "read()"),
         },
-        _sized(
-            lambda z: [
-                "run",
-                *_SMALL[z],
-                "--workloads",
-                _W[z],
-                "--reps",
-                _REPS[z],
-                "--dir",
-                "{dir}/loads",
-            ]
-        ),
+        _workload_run("loads"),
         pick("{wl} loads", "s_in", "s_whole"),
         workload_caption,
         ref_case="read_array",
         sized_cases={"tiny": ("read_array", "values", "ts")},
-        prepare=_sized(lambda z: ["gen", *_SMALL[z], "--workloads", _W[z], "--dir", "{dir}/loads"]),
+        prepare=_workload_gen("loads"),
     ),
     Suite(
         "pyramid",
