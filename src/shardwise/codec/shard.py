@@ -79,8 +79,8 @@ class ShardCodec:
     def grid(self) -> tuple[int, ...]:
         return self.geometry.chunks_per_shard
 
-    @property
-    def nchunks(self) -> int:
+    @cached_property
+    def nchunks(self) -> int:  # kept: asked once a shard written
         return self.geometry.nchunks_per_shard
 
     @property
@@ -143,7 +143,7 @@ class EncodedShard:
 
     @property
     def nbytes(self) -> int:
-        return sum(len(p) for p in self.parts)
+        return sum(map(len, self.parts))
 
     @property
     def data(self) -> bytes:
@@ -318,6 +318,7 @@ def encode_shard(
     write_empty_chunks: bool = False,
     threads: int | None = None,
     frames: FrameArena | None = None,
+    views: bool = False,
 ) -> EncodedShard | None:
     """Encode one shard from ``block``, the shard's region of the array (clipped at the edges).
 
@@ -326,8 +327,10 @@ def encode_shard(
     The chunks are encoded as :func:`encode_chunks` does (into ``frames`` when given: parts are
     then views of that arena, valid while the caller holds it), kept as their units' runs: the
     index is built from the runs' sizes with numpy, the parts are the runs' (no Python per chunk).
+    ``views``: a shard of one raw chunk may be a view of ``block`` (the caller stores it before
+    ``block`` changes).
     """
-    one = encode_one(codec, block, write_empty_chunks, frames)  # a shard of one whole chunk
+    one = encode_one(codec, block, write_empty_chunks, frames, views)  # one whole chunk
     if one is not NOT_ONE:
         return None if one is None else EncodedShard(one, 1, 0, block.nbytes)
     # only inner chunks holding array elements are encoded; the rest of the grid stays empty

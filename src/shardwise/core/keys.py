@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -52,6 +53,11 @@ class KeyGrid:
         return f"{self.prefix}/{name}" if self.prefix else name
 
 
+# one object per array's keys: the shards of a run join its last span by identity, not by
+# comparing grids (asked once a shard written)
+_key_grid = functools.lru_cache(maxsize=64)(KeyGrid)
+
+
 class ShardKeys(Sequence[str]):
     """Shard keys as spans of shard indices per array, plus keys given as strings; read as
     a sorted sequence of strings (what ``WriteReport.keys`` was: a sorted list)."""
@@ -68,11 +74,10 @@ class ShardKeys(Sequence[str]):
     def of_shard(cls, layout: Layout, coord: Sequence[int], prefix: str = "") -> ShardKeys:
         """The key of the shard at ``coord`` of ``layout``'s grid."""
         out = cls()
-        grid = tuple(layout.shard_grid)
         index = 0
-        for c, n in zip(coord, grid, strict=True):
+        for c, n in zip(coord, layout.shard_grid, strict=True):
             index = index * n + int(c)
-        kg = KeyGrid(prefix, grid, layout.separator, layout.key_encoding)
+        kg = _key_grid(prefix, layout.shard_grid, layout.separator, layout.key_encoding)
         out._spans.append((kg, index, index + 1))
         return out
 
@@ -87,12 +92,14 @@ class ShardKeys(Sequence[str]):
         if not isinstance(other, ShardKeys):
             self._loose.extend(other)
             return
+        spans = self._spans
         for kg, start, stop in other._spans:
-            kg = self._grids.setdefault(kg, kg)  # one object per grid: pickled once
-            if self._spans and self._spans[-1][0] == kg and self._spans[-1][2] == start:
-                self._spans[-1] = (kg, self._spans[-1][1], stop)
-            else:
-                self._spans.append((kg, start, stop))
+            if spans:  # the next shard of the last span's array (a run's shards, in order)
+                last, first, end = spans[-1]
+                if end == start and (last is kg or last == kg):
+                    spans[-1] = (last, first, stop)
+                    continue
+            spans.append((self._grids.setdefault(kg, kg), start, stop))  # one object a grid
         self._loose.extend(other._loose)
 
     def with_prefix(self, prefix: str) -> ShardKeys:
@@ -119,6 +126,9 @@ class ShardKeys(Sequence[str]):
             out.sort()
             self._cache = out
         return self._cache
+
+    def __bool__(self) -> bool:
+        return bool(self._spans or self._loose)
 
     def __len__(self) -> int:
         return len(self._loose) + sum(stop - start for _, start, stop in self._spans)

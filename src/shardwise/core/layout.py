@@ -18,6 +18,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from types import EllipsisType
 from typing import Any, Literal
 
@@ -203,8 +204,9 @@ class Layout:
 
     # -- shards ----------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def shard_grid(self) -> tuple[int, ...]:
+        # kept: every shard written asks for it (its key, its report)
         return tuple(self.axis_grid(d) for d in range(self.ndim))
 
     @property
@@ -240,6 +242,11 @@ class Layout:
 
     def shard_region(self, coord: Sequence[int]) -> Region:
         """The region of the array covered by shard ``coord``, clipped to the array."""
+        if self.shard_sizes is None:  # regular: arithmetic only (asked once a shard written)
+            return tuple(
+                slice(i * s, min(i * s + s, n))
+                for i, s, n in zip(coord, self.shard_shape, self.shape, strict=True)
+            )
         return tuple(
             slice(self.axis_bound(d, i), min(self.axis_bound(d, i + 1), n))
             for d, (i, n) in enumerate(zip(coord, self.shape, strict=True))

@@ -17,8 +17,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -90,12 +92,12 @@ class ShardPlan:
     def ntasks(self) -> int:
         return math.prod(len(c) for c in self.task_chunks)
 
-    @property
+    @cached_property
     def first_shard(self) -> Coord:
         return tuple(self.layout.axis_index(d, sl.start) for d, sl in enumerate(self.region))
 
     def shard_of_task(self, task: Sequence[int]) -> Coord:
-        return tuple(f + i for f, i in zip(self.first_shard, task, strict=True))
+        return tuple(map(operator.add, self.first_shard, task))
 
     def keep_mask(self, skipped: Collection[Coord]) -> np.ndarray | None:
         """The tasks to run when the shards ``skipped`` are done already (resume): a boolean
@@ -116,13 +118,15 @@ class ShardPlan:
             out.append(slice(lo - a, hi - a))
         return tuple(out)
 
-    def covers(self, shard: Sequence[int]) -> bool:
-        """True when the write replaces all of ``shard`` (clipped to the array)."""
-        full = self.layout.shard_region(shard)
-        piece = self.piece_in_shard(shard)
-        return all(
-            p.start == 0 and p.stop == f.stop - f.start for p, f in zip(piece, full, strict=True)
-        )
+    def covers(self, shard: Sequence[int], full: Region | None = None) -> bool:
+        """True when the write replaces all of ``shard`` (clipped to the array; ``full``: its
+        region, when the caller has it)."""
+        if full is None:
+            full = self.layout.shard_region(shard)
+        for r, f in zip(self.region, full, strict=True):
+            if f.start < r.start or r.stop < f.stop:
+                return False
+        return True
 
     @property
     def aligned(self) -> bool:

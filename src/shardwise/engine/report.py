@@ -143,10 +143,13 @@ class WriteReport:
     def __iadd__(self, other: WriteReport) -> WriteReport:
         # in place: a sum of N reports extends the key lists once each, not N copies of them
         # (one per shard written: the fields' split is looked up once, not per sum)
+        # (through the instances' dicts: a sum per shard written, a million at a time)
+        mine, theirs = self.__dict__, other.__dict__
         for name in _EXTENDED:
-            getattr(self, name).extend(getattr(other, name))
+            if theirs[name]:
+                mine[name].extend(theirs[name])
         for name in _ADDED:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            mine[name] += theirs[name]
         return self
 
     def __str__(self) -> str:

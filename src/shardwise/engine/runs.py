@@ -96,7 +96,7 @@ class ShardRuns:
             yield from [()] if len(flat) else []
             return
         for loc in zip(*np.unravel_index(flat, self.dims), strict=True):
-            yield tuple(int(i) for i in loc)
+            yield tuple(map(int, loc))
 
     def read(self, loc: tuple[int, ...]) -> Callable[[], np.ndarray]:
         """The function reading the piece of ``loc`` (a view of a numpy source, else the

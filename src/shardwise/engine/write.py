@@ -83,9 +83,10 @@ class ShardWriter:
         """
         lay, codec = self.layout, self.info.shard_codec(shard)
         key = lay.shard_key(shard)
-        valid = tuple(s.stop - s.start for s in lay.shard_region(shard))
+        region = lay.shard_region(shard)
+        valid = tuple(s.stop - s.start for s in region)
         opts = self.options
-        covers = self.plan.covers(shard)
+        covers = self.plan.covers(shard, region)
         if isinstance(block, Mosaic):
             # encoded piece by piece; a merge works on the joined block
             block = block if covers and fits(codec.chunk_shape, block.origins) else block.join()
@@ -102,6 +103,7 @@ class ShardWriter:
                     write_empty_chunks=opts.write_empty_chunks,
                     threads=opts.threads,
                     frames=frames,
+                    views=True,  # stored below, while the block is still here
                 )
                 stored, exists, generation = self._put_whole(key, enc, rep)
                 if self.journal is not None:

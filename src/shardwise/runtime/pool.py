@@ -16,9 +16,8 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
 
 from ..compat import reset_dask_threaded_pools
 
@@ -139,26 +138,33 @@ def map_batches[T, R](
 # its threads; they would go on writing after the write has failed and its lease is released.
 
 
-@contextmanager
-def running(write_id: str) -> Iterator[None]:
+class running:  # lower case: used as a function, ``with running(write_id):``
     """Around a task of write ``write_id``: counted while it runs; refused once the write has
-    failed in this process (a task started after the failure writes nothing)."""
-    from ..errors import ShardwiseError
+    failed in this process (a task started after the failure writes nothing). A class, not a
+    generator: entered once per shard written."""
 
-    with _tasks:
-        if _stopping_all is not None:
-            raise ShardwiseError(f"write {write_id} is stopping: this task does nothing")
-        if write_id in _stopped:
-            raise ShardwiseError(f"write {write_id} failed already: this task does nothing")
-        _running[write_id] += 1
-    try:
-        yield
-    finally:
+    __slots__ = ("write_id",)
+
+    def __init__(self, write_id: str) -> None:
+        self.write_id = write_id
+
+    def __enter__(self) -> None:
+        from ..errors import ShardwiseError
+
+        write_id = self.write_id
         with _tasks:
-            _running[write_id] -= 1
-            if _running[write_id] <= 0:
-                del _running[write_id]
-            _tasks.notify_all()
+            if _stopping_all is not None:
+                raise ShardwiseError(f"write {write_id} is stopping: this task does nothing")
+            if write_id in _stopped:
+                raise ShardwiseError(f"write {write_id} failed already: this task does nothing")
+            _running[write_id] += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with _tasks:
+            _running[self.write_id] -= 1
+            if _running[self.write_id] <= 0:  # what stop_write and busy wait for
+                del _running[self.write_id]
+                _tasks.notify_all()
 
 
 def stop_write(write_id: str, timeout: float = 600.0) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from pathlib import Path
 
 __all__ = ["make_dirs", "open_new", "temp_hex"]
 
@@ -45,14 +44,14 @@ def temp_hex(tag: str = "") -> str:
     return tag + f"{_token}{next(_counter):012x}"[len(tag) :]
 
 
-def open_new(target: str, tag: str = "") -> tuple[int, str, list[Path]]:
+def open_new(target: str, tag: str = "") -> tuple[int, str, list[str]]:
     """Create and open (write only, ``O_EXCL``) a temp file ``<target>.<hex>.partial`` next
     to ``target``, making its missing directories; returns the descriptor, the temp file's
     name and the directories made for it (deepest first, with any another writer made
     meanwhile)."""
     parent = target.rpartition("/")[0] or "."
     name = f"{target}.{temp_hex(tag)}.partial"
-    created: list[Path] = []
+    created: list[str] = []
     if parent not in _known:
         top = _made_above(parent)
         if top is not None:
@@ -66,16 +65,16 @@ def open_new(target: str, tag: str = "") -> tuple[int, str, list[Path]]:
     if len(_known) > _LIMIT:
         _known.clear()
     for d in created:
-        _known[os.fspath(d)] = True
+        _known[d] = True
     _known.setdefault(parent, False)
     return fd, name, created
 
 
-def _create(name: str, parent: str) -> tuple[int, list[Path]]:
+def _create(name: str, parent: str) -> tuple[int, list[str]]:
     try:
         return os.open(name, _FLAGS, 0o644), []
     except FileNotFoundError:
-        created = make_dirs(Path(parent))
+        created = make_dirs(parent)
         return os.open(name, _FLAGS, 0o644), created
 
 
@@ -90,11 +89,11 @@ def _made_above(d: str) -> str | None:
     return None
 
 
-def _make_down(top: str, d: str) -> list[Path]:
+def _make_down(top: str, d: str) -> list[str]:
     """Make the directories from below ``top`` down to ``d``; deepest first. [] when one is
     missing above (``top`` removed since): the caller's open fails and makes them up."""
     parts = d[len(top) + 1 :].split("/")
-    made: list[Path] = []
+    made: list[str] = []
     at = top
     for p in parts:
         at = f"{at}/{p}"
@@ -104,20 +103,21 @@ def _make_down(top: str, d: str) -> list[Path]:
             pass
         except FileNotFoundError:
             return []
-        made.append(Path(at))
+        made.append(at)
     return made[::-1]
 
 
-def make_dirs(d: Path) -> list[Path]:
+def make_dirs(d: str) -> list[str]:
     """Create the missing directory ``d`` and its missing parents; returns them, deepest
     first, with any another writer made meanwhile (fsynced too). One ``mkdir`` a directory,
     no ``stat``: a stream of one frame a shard makes new directories at almost every put."""
     try:
         os.mkdir(d)
     except FileNotFoundError:
-        if d.parent == d:
+        up = os.path.dirname(d)
+        if up == d:
             raise
-        above = make_dirs(d.parent)
+        above = make_dirs(up)
         try:
             os.mkdir(d)
         except FileExistsError:
@@ -128,6 +128,6 @@ def make_dirs(d: Path) -> list[Path]:
     return [d]
 
 
-def _is_dir(d: Path) -> None:
-    if not d.is_dir():
+def _is_dir(d: str) -> None:
+    if not os.path.isdir(d):
         raise FileExistsError(f"not a directory: {d}")

@@ -132,6 +132,8 @@ class ShardStore:
         object.__setattr__(self, "backend", backend_for(self.store, fsync=self.fsync, tag=self.tag))
 
     def key(self, name: str) -> str:
+        if not self.path and name[:1] != "/" and name[-1:] != "/":  # asked once a shard put
+            return name
         return join(self.path, name)
 
     @property
@@ -258,6 +260,11 @@ class LocalFiles:
     root: Path
     fsync: bool = False
     tag: str = ""
+    # the root as a string ending in "/": a put joins a key to it without pathlib
+    prefix: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", os.path.join(os.fspath(self.root), ""))
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -293,7 +300,7 @@ class LocalFiles:
         return open_file(self.root / key)
 
     def put(self, key: str, parts: Sequence[Any]) -> None:
-        _atomic_write(os.path.join(self.root, key), parts, fsync=self.fsync, tag=self.tag)
+        _atomic_write(self.prefix + key, parts, fsync=self.fsync, tag=self.tag)
 
     def delete(self, key: str) -> None:
         (self.root / key).unlink(missing_ok=True)
@@ -385,7 +392,7 @@ def _atomic_write(path: str, parts: Sequence[Any], *, fsync: bool, tag: str = ""
             os.unlink(tmp)
         raise
     if fsync:
-        fsync_dirs(Path(path), created)
+        fsync_dirs(path, created)
 
 
 def write_temp(
@@ -395,12 +402,12 @@ def write_temp(
     created for it (the caller renames it into place, or removes it). The temp name is
     ``<name>.<32 hex digits, the first ones tag>.partial``."""
     tmp, created = _write_temp(os.fspath(path), parts, fsync=fsync, tag=tag)
-    return Path(tmp), created
+    return Path(tmp), [Path(d) for d in created]
 
 
 def _write_temp(
     path: str, parts: Sequence[Any], *, fsync: bool, tag: str
-) -> tuple[str, list[Path]]:
+) -> tuple[str, list[str]]:
     # names as strings: no pathlib per put (a stream of one frame a shard puts one a frame)
     fd, tmp, created = open_new(path, tag)
     try:
@@ -417,9 +424,9 @@ def _write_temp(
     return tmp, created
 
 
-def fsync_dirs(path: Path, created: Sequence[Path]) -> None:
+def fsync_dirs(path: str | Path, created: Sequence[str | Path]) -> None:
     """fsync the new name of ``path``, and the entry of every directory created for it."""
-    for d in (path.parent, *(c.parent for c in created)):
+    for d in [os.path.dirname(os.fspath(p)) for p in (path, *created)]:
         dfd = os.open(d, os.O_RDONLY)
         try:
             os.fsync(dfd)

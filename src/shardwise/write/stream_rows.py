@@ -41,7 +41,7 @@ class Ring:
         shape = list(row_shape)
         shape[axis] *= slots
         self.array = np.empty(tuple(shape), dtype)
-        self.free: queue.Queue[int] = queue.Queue()
+        self.free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for s in range(1, slots):
             self.free.put(s)
 

@@ -225,6 +225,8 @@ class Stream(StreamBase):
         self._ring = Ring(self._row_shape, self.dtype, self.axis, self.pending + 1)
         self._slot = 0  # the open shard-row's slot of the ring
         self._buf = self._ring.view(0)
+        self._frame_key: list[Any] = [slice(None)] * len(self._row_shape)  # one frame's place
+        self._casts: dict[np.dtype[Any], bool] = {}
         self.resumed_from = self._shown = opened.length  # frames stored when it opened
         self.frames = opened.length  # frames appended (those stored when it opened included)
         self.stored = opened.length  # frames stored: what readers see
@@ -234,7 +236,9 @@ class Stream(StreamBase):
         if opened.tail is not None:
             self._buf[self._at(0, self._fill)] = opened.tail
         self._start = min(int(opened.write.plan.region[self.axis].start), self._row * self.step)
-        self._jobs: queue.Queue[Row | None] = queue.Queue()
+        # to the writer: sealed rows, a drain's Event (set once the rows before it are
+        # written) or None (stop); C queues, no Python lock per frame
+        self._jobs: queue.SimpleQueue[Row | threading.Event | None] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self.report: WriteReport | None = None
         self.grow: Callable[[int], None] | None = None  # None: the shape grown here, as sealed
@@ -277,6 +281,16 @@ class Stream(StreamBase):
         """
         self._check_open()
         a = np.asarray(frames)
+        if a.shape == self.frame_shape and self._fits(a.dtype) and self.frames != self.length:
+            # one frame (a camera's append): copied into its place, no batch machinery
+            key = self._frame_key
+            key[self.axis] = self._fill
+            self._buf[tuple(key)] = a
+            self._fill += 1
+            self.frames += 1
+            if self._fill == self.step or self.frames == self.length:
+                self._seal()
+            return
         if a.ndim == len(self._row_shape) - 1:
             a = np.expand_dims(a, self.axis)
         others = tuple(n for i, n in enumerate(a.shape) if i != self.axis)
@@ -285,7 +299,7 @@ class Stream(StreamBase):
                 f"frames of shape {a.shape} do not fit a stream of frames {self.frame_shape} "
                 f"appended along axis {self.axis}"
             )
-        if not np.can_cast(a.dtype, self.dtype, casting="same_kind"):
+        if not self._fits(a.dtype):
             raise PlanError(f"cannot append {a.dtype} frames to a {self.dtype} array without loss")
         n = a.shape[self.axis]
         if self.length is not None and self.frames + n > self.length:
@@ -356,7 +370,7 @@ class Stream(StreamBase):
     def _work(self) -> None:
         """The background writer: every shard-row sealed since its last write, in one flush
         (shard-rows smaller than the lifecycle's per-flush requests are written together
-        when the appender runs ahead)."""
+        when the appender runs ahead); a drain's event set once the rows before it are."""
         stop = False
         while not stop:
             jobs = [self._jobs.get()]
@@ -365,18 +379,30 @@ class Stream(StreamBase):
                     jobs.append(self._jobs.get_nowait())
                 except queue.Empty:
                     break
-            stop = jobs[-1] is None
-            rows = [j for j in jobs if j is not None]
-            try:
-                if self._error is None and rows:
-                    self._write(rows)
-            except BaseException as e:
-                self._error = e
-            finally:
-                for _, slot, _ in rows:
-                    self._ring.free.put(slot)
-                for _ in jobs:
-                    self._jobs.task_done()
+            rows: list[Row] = []
+            for job in jobs:
+                if isinstance(job, tuple):
+                    rows.append(job)
+                    continue
+                self._write_rows(rows)
+                rows = []
+                if job is None:
+                    stop = True
+                else:
+                    job.set()
+            self._write_rows(rows)
+
+    def _write_rows(self, rows: list[Row]) -> None:
+        """Write ``rows`` (unless an earlier write failed: its error stands), their slots
+        given back to the ring, failed or not."""
+        try:
+            if self._error is None and rows:
+                self._write(rows)
+        except BaseException as e:
+            self._error = e
+        finally:
+            for _, slot, _ in rows:
+                self._ring.free.put(slot)
 
     def _write(self, rows: list[Row]) -> None:
         """Store the shard-rows ``rows`` (each: its index, its slot and its frames): the
@@ -415,7 +441,10 @@ class Stream(StreamBase):
         return replace(w, info=info, plan=ShardPlan(info.layout, region), source=None)
 
     def _drain(self) -> None:
-        self._jobs.join()
+        if self._worker.is_alive():
+            done = threading.Event()
+            self._jobs.put(done)
+            done.wait()
         self._check_open()
 
     def _stop(self) -> None:
@@ -434,6 +463,13 @@ class Stream(StreamBase):
             self._o.ex.__exit__(type(error), error, error.__traceback__)
         finally:
             release_session(self._o.ex.target)
+
+    def _fits(self, dtype: np.dtype[Any]) -> bool:
+        """Whether frames of ``dtype`` go into the array's without loss (asked once a dtype)."""
+        fits = self._casts.get(dtype)
+        if fits is None:
+            fits = self._casts[dtype] = bool(np.can_cast(dtype, self.dtype, casting="same_kind"))
+        return fits
 
     def _check_open(self) -> None:
         if self._error is not None:
