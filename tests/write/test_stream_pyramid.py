@@ -213,7 +213,7 @@ def held_in_top_seal(root: str, said: Any) -> None:
     s = shardwise.stream_pyramid(root, pending=1, **KW)
 
     def hold(end: int) -> None:
-        if threading.current_thread() is s.levels[2]._worker:
+        if threading.current_thread() is s.levels[2]._writer._thread:
             said.send(("held", end, s.stored))
             stop_here()
 

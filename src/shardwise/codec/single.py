@@ -43,11 +43,7 @@ def encode_one(
     ):
         return NOT_ONE  # type: ignore[no-any-return]
     # the chunk is the block's memory as it is (inner.stack_is_view of a grid of one)
-    if (
-        inner.order is not None
-        or block.dtype != inner.stored_dtype
-        or not block.flags.c_contiguous
-    ):
+    if inner.order is not None or block.dtype != inner.stored_dtype or not block.flags.c_contiguous:
         return NOT_ONE  # type: ignore[no-any-return]
     stack = block.reshape((1, *inner.chunk_shape))
     if not write_empty_chunks and _maybe_fill(inner, block) and inner.fill_mask(stack)[0]:

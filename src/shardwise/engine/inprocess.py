@@ -58,9 +58,7 @@ def run_shards(parts: Sequence[LocalShards], workers: int | None = None) -> list
     ``Interrupted``) stops the queue: runs not started never start, and it is raised at once,
     as dask's threaded scheduler raises it; the pipeline around the write then waits for the
     running ones, at most as long as it waits for dask's (``runtime.pool.stop_write``)."""
-    import os
     n = max(1, workers or cpu_count())
-    n = int(os.environ.get('SW_N', n))
     got: list[list[WriteReport]] = [[] for _ in parts]
     todo = ((i, run) for i, p in enumerate(parts) for run in p.runs.runs())
     pending: dict[Future[WriteReport], int] = {}

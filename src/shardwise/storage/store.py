@@ -405,9 +405,7 @@ def write_temp(
     return Path(tmp), [Path(d) for d in created]
 
 
-def _write_temp(
-    path: str, parts: Sequence[Any], *, fsync: bool, tag: str
-) -> tuple[str, list[str]]:
+def _write_temp(path: str, parts: Sequence[Any], *, fsync: bool, tag: str) -> tuple[str, list[str]]:
     # names as strings: no pathlib per put (a stream of one frame a shard puts one a frame)
     fd, tmp, created = open_new(path, tag)
     try:

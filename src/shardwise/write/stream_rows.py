@@ -1,4 +1,5 @@
-"""A stream's shard-row buffers and the writes of one of its flushes (``write/streams.py``).
+"""A stream's shard-row buffers, its background writer and the writes of one of its flushes
+(``write/streams.py``).
 
 The buffers are the slots of one array allocated when the stream opens (:class:`Ring`), handed
 out in turn: shard-rows sealed one after another sit in slots one after another, so the rows
@@ -16,7 +17,10 @@ stored length (``write/stream_open.py``), so no record outlives its shard.
 
 from __future__ import annotations
 
+import contextvars
 import queue
+import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +31,7 @@ from ..runtime.pool import cpu_count
 from .pipeline import ArrayWrite
 from .stream_open import _rows
 
-__all__ = ["Ring", "row_writes"]
+__all__ = ["Ring", "RowWriter", "row_writes"]
 
 Row = tuple[int, int, int]  # a shard-row sealed or flushed: its index, its slot, its frames
 
@@ -53,6 +57,73 @@ class Ring:
         where = [slice(None)] * self.array.ndim
         where[self.axis] = slice(start, stop)
         return self.array[tuple(where)]
+
+
+class RowWriter:
+    """A stream's background writer: the shard-rows sealed since its last write (``put``),
+    written together by ``write`` in one flush (rows smaller than a flush's fixed costs are
+    batched when the appender runs ahead), their slots given back to ``ring`` failed or not.
+    The first error stays in ``error``; rows after it are given back unwritten. C queues
+    between the threads: no Python lock per frame."""
+
+    def __init__(self, write: Callable[[list[Row]], None], ring: Ring) -> None:
+        self._write, self._ring = write, ring
+        # sealed rows, a drain's Event (set once the rows before it are written), None: stop
+        self._jobs: queue.SimpleQueue[Row | threading.Event | None] = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        ctx = contextvars.copy_context()  # the write's I/O meter counts the seals too
+        self._thread = threading.Thread(
+            target=ctx.run, args=(self._work,), name="shardwise-stream", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, row: Row) -> None:
+        self._jobs.put(row)
+
+    def drain(self) -> None:
+        """Wait until every row put so far is written (or given back after an error)."""
+        if self._thread.is_alive():
+            done = threading.Event()
+            self._jobs.put(done)
+            done.wait()
+
+    def stop(self) -> None:
+        """Write the rows put so far, then end the thread."""
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join()
+
+    def _work(self) -> None:
+        stop = False
+        while not stop:
+            jobs = [self._jobs.get()]
+            while jobs[-1] is not None:
+                try:
+                    jobs.append(self._jobs.get_nowait())
+                except queue.Empty:
+                    break
+            rows: list[Row] = []
+            for job in jobs:
+                if isinstance(job, tuple):
+                    rows.append(job)
+                    continue
+                self._rows(rows)
+                rows = []
+                if job is None:
+                    stop = True
+                else:
+                    job.set()
+            self._rows(rows)
+
+    def _rows(self, rows: list[Row]) -> None:
+        try:
+            if self.error is None and rows:
+                self._write(rows)
+        except BaseException as e:
+            self.error = e
+        finally:
+            for _, slot, _ in rows:
+                self._ring.free.put(slot)
 
 
 def _groups(rows: list[Row], step: int, stored: int) -> list[list[Row]]:

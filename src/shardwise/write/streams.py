@@ -27,10 +27,7 @@ tells the frames stored (``Stream.resumed_from``) and continues there (``write/s
 
 from __future__ import annotations
 
-import contextvars
 import json
-import queue
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -43,7 +40,7 @@ from ..errors import InvalidValueError, PlanError
 from .options import WriteOptions
 from .stream_base import StreamBase
 from .stream_open import Opened, _rows, _sized, open_stream, release_session, stream_axis
-from .stream_rows import Ring, Row, row_writes
+from .stream_rows import Ring, Row, RowWriter, row_writes
 
 __all__ = ["Stream", "stream"]
 
@@ -51,6 +48,9 @@ __all__ = ["Stream", "stream"]
 # recorded, before the shape grows (tests stop a stream there)
 after_store: Callable[[int], None] | None = None
 PENDING_BYTES = 8 << 20  # the sealed shard-rows a stream holds by default (at least one)
+# ... and at most this many: small rows (a frame a shard) are written 256 at a time when the
+# appender runs ahead, each flush's fixed costs (marker, shape, records) paid once for them
+MAX_PENDING = 256
 
 
 def stream(
@@ -221,7 +221,7 @@ class Stream(StreamBase):
         row[self.axis] = self.step
         self._row_shape = tuple(row)
         row_bytes = int(np.prod(self._row_shape)) * self.dtype.itemsize
-        self.pending = pending or max(1, min(64, PENDING_BYTES // max(row_bytes, 1)))
+        self.pending = pending or max(1, min(MAX_PENDING, PENDING_BYTES // max(row_bytes, 1)))
         self._ring = Ring(self._row_shape, self.dtype, self.axis, self.pending + 1)
         self._slot = 0  # the open shard-row's slot of the ring
         self._buf = self._ring.view(0)
@@ -236,18 +236,10 @@ class Stream(StreamBase):
         if opened.tail is not None:
             self._buf[self._at(0, self._fill)] = opened.tail
         self._start = min(int(opened.write.plan.region[self.axis].start), self._row * self.step)
-        # to the writer: sealed rows, a drain's Event (set once the rows before it are
-        # written) or None (stop); C queues, no Python lock per frame
-        self._jobs: queue.SimpleQueue[Row | threading.Event | None] = queue.SimpleQueue()
-        self._error: BaseException | None = None
         self.report: WriteReport | None = None
         self.grow: Callable[[int], None] | None = None  # None: the shape grown here, as sealed
         self.closed = False
-        ctx = contextvars.copy_context()  # the write's I/O meter counts the seals too
-        self._worker = threading.Thread(
-            target=ctx.run, args=(self._work,), name="shardwise-stream", daemon=True
-        )
-        self._worker.start()
+        self._writer = RowWriter(self._write, self._ring)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -345,7 +337,7 @@ class Stream(StreamBase):
     def _finish(self) -> WriteReport:
         """Flush, then finish the write once (its marker done, the lease released)."""
         self.flush()
-        self._stop()
+        self._writer.stop()
         self._o.ex.resize(self._whole(self.stored))  # the marker ends where the array does
         report: WriteReport = self._o.ex.run([])
         self._o.ex.__exit__(None, None, None)
@@ -360,49 +352,12 @@ class Stream(StreamBase):
 
     def _seal(self) -> None:
         """Hand the full (or final) shard-row to the writer; wait for a free buffer."""
-        self._jobs.put((self._row, self._slot, self._fill))
+        self._writer.put((self._row, self._slot, self._fill))
         self._row += 1
         self._fill = self._flushed = 0
         self._slot = self._ring.free.get()  # the writer gives every slot back, failed or not
         self._buf = self._ring.view(self._slot)
         self._check_open()
-
-    def _work(self) -> None:
-        """The background writer: every shard-row sealed since its last write, in one flush
-        (shard-rows smaller than the lifecycle's per-flush requests are written together
-        when the appender runs ahead); a drain's event set once the rows before it are."""
-        stop = False
-        while not stop:
-            jobs = [self._jobs.get()]
-            while jobs[-1] is not None:
-                try:
-                    jobs.append(self._jobs.get_nowait())
-                except queue.Empty:
-                    break
-            rows: list[Row] = []
-            for job in jobs:
-                if isinstance(job, tuple):
-                    rows.append(job)
-                    continue
-                self._write_rows(rows)
-                rows = []
-                if job is None:
-                    stop = True
-                else:
-                    job.set()
-            self._write_rows(rows)
-
-    def _write_rows(self, rows: list[Row]) -> None:
-        """Write ``rows`` (unless an earlier write failed: its error stands), their slots
-        given back to the ring, failed or not."""
-        try:
-            if self._error is None and rows:
-                self._write(rows)
-        except BaseException as e:
-            self._error = e
-        finally:
-            for _, slot, _ in rows:
-                self._ring.free.put(slot)
 
     def _write(self, rows: list[Row]) -> None:
         """Store the shard-rows ``rows`` (each: its index, its slot and its frames): the
@@ -441,23 +396,15 @@ class Stream(StreamBase):
         return replace(w, info=info, plan=ShardPlan(info.layout, region), source=None)
 
     def _drain(self) -> None:
-        if self._worker.is_alive():
-            done = threading.Event()
-            self._jobs.put(done)
-            done.wait()
+        self._writer.drain()
         self._check_open()
-
-    def _stop(self) -> None:
-        if self._worker.is_alive():
-            self._jobs.put(None)
-            self._worker.join()
 
     def _abandon(self, error: BaseException) -> None:
         """Stop after ``error``: the sealed shard-rows handed to the writer are written (or
         its own error stands), the write left open for ``resume=True``, the lease released."""
         if self.closed:
             return
-        self._stop()
+        self._writer.stop()
         self.closed = True
         try:
             self._o.ex.__exit__(type(error), error, error.__traceback__)
@@ -472,8 +419,8 @@ class Stream(StreamBase):
         return fits
 
     def _check_open(self) -> None:
-        if self._error is not None:
-            raise self._error
+        if self._writer.error is not None:
+            raise self._writer.error
         if self.closed:
             raise InvalidValueError("the stream is closed")
 
