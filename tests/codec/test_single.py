@@ -53,8 +53,22 @@ def test_one_chunk_shards_store_the_general_paths_bytes(
         assert (got.chunks_stored, got.chunks_empty, got.raw_nbytes) == (1, 0, block.nbytes)
         back = decode_shard_bytes(codec, got.data, key="c/0/0/0")
         np.testing.assert_array_equal(back, block)
+        # views=True (a caller storing the shard before the block changes): the same bytes;
+        # a chain without bytes codecs gives the block's own memory, no copy
+        seen = encode_shard(codec, block, write_empty_chunks=empty, views=True)
+        assert seen is not None and seen.data == want.data
+        chunk = seen.parts[1 if location == "start" else 0]
+        as_is = chain == "raw" and block.dtype == codec.inner.stored_dtype  # no byte swap
+        assert np.shares_memory(np.asarray(chunk), block) == as_is
+    # the first element the fill value, the rest not: stored (the first-element test only
+    # rules fill out, never in)
+    first = block.copy()
+    first.flat[0] = 0
+    got = encode_shard(codec, first)
+    assert got is not None and got.data == general(codec, first, False, monkeypatch).data
     fill = np.zeros(CHUNK, dtype)
     assert encode_shard(codec, fill) is None  # all fill: nothing stored, as before
+    assert encode_shard(codec, fill, views=True) is None
     kept = encode_shard(codec, fill, write_empty_chunks=True)
     assert kept is not None
     assert kept.data == general(codec, fill, True, monkeypatch).data

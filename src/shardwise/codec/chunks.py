@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -139,8 +138,8 @@ class ChunkCodec:
             return self.chunk_shape
         return tuple(self.chunk_shape[i] for i in self.order)
 
-    @cached_property
-    def stored_dtype(self) -> np.dtype[Any]:  # kept: asked once a chunk encoded
+    @property
+    def stored_dtype(self) -> np.dtype[Any]:
         if self.nested is not None or self.zarr_chain is not None or self.dtype.itemsize == 1:
             return self.dtype
         return self.dtype.newbyteorder("<" if self.endian == "little" else ">")
@@ -196,14 +195,6 @@ class ChunkCodec:
         axes = [x for i in range(nd) for x in (i, chunk_axes[i])]
         shape = [g * c for g, c in zip(grid, self.chunk_shape, strict=True)]
         return view.transpose(axes).reshape(shape)
-
-    @cached_property
-    def fill_bytes(self) -> bytes | None:
-        """The fill value's bytes as stored (None for object dtypes): a chunk whose first
-        bytes differ is not all fill, without a pass over it."""
-        if self.stored_dtype.hasobject:
-            return None
-        return np.array(self.fill_value, dtype=self.stored_dtype).tobytes()
 
     def fill_mask(self, stack: np.ndarray) -> np.ndarray:
         """Boolean mask of the stacked chunks that equal the fill value bit for bit."""

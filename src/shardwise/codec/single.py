@@ -64,7 +64,7 @@ def encode_one(
 def _maybe_fill(inner: Any, block: np.ndarray) -> bool:
     """False when the chunk's first element differs from the fill value bit for bit (most
     data: no pass over the chunk); True when it may be all fill."""
-    fill = inner.fill_bytes
-    if fill is None or block.size == 0:
+    if block.dtype.hasobject or block.size == 0:
         return True
+    fill = np.array(inner.fill_value, dtype=block.dtype).tobytes()
     return bool(raw_view(block)[: len(fill)] == fill)
