@@ -10,6 +10,7 @@ change, and the session is held by the stream (no other thread writes into it) u
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,97 @@ def test_what_a_session_refuses_is_refused_before_any_change(repo: Any) -> None:
         assert str(session.status()) == before
     with frames_stream(session, resume=True) as s:  # nothing held by the refused calls
         assert s.resumed_from == 4
+
+
+def write_from_another_thread(session: Any, path: str) -> Any:
+    """A ``write_array`` into ``session`` run in another thread: "written", or its error."""
+    outcome: list[Any] = []
+
+    def other() -> None:
+        try:
+            shardwise.write_array(np.ones(4), session, path=path)
+            outcome.append("written")
+        except TransactionError as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    return outcome[0]
+
+
+def between(part: Any, method: str, check: Callable[[], Any], seen: list[Any]) -> None:
+    """``part.<method>`` (a later inner stream's ``_finish`` or ``_abandon``) runs ``check``
+    first, its outcome kept in ``seen``: the moment the earlier inner streams have ended and
+    this one not yet."""
+    own = getattr(part, method)
+
+    def hooked(*args: Any) -> Any:
+        seen.append(check())
+        return own(*args)
+
+    setattr(part, method, hooked)
+
+
+def test_a_dataset_stream_holds_the_session_until_its_last_variable_ended(repo: Any) -> None:
+    """A Dataset stream's variables (``t2m``, then ``time``) close one by one: after the first
+    has finished and before the last, another thread's write into the session is refused (the
+    Dataset stream still writes into it), and lands once the stream closed. The same when the
+    stream is abandoned (an error in the ``with`` block): refused between its variables, then
+    given back. The committed Dataset is every day appended."""
+    session = repo.writable_session("main")
+    seen: list[Any] = []
+    with shardwise.stream_dataset(session, day(0), group="ds", shards=4) as s:
+        assert list(s.streams) == ["t2m", "time"]
+        s.extend(day(0, 6))
+        between(s.streams["time"], "_finish", lambda: write_from_another_thread(session, "b"), seen)
+        assert not s.streams["t2m"].closed
+    assert s.streams["t2m"].closed and s.streams["time"].closed and len(seen) == 1
+    assert isinstance(seen[0], TransactionError)
+    assert write_from_another_thread(session, "b") == "written"
+    with (
+        pytest.raises(RuntimeError, match="in the block"),
+        shardwise.stream_dataset(session, day(0), group="gone", shards=4) as s,
+    ):
+        s.extend(day(0, 3))
+        between(
+            s.streams["time"], "_abandon", lambda: write_from_another_thread(session, "c"), seen
+        )
+        raise RuntimeError("in the block")
+    assert s.streams["t2m"].closed and s.streams["time"].closed and len(seen) == 2
+    assert isinstance(seen[1], TransactionError)
+    assert write_from_another_thread(session, "c") == "written"
+    session.commit("a dataset stream, then the others")
+    got = xr.open_zarr(repo.readonly_session("main").store, group="ds", consolidated=False)
+    xr.testing.assert_equal(got.compute(), day(0, 6))
+    np.testing.assert_array_equal(main(repo, "b")[:], np.ones(4))
+
+
+def test_a_pyramid_stream_holds_the_session_until_its_last_level_ended(repo: Any) -> None:
+    """A pyramid stream's levels close level 0 first, level 1 then fed its last frames and
+    closed: between them another thread's write into the session is refused, and lands once
+    the pyramid closed; abandoned, the same between its levels, then given back."""
+    x = np.random.default_rng(1).integers(0, 1000, (6, 8, 8)).astype("f4")
+    kw = {"shape": (None, 8, 8), "dtype": "f4", "levels": 2, "dims": ("t", "y", "x"),
+          "chunks": (1, 4, 4), "shards": (4, 8, 8)}  # fmt: skip
+    session = repo.writable_session("main")
+    seen: list[Any] = []
+    with shardwise.stream_pyramid(session, path="p", **kw) as p:
+        p.extend(x)
+        between(p.levels[1], "_finish", lambda: write_from_another_thread(session, "b"), seen)
+    assert len(seen) == 1 and isinstance(seen[0], TransactionError)
+    assert write_from_another_thread(session, "b") == "written"
+    with (
+        pytest.raises(RuntimeError, match="in the block"),
+        shardwise.stream_pyramid(session, path="q", **kw) as p,
+    ):
+        p.extend(x[:3])
+        between(p.levels[1], "_abandon", lambda: write_from_another_thread(session, "c"), seen)
+        raise RuntimeError("in the block")
+    assert all(lv.closed for lv in p.levels) and len(seen) == 2
+    assert isinstance(seen[1], TransactionError)
+    assert write_from_another_thread(session, "c") == "written"
+    session.commit("a pyramid stream, then the others")
+    np.testing.assert_array_equal(main(repo, "p/0")[:], x)
+    mean = x.reshape(6, 4, 2, 4, 2).mean(axis=(2, 4))
+    np.testing.assert_allclose(main(repo, "p/1")[:], mean, rtol=1e-6)

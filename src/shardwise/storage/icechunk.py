@@ -23,7 +23,9 @@ a shard two regions share kept from one of them). :meth:`SessionWrite.begin` cla
 for the call (:func:`writes_into_session`, around every front end, gives the claim back when the
 call returns or raises); a call from another thread while it is held is refused before any
 change (:class:`TransactionError`). A call inside the same thread's write (``convert``'s arrays)
-goes on.
+goes on. A stream holds the claim from its open to its close (:func:`hold`, :func:`release`),
+the streams of one front end (a Dataset stream's variables, a pyramid stream's levels) counted:
+the session is given back when the last of them has closed or been abandoned.
 
 The transaction is the atomicity: no lease, no ``.shardwise`` journal is written into the
 repository (:class:`SessionBackend` keeps them out), and there is nothing to resume: a write
@@ -104,12 +106,14 @@ def into_session[Options](
     return tx, tx.store, replace(o, lease=False)  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _Claim:
-    """A session a shardwise write is running in, and the thread whose call runs it."""
+    """A session a shardwise write is running in, the thread whose call runs it, and the open
+    streams holding it (:func:`hold`: given back by the last of them to close)."""
 
     session: Any
     thread: int
+    streams: int = 0
 
 
 _claims_lock = threading.Lock()
@@ -137,11 +141,25 @@ def claim(session: Any) -> None:
         )
 
 
-def release(session: Any) -> None:
-    """Give back the claim on ``session`` whichever thread took it (a stream holds its claim
-    from open to close, across the caller's calls)."""
+def hold(session: Any) -> None:
+    """An open stream keeps this thread's claim on ``session`` (:func:`claim`, taken by its
+    open) until it closes, across the caller's calls: counted, so that the streams of one
+    front end (a Dataset stream's variables, a pyramid stream's levels) keep it until the
+    last of them has finished."""
     with _claims_lock:
-        _claims[:] = [c for c in _claims if c.session != session]
+        for c in _claims:
+            if c.session == session:
+                c.streams += 1
+
+
+def release(session: Any) -> None:
+    """A stream that held the claim on ``session`` (:func:`hold`) gives its hold back,
+    whichever thread it runs in: the claim is given back with the last hold."""
+    with _claims_lock:
+        for c in _claims:
+            if c.session == session:
+                c.streams -= 1
+        _claims[:] = [c for c in _claims if c.session != session or c.streams > 0]
 
 
 def writes_into_session[**P, R](call: Callable[P, R]) -> Callable[P, R]:
@@ -157,7 +175,11 @@ def writes_into_session[**P, R](call: Callable[P, R]) -> Callable[P, R]:
             return call(*args, **kwargs)
         finally:
             with _claims_lock:
-                _claims[:] = [c for c in _claims if c.thread != me or any(c is h for h in held)]
+                _claims[:] = [
+                    c
+                    for c in _claims
+                    if c.thread != me or c.streams > 0 or any(c is h for h in held)
+                ]
 
     return run
 

@@ -113,6 +113,7 @@ def open_stream(store: Any, shape: tuple[int | None, ...], axis: int, o: WriteOp
     length 0, or (``o.resume``) the array there, its stream's open write adopted."""
     # a session: no lease (its transaction keeps writers out), resume from its snapshot
     target, checked = Target.open(store, None, replace(o, resume=False))
+    hold_session(target)
     try:
         return _open_at(target, shape, axis, replace(checked, resume=o.resume))
     except BaseException:
@@ -168,9 +169,20 @@ def session_store(store: Any) -> Any:
     return store.store if is_session(store) else store
 
 
+def hold_session(target: Target) -> None:
+    """A stream into a session holds the claim its open took on the session while it is open
+    (one write into a session at a time, ``storage/icechunk.py``): one hold per stream, so a
+    front end's streams (a Dataset's variables, a pyramid's levels) keep the session claimed
+    until the last of them has finished."""
+    if target.session is not None:
+        from ..storage.icechunk import hold
+
+        hold(target.session.session)
+
+
 def release_session(target: Target) -> None:
-    """A stream into a session gives its claim on the session back (taken when it opened,
-    held while it is open: one write into a session at a time, ``storage/icechunk.py``)."""
+    """A stream into a session gives its hold on the session back (:func:`hold_session`):
+    the claim goes with the last stream holding it."""
     if target.session is None:
         return
     from ..storage.icechunk import release
