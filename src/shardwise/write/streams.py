@@ -105,7 +105,8 @@ def stream(
         the length its snapshot holds (the branch's last commit).
     pending : int, optional
         Sealed shard-rows written in the background while the next one fills; ``append`` waits
-        when more would be (default: as many as fit 8 MiB, at least one; written together).
+        when more would be (default: as many as fit 8 MiB, at least one and at most 256; written
+        together).
     fill_value : scalar, optional
         The fill value, as ``zarr.create_array`` takes it.
     compressors : "auto", codec, list of codecs or None
