@@ -4,7 +4,10 @@ milliseconds) streams drawn batches of frames and SIGKILLs itself at its kill po
 its own program order: after frame ``k``, or before, torn inside (its temp file written, not
 renamed) or after the ``j``-th put of a kind (shard, record, write marker, shape commit) by a
 level. It tells, as it dies, where it was, every level's last shape commit and the frames it
-appended."""
+appended. A resuming child (``run["resume"]``) opens the stream stopped there with
+``resume=True`` and appends from its frame ``run["start"]`` on; :func:`told` also gives every
+shape commit of each level in order (a rewinding resume's cut first) and the levels' stored
+frames once the stream opened."""
 
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ def killed(root: str, run: dict[str, Any], pyramid: bool, said: Any) -> None:
     try:
         streamed(root, run, pyramid, said)
     except BaseException as e:
-        said.send((f"error: {e!r}", {}, 0))
+        said.send((f"error: {e!r}", {}, 0, {}))
         raise
 
 
@@ -61,12 +64,13 @@ def streamed(root: str, run: dict[str, Any], pyramid: bool, said: Any) -> None:
     x = frames(run["n"], frame)
     kill = run["kill"]
     committed: dict[str, int] = {}
+    seen: dict[str, Any] = dict(shapes={}, opened=None)  # every shape commit, stored at open
     lock = threading.Lock()
     count = [0]  # puts of the kind and level drawn
     s: Any = None
 
     def die(where: str) -> None:
-        said.send((where, dict(committed), 0 if s is None else s.frames))
+        said.send((where, dict(committed), 0 if s is None else s.frames, seen))
         os.kill(os.getpid(), signal.SIGKILL)
 
     put = stores.ShardStore.put
@@ -89,6 +93,7 @@ def streamed(root: str, run: dict[str, Any], pyramid: bool, said: Any) -> None:
             doc = json.loads(bytes(data) if not isinstance(data, list | tuple) else b"".join(data))
             if doc.get("node_type") == "array":
                 committed[self.path] = int(doc["shape"][0])
+                seen["shapes"].setdefault(self.path, []).append(committed[self.path])
         if hit:
             die(point)
 
@@ -102,8 +107,10 @@ def streamed(root: str, run: dict[str, Any], pyramid: bool, said: Any) -> None:
 
         Stream._seal = paced  # type: ignore[method-assign]
     opening = shardwise.stream_pyramid if pyramid else shardwise.stream
-    s = opening(root, pending=1, **kw)
-    done = 0
+    resume = bool(run.get("resume"))
+    s = opening(root, pending=1, resume=resume, **kw)
+    seen["opened"] = list(s.stored) if pyramid else [s.stored]
+    done = int(run.get("start", 0))
     for size, flush in run["batches"]:
         if kill[0] == "frame" and done <= kill[1] < done + size:
             s.append(x[done : kill[1]])
@@ -119,7 +126,14 @@ def streamed(root: str, run: dict[str, Any], pyramid: bool, said: Any) -> None:
 
 
 def kill(root: str, run: dict[str, Any], pyramid: bool) -> tuple[str, dict[str, int], int]:
-    """Run :func:`killed` in a forked child; what it told as it died."""
+    """Run :func:`killed` in a forked child; what it told as it died: where, every level's last
+    shape commit, the frames appended."""
+    return told(root, run, pyramid)[:3]  # type: ignore[return-value]
+
+
+def told(root: str, run: dict[str, Any], pyramid: bool) -> tuple[Any, ...]:
+    """:func:`kill`'s answer and, fourth, ``shapes`` (each level's shape commits in order) and
+    ``opened`` (the levels' stored frames once the stream opened, None if it never did)."""
     ctx = forkserver()
     ours, theirs = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=killed, args=(root, run, pyramid, theirs))

@@ -6,8 +6,9 @@ reduced one by one), a space append axis (pairs of frames reduced together, firs
 axis), batches crossing shard boundaries; equal to a fresh ``write_pyramid`` of the final level
 0 (values, layout, group attributes); the group validated by ome-zarr-models at several points
 of a stream; readers (zarr-python, ``open_array``) mid-stream seeing every level consistent
-with level 0; a child SIGKILLed after a number of frames it reports, resumed with nothing
-stored lost and the upper levels made again from stored frames."""
+with level 0; a flush storing every whole group of every level; a child SIGKILLed after a
+number of frames it reports, resumed with nothing stored lost and the upper levels made again
+from stored frames."""
 
 from __future__ import annotations
 
@@ -147,6 +148,22 @@ def test_the_group_validates_and_readers_see_consistent_levels_mid_stream(
     for k in range(3):
         np.testing.assert_array_equal(level(root, k), want[k])
     assert s.memory > 0 and "3 levels" in repr(s)
+
+
+@pytest.mark.parametrize("n", [4, 6, 12])
+def test_a_flush_stores_every_whole_group_of_every_level(tmp_path: Path, n: int) -> None:
+    """``flush`` reduces into each level every whole group the level below holds, those its
+    gathering kept back too: level 1's frames reduced from level 0's group go on into level 2."""
+    root = str(tmp_path / "img.zarr")
+    x = frames(n, seed=5)
+    want = oracle(x, (2, 2, 2), 3, "mean")
+    with shardwise.stream_pyramid(root, shape=(None, *FRAME), dtype="u2", levels=3,
+                                  chunks=CHUNKS, shards=SHARDS) as s:  # fmt: skip
+        s.append(x)
+        s.flush()
+        assert s.stored == (n, n // 2, n // 4), s.stored
+        for k in range(3):
+            np.testing.assert_array_equal(level(root, k), want[k][: s.stored[k]])
 
 
 # -- killed and resumed ----------------------------------------------------------------------------

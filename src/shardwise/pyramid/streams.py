@@ -318,7 +318,8 @@ class StreamPyramid(StreamBase):
         """Store every level's frames (the partial shard-rows too, as ``Stream.flush``),
         level 0 first; the frames of an unfinished group along the append axis are held back
         from the level above until their group is whole (or the stream closes)."""
-        self._feed(0, self._empty(0, 0), now=True)
+        for k in range(len(self.levels)):  # each level's whole groups, gathered or not
+            self._feed(k, self._empty(k, 0), now=True)
         for k, s in enumerate(self.levels):
             self._release(k)
             s.flush()
