@@ -98,6 +98,15 @@ def oracle(x: np.ndarray) -> list[np.ndarray]:
     return reduced(x, (2, 2, 2), 3, "mean")
 
 
+def every_level_done(root: str, want: list[np.ndarray], where: Any) -> None:
+    """Every level of the finished pyramid equal to ``want`` and ``verify`` clean."""
+    for k in range(3):
+        got = np.asarray(zarr.open_array(root, path=str(k), mode="r")[...])
+        np.testing.assert_array_equal(got, want[k], err_msg=f"level {k} ({where})")
+        report = shardwise.verify(f"{root}/{k}")
+        assert report.ok, (where, k, report.problems)
+
+
 @settings(max_examples=20)
 @given(runs(most=18, levels=("0", "1", "2")))
 def test_a_pyramid_stream_killed_at_a_drawn_point_resumes_with_every_level(
@@ -121,11 +130,7 @@ def test_a_pyramid_stream_killed_at_a_drawn_point_resumes_with_every_level(
             got = np.asarray(zarr.open_array(root, path=str(k), mode="r")[...])
             np.testing.assert_array_equal(got, want[k][: len(got)])
         s.extend(x[kept:])
-    for k in range(3):
-        got = np.asarray(zarr.open_array(root, path=str(k), mode="r")[...])
-        np.testing.assert_array_equal(got, want[k], err_msg=f"level {k} ({where})")
-        report = shardwise.verify(f"{root}/{k}")
-        assert report.ok, (where, k, report.problems)
+    every_level_done(root, want, where)
 
 
 # -- a kill inside a resume that rewinds -------------------------------------------------------
@@ -201,8 +206,4 @@ def test_a_pyramid_stream_killed_inside_a_rewinding_resume_resumes_again(
             got = np.asarray(zarr.open_array(root, path=str(k), mode="r")[...])
             np.testing.assert_array_equal(got, want[k][: len(got)], err_msg=f"{k} ({where})")
         s.extend(x[again:])
-    for k in range(3):
-        got = np.asarray(zarr.open_array(root, path=str(k), mode="r")[...])
-        np.testing.assert_array_equal(got, want[k], err_msg=f"level {k} ({where})")
-        report = shardwise.verify(f"{root}/{k}")
-        assert report.ok, (where, k, report.problems)
+    every_level_done(root, want, where)
